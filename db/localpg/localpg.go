@@ -1,0 +1,317 @@
+// Package localpg starts and stops local PostgreSQL clusters with the server
+// binaries installed on the machine (initdb, pg_ctl).
+//
+// It backs the embedded catalog of `pgmirror serve` when no
+// SERVICE_DATABASE_URL is given, the throwaway clusters of the test suite and
+// the benchmark. When the process runs as root, the binaries run as the
+// postgres user (initdb refuses root) and the data directory is handed to it.
+package localpg
+
+import (
+	"bytes"
+
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Password is the password of the superuser "postgres" in every cluster this
+// package initialises. Clusters listen on loopback only.
+const Password = "postgres"
+
+// Config describes a cluster to start.
+type Config struct {
+	// DataDir is the cluster's data directory. It is initialised with initdb
+	// when it holds no cluster yet.
+	DataDir string
+	// Port is the TCP port on 127.0.0.1. Zero picks a free port.
+	Port int
+	// Logical sets wal_level=logical and room for replication slots, so the
+	// cluster can be a mirror source.
+	Logical bool
+	// Durable keeps fsync on. Test clusters turn it off for speed.
+	Durable bool
+	// BinDir holds initdb and pg_ctl. Empty means the first of PGBIN,
+	// /usr/lib/postgresql/15/bin, or the directory of pg_config --bindir.
+	BinDir string
+	// Settings are extra postgresql.conf lines, name to value.
+	Settings map[string]string
+}
+
+// Cluster is a running local PostgreSQL cluster.
+type Cluster struct {
+	cfg    Config
+	binDir string
+	asUser string // run binaries as this user (root case), or ""
+}
+
+// FindBinDir returns the directory with initdb and pg_ctl, or an error that
+// says how to install them.
+func FindBinDir() (string, error) {
+	candidates := []string{os.Getenv("PGBIN")}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Sort(sort.Reverse(sort.StringSlice(matches)))
+	candidates = append(candidates, "/usr/lib/postgresql/15/bin")
+	candidates = append(candidates, matches...)
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		candidates = append(candidates, strings.TrimSpace(string(out)))
+	}
+	for _, dir := range candidates {
+		if dir == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", errors.New("PostgreSQL server binaries (initdb, pg_ctl) not found: install the postgresql package (apt-get install postgresql) or set PGBIN")
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start initialises the data directory if needed and starts the cluster.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	binDir := cfg.BinDir
+	if binDir == "" {
+		var err error
+		if binDir, err = FindBinDir(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Port == 0 {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Port = port
+	}
+	c := &Cluster{cfg: cfg, binDir: binDir}
+	if os.Geteuid() == 0 {
+		c.asUser = "postgres"
+	}
+	if err := c.initIfNeeded(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.writeConf(); err != nil {
+		return nil, err
+	}
+	if err := c.start(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Port is the cluster's TCP port on 127.0.0.1.
+func (c *Cluster) Port() int { return c.cfg.Port }
+
+// DataDir is the cluster's data directory.
+func (c *Cluster) DataDir() string { return c.cfg.DataDir }
+
+// URL returns a connection URL for the superuser to database dbname.
+func (c *Cluster) URL(dbname string) string {
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword("postgres", Password),
+		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.Port)),
+		Path:     "/" + dbname,
+		RawQuery: "sslmode=disable",
+	}
+	return u.String()
+}
+
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	bin := filepath.Join(c.binDir, name)
+	if c.asUser != "" {
+		args = append([]string{"-u", c.asUser, "--", bin}, args...)
+		return exec.CommandContext(ctx, "runuser", args...)
+	}
+	return exec.CommandContext(ctx, bin, args...)
+}
+
+func run(cmd *exec.Cmd) error {
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w: %s", filepath.Base(cmd.Args[0]), err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+func (c *Cluster) chown(path string) error {
+	if c.asUser == "" {
+		return nil
+	}
+	u, err := user.Lookup(c.asUser)
+	if err != nil {
+		return fmt.Errorf("look up user %s: %w", c.asUser, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return filepath.Walk(path, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
+
+func (c *Cluster) initIfNeeded(ctx context.Context) error {
+	dir := c.cfg.DataDir
+	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create data directory %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("chmod data directory %s: %w", dir, err)
+	}
+	// The parent must be traversable by the postgres user.
+	if c.asUser != "" {
+		for p := filepath.Dir(dir); p != "/" && p != "."; p = filepath.Dir(p) {
+			if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
+				_ = os.Chmod(p, st.Mode().Perm()|0o011)
+			}
+		}
+	}
+	pwfile := filepath.Join(dir, "..", "."+filepath.Base(dir)+".pw")
+	if err := os.WriteFile(pwfile, []byte(Password+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write password file: %w", err)
+	}
+	defer os.Remove(pwfile)
+	if err := c.chown(dir); err != nil {
+		return err
+	}
+	if err := c.chown(pwfile); err != nil {
+		return err
+	}
+	cmd := c.command(ctx, "initdb", "-D", dir, "-U", "postgres", "--pwfile="+pwfile,
+		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+	if err := run(cmd); err != nil {
+		return fmt.Errorf("initdb %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (c *Cluster) writeConf() error {
+	settings := map[string]string{
+		"listen_addresses":        "'127.0.0.1'",
+		"port":                    strconv.Itoa(c.cfg.Port),
+		"unix_socket_directories": "'" + c.cfg.DataDir + "'",
+		"max_connections":         "200",
+		"shared_buffers":          "128MB",
+		"log_min_messages":        "warning",
+		"logging_collector":       "off",
+	}
+	if c.cfg.Logical {
+		settings["wal_level"] = "logical"
+		settings["max_replication_slots"] = "64"
+		settings["max_wal_senders"] = "64"
+		settings["max_logical_replication_workers"] = "16"
+		settings["max_worker_processes"] = "32"
+	}
+	if !c.cfg.Durable {
+		settings["fsync"] = "off"
+		settings["synchronous_commit"] = "off"
+		settings["full_page_writes"] = "off"
+	}
+	for k, v := range c.cfg.Settings {
+		settings[k] = v
+	}
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("# written by pgmirror localpg on every start\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s = %s\n", k, settings[k])
+	}
+	path := filepath.Join(c.cfg.DataDir, "postgresql.localpg.conf")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	main := filepath.Join(c.cfg.DataDir, "postgresql.conf")
+	body, err := os.ReadFile(main)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", main, err)
+	}
+	if !bytes.Contains(body, []byte("include_if_exists = 'postgresql.localpg.conf'")) {
+		body = append(body, []byte("\ninclude_if_exists = 'postgresql.localpg.conf'\n")...)
+		if err := os.WriteFile(main, body, 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", main, err)
+		}
+	}
+	return c.chown(c.cfg.DataDir)
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	logFile := filepath.Join(c.cfg.DataDir, "server.log")
+	cmd := c.command(ctx, "pg_ctl", "-D", c.cfg.DataDir, "-l", logFile, "-w", "-t", "60", "-o", "-c port="+strconv.Itoa(c.cfg.Port), "start")
+	if err := run(cmd); err != nil {
+		tail, _ := os.ReadFile(logFile)
+		if len(tail) > 2000 {
+			tail = tail[len(tail)-2000:]
+		}
+		return fmt.Errorf("start cluster in %s: %w\n%s", c.cfg.DataDir, err, tail)
+	}
+	return nil
+}
+
+// Restart starts a stopped cluster again on the same port.
+func (c *Cluster) Restart(ctx context.Context) error { return c.start(ctx) }
+
+// Stop shuts the cluster down (fast mode: active sessions are disconnected).
+func (c *Cluster) Stop(ctx context.Context) error {
+	cmd := c.command(ctx, "pg_ctl", "-D", c.cfg.DataDir, "-m", "fast", "-w", "-t", "60", "stop")
+	if err := run(cmd); err != nil {
+		return fmt.Errorf("stop cluster in %s: %w", c.cfg.DataDir, err)
+	}
+	return nil
+}
+
+// StopImmediate shuts the cluster down without a checkpoint, like a crash.
+func (c *Cluster) StopImmediate(ctx context.Context) error {
+	cmd := c.command(ctx, "pg_ctl", "-D", c.cfg.DataDir, "-m", "immediate", "-w", "-t", "60", "stop")
+	if err := run(cmd); err != nil {
+		return fmt.Errorf("stop cluster in %s: %w", c.cfg.DataDir, err)
+	}
+	return nil
+}
+
+// WaitReady waits until the server accepts TCP connections or ctx ends.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.Port))
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for cluster on %s: %w", addr, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

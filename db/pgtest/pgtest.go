@@ -1,0 +1,176 @@
+// Package pgtest gives tests real PostgreSQL databases on throwaway local
+// clusters.
+//
+// A test package calls Run from its TestMain. The first test that asks for a
+// database starts the clusters it needs (one logical "source" cluster and one
+// "destination" cluster per test binary), and every test gets a fresh,
+// uniquely named database of its own, so tests can run in parallel. Run stops
+// the clusters and removes their directories when the tests are done.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgmirror/pgmirror/db/localpg"
+)
+
+var (
+	mu       sync.Mutex
+	clusters = map[string]*localpg.Cluster{}
+	tempDirs []string
+	dbSeq    atomic.Int64
+)
+
+// Run runs the tests of m, then stops every cluster started for them.
+// Use it as: func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+func Run(m *testing.M) int {
+	code := m.Run()
+	StopAll()
+	return code
+}
+
+// StopAll stops every cluster this package started and removes its files.
+func StopAll() {
+	mu.Lock()
+	defer mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for name, c := range clusters {
+		_ = c.StopImmediate(ctx)
+		delete(clusters, name)
+	}
+	for _, d := range tempDirs {
+		_ = os.RemoveAll(d)
+	}
+	tempDirs = nil
+}
+
+// NewCluster starts a private cluster for one test (for tests that stop,
+// restart or crash the server). It is stopped when the test ends.
+func NewCluster(tb testing.TB, logical bool) *localpg.Cluster {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "pgmirror-test-")
+	if err != nil {
+		tb.Fatalf("pgtest: create temp dir: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := localpg.Start(ctx, localpg.Config{DataDir: dir + "/data", Logical: logical})
+	if err != nil {
+		os.RemoveAll(dir)
+		tb.Fatalf("pgtest: start cluster: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = c.StopImmediate(ctx)
+		os.RemoveAll(dir)
+	})
+	return c
+}
+
+// shared returns the shared cluster of the given role, starting it on first use.
+func shared(tb testing.TB, role string) *localpg.Cluster {
+	tb.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if c, ok := clusters[role]; ok {
+		return c
+	}
+	dir, err := os.MkdirTemp("", "pgmirror-"+role+"-")
+	if err != nil {
+		tb.Fatalf("pgtest: create temp dir: %v", err)
+	}
+	tempDirs = append(tempDirs, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := localpg.Start(ctx, localpg.Config{DataDir: dir + "/data", Logical: true})
+	if err != nil {
+		tb.Fatalf("pgtest: start %s cluster: %v", role, err)
+	}
+	clusters[role] = c
+	return c
+}
+
+// SourceCluster is the shared logical cluster that tests use as mirror source.
+func SourceCluster(tb testing.TB) *localpg.Cluster { return shared(tb, "source") }
+
+// DestCluster is the shared cluster that tests use as mirror destination.
+func DestCluster(tb testing.TB) *localpg.Cluster { return shared(tb, "dest") }
+
+// CatalogCluster is the shared cluster that holds catalog databases.
+func CatalogCluster(tb testing.TB) *localpg.Cluster { return shared(tb, "catalog") }
+
+// NewDatabase creates a fresh database on c and returns its URL. The
+// database is dropped when the test ends (replication slots in it first).
+func NewDatabase(tb testing.TB, c *localpg.Cluster) string {
+	tb.Helper()
+	name := fmt.Sprintf("t_%d_%d", os.Getpid(), dbSeq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		tb.Fatalf("pgtest: connect to cluster: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		tb.Fatalf("pgtest: create database %s: %v", name, err)
+	}
+	tb.Cleanup(func() { dropDatabase(c, name) })
+	return c.URL(name)
+}
+
+func dropDatabase(c *localpg.Cluster, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	// Slots keep a database alive: drop them (terminating their consumers) first.
+	_, _ = conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`, name)
+	for i := 0; i < 50; i++ {
+		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, name)
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+}
+
+// Pool opens a pool on url that is closed when the test ends.
+func Pool(tb testing.TB, url string) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		tb.Fatalf("pgtest: open pool: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// Exec runs SQL statements on url and fails the test on error.
+func Exec(tb testing.TB, url string, sql string, args ...any) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		tb.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		tb.Fatalf("pgtest: exec %q: %v", sql, err)
+	}
+}
