@@ -1,0 +1,18 @@
+// Package db is pgmirror's catalog on PostgreSQL through pgx.
+//
+// The catalog holds users, peers, mirrors, their table mappings with
+// per-table status and counters, structured mirror logs and service-wide
+// settings; River's job tables live beside them. Its schema is the goose
+// migrations in package migrations; [Migrate] applies them and River's own
+// migrations under one session advisory lock, so any number of replicas may
+// start at the same moment.
+//
+// A [Store] wraps a pgxpool.Pool. Its methods are named entity first
+// (PeerCreate, MirrorGetByName, LogInsert) and return [ErrNotFound] or
+// [ErrConflict] (wrapped) where a row is missing or a unique or foreign key
+// constraint rejects a write; every other error is wrapped with what the
+// store was doing. Methods that must run in a caller's transaction (so that
+// a River job can be enqueued with InsertTx in the same commit) take a pgx.Tx.
+//
+// Callers name their variables store, pool and tx, never db.
+package db

@@ -1,0 +1,179 @@
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Log levels of mirror log entries.
+const (
+	LevelInfo  = "INFO"
+	LevelWarn  = "WARN"
+	LevelError = "ERROR"
+	LevelDebug = "DEBUG"
+)
+
+// The spec's log message catalogue. Log entries use these texts exactly so
+// that users can search for them.
+const (
+	MsgSnapshotStarting       = "Starting initial snapshot"
+	MsgTableSnapshotCompleted = "Table snapshot completed"
+	MsgSnapshotCompleted      = "Initial snapshot completed"
+	MsgSnapshotFailed         = "Snapshot failed"
+	MsgCDCBatchFetched        = "CDC batch fetched from source"
+	MsgCDCBatchApplied        = "CDC batch applied successfully"
+	MsgCDCNoChanges           = "No changes in CDC batch"
+	MsgCDCBatchFailed         = "Failed to apply CDC batch"
+	MsgMirrorPaused           = "Mirror paused"
+	MsgMirrorResumed          = "Mirror resumed"
+	MsgSchemaSyncInitiated    = "Schema sync initiated"
+	MsgTableResyncStarted     = "Table resync started"
+	MsgRetrySignal            = "Retry signal received"
+	MsgSlotExists             = "Replication slot already exists"
+	MsgConnectionTimeout      = "Connection timeout"
+	MsgHeartbeatTimeout       = "Heartbeat timeout"
+	MsgForeignKeyViolation    = "Foreign key violation"
+)
+
+// CDCBatchDetails is the details object of CDC batch log entries.
+type CDCBatchDetails struct {
+	BatchID        int64    `json:"batch_id"`
+	RowsProcessed  int64    `json:"rows_processed"`
+	RowsInserted   int64    `json:"rows_inserted"`
+	RowsUpdated    int64    `json:"rows_updated"`
+	RowsDeleted    int64    `json:"rows_deleted"`
+	DurationMS     int64    `json:"duration_ms"`
+	LSN            string   `json:"lsn,omitempty"`
+	TablesAffected []string `json:"tables_affected,omitempty"`
+}
+
+// SnapshotDetails is the details object of snapshot log entries.
+type SnapshotDetails struct {
+	Table           string  `json:"table,omitempty"`
+	RowsSnapshotted int64   `json:"rows_snapshotted,omitempty"`
+	DurationSeconds float64 `json:"duration_seconds,omitempty"`
+	Partition       int     `json:"partition,omitempty"`
+	TotalPartitions int     `json:"total_partitions,omitempty"`
+}
+
+// ErrorDetails is the details object of error log entries.
+type ErrorDetails struct {
+	Error       string     `json:"error"`
+	RetryCount  int        `json:"retry_count"`
+	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
+	Operation   string     `json:"operation,omitempty"`
+}
+
+// SchemaSyncDetails is the details object of schema sync log entries.
+type SchemaSyncDetails struct {
+	Tables        []string `json:"tables"`
+	DDLStatements []string `json:"ddl_statements"`
+	DurationMS    int64    `json:"duration_ms"`
+}
+
+// execer runs a statement; both the pool and a pgx.Tx are execers.
+type execer interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// LogInsert appends a log entry to a mirror's log. details is marshalled to
+// JSON; nil gives {}.
+func (s *Store) LogInsert(ctx context.Context, mirrorID int64, level, message string, details any) error {
+	return logInsert(ctx, s.pool, mirrorID, level, message, details)
+}
+
+// LogInsertTx is LogInsert inside tx.
+func (s *Store) LogInsertTx(ctx context.Context, tx pgx.Tx, mirrorID int64, level, message string, details any) error {
+	return logInsert(ctx, tx, mirrorID, level, message, details)
+}
+
+func logInsert(ctx context.Context, q execer, mirrorID int64, level, message string, details any) error {
+	raw := []byte("{}")
+	if details != nil {
+		b, err := json.Marshal(details)
+		if err != nil {
+			return fmt.Errorf("insert log for mirror %d: marshal details: %w", mirrorID, err)
+		}
+		if string(b) != "null" {
+			raw = b
+		}
+	}
+	var id int64
+	err := q.QueryRow(ctx, `INSERT INTO mirror_logs (mirror_id, level, message, details) VALUES ($1, $2, $3, $4::jsonb) RETURNING id`,
+		mirrorID, level, message, string(raw)).Scan(&id)
+	if err != nil {
+		return fmt.Errorf("insert log for mirror %d: %w", mirrorID, translate(err))
+	}
+	return nil
+}
+
+// LogQuery filters a mirror's log. Zero values mean no filter; Limit must be
+// set by the caller.
+type LogQuery struct {
+	MirrorID int64
+	Level    string
+	Search   string
+	Limit    int
+	Offset   int
+}
+
+// LogList returns a page of a mirror's log entries newest first, and the
+// number of entries matching the filter.
+func (s *Store) LogList(ctx context.Context, q LogQuery) ([]LogEntry, int64, error) {
+	where := `mirror_id = $1`
+	args := []any{q.MirrorID}
+	if q.Level != "" {
+		args = append(args, q.Level)
+		where += fmt.Sprintf(` AND level = $%d`, len(args))
+	}
+	if q.Search != "" {
+		args = append(args, "%"+escapeLike(q.Search)+"%")
+		where += fmt.Sprintf(` AND (message ILIKE $%d OR details::text ILIKE $%d)`, len(args), len(args))
+	}
+	var total int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM mirror_logs WHERE `+where, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count logs of mirror %d: %w", q.MirrorID, err)
+	}
+	args = append(args, q.Limit, q.Offset)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT id, level, message, details::text, created_at FROM mirror_logs WHERE %s ORDER BY id DESC LIMIT $%d OFFSET $%d`,
+		where, len(args)-1, len(args)), args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list logs of mirror %d: %w", q.MirrorID, err)
+	}
+	defer rows.Close()
+	out := []LogEntry{}
+	for rows.Next() {
+		var e LogEntry
+		var details string
+		if err := rows.Scan(&e.ID, &e.Level, &e.Message, &details, &e.CreatedAt); err != nil {
+			return nil, 0, fmt.Errorf("list logs of mirror %d: %w", q.MirrorID, err)
+		}
+		e.Details = json.RawMessage(details)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("list logs of mirror %d: %w", q.MirrorID, err)
+	}
+	return out, total, nil
+}
+
+// escapeLike escapes the LIKE wildcards % and _ (and the escape character)
+// so that a search matches them literally.
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// LogPrune deletes log entries created before olderThan and returns how
+// many it deleted.
+func (s *Store) LogPrune(ctx context.Context, olderThan time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM mirror_logs WHERE created_at < $1`, olderThan)
+	if err != nil {
+		return 0, fmt.Errorf("prune logs older than %s: %w", olderThan.Format(time.RFC3339), err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,133 @@
+package db
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// mirrorColumns selects a mirror joined with its peers' names, in the order
+// scanMirror reads them.
+const mirrorColumns = `m.id, m.uid::text, m.name, m.source_peer_id, m.destination_peer_id, sp.name, dp.name,
+	m.snapshot_num_rows_per_partition, m.snapshot_max_parallel_workers, m.snapshot_num_tables_in_parallel,
+	m.cdc_sync_interval_seconds, m.cdc_batch_size, m.do_initial_snapshot,
+	m.publication_name, m.replication_slot_name, m.created_publication, m.created_slot,
+	m.status, m.desired_state, m.resume_status, m.pending_action, m.error_message,
+	m.error_count, m.next_retry_at, m.last_lsn::text, m.last_sync_batch_id,
+	m.deleted_at, m.created_at, m.updated_at`
+
+const mirrorFrom = ` FROM mirrors m JOIN peers sp ON sp.id = m.source_peer_id JOIN peers dp ON dp.id = m.destination_peer_id`
+
+func scanMirror(row pgx.Row) (Mirror, error) {
+	var m Mirror
+	err := row.Scan(&m.ID, &m.UID, &m.Name, &m.SourcePeerID, &m.DestinationPeerID, &m.SourcePeer, &m.DestinationPeer,
+		&m.SnapshotNumRowsPerPartition, &m.SnapshotMaxParallelWorkers, &m.SnapshotNumTablesInParallel,
+		&m.CDCSyncIntervalSeconds, &m.CDCBatchSize, &m.DoInitialSnapshot,
+		&m.PublicationName, &m.ReplicationSlotName, &m.CreatedPublication, &m.CreatedSlot,
+		&m.Status, &m.DesiredState, &m.ResumeStatus, &m.PendingAction, &m.ErrorMessage,
+		&m.ErrorCount, &m.NextRetryAt, &m.LastLSN, &m.LastSyncBatchID,
+		&m.DeletedAt, &m.CreatedAt, &m.UpdatedAt)
+	return m, err
+}
+
+// MirrorGetByID returns the mirror with the given id, including one that has
+// been deleted through the API (DeletedAt set) but not yet cleaned up.
+func (s *Store) MirrorGetByID(ctx context.Context, id int64) (Mirror, error) {
+	m, err := scanMirror(s.pool.QueryRow(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id))
+	if err != nil {
+		return Mirror{}, fmt.Errorf("get mirror %d: %w", id, translate(err))
+	}
+	return m, nil
+}
+
+// MirrorGetByName returns the live (not deleted) mirror with the given name.
+func (s *Store) MirrorGetByName(ctx context.Context, name string) (Mirror, error) {
+	return mirrorGetByName(ctx, s.pool, name, false)
+}
+
+// MirrorGetByNameForUpdate returns the live mirror with the given name and
+// locks its row until tx ends, so that a control request sees and changes a
+// consistent status.
+func (s *Store) MirrorGetByNameForUpdate(ctx context.Context, tx pgx.Tx, name string) (Mirror, error) {
+	return mirrorGetByName(ctx, tx, name, true)
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func mirrorGetByName(ctx context.Context, q querier, name string, forUpdate bool) (Mirror, error) {
+	sql := `SELECT ` + mirrorColumns + mirrorFrom + ` WHERE m.name = $1 AND m.deleted_at IS NULL`
+	if forUpdate {
+		sql += ` FOR UPDATE OF m`
+	}
+	m, err := scanMirror(q.QueryRow(ctx, sql, name))
+	if err != nil {
+		return Mirror{}, fmt.Errorf("get mirror %q: %w", name, translate(err))
+	}
+	return m, nil
+}
+
+// MirrorList returns every live mirror ordered by name.
+func (s *Store) MirrorList(ctx context.Context) ([]Mirror, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.deleted_at IS NULL ORDER BY m.name`)
+	if err != nil {
+		return nil, fmt.Errorf("list mirrors: %w", err)
+	}
+	defer rows.Close()
+	out := []Mirror{}
+	for rows.Next() {
+		m, err := scanMirror(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list mirrors: %w", err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list mirrors: %w", err)
+	}
+	return out, nil
+}
+
+const mirrorTableColumns = `id, mirror_id, position, source_schema, source_table, destination_schema, destination_table,
+	exclude_columns, status, resync_requested_at, rows_synced, rows_inserted, rows_updated, rows_deleted, last_synced_at`
+
+func scanMirrorTable(row pgx.Row) (MirrorTable, error) {
+	var t MirrorTable
+	err := row.Scan(&t.ID, &t.MirrorID, &t.Position, &t.SourceSchema, &t.SourceTable, &t.DestinationSchema, &t.DestinationTable,
+		&t.ExcludeColumns, &t.Status, &t.ResyncRequestedAt, &t.RowsSynced, &t.RowsInserted, &t.RowsUpdated, &t.RowsDeleted, &t.LastSyncedAt)
+	if t.ExcludeColumns == nil {
+		t.ExcludeColumns = []string{}
+	}
+	return t, err
+}
+
+// MirrorTables returns the table mappings of a mirror ordered by position.
+func (s *Store) MirrorTables(ctx context.Context, mirrorID int64) ([]MirrorTable, error) {
+	return mirrorTables(ctx, s.pool, mirrorID)
+}
+
+type queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func mirrorTables(ctx context.Context, q queryer, mirrorID int64) ([]MirrorTable, error) {
+	rows, err := q.Query(ctx, `SELECT `+mirrorTableColumns+` FROM mirror_tables WHERE mirror_id = $1 ORDER BY position, id`, mirrorID)
+	if err != nil {
+		return nil, fmt.Errorf("list tables of mirror %d: %w", mirrorID, err)
+	}
+	defer rows.Close()
+	out := []MirrorTable{}
+	for rows.Next() {
+		t, err := scanMirrorTable(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list tables of mirror %d: %w", mirrorID, err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list tables of mirror %d: %w", mirrorID, err)
+	}
+	return out, nil
+}
