@@ -1,0 +1,186 @@
+package db
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// MirrorCreateParams is a new mirror's configuration. Every field must be
+// filled (the API applies the defaults).
+type MirrorCreateParams struct {
+	Name                        string
+	SourcePeerID                int64
+	DestinationPeerID           int64
+	SnapshotNumRowsPerPartition int
+	SnapshotMaxParallelWorkers  int
+	SnapshotNumTablesInParallel int
+	CDCSyncIntervalSeconds      int
+	CDCBatchSize                int
+	DoInitialSnapshot           bool
+	PublicationName             string
+	ReplicationSlotName         string
+	Tables                      []change.Mapping
+}
+
+// MirrorCreateTx inserts a mirror (status initializing, desired state
+// running) and its table mappings (status pending, position = index) in tx.
+// A live mirror with the same name gives ErrConflict.
+func (s *Store) MirrorCreateTx(ctx context.Context, tx pgx.Tx, p MirrorCreateParams) (Mirror, error) {
+	var id int64
+	err := tx.QueryRow(ctx, `INSERT INTO mirrors (name, source_peer_id, destination_peer_id,
+			snapshot_num_rows_per_partition, snapshot_max_parallel_workers, snapshot_num_tables_in_parallel,
+			cdc_sync_interval_seconds, cdc_batch_size, do_initial_snapshot, publication_name, replication_slot_name)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
+		p.Name, p.SourcePeerID, p.DestinationPeerID,
+		p.SnapshotNumRowsPerPartition, p.SnapshotMaxParallelWorkers, p.SnapshotNumTablesInParallel,
+		p.CDCSyncIntervalSeconds, p.CDCBatchSize, p.DoInitialSnapshot, p.PublicationName, p.ReplicationSlotName).Scan(&id)
+	if err != nil {
+		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, translate(err))
+	}
+	for i, t := range p.Tables {
+		if err := insertMirrorTable(ctx, tx, id, i, t); err != nil {
+			return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, err)
+		}
+	}
+	m, err := scanMirror(tx.QueryRow(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id))
+	if err != nil {
+		return Mirror{}, fmt.Errorf("create mirror %q: read back: %w", p.Name, translate(err))
+	}
+	return m, nil
+}
+
+func insertMirrorTable(ctx context.Context, tx pgx.Tx, mirrorID int64, position int, t change.Mapping) error {
+	exclude := t.ExcludeColumns
+	if exclude == nil {
+		exclude = []string{}
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO mirror_tables (mirror_id, position, source_schema, source_table, destination_schema, destination_table, exclude_columns)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		mirrorID, position, t.Source.Schema, t.Source.Name, t.Destination.Schema, t.Destination.Name, exclude)
+	if err != nil {
+		return fmt.Errorf("insert table mapping %s: %w", t.Source, translate(err))
+	}
+	return nil
+}
+
+// MirrorTablesTx is MirrorTables inside tx.
+func (s *Store) MirrorTablesTx(ctx context.Context, tx pgx.Tx, mirrorID int64) ([]MirrorTable, error) {
+	return mirrorTables(ctx, tx, mirrorID)
+}
+
+// MirrorSoftDeleteTx marks a mirror deleted (deleted_at = now()): it
+// disappears from the API at once and its name becomes free. The cleanup
+// job removes the row later.
+func (s *Store) MirrorSoftDeleteTx(ctx context.Context, tx pgx.Tx, id int64) error {
+	tag, err := tx.Exec(ctx, `UPDATE mirrors SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL`, id)
+	if err != nil {
+		return fmt.Errorf("delete mirror %d: %w", id, translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("delete mirror %d: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+func (s *Store) updateMirror(ctx context.Context, tx pgx.Tx, what string, id int64, sql string, args ...any) error {
+	tag, err := tx.Exec(ctx, sql, append([]any{id}, args...)...)
+	if err != nil {
+		return fmt.Errorf("%s mirror %d: %w", what, id, translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%s mirror %d: %w", what, id, ErrNotFound)
+	}
+	return nil
+}
+
+// MirrorPauseTx sets desired state and status to paused.
+func (s *Store) MirrorPauseTx(ctx context.Context, tx pgx.Tx, id int64) error {
+	return s.updateMirror(ctx, tx, "pause", id,
+		`UPDATE mirrors SET desired_state = 'paused', status = 'paused' WHERE id = $1 AND deleted_at IS NULL`)
+}
+
+// MirrorResumeTx sets desired state and status to running.
+func (s *Store) MirrorResumeTx(ctx context.Context, tx pgx.Tx, id int64) error {
+	return s.updateMirror(ctx, tx, "resume", id,
+		`UPDATE mirrors SET desired_state = 'running', status = 'running' WHERE id = $1 AND deleted_at IS NULL`)
+}
+
+// MirrorRequestActionTx records a control request (ActionResync or
+// ActionSyncSchema) for the mirror's worker and sets the desired state to
+// running, so a paused mirror resumes to carry it out.
+func (s *Store) MirrorRequestActionTx(ctx context.Context, tx pgx.Tx, id int64, action string) error {
+	return s.updateMirror(ctx, tx, "request "+action+" on", id,
+		`UPDATE mirrors SET pending_action = $2, desired_state = 'running' WHERE id = $1 AND deleted_at IS NULL`, action)
+}
+
+// MirrorRequestRetryTx makes a failed mirror due for retry now.
+func (s *Store) MirrorRequestRetryTx(ctx context.Context, tx pgx.Tx, id int64) error {
+	return s.updateMirror(ctx, tx, "retry", id,
+		`UPDATE mirrors SET next_retry_at = now() WHERE id = $1 AND deleted_at IS NULL`)
+}
+
+// MirrorTableRequestResyncTx asks the mirror's worker to re-snapshot one
+// table, identified by its source schema and name. It returns ErrNotFound
+// when the mirror has no such table.
+func (s *Store) MirrorTableRequestResyncTx(ctx context.Context, tx pgx.Tx, mirrorID int64, source change.TableName) error {
+	tag, err := tx.Exec(ctx, `UPDATE mirror_tables SET resync_requested_at = now()
+		WHERE mirror_id = $1 AND source_schema = $2 AND source_table = $3`, mirrorID, source.Schema, source.Name)
+	if err != nil {
+		return fmt.Errorf("request resync of %s in mirror %d: %w", source, mirrorID, translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("request resync of %s in mirror %d: %w", source, mirrorID, ErrNotFound)
+	}
+	return nil
+}
+
+// MirrorTablesReplaceTx makes mappings the mirror's complete set of tables:
+// rows whose source table stays are kept (destination and excluded columns
+// updated; a changed destination puts the table back to pending so it is
+// snapshotted again), removed ones are deleted and new ones inserted as
+// pending. Positions follow the order of mappings. It returns the new rows.
+func (s *Store) MirrorTablesReplaceTx(ctx context.Context, tx pgx.Tx, mirrorID int64, mappings []change.Mapping) ([]MirrorTable, error) {
+	current, err := mirrorTables(ctx, tx, mirrorID)
+	if err != nil {
+		return nil, err
+	}
+	keep := map[change.TableName]bool{}
+	for _, m := range mappings {
+		keep[m.Source] = true
+	}
+	existing := map[change.TableName]MirrorTable{}
+	for _, t := range current {
+		src := change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}
+		if !keep[src] {
+			if _, err := tx.Exec(ctx, `DELETE FROM mirror_tables WHERE id = $1`, t.ID); err != nil {
+				return nil, fmt.Errorf("remove table %s from mirror %d: %w", src, mirrorID, translate(err))
+			}
+			continue
+		}
+		existing[src] = t
+	}
+	for i, m := range mappings {
+		exclude := m.ExcludeColumns
+		if exclude == nil {
+			exclude = []string{}
+		}
+		t, ok := existing[m.Source]
+		if !ok {
+			if err := insertMirrorTable(ctx, tx, mirrorID, i, m); err != nil {
+				return nil, fmt.Errorf("add table to mirror %d: %w", mirrorID, err)
+			}
+			continue
+		}
+		_, err := tx.Exec(ctx, `UPDATE mirror_tables SET position = $2, destination_schema = $3, destination_table = $4, exclude_columns = $5,
+				status = CASE WHEN destination_schema = $3 AND destination_table = $4 THEN status ELSE 'pending' END
+			WHERE id = $1`, t.ID, i, m.Destination.Schema, m.Destination.Name, exclude)
+		if err != nil {
+			return nil, fmt.Errorf("update table %s of mirror %d: %w", m.Source, mirrorID, translate(err))
+		}
+	}
+	return mirrorTables(ctx, tx, mirrorID)
+}

@@ -1,0 +1,120 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// BcryptCost is the bcrypt cost of stored password hashes.
+const BcryptCost = bcrypt.DefaultCost
+
+// ErrPasswordTooLong means the password exceeds bcrypt's 72-byte limit.
+var ErrPasswordTooLong = errors.New("password is longer than 72 bytes")
+
+// HashPassword returns the bcrypt hash of password, or ErrPasswordTooLong.
+func HashPassword(password string) (string, error) {
+	if len(password) > 72 {
+		return "", ErrPasswordTooLong
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(password), BcryptCost)
+	if err != nil {
+		if errors.Is(err, bcrypt.ErrPasswordTooLong) {
+			return "", ErrPasswordTooLong
+		}
+		return "", fmt.Errorf("hash password: %w", err)
+	}
+	return string(h), nil
+}
+
+const userColumns = `id, username, password_hash, role, created_at, updated_at`
+
+func scanUser(row pgx.Row) (User, error) {
+	var u User
+	err := row.Scan(&u.ID, &u.Username, &u.PasswordHash, &u.Role, &u.CreatedAt, &u.UpdatedAt)
+	return u, err
+}
+
+// EnsureAdmin creates an admin account with the given username and password
+// unless a user of that name exists; an existing account is never changed.
+func (s *Store) EnsureAdmin(ctx context.Context, username, password string) error {
+	hash, err := HashPassword(password)
+	if err != nil {
+		return fmt.Errorf("ensure admin %q: %w", username, err)
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO users (username, password_hash, role) VALUES ($1, $2, 'admin') ON CONFLICT (username) DO NOTHING`,
+		username, hash)
+	if err != nil {
+		return fmt.Errorf("ensure admin %q: %w", username, translate(err))
+	}
+	return nil
+}
+
+// UserCreate creates a user with an already hashed password. A taken
+// username gives ErrConflict.
+func (s *Store) UserCreate(ctx context.Context, username, passwordHash, role string) (User, error) {
+	u, err := scanUser(s.pool.QueryRow(ctx, `INSERT INTO users (username, password_hash, role) VALUES ($1, $2, $3) RETURNING `+userColumns,
+		username, passwordHash, role))
+	if err != nil {
+		return User{}, fmt.Errorf("create user %q: %w", username, translate(err))
+	}
+	return u, nil
+}
+
+// UserGetByID returns the user with the given id.
+func (s *Store) UserGetByID(ctx context.Context, id int64) (User, error) {
+	u, err := scanUser(s.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE id = $1`, id))
+	if err != nil {
+		return User{}, fmt.Errorf("get user %d: %w", id, translate(err))
+	}
+	return u, nil
+}
+
+// UserGetByUsername returns the user with the given username.
+func (s *Store) UserGetByUsername(ctx context.Context, username string) (User, error) {
+	u, err := scanUser(s.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE username = $1`, username))
+	if err != nil {
+		return User{}, fmt.Errorf("get user %q: %w", username, translate(err))
+	}
+	return u, nil
+}
+
+// UserList returns every user ordered by id.
+func (s *Store) UserList(ctx context.Context) ([]User, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+userColumns+` FROM users ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", err)
+	}
+	users, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) { return scanUser(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", err)
+	}
+	return users, nil
+}
+
+// UserSetPasswordHash replaces a user's password hash.
+func (s *Store) UserSetPasswordHash(ctx context.Context, id int64, passwordHash string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1`, id, passwordHash)
+	if err != nil {
+		return fmt.Errorf("set password of user %d: %w", id, translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("set password of user %d: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// UserDelete deletes the user with the given username.
+func (s *Store) UserDelete(ctx context.Context, username string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM users WHERE username = $1`, username)
+	if err != nil {
+		return fmt.Errorf("delete user %q: %w", username, translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("delete user %q: %w", username, ErrNotFound)
+	}
+	return nil
+}
