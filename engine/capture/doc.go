@@ -1,0 +1,26 @@
+// Package capture reads changes from a PostgreSQL source through logical
+// replication.
+//
+// It manages the two server-side objects a mirror needs on its source: a
+// publication (EnsurePublication, AlterPublicationTables, DropPublication),
+// which says which tables are replicated, and a pgoutput replication slot
+// (CreateSlot, SlotState, DropSlot), which keeps the WAL the mirror has not
+// confirmed yet.
+//
+// StartStream runs START_REPLICATION on a replication connection (see
+// ConnectReplication) and hands one goroutine the connection for the rest of
+// its life. That goroutine receives the pgoutput messages, decodes them into
+// Events (Begin, Change, Commit; see engine/change for the row types) and
+// sends them to a bounded channel, so a transaction of any size is never
+// held whole in memory. While it waits for the consumer it keeps sending
+// standby status updates, so the server's wal_sender_timeout never fires
+// however long the destination takes. The updates report as flushed only
+// the position the consumer passed to Stream.Confirm: the end of the last
+// transaction durably committed on the destination. When the stream is idle
+// and everything handed over has been confirmed, a keepalive's WAL end is
+// confirmed too, so the slot advances on a quiet source.
+//
+// A stream on which nothing arrives (not even a keepalive requested with a
+// status update) for longer than the heartbeat timeout ends with
+// ErrHeartbeatTimeout.
+package capture

@@ -1,0 +1,160 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+var (
+	// ErrSlotExists is returned by CreateSlot when the slot already exists.
+	ErrSlotExists = errors.New("replication slot already exists")
+	// ErrSlotMissing is returned by StartStream when the slot does not exist.
+	ErrSlotMissing = errors.New("replication slot does not exist")
+	// ErrSlotInUse is returned by StartStream when another process already
+	// consumes the slot (SQLSTATE 55006).
+	ErrSlotInUse = errors.New("replication slot is in use by another consumer")
+)
+
+// SlotInfo is what CreateSlot returns: where the slot's stream starts and,
+// when a snapshot was exported, its name (valid until the replication
+// connection runs its next command).
+type SlotInfo struct {
+	ConsistentPoint change.LSN
+	SnapshotName    string
+}
+
+// ConnectReplication opens a replication connection (replication=database)
+// to the database in connString. It sets DateStyle, IntervalStyle,
+// extra_float_digits and bytea_output so that values in the stream have one
+// unambiguous text form.
+func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("parse source connection string: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["DateStyle"] = "ISO, YMD"
+	cfg.RuntimeParams["IntervalStyle"] = "postgres"
+	cfg.RuntimeParams["extra_float_digits"] = "3"
+	cfg.RuntimeParams["bytea_output"] = "hex"
+	cfg.RuntimeParams["application_name"] = "pgmirror"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open replication connection to %s:%d: %w", cfg.Host, cfg.Port, err)
+	}
+	return conn, nil
+}
+
+// CreateSlot creates a pgoutput logical replication slot on a replication
+// connection. With exportSnapshot the slot exports a snapshot that sees the
+// data exactly as of the slot's consistent point. An existing slot gives an
+// error that matches ErrSlotExists.
+func CreateSlot(ctx context.Context, repl *pgconn.PgConn, name string, exportSnapshot bool) (SlotInfo, error) {
+	if err := ValidateName(name); err != nil {
+		return SlotInfo{}, fmt.Errorf("create slot: %w", err)
+	}
+	action := "NOEXPORT_SNAPSHOT"
+	if exportSnapshot {
+		action = "EXPORT_SNAPSHOT"
+	}
+	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: action, Mode: pglogrepl.LogicalReplication})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
+			return SlotInfo{}, fmt.Errorf("create slot %s: %w", name, ErrSlotExists)
+		}
+		return SlotInfo{}, fmt.Errorf("create slot %s: %w", name, err)
+	}
+	lsn, err := change.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return SlotInfo{}, fmt.Errorf("create slot %s: consistent point: %w", name, err)
+	}
+	return SlotInfo{ConsistentPoint: lsn, SnapshotName: res.SnapshotName}, nil
+}
+
+// SlotStatus is the state of a replication slot as pg_replication_slots
+// shows it.
+type SlotStatus struct {
+	// Exists is false when there is no slot of that name (other fields zero).
+	Exists bool
+	// Active reports whether a consumer is attached.
+	Active bool
+	// WALStatus is reserved, extended, unreserved or lost ("lost" means the
+	// slot is invalidated and unusable).
+	WALStatus string
+	// ConfirmedFlush is the position the consumer confirmed last.
+	ConfirmedFlush change.LSN
+}
+
+// SlotState reports the state of slot name.
+func SlotState(ctx context.Context, conn *pgx.Conn, name string) (SlotStatus, error) {
+	var (
+		st        SlotStatus
+		confirmed string
+	)
+	err := conn.QueryRow(ctx, `SELECT active, coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, '0/0')
+		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&st.Active, &st.WALStatus, &confirmed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return SlotStatus{}, nil
+	}
+	if err != nil {
+		return SlotStatus{}, fmt.Errorf("read state of slot %s: %w", name, err)
+	}
+	st.Exists = true
+	if st.ConfirmedFlush, err = change.ParseLSN(confirmed); err != nil {
+		return SlotStatus{}, fmt.Errorf("read state of slot %s: %w", name, err)
+	}
+	return st, nil
+}
+
+// DropSlot drops slot name; it is not an error when it does not exist. A
+// consumer still attached after a short wait is terminated first.
+func DropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
+	deadline := time.Now().Add(3 * time.Second)
+	terminated := false
+	for {
+		var pid *int32
+		err := conn.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&pid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("drop slot %s: look up: %w", name, err)
+		}
+		if pid == nil {
+			_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name)
+			var pgErr *pgconn.PgError
+			switch {
+			case err == nil:
+				return nil
+			case errors.As(err, &pgErr) && pgErr.Code == "42704": // gone meanwhile
+				return nil
+			case errors.As(err, &pgErr) && pgErr.Code == "55006": // a consumer attached meanwhile
+			default:
+				return fmt.Errorf("drop slot %s: %w", name, err)
+			}
+		} else if !terminated && time.Now().After(deadline) {
+			if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend($1)`, *pid); err != nil {
+				return fmt.Errorf("drop slot %s: terminate consumer %d: %w", name, *pid, err)
+			}
+			terminated = true
+			deadline = time.Now().Add(10 * time.Second)
+		} else if terminated && time.Now().After(deadline) {
+			return fmt.Errorf("drop slot %s: consumer %d still attached after termination", name, *pid)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drop slot %s: %w", name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

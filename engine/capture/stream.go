@@ -1,0 +1,462 @@
+package capture
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// ErrHeartbeatTimeout is returned (wrapped) when the source sent nothing,
+// not even a keepalive, for longer than StreamConfig.HeartbeatTimeout.
+var ErrHeartbeatTimeout = errors.New("heartbeat timeout: the source sent nothing")
+
+// EventKind says what an Event carries.
+type EventKind uint8
+
+const (
+	// EventBegin starts a source transaction. LSN is its commit LSN.
+	EventBegin EventKind = iota + 1
+	// EventChange is one change of the open transaction.
+	EventChange
+	// EventCommit ends the open transaction. LSN is its end LSN (the
+	// position to confirm once the transaction is on the destination).
+	EventCommit
+)
+
+// Event is one item of the decoded stream.
+type Event struct {
+	Kind EventKind
+	// LSN is the commit LSN for EventBegin and the transaction end LSN for
+	// EventCommit.
+	LSN change.LSN
+	// Xid is the source transaction id (EventBegin).
+	Xid uint32
+	// CommitTime is the source commit time (EventBegin, EventCommit).
+	CommitTime time.Time
+	// Change is set for EventChange.
+	Change *change.Change
+}
+
+// StreamConfig configures StartStream.
+type StreamConfig struct {
+	// Slot and Publication name the slot to consume and the publication(s)
+	// to decode; both must pass ValidateName.
+	Slot, Publication string
+	// StartLSN is where to start: the end LSN of the last transaction on the
+	// destination. It is also the initially confirmed position.
+	StartLSN change.LSN
+	// HeartbeatTimeout ends the stream with ErrHeartbeatTimeout when nothing
+	// arrives for this long. Default 120 s.
+	HeartbeatTimeout time.Duration
+	// StatusInterval is the longest time between two standby status updates.
+	// Default 3 s.
+	StatusInterval time.Duration
+	// Buffer is the capacity of the event channel. Default 4096.
+	Buffer int
+	// Logger receives debug messages. Default: discard.
+	Logger *slog.Logger
+}
+
+// Stream is a running logical replication stream. One goroutine owns the
+// connection; the consumer reads Events and calls Confirm.
+type Stream struct {
+	conn   *pgconn.PgConn
+	cfg    StreamConfig
+	log    *slog.Logger
+	events chan Event
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+
+	confirmed atomic.Uint64 // set by the consumer (Confirm)
+
+	// Owned by the reader goroutine.
+	relations      map[uint32]*change.Relation
+	inTx           bool
+	lastCommitEnd  change.LSN // end LSN of the last commit handed over
+	received       change.LSN // highest position received
+	lastStatus     time.Time
+	lastHeard      time.Time
+	silenceAsked   bool
+	statusInterval time.Duration
+}
+
+// StartStream starts replication on conn (a replication connection, see
+// ConnectReplication) at cfg.StartLSN with pgoutput protocol version 1 and
+// returns the running stream. From then on the stream owns conn until Close
+// returns; the caller closes conn afterwards.
+//
+// A missing slot gives an error matching ErrSlotMissing, a slot with another
+// consumer one matching ErrSlotInUse.
+func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*Stream, error) {
+	if err := ValidateName(cfg.Slot); err != nil {
+		return nil, fmt.Errorf("start replication: slot: %w", err)
+	}
+	if err := ValidateName(cfg.Publication); err != nil {
+		return nil, fmt.Errorf("start replication: publication: %w", err)
+	}
+	cfg.HeartbeatTimeout = cmp.Or(cfg.HeartbeatTimeout, 120*time.Second)
+	cfg.StatusInterval = cmp.Or(cfg.StatusInterval, 3*time.Second)
+	cfg.Buffer = cmp.Or(cfg.Buffer, 4096)
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(cfg.StartLSN), pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + cfg.Publication + "'"},
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			switch pgErr.Code {
+			case "42704":
+				return nil, fmt.Errorf("start replication on slot %s: %w: %w", cfg.Slot, ErrSlotMissing, err)
+			case "55006":
+				return nil, fmt.Errorf("start replication on slot %s: %w: %w", cfg.Slot, ErrSlotInUse, err)
+			}
+		}
+		return nil, fmt.Errorf("start replication on slot %s at %s: %w", cfg.Slot, cfg.StartLSN, err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s := &Stream{
+		conn:           conn,
+		cfg:            cfg,
+		log:            logger.With("slot", cfg.Slot),
+		events:         make(chan Event, cfg.Buffer),
+		cancel:         cancel,
+		done:           make(chan struct{}),
+		relations:      map[uint32]*change.Relation{},
+		received:       cfg.StartLSN,
+		lastCommitEnd:  cfg.StartLSN,
+		statusInterval: cfg.StatusInterval,
+	}
+	s.confirmed.Store(uint64(cfg.StartLSN))
+	go func() {
+		defer close(s.done)
+		defer close(s.events)
+		s.err = s.run(runCtx)
+	}()
+	return s, nil
+}
+
+// Events returns the channel of decoded events. It is closed when the
+// stream ends; Err then tells why.
+func (s *Stream) Events() <-chan Event { return s.events }
+
+// Done is closed when the stream's goroutine has ended.
+func (s *Stream) Done() <-chan struct{} { return s.done }
+
+// Err returns why the stream ended (nil after Close). Call it only after
+// Done is closed or Events is drained.
+func (s *Stream) Err() error {
+	<-s.done
+	return s.err
+}
+
+// Confirm records that everything up to lsn (the end LSN of a transaction)
+// is durably on the destination. The next standby status update reports it
+// as flushed, which lets the source discard the WAL before it. Positions
+// only move forward.
+func (s *Stream) Confirm(lsn change.LSN) {
+	for {
+		old := s.confirmed.Load()
+		if uint64(lsn) <= old || s.confirmed.CompareAndSwap(old, uint64(lsn)) {
+			return
+		}
+	}
+}
+
+// Confirmed returns the position last confirmed.
+func (s *Stream) Confirmed() change.LSN { return change.LSN(s.confirmed.Load()) }
+
+// Close stops the stream's goroutine and waits for it. It tries to send a
+// last status update with the confirmed position. The connection is left
+// to the caller, who should close it (it is still in COPY mode).
+func (s *Stream) Close() {
+	s.cancel()
+	<-s.done
+	if s.conn.IsClosed() {
+		return
+	}
+	_ = s.sendStatus(false)
+}
+
+func (s *Stream) run(ctx context.Context) error {
+	ticker := time.NewTicker(s.statusInterval / 2)
+	defer ticker.Stop()
+	s.lastHeard = time.Now()
+	if err := s.sendStatus(false); err != nil {
+		return err
+	}
+	for {
+		if err := s.maybeSendStatus(); err != nil {
+			return err
+		}
+		silence := time.Since(s.lastHeard)
+		if silence > s.cfg.HeartbeatTimeout {
+			return fmt.Errorf("slot %s: nothing received for %s: %w", s.cfg.Slot, silence.Round(time.Second), ErrHeartbeatTimeout)
+		}
+		deadline := s.lastStatus.Add(s.statusInterval)
+		if hb := s.lastHeard.Add(s.cfg.HeartbeatTimeout); hb.Before(deadline) {
+			deadline = hb.Add(time.Millisecond)
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive from slot %s: %w", s.cfg.Slot, err)
+		}
+		s.lastHeard = time.Now()
+		s.silenceAsked = false
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.handleCopyData(ctx, ticker, msg.Data); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			// Time spent waiting for the consumer is not silence.
+			s.lastHeard = time.Now()
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("slot %s: server error: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return fmt.Errorf("slot %s: the server ended the replication stream", s.cfg.Slot)
+		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
+		default:
+			return fmt.Errorf("slot %s: unexpected message %T", s.cfg.Slot, msg)
+		}
+	}
+}
+
+// maybeSendStatus sends a standby status update when one is due. When the
+// stream has been silent for a third of the heartbeat timeout it asks the
+// server to reply, so an idle but healthy server is heard from.
+func (s *Stream) maybeSendStatus() error {
+	if time.Since(s.lastStatus) < s.statusInterval {
+		return nil
+	}
+	ask := !s.silenceAsked && time.Since(s.lastHeard) > s.cfg.HeartbeatTimeout/3
+	if ask {
+		s.silenceAsked = true
+	}
+	return s.sendStatus(ask)
+}
+
+// sendStatus reports write = received, flush = apply = confirmed.
+func (s *Stream) sendStatus(replyRequested bool) error {
+	confirmed := change.LSN(s.confirmed.Load())
+	write := max(s.received, confirmed)
+	if confirmed == 0 {
+		// pglogrepl replaces a zero flush position with the write position:
+		// never let it confirm what is not applied.
+		write = 0
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(write),
+		WALFlushPosition: pglogrepl.LSN(confirmed),
+		WALApplyPosition: pglogrepl.LSN(confirmed),
+		ReplyRequested:   replyRequested,
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status to slot %s: %w", s.cfg.Slot, err)
+	}
+	s.lastStatus = time.Now()
+	return nil
+}
+
+func (s *Stream) handleCopyData(ctx context.Context, ticker *time.Ticker, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("slot %s: parse keepalive: %w", s.cfg.Slot, err)
+		}
+		walEnd := change.LSN(ka.ServerWALEnd)
+		// Idle: no transaction open and everything handed over is on the
+		// destination, so nothing of ours lies before the server's WAL end.
+		if !s.inTx && change.LSN(s.confirmed.Load()) >= s.lastCommitEnd && walEnd > s.lastCommitEnd {
+			s.Confirm(walEnd)
+			s.lastCommitEnd = walEnd
+			s.received = max(s.received, walEnd)
+		}
+		if ka.ReplyRequested {
+			return s.sendStatus(false)
+		}
+		return nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("slot %s: parse XLogData: %w", s.cfg.Slot, err)
+		}
+		ev, ok, err := s.decode(xld.WALData)
+		if err != nil {
+			return fmt.Errorf("slot %s at %s: %w", s.cfg.Slot, change.LSN(xld.WALStart), err)
+		}
+		if !ok {
+			return nil
+		}
+		return s.emit(ctx, ticker, ev)
+	}
+	return nil
+}
+
+// emit hands ev to the consumer, sending status updates while it waits.
+func (s *Stream) emit(ctx context.Context, ticker *time.Ticker, ev Event) error {
+	select {
+	case s.events <- ev:
+		return nil
+	default:
+	}
+	for {
+		select {
+		case s.events <- ev:
+			return nil
+		case <-ticker.C:
+			if err := s.maybeSendStatus(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// decode turns one pgoutput message into an event; ok is false for
+// messages that only update state (relations, types, origins).
+func (s *Stream) decode(walData []byte) (Event, bool, error) {
+	msg, err := pglogrepl.Parse(walData)
+	if err != nil {
+		return Event{}, false, fmt.Errorf("decode pgoutput message: %w", err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		s.inTx = true
+		return Event{Kind: EventBegin, LSN: change.LSN(m.FinalLSN), Xid: m.Xid, CommitTime: m.CommitTime}, true, nil
+	case *pglogrepl.CommitMessage:
+		s.inTx = false
+		end := change.LSN(m.TransactionEndLSN)
+		s.lastCommitEnd = end
+		s.received = max(s.received, end)
+		return Event{Kind: EventCommit, LSN: end, CommitTime: m.CommitTime}, true, nil
+	case *pglogrepl.RelationMessage:
+		rel := &change.Relation{
+			ID:              m.RelationID,
+			Table:           change.TableName{Schema: m.Namespace, Name: m.RelationName},
+			ReplicaIdentity: m.ReplicaIdentity,
+			Columns:         make([]change.Column, len(m.Columns)),
+		}
+		for i, c := range m.Columns {
+			rel.Columns[i] = change.Column{Name: c.Name, TypeOID: c.DataType, Key: c.Flags&1 != 0}
+		}
+		s.relations[m.RelationID] = rel
+		return Event{}, false, nil
+	case *pglogrepl.InsertMessage:
+		rel, err := s.relation(m.RelationID)
+		if err != nil {
+			return Event{}, false, err
+		}
+		vals, err := values(rel, m.Tuple)
+		if err != nil {
+			return Event{}, false, err
+		}
+		return Event{Kind: EventChange, Change: &change.Change{Op: change.OpInsert, Relation: rel, New: vals}}, true, nil
+	case *pglogrepl.UpdateMessage:
+		rel, err := s.relation(m.RelationID)
+		if err != nil {
+			return Event{}, false, err
+		}
+		c := &change.Change{Op: change.OpUpdate, Relation: rel}
+		if c.New, err = values(rel, m.NewTuple); err != nil {
+			return Event{}, false, err
+		}
+		if m.OldTuple != nil {
+			if c.Old, err = values(rel, m.OldTuple); err != nil {
+				return Event{}, false, err
+			}
+			c.OldKeyOnly = m.OldTupleType == pglogrepl.UpdateMessageTupleTypeKey
+		}
+		return Event{Kind: EventChange, Change: c}, true, nil
+	case *pglogrepl.DeleteMessage:
+		rel, err := s.relation(m.RelationID)
+		if err != nil {
+			return Event{}, false, err
+		}
+		c := &change.Change{Op: change.OpDelete, Relation: rel, OldKeyOnly: m.OldTupleType == pglogrepl.DeleteMessageTupleTypeKey}
+		if c.Old, err = values(rel, m.OldTuple); err != nil {
+			return Event{}, false, err
+		}
+		return Event{Kind: EventChange, Change: c}, true, nil
+	case *pglogrepl.TruncateMessage:
+		c := &change.Change{
+			Op:              change.OpTruncate,
+			Cascade:         m.Option&pglogrepl.TruncateOptionCascade != 0,
+			RestartIdentity: m.Option&pglogrepl.TruncateOptionRestartIdentity != 0,
+		}
+		for _, id := range m.RelationIDs {
+			rel, err := s.relation(id)
+			if err != nil {
+				return Event{}, false, err
+			}
+			c.Truncated = append(c.Truncated, rel)
+		}
+		return Event{Kind: EventChange, Change: c}, true, nil
+	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage, *pglogrepl.LogicalDecodingMessage:
+		return Event{}, false, nil
+	default:
+		s.log.Debug("ignoring pgoutput message", "type", msg.Type().String())
+		return Event{}, false, nil
+	}
+}
+
+func (s *Stream) relation(id uint32) (*change.Relation, error) {
+	rel, ok := s.relations[id]
+	if !ok {
+		return nil, fmt.Errorf("change for relation %d before its description", id)
+	}
+	return rel, nil
+}
+
+// values converts a pgoutput tuple into change values.
+func values(rel *change.Relation, t *pglogrepl.TupleData) ([]change.Value, error) {
+	if t == nil {
+		return nil, fmt.Errorf("relation %s: missing tuple", rel.Table)
+	}
+	if len(t.Columns) != len(rel.Columns) {
+		return nil, fmt.Errorf("relation %s: tuple has %d columns, relation %d", rel.Table, len(t.Columns), len(rel.Columns))
+	}
+	vals := make([]change.Value, len(t.Columns))
+	for i, c := range t.Columns {
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeNull:
+			vals[i] = change.Value{Kind: change.ValueNull}
+		case pglogrepl.TupleDataTypeToast:
+			vals[i] = change.Value{Kind: change.ValueUnchanged}
+		case pglogrepl.TupleDataTypeText:
+			vals[i] = change.Value{Kind: change.ValueText, Text: c.Data}
+		default:
+			return nil, fmt.Errorf("relation %s column %s: unsupported tuple data type %q", rel.Table, rel.Columns[i].Name, c.DataType)
+		}
+	}
+	return vals, nil
+}

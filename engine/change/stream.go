@@ -1,0 +1,108 @@
+package change
+
+// This file holds the decoded form of a logical replication stream: the
+// relations (table descriptions) and the row changes that engine/capture
+// produces and engine/apply consumes.
+
+// Column describes one column of a replicated relation as the source sent it.
+type Column struct {
+	// Name is the column name, unquoted.
+	Name string
+	// TypeOID is the source type's OID (informational: values travel as text).
+	TypeOID uint32
+	// Key reports whether the column is part of the replica identity.
+	Key bool
+}
+
+// Replica identity settings a relation can have (pg_class.relreplident).
+const (
+	IdentityDefault byte = 'd'
+	IdentityNothing byte = 'n'
+	IdentityFull    byte = 'f'
+	IdentityIndex   byte = 'i'
+)
+
+// Relation describes a source table as the stream last described it. A new
+// Relation value is created whenever the source re-sends the description
+// (for example after DDL), so a Change always points at the description that
+// was current when it was decoded.
+type Relation struct {
+	// ID is the source relation OID.
+	ID uint32
+	// Table is the source table (the partition root when the publication
+	// publishes through the root).
+	Table TableName
+	// Columns are the published columns in source order.
+	Columns []Column
+	// ReplicaIdentity is one of the Identity constants.
+	ReplicaIdentity byte
+}
+
+// ValueKind says what a Value holds.
+type ValueKind uint8
+
+const (
+	// ValueNull is an SQL NULL.
+	ValueNull ValueKind = iota
+	// ValueText is a value in PostgreSQL's text output format.
+	ValueText
+	// ValueUnchanged marks an unchanged TOASTed value that the source did
+	// not send: the destination keeps what it has.
+	ValueUnchanged
+)
+
+// Value is one column value of a row image.
+type Value struct {
+	Kind ValueKind
+	// Text is the text form of the value when Kind is ValueText.
+	Text []byte
+}
+
+// Op is the kind of a Change.
+type Op uint8
+
+const (
+	// OpInsert is a new row (New is set).
+	OpInsert Op = iota + 1
+	// OpUpdate is a changed row (New is set; Old is set when the key changed
+	// or the relation has REPLICA IDENTITY FULL).
+	OpUpdate
+	// OpDelete is a removed row (Old is set).
+	OpDelete
+	// OpTruncate empties the relations in Truncated.
+	OpTruncate
+)
+
+// String returns the operation name.
+func (o Op) String() string {
+	switch o {
+	case OpInsert:
+		return "insert"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	case OpTruncate:
+		return "truncate"
+	}
+	return "unknown"
+}
+
+// Change is one row change (or a truncate) of a source transaction.
+type Change struct {
+	Op Op
+	// Relation is the changed table (nil for OpTruncate).
+	Relation *Relation
+	// Old is the old row image: for updates and deletes, the replica
+	// identity columns (OldKeyOnly, other columns are null) or the whole
+	// row (REPLICA IDENTITY FULL). Nil for an update that kept its key.
+	Old []Value
+	// OldKeyOnly reports that Old holds only the key columns.
+	OldKeyOnly bool
+	// New is the new row image for inserts and updates.
+	New []Value
+	// Truncated lists the relations of an OpTruncate.
+	Truncated []*Relation
+	// Cascade and RestartIdentity are the TRUNCATE options.
+	Cascade, RestartIdentity bool
+}
