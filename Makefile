@@ -1,0 +1,32 @@
+# pgmirror: the two front-door commands are `make run` and `make test`.
+GO ?= go
+PORT ?= 8112
+
+.PHONY: run test build vet bench deps clean
+
+## run: start the service on :8112 (embedded PostgreSQL under ./.pgmirror unless SERVICE_DATABASE_URL is set)
+run: deps
+	$(GO) run ./cmd/pgmirror serve
+
+## test: install what is missing (PostgreSQL server) and run every test against real PostgreSQL
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 25m ./...
+
+## build: build the pgmirror binary into ./bin
+build:
+	$(GO) build -o bin/pgmirror ./cmd/pgmirror
+
+vet:
+	$(GO) vet ./...
+
+## bench: compare pgmirror with a COPY pipe and native logical replication (prints ratios)
+bench: deps
+	$(GO) run ./cmd/pgmirror-bench
+
+## deps: install the PostgreSQL server binaries when initdb is missing (Debian/Ubuntu)
+deps:
+	@bash scripts/install-deps.sh
+
+clean:
+	rm -rf bin
