@@ -1,0 +1,306 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// This file holds the catalog queries of the worker side: the River jobs that
+// drive mirrors write status, counters and errors through these methods.
+
+// mirrorLockClass is the first key of the two-key session advisory lock that
+// the worker running a mirror holds (the second key is the mirror id). It
+// reads "pgm" in ASCII. pg_locks shows it as classid, the mirror id as objid.
+const mirrorLockClass = 0x70676d
+
+// MirrorLock is a session advisory lock on one mirror, held on a dedicated
+// catalog connection. Whoever holds it is the one consumer of the mirror's
+// replication slot; when the holder's process dies, PostgreSQL releases the
+// lock with the session.
+type MirrorLock struct {
+	conn     *pgxpool.Conn
+	mirrorID int64
+}
+
+// MirrorTryLock takes the mirror's lock without waiting. It returns nil and
+// no error when another session holds it.
+func (s *Store) MirrorTryLock(ctx context.Context, mirrorID int64) (*MirrorLock, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire catalog connection for mirror lock: %w", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", int32(mirrorLockClass), int32(mirrorID)).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("try lock of mirror %d: %w", mirrorID, err)
+	}
+	if !ok {
+		conn.Release()
+		return nil, nil
+	}
+	return &MirrorLock{conn: conn, mirrorID: mirrorID}, nil
+}
+
+// MirrorLockWait takes the mirror's lock, waiting at most timeout.
+func (s *Store) MirrorLockWait(ctx context.Context, mirrorID int64, timeout time.Duration) (*MirrorLock, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		lock, err := s.MirrorTryLock(ctx, mirrorID)
+		if err != nil || lock != nil {
+			return lock, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("mirror %d is still being run by another worker after %s", mirrorID, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Conn is the lock's catalog connection, for LISTEN on it: when the
+// connection dies, the lock is gone too.
+func (l *MirrorLock) Conn() *pgx.Conn { return l.conn.Conn() }
+
+// Release unlocks and returns the connection. A connection that can no longer
+// unlock is closed, which releases the lock on the server.
+func (l *MirrorLock) Release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = l.conn.Exec(ctx, "UNLISTEN *")
+	if _, err := l.conn.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", int32(mirrorLockClass), int32(l.mirrorID)); err != nil {
+		_ = l.conn.Hijack().Close(ctx)
+		return
+	}
+	l.conn.Release()
+}
+
+// MirrorsWithoutWorker returns the live mirrors that want to run but have no
+// worker: nobody holds their lock and no run job waits for them. The
+// supervisor enqueues a run job for each; this is how a mirror whose replica
+// died is taken over.
+func (s *Store) MirrorsWithoutWorker(ctx context.Context, runKind string) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT m.id FROM mirrors m
+		WHERE m.deleted_at IS NULL
+		  AND m.desired_state = 'running'
+		  AND m.status NOT IN ('paused', 'stopped')
+		  AND NOT EXISTS (
+		      SELECT 1 FROM pg_locks l
+		      WHERE l.locktype = 'advisory' AND l.granted
+		        AND l.classid = $1::oid AND l.objid = m.id::oid AND l.objsubid = 2)
+		  AND NOT EXISTS (
+		      SELECT 1 FROM river_job j
+		      WHERE j.kind = $2 AND j.state IN ('available', 'scheduled', 'retryable', 'pending')
+		        AND (j.args->>'mirror_id')::bigint = m.id)
+		ORDER BY m.id`, int64(mirrorLockClass), runKind)
+	if err != nil {
+		return nil, fmt.Errorf("list mirrors without worker: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("list mirrors without worker: %w", err)
+	}
+	return ids, nil
+}
+
+// DeletedMirrorsWithoutCleanup returns soft-deleted mirrors that have no
+// cleanup job waiting or running (for example after the job was discarded).
+func (s *Store) DeletedMirrorsWithoutCleanup(ctx context.Context, cleanupKind string) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT m.id FROM mirrors m
+		WHERE m.deleted_at IS NOT NULL
+		  AND NOT EXISTS (
+		      SELECT 1 FROM river_job j
+		      WHERE j.kind = $1 AND j.state IN ('available', 'scheduled', 'retryable', 'pending', 'running')
+		        AND (j.args->>'mirror_id')::bigint = m.id)
+		ORDER BY m.id`, cleanupKind)
+	if err != nil {
+		return nil, fmt.Errorf("list deleted mirrors: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("list deleted mirrors: %w", err)
+	}
+	return ids, nil
+}
+
+// MirrorSetStatus moves a live mirror to status. The catalog's trigger
+// rejects illegal transitions. Leaving error or reaching running resets the
+// error fields when clearError is set.
+func (s *Store) MirrorSetStatus(ctx context.Context, mirrorID int64, status string, clearError bool) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE mirrors SET status = $2,
+		  error_message = CASE WHEN $3 THEN NULL ELSE error_message END,
+		  error_count   = CASE WHEN $3 THEN 0 ELSE error_count END,
+		  resume_status = CASE WHEN $3 THEN NULL ELSE resume_status END,
+		  next_retry_at = CASE WHEN $3 THEN NULL ELSE next_retry_at END
+		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'running'`, mirrorID, status, clearError)
+	if err != nil {
+		return fmt.Errorf("set status of mirror %d to %s: %w", mirrorID, status, err)
+	}
+	return nil
+}
+
+// MirrorSetPausedIfRequested moves a mirror whose desired state is paused to
+// status paused (the worker calls it after it stopped at a batch boundary).
+func (s *Store) MirrorSetPausedIfRequested(ctx context.Context, mirrorID int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET status = 'paused'
+		WHERE id = $1 AND desired_state = 'paused' AND status IN ('running', 'error', 'paused')`, mirrorID)
+	if err != nil {
+		return fmt.Errorf("mark mirror %d paused: %w", mirrorID, err)
+	}
+	return nil
+}
+
+// MirrorSetCreated records that this mirror created its publication and/or
+// slot, so that deleting the mirror drops them (and only them).
+func (s *Store) MirrorSetCreated(ctx context.Context, mirrorID int64, publication, slot bool) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET
+		created_publication = created_publication OR $2,
+		created_slot = created_slot OR $3 WHERE id = $1`, mirrorID, publication, slot)
+	if err != nil {
+		return fmt.Errorf("record created objects of mirror %d: %w", mirrorID, err)
+	}
+	return nil
+}
+
+// MirrorClearPendingAction clears a control request once it is carried out.
+func (s *Store) MirrorClearPendingAction(ctx context.Context, mirrorID int64, action string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET pending_action = NULL WHERE id = $1 AND pending_action = $2`, mirrorID, action)
+	if err != nil {
+		return fmt.Errorf("clear %s request of mirror %d: %w", action, mirrorID, err)
+	}
+	return nil
+}
+
+// MirrorFailure is what the worker records when a mirror fails.
+type MirrorFailure struct {
+	Message     string
+	RetryAt     time.Time
+	Stop        bool // the failure is final: move to stopped
+	MaxFailures int  // consecutive failures after which the mirror stops; 0 = never
+}
+
+// MirrorRecordFailure moves the mirror to error (or stopped), remembering
+// the status to return to, and returns the new consecutive error count.
+func (s *Store) MirrorRecordFailure(ctx context.Context, mirrorID int64, f MirrorFailure) (count int, stopped bool, err error) {
+	err = s.pool.QueryRow(ctx, `
+		UPDATE mirrors SET
+		  resume_status = CASE WHEN status IN ('initializing', 'snapshotting', 'running') THEN status ELSE resume_status END,
+		  error_count   = error_count + 1,
+		  error_message = $2,
+		  next_retry_at = $3,
+		  status = CASE WHEN $4 OR ($5 > 0 AND error_count + 1 >= $5) THEN 'stopped' ELSE 'error' END
+		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'running' AND status <> 'stopped'
+		RETURNING error_count, status = 'stopped'`, mirrorID, f.Message, f.RetryAt, f.Stop, f.MaxFailures).Scan(&count, &stopped)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("record failure of mirror %d: %w", mirrorID, err)
+	}
+	return count, stopped, nil
+}
+
+// MirrorTablesSetStatus sets the status of the given mirror tables (all of
+// the mirror's tables when ids is empty).
+func (s *Store) MirrorTablesSetStatus(ctx context.Context, mirrorID int64, ids []int64, status string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirror_tables SET status = $3
+		WHERE mirror_id = $1 AND (cardinality($2::bigint[]) = 0 OR id = ANY($2))`, mirrorID, ids, status)
+	if err != nil {
+		return fmt.Errorf("set table status of mirror %d: %w", mirrorID, err)
+	}
+	return nil
+}
+
+// MirrorTableSnapshotted records a finished table copy: status running,
+// rows_synced set to the rows copied, and the resync request (if any) cleared.
+func (s *Store) MirrorTableSnapshotted(ctx context.Context, tableID int64, rows int64, requestSeen *time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirror_tables SET status = 'running', rows_synced = $2, last_synced_at = now(),
+		resync_requested_at = CASE WHEN resync_requested_at IS NOT DISTINCT FROM $3 THEN NULL ELSE resync_requested_at END
+		WHERE id = $1`, tableID, rows, requestSeen)
+	if err != nil {
+		return fmt.Errorf("record snapshot of table %d: %w", tableID, err)
+	}
+	return nil
+}
+
+// TableCounts are the CDC counters of one table in one flush.
+type TableCounts struct {
+	Inserted, Updated, Deleted int64
+}
+
+// MirrorRecordProgress stores what CDC applied since the last call: the
+// mirror's last LSN and batch, and each table's counters (keyed by mirror
+// table id). A mirror in error that applies a batch is healthy again.
+func (s *Store) MirrorRecordProgress(ctx context.Context, mirrorID int64, lsn string, batchID int64, tables map[int64]TableCounts) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("record progress of mirror %d: %w", mirrorID, err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `UPDATE mirrors SET last_lsn = $2::pg_lsn, last_sync_batch_id = $3
+		WHERE id = $1 AND (last_lsn IS NULL OR last_lsn <= $2::pg_lsn)`, mirrorID, lsn, batchID); err != nil {
+		return fmt.Errorf("record progress of mirror %d: %w", mirrorID, err)
+	}
+	for id, c := range tables {
+		if _, err := tx.Exec(ctx, `UPDATE mirror_tables SET
+			rows_inserted = rows_inserted + $2, rows_updated = rows_updated + $3, rows_deleted = rows_deleted + $4,
+			rows_synced = rows_synced + $2 + $3 + $4, last_synced_at = now()
+			WHERE id = $1`, id, c.Inserted, c.Updated, c.Deleted); err != nil {
+			return fmt.Errorf("record progress of mirror table %d: %w", id, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("record progress of mirror %d: %w", mirrorID, err)
+	}
+	return nil
+}
+
+// MirrorSetLastLSN records the position after a snapshot (batch id kept).
+func (s *Store) MirrorSetLastLSN(ctx context.Context, mirrorID int64, lsn string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET last_lsn = $2::pg_lsn WHERE id = $1`, mirrorID, lsn)
+	if err != nil {
+		return fmt.Errorf("set last LSN of mirror %d: %w", mirrorID, err)
+	}
+	return nil
+}
+
+// MirrorPurge deletes a soft-deleted mirror's row (its tables and logs go
+// with it) once its slot and publication are dropped.
+func (s *Store) MirrorPurge(ctx context.Context, mirrorID int64) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM mirrors WHERE id = $1 AND deleted_at IS NOT NULL`, mirrorID)
+	if err != nil {
+		return fmt.Errorf("purge mirror %d: %w", mirrorID, err)
+	}
+	return nil
+}
+
+// MirrorMarkRunning moves the mirror to running as its CDC phase starts,
+// clearing the error message. The consecutive error count stays until the
+// mirror has been healthy for a while (MirrorResetErrorCount).
+func (s *Store) MirrorMarkRunning(ctx context.Context, mirrorID int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET status = 'running', error_message = NULL, resume_status = NULL, next_retry_at = NULL
+		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'running' AND status <> 'stopped'`, mirrorID)
+	if err != nil {
+		return fmt.Errorf("mark mirror %d running: %w", mirrorID, err)
+	}
+	return nil
+}
+
+// MirrorResetErrorCount resets the consecutive error count of a healthy mirror.
+func (s *Store) MirrorResetErrorCount(ctx context.Context, mirrorID int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET error_count = 0 WHERE id = $1 AND error_count <> 0 AND status = 'running'`, mirrorID)
+	if err != nil {
+		return fmt.Errorf("reset error count of mirror %d: %w", mirrorID, err)
+	}
+	return nil
+}
