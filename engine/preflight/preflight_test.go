@@ -92,3 +92,20 @@ func TestWalLevelNotLogical(t *testing.T) {
 	require.Contains(t, f.Error(), "wal_level=replica")
 	require.Contains(t, f.Error(), "wal_level = logical")
 }
+
+func TestUserTables(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	pgtest.Exec(t, url, `
+		CREATE SCHEMA app; CREATE SCHEMA _pgmirror;
+		CREATE TABLE app.b (id int PRIMARY KEY);
+		CREATE TABLE a (id int);
+		CREATE TABLE _pgmirror.applied (id int);
+		CREATE VIEW v AS SELECT 1;
+		CREATE TABLE parted (id int) PARTITION BY RANGE (id);
+		CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (10);
+	`)
+	got, err := preflight.UserTables(context.Background(), connect(t, url))
+	require.NoError(t, err)
+	require.Equal(t, []change.TableName{tbl("app", "b"), tbl("public", "a"), tbl("public", "parted")}, got)
+}
