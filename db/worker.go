@@ -95,6 +95,7 @@ func (s *Store) MirrorsWithoutWorker(ctx context.Context, runKind string) ([]int
 		  AND NOT EXISTS (
 		      SELECT 1 FROM pg_locks l
 		      WHERE l.locktype = 'advisory' AND l.granted
+		        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		        AND l.classid = $1::oid AND l.objid = m.id::oid AND l.objsubid = 2)
 		  AND NOT EXISTS (
 		      SELECT 1 FROM river_job j
