@@ -1,0 +1,359 @@
+package cdc
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgmirror/pgmirror/engine/apply"
+	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// Re-exported sentinels, so callers can classify Run's errors with
+// errors.Is without importing the engine's inner packages.
+var (
+	// ErrHeartbeatTimeout: the source sent nothing for HeartbeatTimeout.
+	ErrHeartbeatTimeout = capture.ErrHeartbeatTimeout
+	// ErrForeignKeyViolation: the destination rejected a batch (SQLSTATE 23503).
+	ErrForeignKeyViolation = apply.ErrForeignKeyViolation
+	// ErrSlotMissing: the replication slot does not exist.
+	ErrSlotMissing = capture.ErrSlotMissing
+	// ErrSlotInUse: another consumer holds the replication slot.
+	ErrSlotInUse = capture.ErrSlotInUse
+	// ErrConnect matches failures to connect to the source or destination
+	// (refused, timed out, authentication).
+	ErrConnect = errors.New("cannot connect")
+	// ErrConnectionTimeout matches connection attempts and operations that
+	// timed out at the network level; such errors also match ErrConnect when
+	// they happened while connecting.
+	ErrConnectionTimeout = errors.New("connection timeout")
+)
+
+// Config configures one CDC run of a mirror.
+type Config struct {
+	// MirrorUID identifies the mirror's applied position on the destination.
+	MirrorUID string
+	// SourceConnString and DestConnString are plain connection URLs (Run adds
+	// replication=database to the source's replication connection itself).
+	SourceConnString, DestConnString string
+	// SlotName and PublicationName name the source slot and publication.
+	SlotName, PublicationName string
+	// Tables are the replicated tables.
+	Tables []change.Mapping
+	// BatchSize closes a batch, at the next transaction boundary, once it
+	// holds this many changes. Default 10000.
+	BatchSize int
+	// SyncInterval closes a batch, at the next transaction boundary, once
+	// this long has passed since its first change. Default 60 s. A batch is
+	// also closed as soon as the stream has nothing more buffered.
+	SyncInterval time.Duration
+	// HeartbeatTimeout ends the run with ErrHeartbeatTimeout when the source
+	// sends nothing for this long. Default 120 s.
+	HeartbeatTimeout time.Duration
+	// StatusInterval is the longest time between standby status updates.
+	// Default 3 s.
+	StatusInterval time.Duration
+	// ChunkSize is how many changes are buffered in memory before they are
+	// written into the batch's destination transaction. Default 5000.
+	ChunkSize int
+	// Logger receives the run's log. Default: discard.
+	Logger *slog.Logger
+}
+
+// TableCounts are the changes of one source table in a batch.
+type TableCounts struct{ Inserted, Updated, Deleted int64 }
+
+// Batch describes one batch committed on the destination.
+type Batch struct {
+	// ID is the batch number (the previous batch's plus one).
+	ID int64
+	// LSN is the end LSN of the batch's last source transaction.
+	LSN change.LSN
+	// Changes counts the row changes (and truncates) in the batch.
+	Changes int64
+	// Tables has the per-table counts; key: source schema.table.
+	Tables map[string]TableCounts
+	// Duration is the time from the batch's first change to its commit.
+	Duration time.Duration
+	// FetchedAt is when the batch's first change was received.
+	FetchedAt time.Time
+}
+
+// Reporter receives the outcome of each batch.
+type Reporter interface {
+	// BatchApplied is called after the batch committed on the destination
+	// and its LSN was handed to the source as confirmed. An error ends Run
+	// (the batch itself stays applied).
+	BatchApplied(ctx context.Context, b Batch) error
+}
+
+// Run streams changes from the mirror's slot to the destination until stop
+// is closed (returns nil), ctx is done (returns ctx.Err()) or something
+// fails (returns a wrapped error; see the Err variables). See the package
+// documentation for the pipeline and its guarantees.
+func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) error {
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 10000)
+	cfg.SyncInterval = cmp.Or(cfg.SyncInterval, 60*time.Second)
+	cfg.HeartbeatTimeout = cmp.Or(cfg.HeartbeatTimeout, 120*time.Second)
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("mirror", cfg.MirrorUID, "slot", cfg.SlotName)
+
+	destCfg, err := pgx.ParseConfig(cfg.DestConnString)
+	if err != nil {
+		return fmt.Errorf("parse destination connection string: %w", err)
+	}
+	destCfg.RuntimeParams["application_name"] = "pgmirror"
+	destCfg.RuntimeParams["DateStyle"] = "ISO, YMD"
+	destCfg.RuntimeParams["IntervalStyle"] = "postgres"
+	dest, err := pgx.ConnectConfig(ctx, destCfg)
+	if err != nil {
+		return connectError("destination", err)
+	}
+	defer closeQuietly(dest)
+
+	applier, err := apply.New(ctx, dest, apply.Config{
+		MirrorUID: cfg.MirrorUID, Mappings: cfg.Tables, ChunkSize: cfg.ChunkSize, Logger: logger,
+	})
+	if err != nil {
+		return netError(err)
+	}
+	applied, batchID, found, err := apply.AppliedPosition(ctx, dest, cfg.MirrorUID)
+	if err != nil {
+		return netError(err)
+	}
+	if !found {
+		// No position recorded yet: the slot's confirmed position is the
+		// start (the slot never sends anything before it anyway).
+		if applied, err = slotConfirmed(ctx, cfg); err != nil {
+			return err
+		}
+		logger.Info("no applied position on the destination; starting at the slot's confirmed position", "lsn", applied.String())
+	}
+
+	repl, err := capture.ConnectReplication(ctx, cfg.SourceConnString)
+	if err != nil {
+		return connectError("source", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = repl.Close(cctx)
+	}()
+	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
+		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: applied,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, Logger: logger,
+	})
+	if err != nil {
+		return netError(err)
+	}
+	defer stream.Close()
+	logger.Info("CDC started", "lsn", applied.String(), "batch_id", batchID)
+
+	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, stream: stream, applied: applied, batchID: batchID}
+	return r.loop(ctx, stop)
+}
+
+type runner struct {
+	cfg     Config
+	log     *slog.Logger
+	rep     Reporter
+	applier *apply.Applier
+	stream  *capture.Stream
+
+	applied change.LSN // end LSN of the last transaction on the destination
+	batchID int64
+
+	inTx     bool       // a source transaction is open in the stream
+	skipping bool       // the open transaction is already on the destination
+	batchEnd change.LSN // end LSN of the batch's last complete transaction
+	changes  int64
+	started  time.Time // first change of the open batch
+}
+
+func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
+	events := r.stream.Events()
+	for {
+		select {
+		case <-stop:
+			return r.finish(ctx, nil)
+		case <-ctx.Done():
+			r.abandon()
+			return ctx.Err()
+		case ev, ok := <-events:
+			if !ok {
+				r.abandon()
+				err := r.stream.Err()
+				if err == nil {
+					err = errors.New("replication stream ended")
+				}
+				return netError(fmt.Errorf("replication stream: %w", err))
+			}
+			if err := r.handle(ctx, ev, len(events) == 0); err != nil {
+				r.abandon()
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return netError(err)
+			}
+		}
+	}
+}
+
+func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
+	switch ev.Kind {
+	case capture.EventBegin:
+		r.inTx = true
+		// The commit LSN of a transaction not yet applied is at or after the
+		// end of the last applied one; anything before it was applied.
+		r.skipping = ev.LSN < r.applied
+		if r.skipping {
+			r.log.Debug("skipping transaction already applied", "lsn", ev.LSN.String())
+		}
+	case capture.EventChange:
+		if r.skipping {
+			return nil
+		}
+		if !r.applier.InBatch() {
+			if err := r.applier.Begin(ctx); err != nil {
+				return err
+			}
+			r.started = time.Now()
+			r.changes = 0
+		}
+		r.changes++
+		if err := r.applier.Apply(ctx, ev.Change); err != nil {
+			return err
+		}
+	case capture.EventCommit:
+		r.inTx = false
+		if r.skipping {
+			r.skipping = false
+			return nil
+		}
+		if !r.applier.InBatch() {
+			// Nothing of ours in this transaction and nothing pending: the
+			// source may forget it.
+			r.stream.Confirm(ev.LSN)
+			return nil
+		}
+		r.batchEnd = ev.LSN
+		if dry || r.changes >= int64(r.cfg.BatchSize) || time.Since(r.started) >= r.cfg.SyncInterval {
+			return r.commit(ctx)
+		}
+	}
+	return nil
+}
+
+// commit commits the open batch, confirms its LSN and reports it.
+func (r *runner) commit(ctx context.Context) error {
+	id := r.batchID + 1
+	counts, err := r.applier.Commit(ctx, r.batchEnd, id)
+	if err != nil {
+		return fmt.Errorf("apply batch %d: %w", id, err)
+	}
+	r.batchID = id
+	r.applied = r.batchEnd
+	r.stream.Confirm(r.batchEnd)
+	b := Batch{
+		ID: id, LSN: r.batchEnd, Changes: r.changes, Tables: make(map[string]TableCounts, len(counts)),
+		Duration: time.Since(r.started), FetchedAt: r.started,
+	}
+	for t, c := range counts {
+		b.Tables[t] = TableCounts(c)
+	}
+	r.changes = 0
+	if r.rep != nil {
+		if err := r.rep.BatchApplied(ctx, b); err != nil {
+			return fmt.Errorf("report batch %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// finish ends the run on stop: a batch that ends on a transaction boundary
+// is committed, one in the middle of a transaction is abandoned.
+func (r *runner) finish(ctx context.Context, err error) error {
+	if r.applier.InBatch() {
+		if r.inTx && !r.skipping {
+			r.abandon()
+		} else if cerr := r.commit(ctx); cerr != nil {
+			r.abandon()
+			return netError(cerr)
+		}
+	}
+	return err
+}
+
+// abandon rolls back the open batch; its transactions are re-sent on the
+// next run because their LSNs were never confirmed.
+func (r *runner) abandon() {
+	if !r.applier.InBatch() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.applier.Rollback(ctx); err != nil {
+		r.log.Warn("rolling back the open batch failed", "error", err.Error())
+	}
+}
+
+// slotConfirmed reads the slot's confirmed position on the source.
+func slotConfirmed(ctx context.Context, cfg Config) (change.LSN, error) {
+	conn, err := pgx.Connect(ctx, cfg.SourceConnString)
+	if err != nil {
+		return 0, connectError("source", err)
+	}
+	defer closeQuietly(conn)
+	st, err := capture.SlotState(ctx, conn, cfg.SlotName)
+	if err != nil {
+		return 0, netError(err)
+	}
+	if !st.Exists {
+		return 0, fmt.Errorf("slot %s: %w", cfg.SlotName, ErrSlotMissing)
+	}
+	return st.ConfirmedFlush, nil
+}
+
+func closeQuietly(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// connectError wraps a failure to connect to side with ErrConnect (and
+// ErrConnectionTimeout when it timed out). The error text comes from pgconn,
+// which never includes the password.
+func connectError(side string, err error) error {
+	var connErr *pgconn.ConnectError
+	if isTimeout(err) || (errors.As(err, &connErr) && errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("connect to %s: %w: %w: %w", side, ErrConnect, ErrConnectionTimeout, err)
+	}
+	return fmt.Errorf("connect to %s: %w: %w", side, ErrConnect, err)
+}
+
+// netError marks network timeouts with ErrConnectionTimeout.
+func netError(err error) error {
+	if err != nil && isTimeout(err) && !errors.Is(err, ErrConnectionTimeout) {
+		return fmt.Errorf("%w: %w", ErrConnectionTimeout, err)
+	}
+	return err
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
