@@ -1,0 +1,477 @@
+package cdc_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+var nameSeq atomic.Int64
+
+// recorder is a Reporter that keeps every batch.
+type recorder struct {
+	mu      sync.Mutex
+	batches []cdc.Batch
+}
+
+func (r *recorder) BatchApplied(_ context.Context, b cdc.Batch) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.batches = append(r.batches, b)
+	return nil
+}
+
+// totals sums the per-table counts of all batches.
+func (r *recorder) totals() map[string]cdc.TableCounts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]cdc.TableCounts{}
+	for _, b := range r.batches {
+		for t, c := range b.Tables {
+			o := out[t]
+			o.Inserted += c.Inserted
+			o.Updated += c.Updated
+			o.Deleted += c.Deleted
+			out[t] = o
+		}
+	}
+	return out
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.batches)
+}
+
+type testBundle struct {
+	src, dst string
+	cfg      cdc.Config
+	rep      *recorder
+}
+
+// setup creates a source and a destination database, runs srcDDL on the
+// source and dstDDL on the destination, and creates the publication and
+// slot for mappings.
+func setup(t *testing.T, srcDDL, dstDDL string, mappings ...change.Mapping) *testBundle {
+	t.Helper()
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, src, srcDDL)
+	pgtest.Exec(t, dst, dstDDL)
+	n := nameSeq.Add(1)
+	slot := fmt.Sprintf("cdc_test_%d_%d", os.Getpid(), n)
+	pub := slot + "_pub"
+	ctx := context.Background()
+
+	conn, err := pgx.Connect(ctx, src)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var tables []change.TableName
+	for _, m := range mappings {
+		tables = append(tables, m.Source)
+	}
+	_, err = capture.EnsurePublication(ctx, conn, pub, tables)
+	require.NoError(t, err)
+	repl, err := capture.ConnectReplication(ctx, src)
+	require.NoError(t, err)
+	_, err = capture.CreateSlot(ctx, repl, slot, false)
+	require.NoError(t, err)
+	require.NoError(t, repl.Close(ctx))
+
+	return &testBundle{
+		src: src, dst: dst, rep: &recorder{},
+		cfg: cdc.Config{
+			MirrorUID: fmt.Sprintf("mirror-%d", n), SourceConnString: src, DestConnString: dst,
+			SlotName: slot, PublicationName: pub, Tables: mappings,
+			BatchSize: 1000, SyncInterval: time.Second, HeartbeatTimeout: 30 * time.Second,
+			StatusInterval: time.Second,
+			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		},
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// running is a Run in a goroutine.
+type running struct {
+	stop    chan struct{}
+	cancel  context.CancelFunc
+	done    chan error
+	stopped bool
+}
+
+func (b *testBundle) start(t *testing.T) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{stop: make(chan struct{}), cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- cdc.Run(ctx, b.cfg, b.rep, r.stop) }()
+	t.Cleanup(func() {
+		if !r.stopped {
+			r.cancel()
+			<-r.done
+		}
+	})
+	return r
+}
+
+// halt closes stop and returns Run's result.
+func (r *running) halt(t *testing.T) error {
+	t.Helper()
+	close(r.stop)
+	r.stopped = true
+	select {
+	case err := <-r.done:
+		r.cancel()
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after stop")
+		return nil
+	}
+}
+
+// fingerprint returns the row count and an md5 over the ordered rows of
+// query's result.
+func fingerprint(t *testing.T, conn *pgx.Conn, query string) (int64, string) {
+	t.Helper()
+	var n int64
+	var sum string
+	err := conn.QueryRow(context.Background(),
+		`SELECT count(*), coalesce(md5(string_agg(r::text, '|' ORDER BY r::text)), '') FROM (`+query+`) r`).Scan(&n, &sum)
+	require.NoError(t, err)
+	return n, sum
+}
+
+// waitEqual waits until srcQuery on the source and dstQuery on the
+// destination return the same rows, and fails the test if they never do.
+func (b *testBundle) waitEqual(t *testing.T, r *running, srcQuery, dstQuery string) {
+	t.Helper()
+	ctx := context.Background()
+	sc, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer sc.Close(ctx)
+	dc, err := pgx.Connect(ctx, b.dst)
+	require.NoError(t, err)
+	defer dc.Close(ctx)
+	wantN, want := fingerprint(t, sc, srcQuery)
+	deadline := time.Now().Add(90 * time.Second)
+	var gotN int64
+	var got string
+	for time.Now().Before(deadline) {
+		gotN, got = fingerprint(t, dc, dstQuery)
+		if got == want && gotN == wantN {
+			return
+		}
+		if r != nil {
+			select {
+			case err := <-r.done:
+				r.stopped = true
+				t.Fatalf("Run ended early: %v", err)
+			default:
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("destination never matched the source: source %d rows, destination %d rows\nsource: %s\ndest:   %s",
+		wantN, gotN, dump(t, sc, srcQuery), dump(t, dc, dstQuery))
+}
+
+func dump(t *testing.T, conn *pgx.Conn, query string) string {
+	var s string
+	err := conn.QueryRow(context.Background(), `SELECT left(coalesce(string_agg(r::text, ' | ' ORDER BY r::text), ''), 2000) FROM (`+query+`) r`).Scan(&s)
+	if err != nil {
+		return err.Error()
+	}
+	return s
+}
+
+func tn(schema, name string) change.TableName { return change.TableName{Schema: schema, Name: name} }
+
+func same(schema, name string) change.Mapping {
+	return change.Mapping{Source: tn(schema, name), Destination: tn(schema, name)}
+}
+
+func TestInsertUpdateDelete(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.items (id int PRIMARY KEY, name text, qty int)`
+	b := setup(t, ddl, ddl, same("public", "items"))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO items SELECT g, 'item ' || g, g FROM generate_series(1, 500) g`)
+	pgtest.Exec(t, b.src, `UPDATE items SET qty = qty * 10 WHERE id % 3 = 0`)
+	pgtest.Exec(t, b.src, `DELETE FROM items WHERE id % 5 = 0`)
+	// Several changes to one row in one transaction collapse but all count.
+	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO items VALUES (1000, 'x', 1); UPDATE items SET qty = 2 WHERE id = 1000;
+		UPDATE items SET qty = 3 WHERE id = 1000; DELETE FROM items WHERE id = 1000; INSERT INTO items VALUES (1000, 'y', 4); COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
+	require.NoError(t, r.halt(t))
+
+	require.Equal(t, cdc.TableCounts{Inserted: 502, Updated: 168, Deleted: 101}, b.rep.totals()["public.items"])
+	// The applied position is recorded with the last batch.
+	dc, err := pgx.Connect(context.Background(), b.dst)
+	require.NoError(t, err)
+	defer dc.Close(context.Background())
+	var lsn string
+	var batchID int64
+	require.NoError(t, dc.QueryRow(context.Background(), `SELECT lsn::text, batch_id FROM _pgmirror.applied WHERE mirror_uid = $1`, b.cfg.MirrorUID).Scan(&lsn, &batchID))
+	last := b.rep.batches[len(b.rep.batches)-1]
+	require.Equal(t, last.LSN.String(), lsn)
+	require.Equal(t, last.ID, batchID)
+	require.Equal(t, int64(len(b.rep.batches)), batchID)
+}
+
+func TestTruncate(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.a (id int PRIMARY KEY, v text); CREATE TABLE public.b (id int PRIMARY KEY, v text)`
+	b := setup(t, ddl, ddl, same("public", "a"), same("public", "b"))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO a SELECT g, 'a' FROM generate_series(1, 100) g; INSERT INTO b SELECT g, 'b' FROM generate_series(1, 100) g`)
+	b.waitEqual(t, r, `SELECT * FROM a`, `SELECT * FROM a`)
+	// Rows inserted before the TRUNCATE in the same transaction go, rows after it stay.
+	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO a VALUES (101, 'gone'); TRUNCATE a; INSERT INTO a VALUES (7, 'kept'); COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM a`, `SELECT * FROM a`)
+	b.waitEqual(t, r, `SELECT * FROM b`, `SELECT * FROM b`)
+	require.NoError(t, r.halt(t))
+}
+
+func TestPartitionedThroughRoot(t *testing.T) {
+	t.Parallel()
+	src := `CREATE TABLE public.events (id int, day date, payload text, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+		CREATE TABLE public.events_2024 PARTITION OF public.events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+		CREATE TABLE public.events_2025 PARTITION OF public.events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')`
+	dst := `CREATE TABLE public.events (id int, day date, payload text, PRIMARY KEY (id, day))`
+	b := setup(t, src, dst, same("public", "events"))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO events SELECT g, date '2024-06-01' + g, 'p' || g FROM generate_series(1, 400) g`)
+	pgtest.Exec(t, b.src, `UPDATE events SET payload = 'moved', day = day + 150 WHERE id % 7 = 0`) // crosses partitions
+	pgtest.Exec(t, b.src, `DELETE FROM events WHERE id % 11 = 0`)
+	b.waitEqual(t, r, `SELECT * FROM events`, `SELECT * FROM events`)
+	require.NoError(t, r.halt(t))
+	require.Contains(t, b.rep.totals(), "public.events")
+}
+
+func TestExcludeColumns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, `CREATE TABLE public.users (id int PRIMARY KEY, email text, secret text, note text)`,
+		`CREATE TABLE public.users (id int PRIMARY KEY, email text, note text)`,
+		change.Mapping{Source: tn("public", "users"), Destination: tn("public", "users"), ExcludeColumns: []string{"secret"}})
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO users SELECT g, g || '@x', 'pw' || g, 'n' FROM generate_series(1, 50) g`)
+	pgtest.Exec(t, b.src, `UPDATE users SET secret = 'changed' WHERE id < 10; UPDATE users SET note = 'm' WHERE id > 40; DELETE FROM users WHERE id = 25`)
+	b.waitEqual(t, r, `SELECT id, email, note FROM users`, `SELECT id, email, note FROM users`)
+	require.NoError(t, r.halt(t))
+}
+
+func TestUnchangedToast(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.docs (id int PRIMARY KEY, title text, body text)`
+	b := setup(t, ddl, ddl, same("public", "docs"))
+	// Large incompressible values are stored out of line (TOAST).
+	big := `(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 200))`
+	pgtest.Exec(t, b.src, `INSERT INTO docs SELECT g, 't', `+big+` FROM generate_series(1, 20) g`)
+	r := b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM docs`, `SELECT * FROM docs`)
+	// Update another column: the source sends the body as unchanged.
+	pgtest.Exec(t, b.src, `UPDATE docs SET title = 'new title' WHERE id <= 10`)
+	b.waitEqual(t, r, `SELECT * FROM docs`, `SELECT * FROM docs`)
+	// Insert and update of one row in one batch keep the inserted value.
+	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO docs VALUES (100, 'a', `+big+`); UPDATE docs SET title = 'b' WHERE id = 100; UPDATE docs SET title = 'c' WHERE id = 1; UPDATE docs SET title = 'd' WHERE id = 1; COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM docs`, `SELECT * FROM docs`)
+	// A key change of a row with a TOASTed value keeps the value.
+	pgtest.Exec(t, b.src, `UPDATE docs SET id = 200 WHERE id = 2`)
+	pgtest.Exec(t, b.src, `BEGIN; UPDATE docs SET title = 'e' WHERE id = 3; UPDATE docs SET id = 300 WHERE id = 3; COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM docs`, `SELECT * FROM docs`)
+	require.NoError(t, r.halt(t))
+}
+
+func TestNoPrimaryKeyReplicaIdentityFull(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.log (a int, b text, j json, p point)`
+	b := setup(t, ddl+`; ALTER TABLE public.log REPLICA IDENTITY FULL`, ddl, same("public", "log"))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO log VALUES (1, 'dup', '{"k": [1, 2]}', '(1,2)'), (1, 'dup', '{"k": [1, 2]}', '(1,2)'), (2, 'x', NULL, NULL), (3, NULL, '{}', '(0,0)')`)
+	b.waitEqual(t, r, `SELECT * FROM log`, `SELECT * FROM log`)
+	// Deleting one of two identical rows leaves one.
+	pgtest.Exec(t, b.src, `DELETE FROM log WHERE ctid = (SELECT ctid FROM log WHERE a = 1 LIMIT 1)`)
+	pgtest.Exec(t, b.src, `UPDATE log SET b = 'y' WHERE a = 2; UPDATE log SET a = 4 WHERE b IS NULL`)
+	b.waitEqual(t, r, `SELECT a, b, j::text, p::text FROM log`, `SELECT a, b, j::text, p::text FROM log`)
+	require.NoError(t, r.halt(t))
+}
+
+func TestPrimaryKeyChange(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.k (id int PRIMARY KEY, v text)`
+	b := setup(t, ddl, ddl, same("public", "k"))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO k SELECT g, 'v' || g FROM generate_series(1, 10) g`)
+	pgtest.Exec(t, b.src, `UPDATE k SET id = id + 100 WHERE id <= 5`)
+	// A swap through a free key, and a key reused after a move, in one transaction.
+	pgtest.Exec(t, b.src, `BEGIN; UPDATE k SET id = 1000 WHERE id = 6; UPDATE k SET id = 6 WHERE id = 7; UPDATE k SET id = 7 WHERE id = 1000; UPDATE k SET id = 1 WHERE id = 8; COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM k`, `SELECT * FROM k`)
+	require.NoError(t, r.halt(t))
+}
+
+func TestQuotedIdentifiers(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE SCHEMA "Mixed Schema"; CREATE TABLE "Mixed Schema"."Weird""Table" ("Id" int PRIMARY KEY, "Col ""X""" text, "select" int)`
+	b := setup(t, ddl, ddl, same("Mixed Schema", `Weird"Table`))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO "Mixed Schema"."Weird""Table" SELECT g, 'x' || g, g FROM generate_series(1, 30) g`)
+	pgtest.Exec(t, b.src, `UPDATE "Mixed Schema"."Weird""Table" SET "Col ""X""" = 'tab	and
+newline \ backslash' WHERE "Id" < 5; DELETE FROM "Mixed Schema"."Weird""Table" WHERE "Id" > 25`)
+	q := `SELECT * FROM "Mixed Schema"."Weird""Table"`
+	b.waitEqual(t, r, q, q)
+	require.NoError(t, r.halt(t))
+	require.Contains(t, b.rep.totals(), `Mixed Schema.Weird"Table`)
+}
+
+func TestManyTypes(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy');
+		CREATE TABLE public.typed (id uuid PRIMARY KEY, n numeric(20,5), j jsonb, b bytea, ia int[], ta text[],
+			m public.mood, ts timestamptz, d date, iv interval, ip inet, f float8, bo boolean, c char(3), ti time)`
+	b := setup(t, ddl, ddl, same("public", "typed"))
+	// The destination session uses another time zone: values still match.
+	pgtest.Exec(t, b.dst, `ALTER DATABASE `+pgx.Identifier{dbName(b.dst)}.Sanitize()+` SET timezone = 'Asia/Tokyo'`)
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO typed VALUES
+		('00000000-0000-0000-0000-000000000001', 12345.6789, '{"a": [1, {"b": null}]}', '\x00ff10', '{1,2,NULL}', '{"a b","c,d",NULL,"\"q\""}',
+		 'happy', '2024-02-29 23:59:59.123456+05:30', '2024-01-01', '1 year 2 mons 3 days 04:05:06.5', '10.1.2.0/24', 0.1, true, 'ab', '12:34:56'),
+		('00000000-0000-0000-0000-000000000002', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+		('00000000-0000-0000-0000-000000000003', -0.00001, '[]', '\x', '{}', '{}', 'sad', '-infinity', 'infinity', '-1 days', '::1', 'NaN', false, '', '00:00')`)
+	pgtest.Exec(t, b.src, `UPDATE typed SET n = n * 2, j = j || '{"x": 1}', m = 'ok' WHERE id = '00000000-0000-0000-0000-000000000001'`)
+	q := `SELECT id, n, j, b, ia, ta, m::text, ts AT TIME ZONE 'UTC', d, iv, ip, f, bo, c, ti FROM typed`
+	b.waitEqual(t, r, q, q)
+	require.NoError(t, r.halt(t))
+}
+
+func dbName(url string) string {
+	s := url[strings.LastIndex(url, "/")+1:]
+	if i := strings.Index(s, "?"); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+func TestRestartExactlyOnce(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.pk (id int PRIMARY KEY, v int); CREATE TABLE public.nopk (id int, v int)`
+	b := setup(t, ddl+`; ALTER TABLE public.nopk REPLICA IDENTITY FULL`, ddl, same("public", "pk"), same("public", "nopk"))
+	b.cfg.BatchSize = 50
+	for round := range 4 {
+		r := b.start(t)
+		for i := range 20 {
+			pgtest.Exec(t, b.src, fmt.Sprintf(`INSERT INTO pk VALUES (%d, %d); INSERT INTO nopk VALUES (%d, 1), (%d, 1)`,
+				round*100+i, i, round, round))
+		}
+		pgtest.Exec(t, b.src, fmt.Sprintf(`UPDATE pk SET v = v + 1 WHERE id %% 2 = %d`, round%2))
+		if round%2 == 0 {
+			// Stop in the middle of the stream and write more while stopped.
+			time.Sleep(time.Duration(round*50) * time.Millisecond)
+			require.NoError(t, r.halt(t))
+			pgtest.Exec(t, b.src, fmt.Sprintf(`INSERT INTO nopk SELECT %d, g FROM generate_series(1, 100) g`, 10+round))
+			continue
+		}
+		b.waitEqual(t, r, `SELECT * FROM pk`, `SELECT * FROM pk`)
+		require.NoError(t, r.halt(t))
+	}
+	r := b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM pk`, `SELECT * FROM pk`)
+	b.waitEqual(t, r, `SELECT * FROM nopk`, `SELECT * FROM nopk`)
+	require.NoError(t, r.halt(t))
+	// Batch ids continue across runs.
+	for i, batch := range b.rep.batches {
+		require.Equal(t, int64(i+1), batch.ID)
+	}
+}
+
+func TestIdleSourceAdvancesSlot(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	before, err := capture.SlotState(ctx, conn, b.cfg.SlotName)
+	require.NoError(t, err)
+	// Write in another database of the same cluster: WAL grows, nothing of
+	// ours is in it.
+	other := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	pgtest.Exec(t, other, `CREATE TABLE x (v text); INSERT INTO x SELECT repeat('x', 100) FROM generate_series(1, 10000)`)
+	var walNow string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walNow))
+	now, err := change.ParseLSN(walNow)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		st, err := capture.SlotState(ctx, conn, b.cfg.SlotName)
+		return err == nil && st.ConfirmedFlush >= now
+	}, 60*time.Second, 200*time.Millisecond, "confirmed_flush_lsn stayed at %s (WAL at %s)", before.ConfirmedFlush, now)
+	require.NoError(t, r.halt(t))
+}
+
+func TestStopIsPrompt(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	started := time.Now()
+	require.NoError(t, r.halt(t))
+	require.Less(t, time.Since(started), 2*time.Second, "Run took too long to stop")
+}
+
+func TestContextCancelReturnsCtxErr(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	r.cancel()
+	r.stopped = true
+	require.ErrorIs(t, <-r.done, context.Canceled)
+}
+
+func TestMissingSlotIsTyped(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	b.cfg.SlotName = "no_such_slot_here"
+	err := cdc.Run(context.Background(), b.cfg, b.rep, make(chan struct{}))
+	require.ErrorIs(t, err, cdc.ErrSlotMissing)
+}
+
+func TestConnectionRefusedIsTyped(t *testing.T) {
+	t.Parallel()
+	cfg := cdc.Config{MirrorUID: "m", SourceConnString: "postgres://u:secretpw@127.0.0.1:1/x?sslmode=disable",
+		DestConnString: "postgres://u:secretpw@127.0.0.1:1/x?sslmode=disable", SlotName: "s", PublicationName: "p"}
+	err := cdc.Run(context.Background(), cfg, &recorder{}, make(chan struct{}))
+	require.ErrorIs(t, err, cdc.ErrConnect)
+	require.NotContains(t, err.Error(), "secretpw")
+}
