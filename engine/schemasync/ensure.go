@@ -1,0 +1,385 @@
+package schemasync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// lockKey serialises schemasync's DDL on one destination database, so that
+// two mirrors creating the same type or schema at once do not collide.
+const lockSQL = `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('pgmirror.schemasync', 0))`
+
+// source is a source table as read for one mapping, with the types its
+// destination needs.
+type source struct {
+	m     change.Mapping
+	table Table
+}
+
+// EnsureTables makes sure every mapping's destination table exists on dst.
+//
+// A missing table is created (with its schema) with the source table's
+// columns in order, minus excluded columns: same names and types, NOT NULL
+// where the source has it, the source's primary key (or, without one, a
+// UNIQUE constraint on its replica identity index). Stored generated columns
+// are created as generated columns. A partitioned source table becomes a
+// plain table. User-defined types that the columns use (enums, composite
+// types, domains, ranges, and arrays of them) are created first under their
+// source schema and name when the destination lacks them; an existing enum
+// gets the labels it lacks.
+//
+// An existing table is used as is after a check: every replicated source
+// column must exist with a Compatible type, and every other destination
+// column must be nullable or have a default. Every problem found is reported
+// in the returned error.
+//
+// Excluding a primary key or replica identity column, or a column that does
+// not exist, is an error. All DDL runs in one destination transaction; the
+// statements executed are returned, so a second run returns none.
+func EnsureTables(ctx context.Context, src, dst Conn, mappings []change.Mapping) ([]string, error) {
+	sources, graph, err := readSources(ctx, src, mappings, true)
+	if err != nil {
+		return nil, err
+	}
+	return inDestination(ctx, dst, func(tx pgx.Tx, log *ddlLog) error {
+		if err := ensureTypes(ctx, tx, graph.creationOrder(typeRoots(sources)), log); err != nil {
+			return err
+		}
+		for _, s := range sources {
+			dt, err := describe(ctx, tx, s.m.Destination)
+			switch {
+			case errors.Is(err, ErrTableNotFound):
+				if err := createTable(ctx, tx, s, log); err != nil {
+					return err
+				}
+			case err != nil:
+				return err
+			default:
+				if err := checkExisting(s, dt); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// SyncColumns brings the destination tables of mappings up to their source
+// tables' columns, for sync-schema: a column the destination lacks is added
+// (nullable), a column whose destination type is not Compatible with the
+// source's gets the source's type (ALTER COLUMN ... TYPE ... USING
+// col::type), and user-defined types are created or given new enum labels
+// first. A missing destination table is created as EnsureTables does.
+// Destination columns are never dropped: a destination column that the source
+// no longer has is reported in warnings. A destination column wider than the
+// source's (say bigint for integer) is kept.
+func SyncColumns(ctx context.Context, src, dst Conn, mappings []change.Mapping) (ddl, warnings []string, err error) {
+	sources, graph, err := readSources(ctx, src, mappings, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	ddl, err = inDestination(ctx, dst, func(tx pgx.Tx, log *ddlLog) error {
+		if err := ensureTypes(ctx, tx, graph.creationOrder(typeRoots(sources)), log); err != nil {
+			return err
+		}
+		for _, s := range sources {
+			dt, err := describe(ctx, tx, s.m.Destination)
+			switch {
+			case errors.Is(err, ErrTableNotFound):
+				if err := createTable(ctx, tx, s, log); err != nil {
+					return err
+				}
+				continue
+			case err != nil:
+				return err
+			}
+			w, err := syncTable(ctx, tx, s, dt, log)
+			if err != nil {
+				return err
+			}
+			warnings = append(warnings, w...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return ddl, warnings, nil
+}
+
+// AddColumn adds column name of SQL type typeName to table on dst, for a new
+// column that a relation message shows. typeName must be a type name that
+// exists on dst (as Column.Type gives it); it is checked with to_regtype
+// before use. AddColumn returns the statement executed, or "" when the column
+// already exists. Prefer SyncColumns when the type may be a user-defined type
+// that the destination lacks: it creates such types.
+func AddColumn(ctx context.Context, dst Conn, table change.TableName, name, typeName string) (string, error) {
+	var known bool
+	if err := dst.QueryRow(ctx, `SELECT pg_catalog.to_regtype($1) IS NOT NULL`, typeName).Scan(&known); err != nil {
+		return "", fmt.Errorf("add column %s to %s: check type %q: %w", change.QuoteIdent(name), table, typeName, err)
+	}
+	if !known {
+		return "", fmt.Errorf("add column %s to %s: type %q does not exist on the destination", change.QuoteIdent(name), table, typeName)
+	}
+	var exists bool
+	err := dst.QueryRow(ctx, `
+SELECT EXISTS (
+  SELECT 1 FROM pg_catalog.pg_attribute a
+  JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND NOT a.attisdropped)`,
+		table.Schema, table.Name, name).Scan(&exists)
+	if err != nil {
+		return "", fmt.Errorf("add column %s to %s: %w", change.QuoteIdent(name), table, err)
+	}
+	if exists {
+		return "", nil
+	}
+	stmt := fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", table.Quoted(), change.QuoteIdent(name), typeName)
+	if _, err := dst.Exec(ctx, stmt); err != nil {
+		return "", fmt.Errorf("add column: %s: %w", stmt, err)
+	}
+	return stmt, nil
+}
+
+// readSources describes every mapping's source table and loads the types its
+// destination columns use. strict also rejects excluded columns that the
+// source does not have.
+func readSources(ctx context.Context, src Conn, mappings []change.Mapping, strict bool) ([]source, *typeGraph, error) {
+	graph := newTypeGraph()
+	var sources []source
+	err := withCatalogPath(ctx, src, func(tx pgx.Tx) error {
+		for _, m := range mappings {
+			t, err := describe(ctx, tx, m.Source)
+			if err != nil {
+				return fmt.Errorf("source: %w", err)
+			}
+			if err := checkExclusions(t, m, strict); err != nil {
+				return err
+			}
+			for _, c := range t.Columns {
+				if !m.Excluded(c.Name) {
+					if err := graph.load(ctx, tx, c.TypeOID); err != nil {
+						return fmt.Errorf("read types of %s: %w", m.Source, err)
+					}
+				}
+			}
+			sources = append(sources, source{m: m, table: t})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sources, graph, nil
+}
+
+func checkExclusions(t Table, m change.Mapping, strict bool) error {
+	for _, name := range m.ExcludeColumns {
+		if _, ok := t.Column(name); !ok {
+			if strict {
+				return fmt.Errorf("excluded column %s does not exist in source table %s", change.QuoteIdent(name), m.Source)
+			}
+			continue
+		}
+		if slices.Contains(t.PrimaryKey, name) {
+			return fmt.Errorf("column %s of %s is part of the primary key and cannot be excluded", change.QuoteIdent(name), m.Source)
+		}
+		if slices.Contains(t.IdentityColumns, name) {
+			return fmt.Errorf("column %s of %s is part of the replica identity and cannot be excluded", change.QuoteIdent(name), m.Source)
+		}
+	}
+	return nil
+}
+
+// typeRoots returns the types of the columns the destinations get.
+func typeRoots(sources []source) []uint32 {
+	var roots []uint32
+	for _, s := range sources {
+		for _, c := range s.table.Columns {
+			if !s.m.Excluded(c.Name) {
+				roots = append(roots, c.TypeOID)
+			}
+		}
+	}
+	return roots
+}
+
+// ddlLog executes DDL statements and remembers the ones that succeeded.
+type ddlLog struct {
+	statements []string
+}
+
+func (l *ddlLog) exec(ctx context.Context, tx pgx.Tx, stmt string) error {
+	if _, err := tx.Exec(ctx, stmt); err != nil {
+		return fmt.Errorf("execute %s: %w", stmt, err)
+	}
+	l.statements = append(l.statements, stmt)
+	return nil
+}
+
+// inDestination runs fn in one destination transaction, under the schemasync
+// lock and with only pg_catalog on the search path (so qualified names from
+// the source resolve the same way), and commits it.
+func inDestination(ctx context.Context, dst Conn, fn func(tx pgx.Tx, log *ddlLog) error) ([]string, error) {
+	tx, err := dst.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("destination: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, lockSQL); err != nil {
+		return nil, fmt.Errorf("destination: take schema lock: %w", err)
+	}
+	var searchPath string
+	if err := tx.QueryRow(ctx, `SELECT pg_catalog.current_setting('search_path')`).Scan(&searchPath); err != nil {
+		return nil, fmt.Errorf("destination: read search_path: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('search_path', 'pg_catalog', true)`); err != nil {
+		return nil, fmt.Errorf("destination: set search_path: %w", err)
+	}
+	log := &ddlLog{}
+	if err := fn(tx, log); err != nil {
+		return nil, fmt.Errorf("destination: %w", err)
+	}
+	// Restore the caller's search_path in case tx is a savepoint of theirs.
+	if _, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('search_path', $1, true)`, searchPath); err != nil {
+		return nil, fmt.Errorf("destination: restore search_path: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("destination: commit DDL: %w", err)
+	}
+	return log.statements, nil
+}
+
+func ensureSchema(ctx context.Context, tx pgx.Tx, schema string, log *ddlLog) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
+		return fmt.Errorf("look up schema %s: %w", change.QuoteIdent(schema), err)
+	}
+	if exists {
+		return nil
+	}
+	return log.exec(ctx, tx, "CREATE SCHEMA IF NOT EXISTS "+change.QuoteIdent(schema))
+}
+
+// columnDef returns the definition of source column c in CREATE TABLE or ADD
+// COLUMN; notNull keeps its NOT NULL.
+func columnDef(c Column, notNull bool) string {
+	def := change.QuoteIdent(c.Name) + " " + c.Type
+	if c.Generated {
+		return def + " GENERATED ALWAYS AS (" + c.GenerationExpr + ") STORED"
+	}
+	if notNull && c.NotNull {
+		def += " NOT NULL"
+	}
+	return def
+}
+
+func quoteIdents(names []string) string {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = change.QuoteIdent(n)
+	}
+	return strings.Join(quoted, ", ")
+}
+
+func createTable(ctx context.Context, tx pgx.Tx, s source, log *ddlLog) error {
+	var defs []string
+	for _, c := range s.table.Columns {
+		if !s.m.Excluded(c.Name) {
+			defs = append(defs, columnDef(c, true))
+		}
+	}
+	if len(defs) == 0 {
+		return fmt.Errorf("create table %s: every column of %s is excluded", s.m.Destination, s.m.Source)
+	}
+	switch {
+	case len(s.table.PrimaryKey) > 0:
+		defs = append(defs, "PRIMARY KEY ("+quoteIdents(s.table.PrimaryKey)+")")
+	case s.table.ReplicaIdentity == ReplicaIdentityIndex && len(s.table.IdentityColumns) > 0:
+		defs = append(defs, "UNIQUE ("+quoteIdents(s.table.IdentityColumns)+")")
+	}
+	if err := ensureSchema(ctx, tx, s.m.Destination.Schema, log); err != nil {
+		return err
+	}
+	stmt := fmt.Sprintf("CREATE TABLE %s (\n  %s\n)", s.m.Destination.Quoted(), strings.Join(defs, ",\n  "))
+	return log.exec(ctx, tx, stmt)
+}
+
+// checkExisting checks that existing destination table dt can take the rows
+// of source s.
+func checkExisting(s source, dt Table) error {
+	var problems []error
+	replicated := map[string]bool{}
+	for _, sc := range s.table.Replicated(s.m) {
+		replicated[sc.Name] = true
+		dc, ok := dt.Column(sc.Name)
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Errorf("column %s (source type %s) is missing; sync-schema adds it",
+				change.QuoteIdent(sc.Name), sc.Type))
+		case dc.Generated:
+			problems = append(problems, fmt.Errorf("column %s is a generated column on the destination but a replicated column (type %s) on the source",
+				change.QuoteIdent(sc.Name), sc.Type))
+		case !Compatible(sc.Type, dc.Type):
+			problems = append(problems, fmt.Errorf("column %s has type %s on the destination, which cannot hold source type %s",
+				change.QuoteIdent(sc.Name), dc.Type, sc.Type))
+		}
+	}
+	for _, dc := range dt.Columns {
+		if !replicated[dc.Name] && dc.NotNull && !dc.HasDefault && !dc.Generated {
+			problems = append(problems, fmt.Errorf("column %s (type %s) is not replicated from the source but is NOT NULL without a default",
+				change.QuoteIdent(dc.Name), dc.Type))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("existing table %s does not fit source table %s: %w", s.m.Destination, s.m.Source, errors.Join(problems...))
+	}
+	return nil
+}
+
+// syncTable adds and retypes columns of existing destination table dt to
+// match source s.
+func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog) (warnings []string, err error) {
+	name := s.m.Destination.Quoted()
+	for _, sc := range s.table.Columns {
+		if s.m.Excluded(sc.Name) {
+			continue
+		}
+		dc, ok := dt.Column(sc.Name)
+		switch {
+		case !ok:
+			stmt := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s", name, columnDef(sc, false))
+			if err := log.exec(ctx, tx, stmt); err != nil {
+				return nil, err
+			}
+		case sc.Generated || dc.Generated:
+			// Generated on either side: nothing is copied into it.
+		case !Compatible(sc.Type, dc.Type):
+			col := change.QuoteIdent(sc.Name)
+			stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s", name, col, sc.Type, col, sc.Type)
+			if err := log.exec(ctx, tx, stmt); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, dc := range dt.Columns {
+		if _, ok := s.table.Column(dc.Name); ok || s.m.Excluded(dc.Name) {
+			continue
+		}
+		w := fmt.Sprintf("column %s of %s no longer exists on source table %s; it is kept on the destination",
+			change.QuoteIdent(dc.Name), s.m.Destination, s.m.Source)
+		if dc.NotNull && !dc.HasDefault && !dc.Generated {
+			w += ", but it is NOT NULL without a default, so new rows will fail until it is dropped or given a default"
+		}
+		warnings = append(warnings, w)
+	}
+	return warnings, nil
+}

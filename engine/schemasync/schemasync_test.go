@@ -1,0 +1,332 @@
+package schemasync
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+type testBundle struct {
+	ctx            context.Context
+	srcURL, dstURL string
+	src, dst       *pgx.Conn
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	b := &testBundle{
+		ctx:    ctx,
+		srcURL: pgtest.NewDatabase(t, pgtest.SourceCluster(t)),
+		dstURL: pgtest.NewDatabase(t, pgtest.DestCluster(t)),
+	}
+	b.src = connect(t, b.srcURL)
+	b.dst = connect(t, b.dstURL)
+	return b
+}
+
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func columnNames(cols []Column) []string {
+	var names []string
+	for _, c := range cols {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+const manyTypesSQL = `
+CREATE SCHEMA "Mixed Schema";
+CREATE TYPE "Mixed Schema".mood AS ENUM ('sad', 'ok', 'it''s \ fine');
+CREATE DOMAIN "Mixed Schema"."Pos Int" AS integer NOT NULL CHECK (VALUE > 0);
+CREATE TYPE public.pair AS (a integer, "B" "Mixed Schema".mood);
+CREATE TABLE "Mixed Schema"."Weird""Table" (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  "Col ""X""" numeric(12,3) NOT NULL,
+  doc jsonb, raw bytea, uid uuid, ints int[], tags text[],
+  m "Mixed Schema".mood, ms "Mixed Schema".mood[],
+  p "Mixed Schema"."Pos Int", ts timestamptz, iv interval, ip inet, name varchar(20),
+  pr public.pair, secret text,
+  doubled integer GENERATED ALWAYS AS (p * 2) STORED
+);`
+
+func TestEnsureTablesManyTypes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pgtest.Exec(t, b.srcURL, manyTypesSQL)
+
+	m := change.Mapping{
+		Source:         change.TableName{Schema: "Mixed Schema", Name: `Weird"Table`},
+		Destination:    change.TableName{Schema: "Dest Schema", Name: `Weird"Table`},
+		ExcludeColumns: []string{"secret"},
+	}
+	ddl, err := EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{m})
+	require.NoError(t, err)
+	joined := strings.Join(ddl, ";\n")
+	require.Contains(t, joined, `CREATE SCHEMA IF NOT EXISTS "Mixed Schema"`)
+	require.Contains(t, joined, `CREATE SCHEMA IF NOT EXISTS "Dest Schema"`)
+	require.Contains(t, joined, `CREATE TYPE "Mixed Schema"."mood" AS ENUM ('sad', 'ok', E'it''s \\ fine')`)
+	require.Contains(t, joined, `CREATE TABLE "Dest Schema"."Weird""Table"`)
+	require.NotContains(t, joined, "secret")
+
+	srcT, err := Describe(b.ctx, b.src, m.Source)
+	require.NoError(t, err)
+	dstT, err := Describe(b.ctx, b.dst, m.Destination)
+	require.NoError(t, err)
+
+	require.Equal(t, []string{"id", `Col "X"`, "doc", "raw", "uid", "ints", "tags", "m", "ms", "p", "ts", "iv", "ip", "name", "pr", "doubled"},
+		columnNames(dstT.Columns))
+	for _, dc := range dstT.Columns {
+		sc, ok := srcT.Column(dc.Name)
+		require.True(t, ok)
+		require.Equal(t, sc.Type, dc.Type, "column %s", dc.Name)
+	}
+	col, _ := dstT.Column(`Col "X"`)
+	require.Equal(t, "numeric(12,3)", col.Type)
+	require.True(t, col.NotNull)
+	col, _ = dstT.Column("ms")
+	require.Equal(t, `"Mixed Schema".mood[]`, col.Type)
+	require.False(t, col.BinarySafe, "an array of an enum carries the enum's OID")
+	col, _ = dstT.Column("ints")
+	require.True(t, col.BinarySafe)
+	col, _ = dstT.Column("doubled")
+	require.True(t, col.Generated)
+	require.Equal(t, []string{"id"}, dstT.PrimaryKey)
+	require.False(t, BinaryCompatible(srcT, dstT, m))
+
+	// The created types work: the destination takes a row like the source's.
+	pgtest.Exec(t, b.dstURL, `INSERT INTO "Dest Schema"."Weird""Table" (id, "Col ""X""", m, ms, p, pr, name)
+		VALUES (1, 1.5, 'it''s \ fine', '{sad,ok}', 4, '(1,sad)', 'x')`)
+	var doubled int
+	require.NoError(t, b.dst.QueryRow(b.ctx, `SELECT doubled FROM "Dest Schema"."Weird""Table"`).Scan(&doubled))
+	require.Equal(t, 8, doubled)
+	_, err = b.dst.Exec(b.ctx, `INSERT INTO "Dest Schema"."Weird""Table" (id, "Col ""X""", p) VALUES (2, 1, -1)`)
+	require.ErrorContains(t, err, "check constraint", "the domain's CHECK was copied")
+
+	// Idempotent: nothing left to do.
+	ddl, err = EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{m})
+	require.NoError(t, err)
+	require.Empty(t, ddl)
+
+	// Without the enum array and composite columns, binary COPY is possible.
+	m.ExcludeColumns = []string{"secret", "ms", "pr"}
+	require.True(t, BinaryCompatible(srcT, dstT, m))
+}
+
+func TestEnsureTablesExclusions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pgtest.Exec(t, b.srcURL, `CREATE TABLE t (id int PRIMARY KEY, a text);
+		CREATE TABLE u (k int NOT NULL, v text); CREATE UNIQUE INDEX u_k ON u (k); ALTER TABLE u REPLICA IDENTITY USING INDEX u_k;`)
+	name := change.TableName{Schema: "public", Name: "t"}
+
+	_, err := EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{{Source: name, Destination: name, ExcludeColumns: []string{"id"}}})
+	require.ErrorContains(t, err, `column "id" of public.t is part of the primary key and cannot be excluded`)
+
+	_, err = EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{{Source: name, Destination: name, ExcludeColumns: []string{"nope"}}})
+	require.ErrorContains(t, err, `excluded column "nope" does not exist in source table public.t`)
+
+	u := change.TableName{Schema: "public", Name: "u"}
+	_, err = EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{{Source: u, Destination: u, ExcludeColumns: []string{"k"}}})
+	require.ErrorContains(t, err, "replica identity")
+
+	_, err = EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{{Source: change.TableName{Schema: "public", Name: "missing"}, Destination: name}})
+	require.ErrorIs(t, err, ErrTableNotFound)
+
+	// Nothing was created by the failed calls.
+	_, err = Describe(b.ctx, b.dst, name)
+	require.ErrorIs(t, err, ErrTableNotFound)
+
+	// Without a primary key, the replica identity index becomes a UNIQUE constraint.
+	ddl, err := EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{{Source: u, Destination: u}})
+	require.NoError(t, err)
+	require.Contains(t, strings.Join(ddl, "\n"), `UNIQUE ("k")`)
+}
+
+func TestEnsureTablesPartitionedSource(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pgtest.Exec(t, b.srcURL, `
+CREATE TABLE events (id bigint NOT NULL, at date NOT NULL, body text, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+CREATE TABLE events_2025 PARTITION OF events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+CREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');`)
+	src := change.TableName{Schema: "public", Name: "events"}
+	dst := change.TableName{Schema: "archive", Name: "events"}
+
+	srcT, err := Describe(b.ctx, b.src, src)
+	require.NoError(t, err)
+	require.True(t, srcT.Partitioned)
+	require.Equal(t, []string{"id", "at"}, srcT.PrimaryKey)
+	require.Equal(t, ReplicaIdentityDefault, srcT.ReplicaIdentity)
+
+	_, err = EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{{Source: src, Destination: dst}})
+	require.NoError(t, err)
+	dstT, err := Describe(b.ctx, b.dst, dst)
+	require.NoError(t, err)
+	require.False(t, dstT.Partitioned)
+	require.Equal(t, []string{"id", "at", "body"}, columnNames(dstT.Columns))
+	require.Equal(t, []string{"id", "at"}, dstT.PrimaryKey)
+	require.True(t, BinaryCompatible(srcT, dstT, change.Mapping{Source: src, Destination: dst}))
+}
+
+func TestEnsureTablesExistingDestination(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pgtest.Exec(t, b.srcURL, `CREATE TABLE t (id integer PRIMARY KEY, name varchar(20), amount numeric(10,2), n smallint)`)
+	name := change.TableName{Schema: "public", Name: "t"}
+	m := change.Mapping{Source: name, Destination: name}
+
+	t.Run("Compatible", func(t *testing.T) {
+		pgtest.Exec(t, b.dstURL, `CREATE SCHEMA ok; CREATE TABLE ok.t (id bigint PRIMARY KEY, name text, amount numeric,
+			n integer, extra text NOT NULL DEFAULT 'x', note text)`)
+		m := m
+		m.Destination = change.TableName{Schema: "ok", Name: "t"}
+		ddl, err := EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{m})
+		require.NoError(t, err)
+		require.Empty(t, ddl)
+		srcT, err := Describe(b.ctx, b.src, m.Source)
+		require.NoError(t, err)
+		dstT, err := Describe(b.ctx, b.dst, m.Destination)
+		require.NoError(t, err)
+		require.False(t, BinaryCompatible(srcT, dstT, m), "different types need text COPY")
+	})
+	t.Run("Incompatible", func(t *testing.T) {
+		pgtest.Exec(t, b.dstURL, `CREATE SCHEMA bad; CREATE TABLE bad.t (id smallint PRIMARY KEY, name varchar(10),
+			amount numeric(10,2), must text NOT NULL)`)
+		m := m
+		m.Destination = change.TableName{Schema: "bad", Name: "t"}
+		_, err := EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{m})
+		require.Error(t, err)
+		msg := err.Error()
+		require.Contains(t, msg, `column "id" has type smallint on the destination, which cannot hold source type integer`)
+		require.Contains(t, msg, `column "name" has type character varying(10) on the destination, which cannot hold source type character varying(20)`)
+		require.Contains(t, msg, `column "n" (source type smallint) is missing`)
+		require.Contains(t, msg, `column "must" (type text) is not replicated from the source but is NOT NULL without a default`)
+	})
+}
+
+func TestSyncColumns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pgtest.Exec(t, b.srcURL, `CREATE TYPE color AS ENUM ('red', 'green');
+		CREATE TABLE t (id integer PRIMARY KEY, qty integer, old text, c color, secret text)`)
+	name := change.TableName{Schema: "public", Name: "t"}
+	m := change.Mapping{Source: name, Destination: name, ExcludeColumns: []string{"secret"}}
+	_, err := EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{m})
+	require.NoError(t, err)
+	pgtest.Exec(t, b.dstURL, `INSERT INTO t (id, qty, old, c) VALUES (1, 42, 'o', 'red')`)
+
+	pgtest.Exec(t, b.srcURL, `CREATE TYPE size AS ENUM ('S', 'M');
+		ALTER TYPE color ADD VALUE 'blue' BEFORE 'red';
+		ALTER TABLE t ADD COLUMN "New Col" size, ADD COLUMN note varchar(5);
+		ALTER TABLE t ALTER COLUMN qty TYPE bigint, ALTER COLUMN id TYPE bigint;
+		ALTER TABLE t DROP COLUMN old`)
+	ddl, warnings, err := SyncColumns(b.ctx, b.src, b.dst, []change.Mapping{m})
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		`ALTER TYPE "public"."color" ADD VALUE 'blue' BEFORE 'red'`,
+		`CREATE TYPE "public"."size" AS ENUM ('S', 'M')`,
+		`ALTER TABLE "public"."t" ALTER COLUMN "id" TYPE bigint USING "id"::bigint`,
+		`ALTER TABLE "public"."t" ALTER COLUMN "qty" TYPE bigint USING "qty"::bigint`,
+		`ALTER TABLE "public"."t" ADD COLUMN "New Col" public.size`,
+		`ALTER TABLE "public"."t" ADD COLUMN "note" character varying(5)`,
+	}, ddl)
+	require.Len(t, warnings, 1)
+	require.Contains(t, warnings[0], `column "old" of public.t no longer exists on source table public.t`)
+
+	dstT, err := Describe(b.ctx, b.dst, name)
+	require.NoError(t, err)
+	require.Equal(t, []string{"id", "qty", "old", "c", "New Col", "note"}, columnNames(dstT.Columns))
+	var qty int64
+	require.NoError(t, b.dst.QueryRow(b.ctx, `SELECT qty FROM t WHERE id = 1`).Scan(&qty))
+	require.Equal(t, int64(42), qty, "data survives the type change")
+	pgtest.Exec(t, b.dstURL, `INSERT INTO t (id, c, "New Col") VALUES (2, 'blue', 'M')`)
+
+	ddl, warnings, err = SyncColumns(b.ctx, b.src, b.dst, []change.Mapping{m})
+	require.NoError(t, err)
+	require.Empty(t, ddl)
+	require.Len(t, warnings, 1)
+
+	// A narrower source type keeps the wider destination type.
+	pgtest.Exec(t, b.srcURL, `ALTER TABLE t ALTER COLUMN qty TYPE integer`)
+	ddl, _, err = SyncColumns(b.ctx, b.src, b.dst, []change.Mapping{m})
+	require.NoError(t, err)
+	require.Empty(t, ddl)
+}
+
+func TestAddColumn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pgtest.Exec(t, b.dstURL, `CREATE TABLE t (id integer PRIMARY KEY)`)
+	name := change.TableName{Schema: "public", Name: "t"}
+
+	stmt, err := AddColumn(b.ctx, b.dst, name, `Amount "€"`, "numeric(12,3)")
+	require.NoError(t, err)
+	require.Equal(t, `ALTER TABLE "public"."t" ADD COLUMN IF NOT EXISTS "Amount ""€""" numeric(12,3)`, stmt)
+	stmt, err = AddColumn(b.ctx, b.dst, name, `Amount "€"`, "numeric(12,3)")
+	require.NoError(t, err)
+	require.Empty(t, stmt)
+
+	_, err = AddColumn(b.ctx, b.dst, name, "x", "int; DROP TABLE t")
+	require.Error(t, err)
+	_, err = AddColumn(b.ctx, b.dst, name, "x", "public.nosuchtype")
+	require.ErrorContains(t, err, "does not exist on the destination")
+
+	dstT, err := Describe(b.ctx, b.dst, name)
+	require.NoError(t, err)
+	require.Equal(t, []string{"id", `Amount "€"`}, columnNames(dstT.Columns))
+}
+
+func TestCompatible(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		src, dst string
+		want     bool
+	}{
+		{"integer", "integer", true},
+		{"integer", "bigint", true},
+		{"bigint", "integer", false},
+		{"smallint", "numeric", true},
+		{"integer", "numeric(12,2)", true},
+		{"integer", "numeric(8,0)", false},
+		{"character varying(20)", "text", true},
+		{"character varying(20)", "character varying(30)", true},
+		{"character varying(20)", "character varying(10)", false},
+		{"character varying(20)", "character varying", true},
+		{"text", "character varying(100)", false},
+		{"character(3)", "text", true},
+		{"numeric(12,3)", "numeric", true},
+		{"numeric(12,3)", "numeric(14,4)", true},
+		{"numeric(12,3)", "numeric(12,4)", false},
+		{"numeric", "numeric(12,3)", false},
+		{"real", "double precision", true},
+		{"double precision", "real", false},
+		{"timestamp(3) with time zone", "timestamp with time zone", true},
+		{"timestamp with time zone", "timestamp(3) with time zone", false},
+		{"timestamp with time zone", "timestamp without time zone", false},
+		{"json", "jsonb", true},
+		{"jsonb", "json", false},
+		{"integer[]", "bigint[]", false},
+		{"public.mood", "public.mood", true},
+		{"public.mood", "text", false},
+	} {
+		require.Equal(t, tc.want, Compatible(tc.src, tc.dst), "Compatible(%q, %q)", tc.src, tc.dst)
+	}
+}
