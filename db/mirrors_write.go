@@ -184,3 +184,19 @@ func (s *Store) MirrorTablesReplaceTx(ctx context.Context, tx pgx.Tx, mirrorID i
 	}
 	return mirrorTables(ctx, tx, mirrorID)
 }
+
+// MirrorUsingSlotOrPublication returns the name of a mirror (live or being
+// deleted) whose replication slot is slot or whose publication is
+// publication, or "" when there is none.
+func (s *Store) MirrorUsingSlotOrPublication(ctx context.Context, slot, publication string) (string, error) {
+	var name string
+	err := s.pool.QueryRow(ctx, `SELECT name FROM mirrors WHERE replication_slot_name = $1 OR publication_name = $2
+		ORDER BY deleted_at IS NOT NULL, id LIMIT 1`, slot, publication).Scan(&name)
+	if err == pgx.ErrNoRows {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("find mirror using slot %s or publication %s: %w", slot, publication, err)
+	}
+	return name, nil
+}

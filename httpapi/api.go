@@ -1,0 +1,260 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/pgmirror/pgmirror/db"
+)
+
+// Config configures the API handler.
+type Config struct {
+	// Store is the catalog.
+	Store *db.Store
+	// River enqueues jobs inside catalog transactions (an insert-only client
+	// is enough).
+	River *river.Client[pgx.Tx]
+	// JWTSecret signs and verifies tokens; at least 32 bytes.
+	JWTSecret []byte
+	// Logger receives request failures. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Version is the service version shown in the OpenAPI document.
+	Version string
+}
+
+// handlers holds the dependencies of every operation.
+type handlers struct {
+	store   *db.Store
+	river   *river.Client[pgx.Tx]
+	secret  []byte
+	logger  *slog.Logger
+	version string
+}
+
+// New returns the HTTP handler serving the whole API.
+func New(cfg Config) (http.Handler, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("httpapi: Config.Store is required")
+	}
+	if cfg.River == nil {
+		return nil, errors.New("httpapi: Config.River is required")
+	}
+	if len(cfg.JWTSecret) < 32 {
+		return nil, errors.New("httpapi: Config.JWTSecret must be at least 32 bytes")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	h := &handlers{store: cfg.Store, river: cfg.River, secret: cfg.JWTSecret, logger: cfg.Logger, version: cfg.Version}
+
+	mux := http.NewServeMux()
+	hcfg := huma.DefaultConfig("pgmirror API", cfg.Version)
+	hcfg.CreateHooks = nil
+	hcfg.DocsPath = ""
+	hcfg.SchemasPath = ""
+	hcfg.OpenAPIPath = "/openapi"
+	hcfg.Info.Description = "Manage PostgreSQL-to-PostgreSQL change-data-capture mirrors. " +
+		"Every error response is a JSON object {\"error\": \"message\"}. Log in with POST /v1/auth/login " +
+		"and send the token as Authorization: Bearer <token>."
+	hcfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		securityScheme: {Type: "http", Scheme: "bearer", BearerFormat: "JWT",
+			Description: "Token from POST /v1/auth/login. Tokens do not expire."},
+	}
+	hcfg.OnAddOperation = append(hcfg.OnAddOperation, documentValidationAs400)
+	api := humago.New(mux, hcfg)
+	api.UseMiddleware(h.authMiddleware(api))
+
+	h.registerHealth(api)
+	h.registerAuth(api)
+	h.registerUsers(api)
+	h.registerPeers(api)
+	h.registerMirrors(api)
+	h.registerControl(api)
+	h.registerLogs(api)
+	mux.HandleFunc("GET /docs", serveDocs)
+
+	return &root{mux: mux, logger: cfg.Logger}, nil
+}
+
+// root adds the logger to each request's context (for error logging) and
+// answers unknown routes and wrong methods with JSON errors instead of
+// ServeMux's plain text.
+type root struct {
+	mux    *http.ServeMux
+	logger *slog.Logger
+}
+
+func (rt *root) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = r.WithContext(context.WithValue(r.Context(), loggerKey{}, rt.logger))
+	if _, pattern := rt.mux.Handler(r); pattern != "" {
+		rt.mux.ServeHTTP(w, r)
+		return
+	}
+	// No route matched: let the mux decide between 404 and 405 (and the
+	// Allow header), then answer in JSON.
+	rec := httptest.NewRecorder()
+	rt.mux.ServeHTTP(rec, r)
+	status := rec.Code
+	msg := fmt.Sprintf("No endpoint at %s; see /docs for the list of endpoints", r.URL.Path)
+	if status == http.StatusMethodNotAllowed {
+		allow := rec.Header().Get("Allow")
+		w.Header().Set("Allow", allow)
+		msg = fmt.Sprintf("Method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow)
+	} else if status != http.StatusNotFound {
+		status = http.StatusNotFound
+	}
+	writeJSONError(w, status, msg)
+}
+
+func writeJSONError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := jsonMarshal(errorBody{Error: msg})
+	_, _ = w.Write(b)
+}
+
+type loggerKey struct{}
+
+// apiError is the body of every error response.
+type apiError struct {
+	status  int
+	Message string `json:"error" doc:"What went wrong and what to do about it." example:"peer \"src\" does not exist"`
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func (e *apiError) Error() string  { return e.Message }
+func (e *apiError) GetStatus() int { return e.status }
+
+func init() {
+	// Huma's error constructors are package variables; they must be set
+	// before any operation is registered.
+	huma.NewError = newError
+	huma.NewErrorWithContext = func(ctx huma.Context, status int, msg string, errs ...error) huma.StatusError {
+		if status >= 500 && len(errs) > 0 && ctx != nil {
+			if logger, ok := ctx.Context().Value(loggerKey{}).(*slog.Logger); ok {
+				logger.ErrorContext(ctx.Context(), "request failed", slog.String("method", ctx.Method()),
+					slog.String("path", ctx.URL().Path), slog.Any("error", errors.Join(errs...)))
+			}
+		}
+		return newError(status, msg, errs...)
+	}
+}
+
+// newError builds the {"error": ...} body. Validation failures (422) become
+// 400 and list each problem by location; a 500 never shows internal text.
+func newError(status int, msg string, errs ...error) huma.StatusError {
+	if status >= 500 {
+		if msg == "" || len(errs) > 0 {
+			msg = "Internal server error; the cause is in the server log"
+		}
+		return &apiError{status: status, Message: msg}
+	}
+	var parts []string
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		var d *huma.ErrorDetail
+		if errors.As(err, &d) {
+			// Never echo d.Value: it may hold a password.
+			loc := strings.TrimPrefix(strings.TrimPrefix(d.Location, "body."), "body")
+			if loc != "" {
+				parts = append(parts, loc+": "+d.Message)
+			} else {
+				parts = append(parts, d.Message)
+			}
+			continue
+		}
+		parts = append(parts, err.Error())
+	}
+	switch {
+	case status == http.StatusBadRequest && msg == "validation failed" && len(parts) > 0:
+		// Huma reports a body that is not valid JSON as a 400 "validation failed".
+		msg = "Malformed JSON body: " + strings.Join(parts, "; ")
+	case status == http.StatusUnprocessableEntity:
+		status = http.StatusBadRequest
+		msg = "Invalid request: " + strings.Join(parts, "; ")
+	case status == http.StatusRequestEntityTooLarge:
+		msg = "Request body is too large: the limit is 1 MiB"
+	case msg == "request body is required":
+		msg = "Request body is required: send a JSON object with Content-Type: application/json"
+	case len(parts) > 0:
+		msg = strings.TrimSuffix(msg+": "+strings.Join(parts, "; "), ": ")
+	}
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	return &apiError{status: status, Message: msg}
+}
+
+// documentValidationAs400 rewrites the 422 responses Huma documents into
+// the 400 this API actually sends.
+func documentValidationAs400(_ *huma.OpenAPI, op *huma.Operation) {
+	if r, ok := op.Responses["422"]; ok {
+		delete(op.Responses, "422")
+		if _, has := op.Responses["400"]; !has {
+			r.Description = "Bad Request"
+			op.Responses["400"] = r
+		}
+	}
+}
+
+// Permission levels of operations.
+type permission int
+
+const (
+	open permission = iota
+	authed
+	adminOnly
+)
+
+const securityScheme = "bearer"
+
+// register adds an operation with its permission level: security metadata
+// for the middleware and the OpenAPI document, and the documented errors.
+func register[I, O any](api huma.API, perm permission, op huma.Operation, handler func(context.Context, *I) (*O, error)) {
+	if op.Metadata == nil {
+		op.Metadata = map[string]any{}
+	}
+	op.Metadata["permission"] = perm
+	switch perm {
+	case authed:
+		op.Security = []map[string][]string{{securityScheme: {}}}
+		op.Errors = append(op.Errors, http.StatusUnauthorized)
+		op.Description += " Permission: authed (any valid token)."
+	case adminOnly:
+		op.Security = []map[string][]string{{securityScheme: {}}}
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+		op.Description += " Permission: adminOnly."
+	default:
+		op.Description += " Permission: open."
+	}
+	op.Description = strings.TrimSpace(op.Description)
+	huma.Register(api, op, handler)
+}
+
+// internal logs err and returns a 500 without internal detail.
+func (h *handlers) internal(ctx context.Context, what string, err error) error {
+	h.logger.ErrorContext(ctx, "request failed", slog.String("operation", what), slog.Any("error", err))
+	return &apiError{status: http.StatusInternalServerError, Message: "Internal server error while trying to " + what + "; the cause is in the server log"}
+}
+
+func errorf(status int, format string, args ...any) error {
+	return &apiError{status: status, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,372 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+type statusMessageOutput struct {
+	Body struct {
+		Message string `json:"message"`
+		Status  string `json:"status" enum:"paused,running"`
+	}
+}
+
+type tableMessageOutput struct {
+	Body struct {
+		Message string `json:"message"`
+		Table   string `json:"table" doc:"schema.table"`
+	}
+}
+
+type tableResyncInput struct {
+	Name  string `path:"name" doc:"Mirror name."`
+	Table string `path:"table" doc:"Source table as schema.table."`
+}
+
+type tablesPutInput struct {
+	Name string `path:"name" doc:"Mirror name."`
+	Body struct {
+		TableMappings []tableMapping `json:"table_mappings" minItems:"1" maxItems:"10000" doc:"The complete desired set of mappings."`
+	}
+}
+
+type tablesOutput struct {
+	Body []tableMapping
+}
+
+func (h *handlers) registerControl(api huma.API) {
+	control := func(id, path, summary, desc string, handler func(context.Context, *mirrorPath) (*messageOutput, error)) {
+		register(api, adminOnly, huma.Operation{
+			OperationID: id, Method: http.MethodPost, Path: "/v1/mirrors/{name}/" + path, Tags: []string{"Mirror control"},
+			Summary: summary, Description: desc, Errors: []int{http.StatusNotFound, http.StatusConflict},
+		}, handler)
+	}
+	register(api, adminOnly, huma.Operation{
+		OperationID: "pause-mirror", Method: http.MethodPost, Path: "/v1/mirrors/{name}/pause", Tags: []string{"Mirror control"},
+		Summary: "Pause a mirror",
+		Description: "Stops CDC; the replication slot keeps its position. Allowed from running and error; 409 when already paused " +
+			"or while an operation is in progress (initializing, snapshotting, a resync or schema sync, stopped).",
+		Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, h.pause)
+	register(api, adminOnly, huma.Operation{
+		OperationID: "resume-mirror", Method: http.MethodPost, Path: "/v1/mirrors/{name}/resume", Tags: []string{"Mirror control"},
+		Summary: "Resume a paused mirror", Description: "CDC continues from the last replicated LSN. 409 unless the mirror is paused.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, h.resume)
+	control("resync-mirror", "resync", "Resync all tables",
+		"Truncates every destination table and snapshots it again, then continues CDC. A paused mirror resumes to do it. "+
+			"409 while initializing, snapshotting or stopped.", h.resync)
+	register(api, adminOnly, huma.Operation{
+		OperationID: "resync-table", Method: http.MethodPost, Path: "/v1/mirrors/{name}/resync/{table}", Tags: []string{"Mirror control"},
+		Summary:     "Resync one table",
+		Description: "Truncates and snapshots one table again ({table} is the source schema.table); other tables continue CDC. 409 while initializing, snapshotting or stopped.",
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
+	}, h.resyncTable)
+	control("retry-mirror", "retry", "Retry a failed mirror now",
+		"Restarts a mirror in error at once instead of waiting for the backoff. 409 unless status is error.", h.retry)
+	control("sync-schema", "sync-schema", "Synchronise the destination schema",
+		"Brings destination columns up to the source's (added columns, changed types) without resyncing data. "+
+			"A paused mirror resumes to do it. 409 while initializing, snapshotting or stopped.", h.syncSchema)
+	register(api, authed, huma.Operation{
+		OperationID: "get-mirror-tables", Method: http.MethodGet, Path: "/v1/mirrors/{name}/tables", Tags: []string{"Mirror control"},
+		Summary: "List a mirror's table mappings", Errors: []int{http.StatusNotFound},
+	}, h.getTables)
+	register(api, adminOnly, huma.Operation{
+		OperationID: "put-mirror-tables", Method: http.MethodPut, Path: "/v1/mirrors/{name}/tables", Tags: []string{"Mirror control"},
+		Summary: "Replace a mirror's table mappings",
+		Description: "table_mappings is the complete desired set: mappings of source tables that stay keep their progress, " +
+			"removed ones are dropped from the mirror, new ones are snapshotted when the mirror resumes. The mirror must be paused (409 otherwise).",
+		Errors: []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
+	}, h.putTables)
+	register(api, authed, huma.Operation{
+		OperationID: "available-tables", Method: http.MethodGet, Path: "/v1/mirrors/{name}/available-tables", Tags: []string{"Mirror control"},
+		Summary: "Source tables not yet in the mirror", Errors: []int{http.StatusBadRequest, http.StatusNotFound},
+	}, h.availableTables)
+}
+
+// controlTx runs fn in a transaction holding the live mirror's row lock.
+// A missing mirror is a 404.
+func (h *handlers) controlTx(ctx context.Context, name string, fn func(tx pgx.Tx, m db.Mirror) error) error {
+	err := pgx.BeginFunc(ctx, h.store.Pool(), func(tx pgx.Tx) error {
+		m, err := h.store.MirrorGetByNameForUpdate(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		return fn(tx, m)
+	})
+	var apiErr *apiError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &apiErr):
+		return apiErr
+	case errors.Is(err, db.ErrNotFound):
+		return notFoundMirror(name)
+	default:
+		return h.internal(ctx, "change the mirror", err)
+	}
+}
+
+// busy returns a 409 when the mirror is in a state where no other control
+// operation may start: being set up or snapshotted, stopped, or with a
+// resync or schema sync still to be carried out.
+func busy(m db.Mirror, tables []db.MirrorTable, what string) error {
+	switch m.Status {
+	case db.StatusInitializing:
+		return errorf(http.StatusConflict, "Cannot %s mirror %q: it is still initializing; wait until it is running", what, m.Name)
+	case db.StatusSnapshotting:
+		return errorf(http.StatusConflict, "Cannot %s mirror %q: its snapshot is in progress; wait until it is running", what, m.Name)
+	case db.StatusStopped:
+		return errorf(http.StatusConflict, "Cannot %s mirror %q: it is stopped, which is final; delete it and create it again", what, m.Name)
+	}
+	if m.PendingAction != nil {
+		return errorf(http.StatusConflict, "Cannot %s mirror %q: a %s is in progress; wait until it has finished", what, m.Name, strings.ReplaceAll(*m.PendingAction, "_", " "))
+	}
+	for _, t := range tables {
+		if t.ResyncRequestedAt != nil || t.Status == db.TableStatusSnapshotting {
+			return errorf(http.StatusConflict, "Cannot %s mirror %q: table %s.%s is being resynced; wait until it has finished", what, m.Name, t.SourceSchema, t.SourceTable)
+		}
+	}
+	return nil
+}
+
+func (h *handlers) pause(ctx context.Context, in *mirrorPath) (*statusMessageOutput, error) {
+	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
+		if m.Status == db.StatusPaused {
+			return errorf(http.StatusConflict, "Mirror %q is already paused", m.Name)
+		}
+		tables, err := h.store.MirrorTablesTx(ctx, tx, m.ID)
+		if err != nil {
+			return err
+		}
+		if err := busy(m, tables, "pause"); err != nil {
+			return err
+		}
+		if err := h.store.MirrorPauseTx(ctx, tx, m.ID); err != nil {
+			return err
+		}
+		return h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorPaused, nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &statusMessageOutput{}
+	out.Body.Message = fmt.Sprintf("Mirror %q paused; its replication slot keeps its position", in.Name)
+	out.Body.Status = db.StatusPaused
+	return out, nil
+}
+
+func (h *handlers) resume(ctx context.Context, in *mirrorPath) (*statusMessageOutput, error) {
+	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
+		if m.Status != db.StatusPaused {
+			return errorf(http.StatusConflict, "Mirror %q is not paused (status %s): only a paused mirror can be resumed", m.Name, m.Status)
+		}
+		if err := h.store.MirrorResumeTx(ctx, tx, m.ID); err != nil {
+			return err
+		}
+		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorResumed, nil); err != nil {
+			return err
+		}
+		return h.enqueueRun(ctx, tx, m.ID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &statusMessageOutput{}
+	out.Body.Message = fmt.Sprintf("Mirror %q resumed; CDC continues from the last replicated LSN", in.Name)
+	out.Body.Status = db.StatusRunning
+	return out, nil
+}
+
+// requestAction records a resync or schema sync for the mirror's worker.
+func (h *handlers) requestAction(ctx context.Context, name, action, what, logMsg string) (wasPaused bool, err error) {
+	err = h.controlTx(ctx, name, func(tx pgx.Tx, m db.Mirror) error {
+		tables, err := h.store.MirrorTablesTx(ctx, tx, m.ID)
+		if err != nil {
+			return err
+		}
+		if err := busy(m, tables, what); err != nil {
+			return err
+		}
+		wasPaused = m.Status == db.StatusPaused || m.DesiredState == db.DesiredPaused
+		if err := h.store.MirrorRequestActionTx(ctx, tx, m.ID, action); err != nil {
+			return err
+		}
+		if logMsg != "" {
+			if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, logMsg, nil); err != nil {
+				return err
+			}
+		}
+		return h.enqueueRun(ctx, tx, m.ID)
+	})
+	return wasPaused, err
+}
+
+func (h *handlers) resync(ctx context.Context, in *mirrorPath) (*messageOutput, error) {
+	wasPaused, err := h.requestAction(ctx, in.Name, db.ActionResync, "resync", "")
+	if err != nil {
+		return nil, err
+	}
+	msg := fmt.Sprintf("Resync of mirror %q started: every destination table is truncated and snapshotted again, then CDC continues", in.Name)
+	if wasPaused {
+		msg += "; the mirror was paused and resumes to do this"
+	}
+	return message(msg), nil
+}
+
+func (h *handlers) syncSchema(ctx context.Context, in *mirrorPath) (*messageOutput, error) {
+	wasPaused, err := h.requestAction(ctx, in.Name, db.ActionSyncSchema, "sync the schema of", db.MsgSchemaSyncInitiated)
+	if err != nil {
+		return nil, err
+	}
+	msg := fmt.Sprintf("Schema sync of mirror %q initiated: destination columns are brought up to the source's, then CDC continues", in.Name)
+	if wasPaused {
+		msg += "; the mirror was paused and resumes to do this"
+	}
+	return message(msg), nil
+}
+
+func (h *handlers) resyncTable(ctx context.Context, in *tableResyncInput) (*tableMessageOutput, error) {
+	if !strings.Contains(in.Table, ".") {
+		return nil, errorf(http.StatusBadRequest, "Invalid request: table %q is not schema.table (for example public.orders)", in.Table)
+	}
+	var src change.TableName
+	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
+		tables, err := h.store.MirrorTablesTx(ctx, tx, m.ID)
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, t := range tables {
+			if name := (change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}); name.String() == in.Table {
+				src, found = name, true
+			}
+		}
+		if !found {
+			return errorf(http.StatusNotFound, "Mirror %q has no source table %s: see GET /v1/mirrors/%s/tables", m.Name, in.Table, m.Name)
+		}
+		if err := busy(m, tables, "resync a table of"); err != nil {
+			return err
+		}
+		if err := h.store.MirrorTableRequestResyncTx(ctx, tx, m.ID, src); err != nil {
+			return err
+		}
+		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgTableResyncStarted, map[string]string{"table": src.String()}); err != nil {
+			return err
+		}
+		return h.enqueueRun(ctx, tx, m.ID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &tableMessageOutput{}
+	out.Body.Message = fmt.Sprintf("Resync of table %s in mirror %q started: it is truncated and snapshotted again while other tables continue CDC", src, in.Name)
+	out.Body.Table = src.String()
+	return out, nil
+}
+
+func (h *handlers) retry(ctx context.Context, in *mirrorPath) (*messageOutput, error) {
+	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
+		if m.Status != db.StatusError {
+			return errorf(http.StatusConflict, "Mirror %q is not in error (status %s): retry is only for a failed mirror", m.Name, m.Status)
+		}
+		if err := h.store.MirrorRequestRetryTx(ctx, tx, m.ID); err != nil {
+			return err
+		}
+		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgRetrySignal, nil); err != nil {
+			return err
+		}
+		return h.enqueueRun(ctx, tx, m.ID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return message(fmt.Sprintf("Retry signal sent to mirror %q: it restarts now without waiting for the backoff", in.Name)), nil
+}
+
+func (h *handlers) getTables(ctx context.Context, in *mirrorPath) (*tablesOutput, error) {
+	m, err := h.mirror(ctx, in.Name)
+	if err != nil {
+		return nil, err
+	}
+	tables, err := h.store.MirrorTables(ctx, m.ID)
+	if err != nil {
+		return nil, h.internal(ctx, "load the mirror's tables", err)
+	}
+	return &tablesOutput{Body: mappingsResponse(tables)}, nil
+}
+
+func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOutput, error) {
+	m, err := h.mirror(ctx, in.Name)
+	if err != nil {
+		return nil, err
+	}
+	if m.Status != db.StatusPaused {
+		return nil, errorf(http.StatusConflict, "Mirror %q is not paused (status %s): pause it with POST /v1/mirrors/%s/pause before changing its tables", m.Name, m.Status, m.Name)
+	}
+	mappings, err := validateMappings(in.Body.TableMappings, m.SourcePeerID == m.DestinationPeerID)
+	if err != nil {
+		return nil, err
+	}
+	source, err := h.store.PeerGetByID(ctx, m.SourcePeerID)
+	if err != nil {
+		return nil, h.internal(ctx, "load the source peer", err)
+	}
+	if err := h.checkSource(ctx, source, mappings); err != nil {
+		return nil, err
+	}
+	var tables []db.MirrorTable
+	err = h.controlTx(ctx, in.Name, func(tx pgx.Tx, locked db.Mirror) error {
+		// The source check took time: the mirror must still be the same and paused.
+		if locked.ID != m.ID || locked.Status != db.StatusPaused {
+			return errorf(http.StatusConflict, "Mirror %q changed while its tables were checked (status %s): pause it and try again", locked.Name, locked.Status)
+		}
+		var err error
+		tables, err = h.store.MirrorTablesReplaceTx(ctx, tx, m.ID, mappings)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &tablesOutput{Body: mappingsResponse(tables)}, nil
+}
+
+func (h *handlers) availableTables(ctx context.Context, in *mirrorPath) (*tableListOutput, error) {
+	m, err := h.mirror(ctx, in.Name)
+	if err != nil {
+		return nil, err
+	}
+	mapped, err := h.store.MirrorTables(ctx, m.ID)
+	if err != nil {
+		return nil, h.internal(ctx, "load the mirror's tables", err)
+	}
+	source, err := h.store.PeerGetByID(ctx, m.SourcePeerID)
+	if err != nil {
+		return nil, h.internal(ctx, "load the source peer", err)
+	}
+	all, err := h.listPeerTables(ctx, source)
+	if err != nil {
+		return nil, err
+	}
+	inMirror := map[change.TableName]bool{}
+	for _, t := range mapped {
+		inMirror[change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}] = true
+	}
+	out := &tableListOutput{Body: []tableRef{}}
+	for _, t := range all {
+		if !inMirror[t] {
+			out.Body = append(out.Body, tableRef{Schema: t.Schema, TableName: t.Name})
+		}
+	}
+	return out, nil
+}

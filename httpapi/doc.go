@@ -1,0 +1,23 @@
+// Package httpapi is pgmirror's REST API: Huma v2 operations on an
+// http.ServeMux, one file per resource (auth, users, peers, mirrors, mirror
+// control, logs, health).
+//
+// Handlers write desired state to the catalog (package db) and, in the same
+// transaction, enqueue the River job that acts on it; they never run
+// replication themselves. Catalog and engine errors become HTTP errors here
+// and nowhere else.
+//
+// Every error response, including validation failures (answered 400, not
+// Huma's 422), malformed JSON, unknown routes (404), wrong methods (405) and
+// oversized bodies (413), has the body {"error": "message"}. A 500 never
+// carries internal error text: the cause is logged with the request.
+//
+// Operations carry one of three permission levels: open, authed (any valid
+// token) and adminOnly. One middleware enforces them from each operation's
+// security metadata. Tokens are HS256 JWTs without expiry that name the
+// user; the user is loaded from the catalog on every request, so deleting a
+// user or changing a role takes effect at once.
+//
+// /openapi.json describes the API and /docs renders it with an embedded page
+// that needs no network access.
+package httpapi

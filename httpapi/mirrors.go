@@ -1,0 +1,419 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/preflight"
+	"github.com/pgmirror/pgmirror/jobs"
+)
+
+// tableMapping is the API form of a table mapping.
+type tableMapping struct {
+	SourceSchema      string   `json:"source_schema" minLength:"1" maxLength:"63"`
+	SourceTable       string   `json:"source_table" minLength:"1" maxLength:"63"`
+	DestinationSchema string   `json:"destination_schema" minLength:"1" maxLength:"63"`
+	DestinationTable  string   `json:"destination_table" minLength:"1" maxLength:"63"`
+	ExcludeColumns    []string `json:"exclude_columns,omitempty" doc:"Column names left out of replication." uniqueItems:"true"`
+}
+
+func mappingResponse(t db.MirrorTable) tableMapping {
+	return tableMapping{SourceSchema: t.SourceSchema, SourceTable: t.SourceTable,
+		DestinationSchema: t.DestinationSchema, DestinationTable: t.DestinationTable, ExcludeColumns: t.ExcludeColumns}
+}
+
+func mappingsResponse(tables []db.MirrorTable) []tableMapping {
+	out := make([]tableMapping, 0, len(tables))
+	for _, t := range tables {
+		out = append(out, mappingResponse(t))
+	}
+	return out
+}
+
+type mirrorCreateInput struct {
+	Body struct {
+		Name                        string         `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique mirror name, used in paths."`
+		SourcePeer                  string         `json:"source_peer" minLength:"1" doc:"Name of an existing peer to read from."`
+		DestinationPeer             string         `json:"destination_peer" minLength:"1" doc:"Name of an existing peer to write to."`
+		TableMappings               []tableMapping `json:"table_mappings" minItems:"1" maxItems:"10000"`
+		SnapshotNumRowsPerPartition int            `json:"snapshot_num_rows_per_partition,omitempty" minimum:"1" maximum:"100000000" default:"500000"`
+		SnapshotMaxParallelWorkers  int            `json:"snapshot_max_parallel_workers,omitempty" minimum:"1" maximum:"64" default:"4"`
+		SnapshotNumTablesInParallel int            `json:"snapshot_num_tables_in_parallel,omitempty" minimum:"1" maximum:"64" default:"4"`
+		CDCSyncIntervalSeconds      int            `json:"cdc_sync_interval_seconds,omitempty" minimum:"1" maximum:"86400" default:"60"`
+		CDCBatchSize                int            `json:"cdc_batch_size,omitempty" minimum:"1" maximum:"1000000" default:"10000"`
+		DoInitialSnapshot           *bool          `json:"do_initial_snapshot,omitempty" default:"true" doc:"When false, only changes made after creation are replicated."`
+		PublicationName             string         `json:"publication_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_pub_<name>."`
+		ReplicationSlotName         string         `json:"replication_slot_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_slot_<name>."`
+	}
+}
+
+// mirrorConfig is a mirror's configuration as the API returns it.
+type mirrorConfig struct {
+	Name                        string         `json:"name"`
+	SourcePeer                  string         `json:"source_peer"`
+	DestinationPeer             string         `json:"destination_peer"`
+	TableMappings               []tableMapping `json:"table_mappings"`
+	SnapshotNumRowsPerPartition int            `json:"snapshot_num_rows_per_partition"`
+	SnapshotMaxParallelWorkers  int            `json:"snapshot_max_parallel_workers"`
+	SnapshotNumTablesInParallel int            `json:"snapshot_num_tables_in_parallel"`
+	CDCSyncIntervalSeconds      int            `json:"cdc_sync_interval_seconds"`
+	CDCBatchSize                int            `json:"cdc_batch_size"`
+	DoInitialSnapshot           bool           `json:"do_initial_snapshot"`
+	PublicationName             string         `json:"publication_name"`
+	ReplicationSlotName         string         `json:"replication_slot_name"`
+	Status                      string         `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped"`
+	CreatedAt                   time.Time      `json:"created_at"`
+}
+
+func configResponse(m db.Mirror, tables []db.MirrorTable) mirrorConfig {
+	return mirrorConfig{
+		Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer, TableMappings: mappingsResponse(tables),
+		SnapshotNumRowsPerPartition: m.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: m.SnapshotMaxParallelWorkers,
+		SnapshotNumTablesInParallel: m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: m.CDCSyncIntervalSeconds,
+		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot,
+		PublicationName: m.PublicationName, ReplicationSlotName: m.ReplicationSlotName,
+		Status: m.Status, CreatedAt: m.CreatedAt,
+	}
+}
+
+type mirrorCreateOutput struct {
+	Body mirrorConfig
+}
+
+type mirrorSummary struct {
+	Name            string    `json:"name"`
+	SourcePeer      string    `json:"source_peer"`
+	DestinationPeer string    `json:"destination_peer"`
+	Status          string    `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped"`
+	LastLSN         *string   `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
+	ErrorMessage    *string   `json:"error_message" doc:"Set when status is error."`
+	ErrorCount      int       `json:"error_count" doc:"Consecutive errors."`
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
+}
+
+type mirrorListOutput struct {
+	Body []mirrorSummary
+}
+
+type tableStatus struct {
+	TableName    string     `json:"table_name" doc:"Source table, schema.table."`
+	Status       string     `json:"status" enum:"pending,snapshotting,running,error"`
+	RowsSynced   int64      `json:"rows_synced"`
+	RowsInserted int64      `json:"rows_inserted"`
+	RowsUpdated  int64      `json:"rows_updated"`
+	RowsDeleted  int64      `json:"rows_deleted"`
+	LastSyncedAt *time.Time `json:"last_synced_at"`
+}
+
+type mirrorStatus struct {
+	mirrorConfig
+	DesiredState    string        `json:"desired_state" enum:"running,paused" doc:"What the last control request asked for."`
+	LastLSN         *string       `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
+	LastSyncBatchID int64         `json:"last_sync_batch_id"`
+	ErrorMessage    *string       `json:"error_message"`
+	ErrorCount      int           `json:"error_count"`
+	NextRetryAt     *time.Time    `json:"next_retry_at" doc:"When a mirror in error is retried next."`
+	Tables          []tableStatus `json:"tables"`
+	UpdatedAt       time.Time     `json:"updated_at"`
+}
+
+type mirrorStatusOutput struct {
+	Body mirrorStatus
+}
+
+type mirrorPath struct {
+	Name string `path:"name" doc:"Mirror name."`
+}
+
+func (h *handlers) registerMirrors(api huma.API) {
+	register(api, authed, huma.Operation{
+		OperationID: "list-mirrors", Method: http.MethodGet, Path: "/v1/mirrors", Tags: []string{"Mirrors"},
+		Summary: "List mirrors", Description: "Every mirror with basic status.",
+	}, h.listMirrors)
+	register(api, adminOnly, huma.Operation{
+		OperationID: "create-mirror", Method: http.MethodPost, Path: "/v1/mirrors", Tags: []string{"Mirrors"},
+		Summary: "Create a mirror",
+		Description: "Checks the source (wal_level=logical, mapped tables exist and have a primary key or REPLICA IDENTITY FULL), " +
+			"stores the mirror with status initializing and starts it: initial snapshot (unless do_initial_snapshot is false), then CDC.",
+		DefaultStatus: http.StatusCreated,
+		Errors:        []int{http.StatusBadRequest, http.StatusConflict},
+	}, h.createMirror)
+	register(api, authed, huma.Operation{
+		OperationID: "get-mirror", Method: http.MethodGet, Path: "/v1/mirrors/{name}", Tags: []string{"Mirrors"},
+		Summary: "Get mirror status", Description: "Status, progress, per-table counters and configuration.",
+		Errors: []int{http.StatusNotFound},
+	}, h.getMirror)
+	register(api, adminOnly, huma.Operation{
+		OperationID: "delete-mirror", Method: http.MethodDelete, Path: "/v1/mirrors/{name}", Tags: []string{"Mirrors"},
+		Summary: "Delete a mirror",
+		Description: "The mirror disappears at once; a background job stops it and drops its replication slot and publication " +
+			"on the source. Destination data is left as it is. Irreversible.",
+		Errors: []int{http.StatusNotFound},
+	}, h.deleteMirror)
+}
+
+func (h *handlers) listMirrors(ctx context.Context, _ *struct{}) (*mirrorListOutput, error) {
+	mirrors, err := h.store.MirrorList(ctx)
+	if err != nil {
+		return nil, h.internal(ctx, "list mirrors", err)
+	}
+	out := &mirrorListOutput{Body: make([]mirrorSummary, 0, len(mirrors))}
+	for _, m := range mirrors {
+		out.Body = append(out.Body, mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
+			Status: m.Status, LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
+			CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt})
+	}
+	return out, nil
+}
+
+// mirror loads a live mirror by name, answering 404 when there is none.
+func (h *handlers) mirror(ctx context.Context, name string) (db.Mirror, error) {
+	m, err := h.store.MirrorGetByName(ctx, name)
+	if errors.Is(err, db.ErrNotFound) {
+		return db.Mirror{}, notFoundMirror(name)
+	}
+	if err != nil {
+		return db.Mirror{}, h.internal(ctx, "load the mirror", err)
+	}
+	return m, nil
+}
+
+func notFoundMirror(name string) error {
+	return errorf(http.StatusNotFound, "Mirror %q does not exist", name)
+}
+
+func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatusOutput, error) {
+	m, err := h.mirror(ctx, in.Name)
+	if err != nil {
+		return nil, err
+	}
+	tables, err := h.store.MirrorTables(ctx, m.ID)
+	if err != nil {
+		return nil, h.internal(ctx, "load the mirror's tables", err)
+	}
+	st := mirrorStatus{
+		mirrorConfig: configResponse(m, tables), DesiredState: m.DesiredState,
+		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
+		NextRetryAt: m.NextRetryAt, UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
+	}
+	for _, t := range tables {
+		st.Tables = append(st.Tables, tableStatus{
+			TableName: change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}.String(), Status: t.Status,
+			RowsSynced: t.RowsSynced, RowsInserted: t.RowsInserted, RowsUpdated: t.RowsUpdated, RowsDeleted: t.RowsDeleted,
+			LastSyncedAt: t.LastSyncedAt,
+		})
+	}
+	return &mirrorStatusOutput{Body: st}, nil
+}
+
+// validateMappings turns API mappings into engine mappings, rejecting
+// duplicate source or destination tables and a table mapped onto itself
+// when source and destination are the same peer.
+func validateMappings(in []tableMapping, samePeer bool) ([]change.Mapping, error) {
+	if len(in) == 0 {
+		return nil, errorf(http.StatusBadRequest, "Invalid request: table_mappings is empty: map at least one table")
+	}
+	out := make([]change.Mapping, 0, len(in))
+	sources := map[change.TableName]int{}
+	dests := map[change.TableName]int{}
+	for i, t := range in {
+		m := change.Mapping{
+			Source:         change.TableName{Schema: t.SourceSchema, Name: t.SourceTable},
+			Destination:    change.TableName{Schema: t.DestinationSchema, Name: t.DestinationTable},
+			ExcludeColumns: t.ExcludeColumns,
+		}
+		if j, dup := sources[m.Source]; dup {
+			return nil, errorf(http.StatusBadRequest, "Invalid request: table_mappings[%d] and table_mappings[%d] both map source table %s: map each source table once", j, i, m.Source)
+		}
+		if j, dup := dests[m.Destination]; dup {
+			return nil, errorf(http.StatusBadRequest, "Invalid request: table_mappings[%d] and table_mappings[%d] both write to destination table %s: give each mapping its own destination table", j, i, m.Destination)
+		}
+		if samePeer && m.Source == m.Destination {
+			return nil, errorf(http.StatusBadRequest, "Invalid request: table_mappings[%d] would replicate %s onto itself (source and destination are the same peer): choose another destination table", i, m.Source)
+		}
+		for _, c := range t.ExcludeColumns {
+			if c == "" {
+				return nil, errorf(http.StatusBadRequest, "Invalid request: table_mappings[%d].exclude_columns holds an empty column name", i)
+			}
+		}
+		sources[m.Source], dests[m.Destination] = i, i
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// checkSource connects to the source peer and runs the preflight checks on
+// the mapped tables. Every failure is a 400 that says what to do.
+func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []change.Mapping) error {
+	conn, err := connectPeer(ctx, source)
+	if err != nil {
+		return errorf(http.StatusBadRequest, "Could not reach the source peer %q: %s. Check that it is running and that its settings are right (POST /v1/peers/%s/test)", source.Name, err, source.Name)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tables := make([]change.TableName, len(mappings))
+	for i, m := range mappings {
+		tables[i] = m.Source
+	}
+	err = preflight.Check(qctx, conn, tables)
+	var f *preflight.Failure
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &f):
+		return errorf(http.StatusBadRequest, "Source peer %q is not ready: %s", source.Name, f.Message)
+	default:
+		return errorf(http.StatusBadRequest, "Could not check the source peer %q: %s", source.Name, scrub(err.Error(), source.Password))
+	}
+}
+
+var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// generatedName returns prefix + the mirror name made into a lowercase
+// identifier of at most 63 characters; a long name is cut and given a
+// short hash so that different long names stay different.
+func generatedName(prefix, mirror string) string {
+	s := prefix + nonIdent.ReplaceAllString(strings.ToLower(mirror), "_")
+	if len(s) <= 63 {
+		return s
+	}
+	sum := sha256.Sum256([]byte(mirror))
+	suffix := "_" + hex.EncodeToString(sum[:4])
+	if len(s) > 63-len(suffix) {
+		s = s[:63-len(suffix)]
+	}
+	return s + suffix
+}
+
+func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mirrorCreateOutput, error) {
+	b := in.Body
+	source, err := h.store.PeerGetByName(ctx, b.SourcePeer)
+	if errors.Is(err, db.ErrNotFound) {
+		return nil, errorf(http.StatusBadRequest, "Invalid request: source peer %q does not exist: create it with POST /v1/peers first", b.SourcePeer)
+	}
+	if err != nil {
+		return nil, h.internal(ctx, "load the source peer", err)
+	}
+	dest, err := h.store.PeerGetByName(ctx, b.DestinationPeer)
+	if errors.Is(err, db.ErrNotFound) {
+		return nil, errorf(http.StatusBadRequest, "Invalid request: destination peer %q does not exist: create it with POST /v1/peers first", b.DestinationPeer)
+	}
+	if err != nil {
+		return nil, h.internal(ctx, "load the destination peer", err)
+	}
+	mappings, err := validateMappings(b.TableMappings, source.ID == dest.ID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := h.store.MirrorGetByName(ctx, b.Name); err == nil {
+		return nil, errorf(http.StatusConflict, "Mirror %q already exists: choose another name", b.Name)
+	} else if !errors.Is(err, db.ErrNotFound) {
+		return nil, h.internal(ctx, "check the mirror name", err)
+	}
+
+	pub, slot := b.PublicationName, b.ReplicationSlotName
+	if pub == "" {
+		pub = generatedName("pgmirror_pub_", b.Name)
+	}
+	if slot == "" {
+		slot = generatedName("pgmirror_slot_", b.Name)
+	}
+	user, err := h.store.MirrorUsingSlotOrPublication(ctx, slot, pub)
+	if err != nil {
+		return nil, h.internal(ctx, "check the slot and publication names", err)
+	}
+	if user != "" {
+		if b.PublicationName != "" || b.ReplicationSlotName != "" {
+			return nil, errorf(http.StatusConflict, "Mirror %q already uses replication slot %q or publication %q: choose other names", user, slot, pub)
+		}
+		// A deleted mirror of the same name may still be cleaning up its slot.
+		suffix := "_" + randomHex(4)
+		pub = truncate(pub, 63-len(suffix)) + suffix
+		slot = truncate(slot, 63-len(suffix)) + suffix
+	}
+
+	if err := h.checkSource(ctx, source, mappings); err != nil {
+		return nil, err
+	}
+
+	var m db.Mirror
+	var tables []db.MirrorTable
+	err = pgx.BeginFunc(ctx, h.store.Pool(), func(tx pgx.Tx) error {
+		var err error
+		m, err = h.store.MirrorCreateTx(ctx, tx, db.MirrorCreateParams{
+			Name: b.Name, SourcePeerID: source.ID, DestinationPeerID: dest.ID,
+			SnapshotNumRowsPerPartition: b.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: b.SnapshotMaxParallelWorkers,
+			SnapshotNumTablesInParallel: b.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: b.CDCSyncIntervalSeconds,
+			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: b.DoInitialSnapshot == nil || *b.DoInitialSnapshot,
+			PublicationName: pub, ReplicationSlotName: slot, Tables: mappings,
+		})
+		if err != nil {
+			return err
+		}
+		if tables, err = h.store.MirrorTablesTx(ctx, tx, m.ID); err != nil {
+			return err
+		}
+		return h.enqueueRun(ctx, tx, m.ID)
+	})
+	if errors.Is(err, db.ErrConflict) {
+		return nil, errorf(http.StatusConflict, "Mirror %q already exists: choose another name", b.Name)
+	}
+	if err != nil {
+		return nil, h.internal(ctx, "create the mirror", err)
+	}
+	h.logger.InfoContext(ctx, "mirror created", "mirror", m.Name, "slot", m.ReplicationSlotName, "publication", m.PublicationName)
+	return &mirrorCreateOutput{Body: configResponse(m, tables)}, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// enqueueRun enqueues the job that drives the mirror, inside tx.
+func (h *handlers) enqueueRun(ctx context.Context, tx pgx.Tx, mirrorID int64) error {
+	if _, err := h.river.InsertTx(ctx, tx, jobs.MirrorRunArgs{MirrorID: mirrorID}, nil); err != nil {
+		return fmt.Errorf("enqueue run job for mirror %d: %w", mirrorID, err)
+	}
+	return nil
+}
+
+func (h *handlers) deleteMirror(ctx context.Context, in *mirrorPath) (*deletedOutput, error) {
+	err := pgx.BeginFunc(ctx, h.store.Pool(), func(tx pgx.Tx) error {
+		m, err := h.store.MirrorGetByNameForUpdate(ctx, tx, in.Name)
+		if err != nil {
+			return err
+		}
+		if err := h.store.MirrorSoftDeleteTx(ctx, tx, m.ID); err != nil {
+			return err
+		}
+		if _, err := h.river.InsertTx(ctx, tx, jobs.MirrorCleanupArgs{MirrorID: m.ID}, nil); err != nil {
+			return fmt.Errorf("enqueue cleanup job for mirror %d: %w", m.ID, err)
+		}
+		return nil
+	})
+	if errors.Is(err, db.ErrNotFound) {
+		return nil, notFoundMirror(in.Name)
+	}
+	if err != nil {
+		return nil, h.internal(ctx, "delete the mirror", err)
+	}
+	h.logger.InfoContext(ctx, "mirror deleted", "mirror", in.Name)
+	return deleted(in.Name), nil
+}

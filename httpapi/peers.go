@@ -1,0 +1,284 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/preflight"
+)
+
+// connectTimeout bounds every connection the API opens to a peer.
+const connectTimeout = 10 * time.Second
+
+type peerBody struct {
+	Name      string    `json:"name"`
+	Host      string    `json:"host"`
+	Port      int       `json:"port"`
+	User      string    `json:"user"`
+	Database  string    `json:"database"`
+	SSLMode   string    `json:"ssl_mode" enum:"disable,require,verify-ca,verify-full,prefer"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+func peerResponse(p db.Peer) peerBody {
+	return peerBody{Name: p.Name, Host: p.Host, Port: p.Port, User: p.User, Database: p.Database,
+		SSLMode: p.SSLMode, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+}
+
+type peerOutput struct {
+	Body peerBody
+}
+
+type peerListOutput struct {
+	Body []peerBody
+}
+
+type peerCreateInput struct {
+	Body struct {
+		Name     string `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique peer name, used in paths."`
+		Host     string `json:"host" minLength:"1" maxLength:"255" doc:"Hostname or IP address."`
+		Port     int    `json:"port" minimum:"1" maximum:"65535"`
+		User     string `json:"user" minLength:"1" maxLength:"128"`
+		Password string `json:"password" maxLength:"1024" doc:"Write-only: never returned."`
+		Database string `json:"database" minLength:"1" maxLength:"128"`
+		SSLMode  string `json:"ssl_mode,omitempty" enum:"disable,require,verify-ca,verify-full,prefer" default:"prefer"`
+	}
+}
+
+type peerUpdateInput struct {
+	Name string `path:"name"`
+	Body struct {
+		Host     *string `json:"host,omitempty" minLength:"1" maxLength:"255"`
+		Port     *int    `json:"port,omitempty" minimum:"1" maximum:"65535"`
+		User     *string `json:"user,omitempty" minLength:"1" maxLength:"128"`
+		Password *string `json:"password,omitempty" maxLength:"1024" doc:"Write-only: never returned."`
+		Database *string `json:"database,omitempty" minLength:"1" maxLength:"128"`
+		SSLMode  *string `json:"ssl_mode,omitempty" enum:"disable,require,verify-ca,verify-full,prefer"`
+	}
+}
+
+type peerPath struct {
+	Name string `path:"name" doc:"Peer name."`
+}
+
+type tableRef struct {
+	Schema    string `json:"schema"`
+	TableName string `json:"table_name"`
+}
+
+type tableListOutput struct {
+	Body []tableRef
+}
+
+type peerTestOutput struct {
+	Body struct {
+		Success bool   `json:"success"`
+		Version string `json:"version,omitempty" doc:"PostgreSQL server version; present when successful."`
+		Error   string `json:"error,omitempty" doc:"Why the connection failed; present when not successful."`
+	}
+}
+
+func (h *handlers) registerPeers(api huma.API) {
+	register(api, authed, huma.Operation{
+		OperationID: "list-peers", Method: http.MethodGet, Path: "/v1/peers", Tags: []string{"Peers"},
+		Summary: "List peers", Description: "Connection details of every peer; never the password.",
+	}, h.listPeers)
+	register(api, adminOnly, huma.Operation{
+		OperationID: "create-peer", Method: http.MethodPost, Path: "/v1/peers", Tags: []string{"Peers"},
+		Summary: "Create a peer", DefaultStatus: http.StatusCreated,
+		Errors: []int{http.StatusBadRequest, http.StatusConflict},
+	}, h.createPeer)
+	register(api, authed, huma.Operation{
+		OperationID: "get-peer", Method: http.MethodGet, Path: "/v1/peers/{name}", Tags: []string{"Peers"},
+		Summary: "Get a peer", Errors: []int{http.StatusNotFound},
+	}, h.getPeer)
+	register(api, adminOnly, huma.Operation{
+		OperationID: "update-peer", Method: http.MethodPut, Path: "/v1/peers/{name}", Tags: []string{"Peers"},
+		Summary:     "Update a peer",
+		Description: "Changes the given fields only. Mirrors using the peer pick the change up when they next connect; pause them first.",
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
+	}, h.updatePeer)
+	register(api, adminOnly, huma.Operation{
+		OperationID: "delete-peer", Method: http.MethodDelete, Path: "/v1/peers/{name}", Tags: []string{"Peers"},
+		Summary: "Delete a peer", Description: "Refused (409) while any mirror, including one being deleted, uses the peer.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, h.deletePeer)
+	register(api, authed, huma.Operation{
+		OperationID: "list-peer-tables", Method: http.MethodGet, Path: "/v1/peers/{name}/tables", Tags: []string{"Peers"},
+		Summary: "List a peer's tables", Description: "User tables and partitioned tables (not their partitions) of the peer database.",
+		Errors: []int{http.StatusBadRequest, http.StatusNotFound},
+	}, h.peerTables)
+	register(api, adminOnly, huma.Operation{
+		OperationID: "test-peer", Method: http.MethodPost, Path: "/v1/peers/{name}/test", Tags: []string{"Peers"},
+		Summary:     "Test a peer's connection",
+		Description: "Connects with the peer's settings (10 s timeout). A failed connection is reported with success false and HTTP 200.",
+		Errors:      []int{http.StatusNotFound},
+	}, h.testPeer)
+}
+
+func (h *handlers) listPeers(ctx context.Context, _ *struct{}) (*peerListOutput, error) {
+	peers, err := h.store.PeerList(ctx)
+	if err != nil {
+		return nil, h.internal(ctx, "list peers", err)
+	}
+	out := &peerListOutput{Body: make([]peerBody, 0, len(peers))}
+	for _, p := range peers {
+		out.Body = append(out.Body, peerResponse(p))
+	}
+	return out, nil
+}
+
+func (h *handlers) createPeer(ctx context.Context, in *peerCreateInput) (*peerOutput, error) {
+	b := in.Body
+	p, err := h.store.PeerCreate(ctx, db.PeerCreateParams{Name: b.Name, Host: b.Host, Port: b.Port, User: b.User,
+		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode})
+	if errors.Is(err, db.ErrConflict) {
+		return nil, errorf(http.StatusConflict, "Peer %q already exists: choose another name or update it with PUT /v1/peers/%s", b.Name, b.Name)
+	}
+	if err != nil {
+		return nil, h.internal(ctx, "create the peer", err)
+	}
+	return &peerOutput{Body: peerResponse(p)}, nil
+}
+
+// peer loads a peer by name, answering 404 when it does not exist.
+func (h *handlers) peer(ctx context.Context, name string) (db.Peer, error) {
+	p, err := h.store.PeerGetByName(ctx, name)
+	if errors.Is(err, db.ErrNotFound) {
+		return db.Peer{}, errorf(http.StatusNotFound, "Peer %q does not exist", name)
+	}
+	if err != nil {
+		return db.Peer{}, h.internal(ctx, "load the peer", err)
+	}
+	return p, nil
+}
+
+func (h *handlers) getPeer(ctx context.Context, in *peerPath) (*peerOutput, error) {
+	p, err := h.peer(ctx, in.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &peerOutput{Body: peerResponse(p)}, nil
+}
+
+func (h *handlers) updatePeer(ctx context.Context, in *peerUpdateInput) (*peerOutput, error) {
+	b := in.Body
+	p, err := h.store.PeerUpdate(ctx, in.Name, db.PeerUpdateParams{Host: b.Host, Port: b.Port, User: b.User,
+		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode})
+	if errors.Is(err, db.ErrNotFound) {
+		return nil, errorf(http.StatusNotFound, "Peer %q does not exist", in.Name)
+	}
+	if err != nil {
+		return nil, h.internal(ctx, "update the peer", err)
+	}
+	return &peerOutput{Body: peerResponse(p)}, nil
+}
+
+func (h *handlers) deletePeer(ctx context.Context, in *peerPath) (*deletedOutput, error) {
+	err := h.store.PeerDelete(ctx, in.Name)
+	var inUse *db.PeerInUseError
+	switch {
+	case err == nil:
+		return deleted(in.Name), nil
+	case errors.Is(err, db.ErrNotFound):
+		return nil, errorf(http.StatusNotFound, "Peer %q does not exist", in.Name)
+	case errors.As(err, &inUse) && inUse.Deleting:
+		return nil, errorf(http.StatusConflict, "Peer %q is used by mirror %q, which is being deleted: try again once its cleanup has finished", in.Name, inUse.Mirror)
+	case errors.As(err, &inUse):
+		return nil, errorf(http.StatusConflict, "Peer %q is used by mirror %q: delete that mirror first", in.Name, inUse.Mirror)
+	case errors.Is(err, db.ErrConflict):
+		return nil, errorf(http.StatusConflict, "Peer %q is used by a mirror: delete the mirror first", in.Name)
+	default:
+		return nil, h.internal(ctx, "delete the peer", err)
+	}
+}
+
+// connectPeer opens a connection to p with its settings and a 10 second
+// timeout. The error text is safe to show: it never holds the password.
+func connectPeer(ctx context.Context, p db.Peer) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(p.ConnString())
+	if err != nil {
+		return nil, errors.New(scrub(err.Error(), p.Password))
+	}
+	cfg.ConnectTimeout = connectTimeout
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return nil, errors.New(scrub(err.Error(), p.Password))
+	}
+	return conn, nil
+}
+
+// scrub removes a password from an error text, in case a driver ever
+// includes it.
+func scrub(msg, password string) string {
+	if password != "" {
+		msg = strings.ReplaceAll(msg, password, "********")
+	}
+	return msg
+}
+
+func (h *handlers) peerTables(ctx context.Context, in *peerPath) (*tableListOutput, error) {
+	p, err := h.peer(ctx, in.Name)
+	if err != nil {
+		return nil, err
+	}
+	tables, err := h.listPeerTables(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := &tableListOutput{Body: make([]tableRef, 0, len(tables))}
+	for _, t := range tables {
+		out.Body = append(out.Body, tableRef{Schema: t.Schema, TableName: t.Name})
+	}
+	return out, nil
+}
+
+func (h *handlers) listPeerTables(ctx context.Context, p db.Peer) ([]change.TableName, error) {
+	conn, err := connectPeer(ctx, p)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "Could not connect to peer %q: %s", p.Name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tables, err := preflight.UserTables(qctx, conn)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "Could not list the tables of peer %q: %s", p.Name, scrub(err.Error(), p.Password))
+	}
+	return tables, nil
+}
+
+func (h *handlers) testPeer(ctx context.Context, in *peerPath) (*peerTestOutput, error) {
+	p, err := h.peer(ctx, in.Name)
+	if err != nil {
+		return nil, err
+	}
+	out := &peerTestOutput{}
+	conn, err := connectPeer(ctx, p)
+	if err != nil {
+		out.Body.Error = err.Error()
+		return out, nil
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	qctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := conn.QueryRow(qctx, `SHOW server_version`).Scan(&out.Body.Version); err != nil {
+		out.Body.Error = fmt.Sprintf("connected, but could not read the server version: %s", scrub(err.Error(), p.Password))
+		out.Body.Version = ""
+		return out, nil
+	}
+	out.Body.Success = true
+	return out, nil
+}
