@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -474,4 +475,44 @@ func TestConnectionRefusedIsTyped(t *testing.T) {
 	err := cdc.Run(context.Background(), cfg, &recorder{}, make(chan struct{}))
 	require.ErrorIs(t, err, cdc.ErrConnect)
 	require.NotContains(t, err.Error(), "secretpw")
+}
+
+// TestMillionRowTransaction applies one source transaction of a million
+// rows and checks that memory stays bounded while it does.
+func TestMillionRowTransaction(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: one million rows")
+	}
+	// Not parallel: the heap measurement must see this test alone.
+	ddl := `CREATE TABLE public.big (id bigint PRIMARY KEY, v text, n int); CREATE TABLE public.bignopk (id bigint, v text)`
+	b := setup(t, ddl+`; ALTER TABLE public.bignopk REPLICA IDENTITY FULL`, ddl, same("public", "big"), same("public", "bignopk"))
+	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO big SELECT g, md5(g::text), g FROM generate_series(1, 1000000) g;
+		INSERT INTO bignopk SELECT g, md5(g::text) FROM generate_series(1, 100000) g; COMMIT`)
+
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	r := b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+	b.waitEqual(t, r, `SELECT * FROM bignopk`, `SELECT * FROM bignopk`)
+	require.NoError(t, r.halt(t))
+	t.Logf("peak heap in use: %d MB", peak.Load()>>20)
+	require.Less(t, peak.Load(), uint64(300<<20), "heap grew with the transaction")
+	// The whole transaction is one batch: never half of it on the destination.
+	require.Equal(t, 1, b.rep.count())
+	require.Equal(t, cdc.TableCounts{Inserted: 1000000}, b.rep.totals()["public.big"])
 }
