@@ -1,0 +1,152 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+)
+
+func TestLogin(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var out struct{ Token, Username, Role string }
+	b.mustDecode(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "admin", "password": "admin-password"}, http.StatusOK, &out)
+	require.NotEmpty(t, out.Token)
+	require.Equal(t, "admin", out.Username)
+	require.Equal(t, "admin", out.Role)
+
+	msg := b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "admin", "password": "wrong"}, http.StatusUnauthorized)
+	require.Equal(t, "Invalid credentials", msg)
+	msg = b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "ghost", "password": "whatever"}, http.StatusUnauthorized)
+	require.Equal(t, "Invalid credentials", msg)
+	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "admin"}, http.StatusBadRequest, "password")
+	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"password": "x"}, http.StatusBadRequest, "username")
+	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "", "password": "x"}, http.StatusBadRequest, "username")
+	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "admin", "password": strings.Repeat("p", 73)}, http.StatusBadRequest, "72 bytes")
+
+	var me struct{ Username, Role string }
+	b.mustDecode(http.MethodGet, "/v1/auth/me", b.viewerToken, nil, http.StatusOK, &me)
+	require.Equal(t, "viewer", me.Username)
+	require.Equal(t, "viewer", me.Role)
+}
+
+func TestTokenAttacks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Take the admin token's claims and re-sign them in hostile ways.
+	var claims jwt.MapClaims
+	_, _, err := jwt.NewParser().ParseUnverified(b.adminToken, &claims)
+	require.NoError(t, err)
+
+	none, err := jwt.NewWithClaims(jwt.SigningMethodNone, claims).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	require.NoError(t, err)
+	var secret []byte
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT decode(value, 'base64') FROM settings WHERE key = 'jwt_secret'`).Scan(&secret))
+	hs384, err := jwt.NewWithClaims(jwt.SigningMethodHS384, claims).SignedString(secret)
+	require.NoError(t, err)
+	wrongSecret, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte("another-secret-another-secret-another-secret"))
+	require.NoError(t, err)
+	good, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
+	require.NoError(t, err)
+	b.mustDo(http.MethodGet, "/v1/auth/me", good, nil, http.StatusOK)
+
+	for name, token := range map[string]string{
+		"alg none": none, "HS384": hs384, "wrong secret": wrongSecret, "garbage": "not.a.token", "empty segments": "..",
+		"truncated": b.adminToken[:len(b.adminToken)-5],
+	} {
+		t.Run(name, func(t *testing.T) {
+			b.requireError(http.MethodGet, "/v1/auth/me", token, nil, http.StatusUnauthorized, "Invalid token")
+		})
+	}
+	b.requireError(http.MethodGet, "/v1/auth/me", "", nil, http.StatusUnauthorized, "Authorization: Bearer")
+	// A non-Bearer scheme is no token.
+	req, err := http.NewRequest(http.MethodGet, b.server.URL+"/v1/auth/me", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Basic YWRtaW46YWRtaW4tcGFzc3dvcmQ=")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}
+
+func TestDeletedUserAndRoleChange(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mustDo(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "bob", "password": "bob-password", "role": "admin"}, http.StatusCreated)
+	bob := b.login("bob", "bob-password")
+	b.mustDo(http.MethodGet, "/v1/users", bob, nil, http.StatusOK)
+
+	// Demoted: admin endpoints refuse at once, read endpoints still work.
+	b.exec(`UPDATE users SET role = 'viewer' WHERE username = 'bob'`)
+	b.requireError(http.MethodGet, "/v1/users", bob, nil, http.StatusForbidden, "admin")
+	b.mustDo(http.MethodGet, "/v1/peers", bob, nil, http.StatusOK)
+
+	// Deleted: the token stops working, even if a user of the same name comes back.
+	b.mustDo(http.MethodDelete, "/v1/users/bob", b.adminToken, nil, http.StatusOK)
+	b.requireError(http.MethodGet, "/v1/auth/me", bob, nil, http.StatusUnauthorized)
+	b.mustDo(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "bob", "password": "bob-password", "role": "admin"}, http.StatusCreated)
+	b.requireError(http.MethodGet, "/v1/auth/me", bob, nil, http.StatusUnauthorized)
+}
+
+func TestChangePassword(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := b.viewerToken
+	b.requireError(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "nope", "new_password": "new-one"}, http.StatusUnauthorized, "Current password")
+	b.requireError(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password"}, http.StatusBadRequest, "new_password")
+	b.requireError(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"new_password": "x"}, http.StatusBadRequest, "current_password")
+	b.requireError(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password", "new_password": strings.Repeat("é", 40)}, http.StatusBadRequest, "72 bytes")
+	b.requireError(http.MethodPost, "/v1/auth/change-password", "", map[string]any{"current_password": "a", "new_password": "b"}, http.StatusUnauthorized)
+
+	var out struct{ Message string }
+	b.mustDecode(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password", "new_password": "brand-new"}, http.StatusOK, &out)
+	require.NotEmpty(t, out.Message)
+	b.mustDo(http.MethodGet, "/v1/auth/me", old, nil, http.StatusOK)
+	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "viewer", "password": "viewer-password"}, http.StatusUnauthorized, "Invalid credentials")
+	b.login("viewer", "brand-new")
+}
+
+func TestUsers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var created struct {
+		ID             int64
+		Username, Role string
+	}
+	b.mustDecode(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "carol", "password": "pw", "role": "viewer"}, http.StatusCreated, &created)
+	require.NotZero(t, created.ID)
+	require.Equal(t, "carol", created.Username)
+	require.Equal(t, "viewer", created.Role)
+
+	b.requireError(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "carol", "password": "pw", "role": "viewer"}, http.StatusConflict, "carol")
+	b.requireError(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "dave", "password": "pw", "role": "root"}, http.StatusBadRequest, "role")
+	b.requireError(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "dave", "role": "viewer"}, http.StatusBadRequest, "password")
+	b.requireError(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"password": "pw", "role": "viewer"}, http.StatusBadRequest, "username")
+	b.requireError(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "dave", "password": strings.Repeat("x", 73), "role": "viewer"}, http.StatusBadRequest, "72 bytes")
+
+	var users []struct {
+		ID             int64
+		Username, Role string
+		CreatedAt      time.Time `json:"created_at"`
+		PasswordHash   *string   `json:"password_hash"`
+	}
+	b.mustDecode(http.MethodGet, "/v1/users", b.adminToken, nil, http.StatusOK, &users)
+	require.Len(t, users, 3)
+	for _, u := range users {
+		require.NotZero(t, u.ID)
+		require.False(t, u.CreatedAt.IsZero())
+		require.Nil(t, u.PasswordHash)
+	}
+	raw := b.mustDo(http.MethodGet, "/v1/users", b.adminToken, nil, http.StatusOK)
+	require.NotContains(t, string(raw), "$2a$")
+
+	b.requireError(http.MethodDelete, "/v1/users/admin", b.adminToken, nil, http.StatusBadRequest, "your own account")
+	b.requireError(http.MethodDelete, "/v1/users/nobody", b.adminToken, nil, http.StatusNotFound, "nobody")
+	var del struct{ Deleted string }
+	b.mustDecode(http.MethodDelete, "/v1/users/carol", b.adminToken, nil, http.StatusOK, &del)
+	require.Equal(t, "carol", del.Deleted)
+}
