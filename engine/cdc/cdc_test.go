@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
@@ -103,7 +105,7 @@ func setup(t *testing.T, srcDDL, dstDDL string, mappings ...change.Mapping) *tes
 			SlotName: slot, PublicationName: pub, Tables: mappings,
 			BatchSize: 1000, SyncInterval: time.Second, HeartbeatTimeout: 30 * time.Second,
 			StatusInterval: time.Second,
-			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Logger:         slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: testLogLevel})),
 		},
 	}
 }
@@ -516,3 +518,99 @@ func TestMillionRowTransaction(t *testing.T) {
 	require.Equal(t, 1, b.rep.count())
 	require.Equal(t, cdc.TableCounts{Inserted: 1000000}, b.rep.totals()["public.big"])
 }
+
+// TestSkipsTransactionsAlreadyApplied simulates a crash between the
+// destination commit and the confirmation to the source: the source re-sends
+// transactions that the destination already holds, and they are skipped.
+func TestSkipsTransactionsAlreadyApplied(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.nopk (id int, v text)`
+	b := setup(t, ddl+`; ALTER TABLE public.nopk REPLICA IDENTITY FULL`, ddl, same("public", "nopk"))
+	ctx := context.Background()
+	// Three transactions; the destination already has the first two, as if
+	// a previous run applied them and died before confirming.
+	pgtest.Exec(t, b.src, `INSERT INTO nopk VALUES (1, 'a'), (1, 'a')`)
+	pgtest.Exec(t, b.src, `INSERT INTO nopk VALUES (2, 'b')`)
+	sc, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer sc.Close(ctx)
+	var pos string
+	require.NoError(t, sc.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&pos))
+	pgtest.Exec(t, b.src, `INSERT INTO nopk VALUES (3, 'c'); DELETE FROM nopk WHERE id = 2`)
+	pgtest.Exec(t, b.dst, `INSERT INTO nopk VALUES (1, 'a'), (1, 'a'), (2, 'b')`)
+	dc, err := pgx.Connect(ctx, b.dst)
+	require.NoError(t, err)
+	defer dc.Close(ctx)
+	lsn, err := change.ParseLSN(pos)
+	require.NoError(t, err)
+	require.NoError(t, apply.EnsureMeta(ctx, dc))
+	require.NoError(t, apply.SetAppliedPosition(ctx, dc, b.cfg.MirrorUID, lsn, 7))
+
+	r := b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM nopk`, `SELECT * FROM nopk`)
+	require.NoError(t, r.halt(t))
+	require.Equal(t, cdc.TableCounts{Inserted: 1, Deleted: 1}, b.rep.totals()["public.nopk"])
+	require.Equal(t, int64(8), b.rep.batches[0].ID)
+}
+
+// TestStopInsideLargeTransaction stops Run while a large transaction is
+// being applied: nothing of it may be visible, and the next run applies it
+// exactly once.
+func TestStopInsideLargeTransaction(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.nopk (id int, v text)`
+	b := setup(t, ddl+`; ALTER TABLE public.nopk REPLICA IDENTITY FULL`, ddl, same("public", "nopk"))
+	b.cfg.ChunkSize = 500
+	pgtest.Exec(t, b.src, `INSERT INTO nopk SELECT g % 10, 'dup' FROM generate_series(1, 100000) g`)
+	r := b.start(t)
+	dc, err := pgx.Connect(context.Background(), b.dst)
+	require.NoError(t, err)
+	defer dc.Close(context.Background())
+	// Wait until the big transaction is being written into an open
+	// destination transaction, then stop.
+	require.Eventually(t, func() bool {
+		var busy bool
+		err := dc.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE a.datname = current_database() AND a.application_name = 'pgmirror' AND l.locktype = 'relation'
+			AND l.relation = 'public.nopk'::regclass AND l.mode = 'RowExclusiveLock')`).Scan(&busy)
+		return err == nil && busy
+	}, 30*time.Second, 2*time.Millisecond)
+	require.NoError(t, r.halt(t))
+	var n int
+	require.NoError(t, dc.QueryRow(context.Background(), `SELECT count(*) FROM nopk`).Scan(&n))
+	require.True(t, n == 0 || n == 100000, "half a transaction is visible: %d rows", n)
+	r = b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM nopk`, `SELECT * FROM nopk`)
+	require.NoError(t, r.halt(t))
+}
+
+// TestHeartbeatTimeout freezes the walsender: the stream goes silent and
+// Run ends with ErrHeartbeatTimeout.
+func TestHeartbeatTimeout(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	b.cfg.HeartbeatTimeout = 3 * time.Second
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	ctx := context.Background()
+	sc, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer sc.Close(ctx)
+	var pid int
+	require.NoError(t, sc.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, b.cfg.SlotName).Scan(&pid))
+	proc, err := os.FindProcess(pid)
+	require.NoError(t, err)
+	require.NoError(t, proc.Signal(syscall.SIGSTOP))
+	defer proc.Signal(syscall.SIGCONT)
+	select {
+	case err := <-r.done:
+		r.stopped = true
+		require.ErrorIs(t, err, cdc.ErrHeartbeatTimeout)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no heartbeat timeout")
+	}
+}
+
+var testLogLevel = slog.LevelWarn
