@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/pgmirror/pgmirror/engine/change"
 )
@@ -46,6 +47,11 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 	cfg.RuntimeParams["extra_float_digits"] = "3"
 	cfg.RuntimeParams["bytea_output"] = "hex"
 	cfg.RuntimeParams["application_name"] = "pgmirror"
+	// The stream's receive loop uses short context deadlines: they must only
+	// interrupt the read, never send a cancel request to the walsender.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open replication connection to %s:%d: %w", cfg.Host, cfg.Port, err)
