@@ -1,0 +1,175 @@
+package apply_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/apply"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+var seq atomic.Int64
+
+func text(s string) change.Value { return change.Value{Kind: change.ValueText, Text: []byte(s)} }
+
+var (
+	null      = change.Value{Kind: change.ValueNull}
+	unchanged = change.Value{Kind: change.ValueUnchanged}
+)
+
+// Source-side descriptions of the test tables.
+var (
+	parentRel = &change.Relation{ID: 1, Table: change.TableName{Schema: "public", Name: "parent"}, ReplicaIdentity: change.IdentityDefault,
+		Columns: []change.Column{{Name: "id", Key: true}}}
+	childRel = &change.Relation{ID: 2, Table: change.TableName{Schema: "public", Name: "child"}, ReplicaIdentity: change.IdentityDefault,
+		Columns: []change.Column{{Name: "id", Key: true}, {Name: "parent_id"}, {Name: "note"}}}
+)
+
+const fkDDL = `CREATE TABLE public.parent (id int PRIMARY KEY);
+	CREATE TABLE public.child (id int PRIMARY KEY, parent_id int REFERENCES public.parent, note text)`
+
+func mappings() []change.Mapping {
+	return []change.Mapping{
+		{Source: parentRel.Table, Destination: parentRel.Table},
+		{Source: childRel.Table, Destination: childRel.Table},
+	}
+}
+
+func connect(t *testing.T, u string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), u)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func TestAppliedPosition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn := connect(t, pgtest.NewDatabase(t, pgtest.DestCluster(t)))
+	require.NoError(t, apply.EnsureMeta(ctx, conn))
+	require.NoError(t, apply.EnsureMeta(ctx, conn))
+	_, _, found, err := apply.AppliedPosition(ctx, conn, "m1")
+	require.NoError(t, err)
+	require.False(t, found)
+	require.NoError(t, apply.SetAppliedPosition(ctx, conn, "m1", 0x1_0000_00A0, 0))
+	require.NoError(t, apply.SetAppliedPosition(ctx, conn, "m1", 0x1_0000_00B0, 3))
+	lsn, batch, found, err := apply.AppliedPosition(ctx, conn, "m1")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "1/B0", lsn.String())
+	require.Equal(t, int64(3), batch)
+}
+
+// TestReplicaRoleSkipsForeignKeys: as superuser the applier runs with
+// session_replication_role = replica, so a child row may arrive before its
+// parent within a batch (as collapsing and chunking can reorder them).
+func TestReplicaRoleSkipsForeignKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, fkDDL)
+	conn := connect(t, dst)
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()})
+	require.NoError(t, err)
+	require.NoError(t, a.Begin(ctx))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("1"), text("10"), text("n")}}))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: parentRel, New: []change.Value{text("10")}}))
+	counts, err := a.Commit(ctx, 0x100, 1)
+	require.NoError(t, err)
+	require.Equal(t, apply.Counts{Inserted: 1}, counts["public.child"])
+	require.Equal(t, apply.Counts{Inserted: 1}, counts["public.parent"])
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM child JOIN parent ON parent.id = child.parent_id`).Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+// TestForeignKeyViolationIsTyped: a destination user that may not set
+// session_replication_role gets foreign keys checked, and a violation is a
+// typed error; the batch leaves nothing behind.
+func TestForeignKeyViolationIsTyped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	role := fmt.Sprintf("applier_%d_%d", os.Getpid(), seq.Add(1))
+	pgtest.Exec(t, dst, fkDDL+`;
+		CREATE ROLE `+role+` LOGIN PASSWORD 'pw';
+		GRANT CREATE ON DATABASE `+pgx.Identifier{dbName(t, dst)}.Sanitize()+` TO `+role+`;
+		GRANT ALL ON ALL TABLES IN SCHEMA public TO `+role)
+	t.Cleanup(func() {
+		pgtest.Exec(t, dst, `DROP OWNED BY `+role+` CASCADE; DROP ROLE `+role)
+	})
+	u, err := url.Parse(dst)
+	require.NoError(t, err)
+	u.User = url.UserPassword(role, "pw")
+	conn := connect(t, u.String())
+
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()})
+	require.NoError(t, err)
+	require.NoError(t, a.Begin(ctx))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("1"), text("99"), null}}))
+	_, err = a.Commit(ctx, 0x100, 1)
+	require.ErrorIs(t, err, apply.ErrForeignKeyViolation)
+	require.NoError(t, a.Rollback(ctx))
+	require.False(t, a.InBatch())
+
+	// The applier is usable again afterwards.
+	require.NoError(t, a.Begin(ctx))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: parentRel, New: []change.Value{text("99")}}))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("1"), text("99"), null}}))
+	_, err = a.Commit(ctx, 0x100, 1)
+	require.NoError(t, err)
+}
+
+// TestUnchangedWithoutEarlierImage: an update with an unchanged TOAST
+// value keeps the destination's value; NULLs and changed columns are set.
+func TestUnchangedWithoutEarlierImage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, `CREATE TABLE public.child (id int PRIMARY KEY, parent_id int, note text);
+		INSERT INTO child VALUES (1, 5, 'keep me'), (2, 6, 'keep me too')`)
+	conn := connect(t, dst)
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()[1:]})
+	require.NoError(t, err)
+	require.NoError(t, a.Begin(ctx))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpUpdate, Relation: childRel, New: []change.Value{text("1"), null, unchanged}}))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpUpdate, Relation: childRel, New: []change.Value{text("2"), text("7"), unchanged}}))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpUpdate, Relation: childRel, New: []change.Value{text("2"), text("8"), unchanged}}))
+	counts, err := a.Commit(ctx, 0x200, 1)
+	require.NoError(t, err)
+	require.Equal(t, apply.Counts{Updated: 3}, counts["public.child"])
+	var got string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(format('%s/%s/%s', id, parent_id, note), ',' ORDER BY id) FROM child`).Scan(&got))
+	require.Equal(t, "1//keep me,2/8/keep me too", got)
+}
+
+func TestMissingDestinationColumn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, `CREATE TABLE public.child (id int PRIMARY KEY, parent_id int)`)
+	conn := connect(t, dst)
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()[1:]})
+	require.NoError(t, err)
+	require.NoError(t, a.Begin(ctx))
+	err = a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("1"), null, null}})
+	require.ErrorContains(t, err, `no column "note"`)
+	require.NoError(t, a.Rollback(ctx))
+}
+
+func dbName(t *testing.T, u string) string {
+	p, err := url.Parse(u)
+	require.NoError(t, err)
+	return p.Path[1:]
+}
