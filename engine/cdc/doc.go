@@ -1,0 +1,61 @@
+// Package cdc runs a mirror's change data capture: it streams changes from
+// the source's replication slot and applies them to the destination in
+// batches, exactly once.
+//
+// # Pipeline
+//
+//	source walsender --pgoutput--> capture.Stream goroutine --events (bounded channel)--> Run loop --> apply.Applier --> destination
+//	        ^                                   |                                              |
+//	        +------ standby status updates <----+---------- Stream.Confirm(end LSN) <------------+ (after the destination commit)
+//
+// Run opens a destination connection, reads the mirror's applied position
+// from _pgmirror.applied on the destination (the truth; when there is none
+// yet, the slot's confirmed position), and starts replication on the slot at
+// that position. The capture goroutine owns the replication connection: it
+// receives and decodes pgoutput messages and hands Begin/Change/Commit
+// events to the loop through a bounded channel. While the loop is busy it
+// keeps sending standby status updates every StatusInterval, so the source
+// never times the connection out; silence longer than HeartbeatTimeout ends
+// the run with ErrHeartbeatTimeout.
+//
+// The loop groups whole source transactions into a batch. The first change
+// of a batch opens a destination transaction; changes are written into it
+// in bounded chunks (so a transaction of millions of rows never sits in
+// memory). A batch closes on a transaction boundary when it holds BatchSize
+// changes, when SyncInterval has passed since its first change, or as soon
+// as nothing more is waiting in the stream right after a commit: under low
+// load every transaction is applied at once, under high load batches grow by
+// themselves. Closing a batch records the end LSN of its last transaction
+// and the next batch id in _pgmirror.applied inside the same destination
+// transaction, and commits. Only then is that LSN handed to the stream as
+// confirmed (reported as flushed to the source), and then
+// Reporter.BatchApplied is called.
+//
+// # Guarantees
+//
+//   - Nothing is lost: the source keeps every transaction after the
+//     confirmed LSN, and the LSN is confirmed only after the destination
+//     commit that holds it.
+//   - Nothing is applied twice: the applied position commits atomically with
+//     the data, replication restarts there, and any transaction the source
+//     re-sends that ends at or before it is skipped. This holds for tables
+//     without a primary key too.
+//   - The destination never shows half a source transaction: batches end on
+//     transaction boundaries and commit atomically. On stop, a batch that
+//     ends on a boundary is committed; one in the middle of a transaction is
+//     rolled back and re-sent by the next run.
+//   - On an idle source, keepalives advance the confirmed position once
+//     everything received is applied, so the slot does not retain WAL that
+//     other databases write.
+//
+// # Errors
+//
+// Run returns nil when stop is closed and ctx.Err() when ctx is done. Other
+// failures are wrapped errors that match, where it applies, ErrConnect
+// (could not connect; also ErrConnectionTimeout when it timed out),
+// ErrConnectionTimeout, ErrHeartbeatTimeout, ErrSlotMissing, ErrSlotInUse
+// or ErrForeignKeyViolation. Foreign keys and triggers on the destination do
+// not fire while applying when the destination user may set
+// session_replication_role (see apply.Applier), so the last one only occurs
+// without that right. Error texts never contain passwords.
+package cdc
