@@ -72,7 +72,7 @@ type testBundle struct {
 // setup creates a source and a destination database, runs srcDDL on the
 // source and dstDDL on the destination, and creates the publication and
 // slot for mappings.
-func setup(t *testing.T, srcDDL, dstDDL string, mappings ...change.Mapping) *testBundle {
+func setup(t testing.TB, srcDDL, dstDDL string, mappings ...change.Mapping) *testBundle {
 	t.Helper()
 	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
@@ -110,7 +110,7 @@ func setup(t *testing.T, srcDDL, dstDDL string, mappings ...change.Mapping) *tes
 	}
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
