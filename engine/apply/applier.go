@@ -23,6 +23,11 @@ import (
 // not checked and this cannot happen.
 var ErrForeignKeyViolation = errors.New("foreign key violation on the destination")
 
+// ErrMissingColumn matches (errors.Is) a source column, not excluded, that
+// the destination table lacks: the destination schema must be synced (for
+// example after a column was added on the source) before CDC can go on.
+var ErrMissingColumn = errors.New("destination table lacks a replicated column")
+
 // Counts are the changes received for one source table: every source change
 // counts once, even when several changes to one row collapse into one
 // statement.
@@ -39,6 +44,9 @@ type Config struct {
 	// ChunkSize is how many changes are buffered before they are written
 	// into the open destination transaction. Default 5000.
 	ChunkSize int
+	// ChunkBytes also ends a chunk once the buffered values hold this many
+	// bytes (for rows with large values). Default 64 MiB.
+	ChunkBytes int
 	// Logger receives warnings. Default: discard.
 	Logger *slog.Logger
 }
@@ -71,6 +79,7 @@ type Applier struct {
 	dirty       []*plan                    // plans with buffered changes, in first-use order
 	tx          pgx.Tx
 	pending     int
+	pendingSize int
 	counts      map[string]*Counts
 	stageSeq    int
 	replicaRole bool
@@ -81,6 +90,7 @@ type Applier struct {
 // absent and sets session_replication_role = replica when allowed.
 func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 	cfg.ChunkSize = cmp.Or(cfg.ChunkSize, 5000)
+	cfg.ChunkBytes = cmp.Or(cfg.ChunkBytes, 64<<20)
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -171,7 +181,8 @@ func (a *Applier) Apply(ctx context.Context, c *change.Change) error {
 		p.ops = append(p.ops, c)
 	}
 	a.pending++
-	if a.pending >= a.cfg.ChunkSize {
+	a.pendingSize += c.Size()
+	if a.pending >= a.cfg.ChunkSize || a.pendingSize >= a.cfg.ChunkBytes {
 		return a.flush(ctx)
 	}
 	return nil
@@ -229,6 +240,7 @@ func (a *Applier) reset() {
 	a.tables = map[change.TableName]*destTable{}
 	a.dirty = nil
 	a.pending = 0
+	a.pendingSize = 0
 	a.counts = map[string]*Counts{}
 }
 
@@ -241,6 +253,7 @@ func (a *Applier) flush(ctx context.Context) error {
 	}
 	a.dirty = a.dirty[:0]
 	a.pending = 0
+	a.pendingSize = 0
 	return nil
 }
 
@@ -381,6 +394,17 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 	if err != nil {
 		return nil, err
 	}
+	// The destination may have been altered since it was read (a schema
+	// sync adding a column): read it again when a column seems missing.
+	for _, c := range rel.Columns {
+		if _, ok := dest.types[c.Name]; !ok && !m.Excluded(c.Name) {
+			delete(a.tables, m.Destination)
+			if dest, err = a.destTable(ctx, m.Destination); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
 	p := &plan{rel: rel, dest: dest, entries: map[string]*entry{}}
 	for i, c := range rel.Columns {
 		if m.Excluded(c.Name) {
@@ -388,7 +412,7 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		}
 		typ, ok := dest.types[c.Name]
 		if !ok {
-			return nil, fmt.Errorf("destination table %s has no column %q of source table %s (sync the schema)", m.Destination, c.Name, rel.Table)
+			return nil, fmt.Errorf("%w: destination table %s has no column %q of source table %s (sync the schema)", ErrMissingColumn, m.Destination, c.Name, rel.Table)
 		}
 		if c.Key {
 			p.identPos = append(p.identPos, len(p.names))

@@ -164,6 +164,7 @@ func TestMissingDestinationColumn(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, a.Begin(ctx))
 	err = a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("1"), null, null}})
+	require.ErrorIs(t, err, apply.ErrMissingColumn)
 	require.ErrorContains(t, err, `no column "note"`)
 	require.NoError(t, a.Rollback(ctx))
 }

@@ -12,7 +12,8 @@
 // its life. That goroutine receives the pgoutput messages, decodes them into
 // Events (Begin, Change, Commit; see engine/change for the row types) and
 // sends them to a bounded channel, so a transaction of any size is never
-// held whole in memory. While it waits for the consumer it keeps sending
+// held whole in memory; the consumer calls Stream.Release for each event it
+// is done with, which also bounds the bytes in flight (large values). While it waits for the consumer it keeps sending
 // standby status updates, so the server's wal_sender_timeout never fires
 // however long the destination takes. The updates report as flushed only
 // the position the consumer passed to Stream.Confirm: the end of the last

@@ -45,6 +45,9 @@ type Event struct {
 	CommitTime time.Time
 	// Change is set for EventChange.
 	Change *change.Change
+	// Size is the memory the event holds; pass the event to Stream.Release
+	// once it is no longer needed.
+	Size int
 }
 
 // StreamConfig configures StartStream.
@@ -63,6 +66,10 @@ type StreamConfig struct {
 	StatusInterval time.Duration
 	// Buffer is the capacity of the event channel. Default 4096.
 	Buffer int
+	// MaxBufferedBytes bounds the memory of the changes handed over but not
+	// yet released (see Stream.Release). Default 64 MiB. A single larger
+	// change is still handed over when nothing else is outstanding.
+	MaxBufferedBytes int
 	// Logger receives debug messages. Default: discard.
 	Logger *slog.Logger
 }
@@ -79,6 +86,8 @@ type Stream struct {
 	err    error
 
 	confirmed atomic.Uint64 // set by the consumer (Confirm)
+	buffered  atomic.Int64  // bytes handed over and not yet released
+	space     chan struct{} // signalled by Release
 
 	// Owned by the reader goroutine.
 	relations      map[uint32]*change.Relation
@@ -108,6 +117,7 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 	cfg.HeartbeatTimeout = cmp.Or(cfg.HeartbeatTimeout, 120*time.Second)
 	cfg.StatusInterval = cmp.Or(cfg.StatusInterval, 3*time.Second)
 	cfg.Buffer = cmp.Or(cfg.Buffer, 4096)
+	cfg.MaxBufferedBytes = cmp.Or(cfg.MaxBufferedBytes, 64<<20)
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -136,6 +146,7 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 		events:         make(chan Event, cfg.Buffer),
 		cancel:         cancel,
 		done:           make(chan struct{}),
+		space:          make(chan struct{}, 1),
 		relations:      map[uint32]*change.Relation{},
 		received:       cfg.StartLSN,
 		lastCommitEnd:  cfg.StartLSN,
@@ -174,6 +185,20 @@ func (s *Stream) Confirm(lsn change.LSN) {
 		if uint64(lsn) <= old || s.confirmed.CompareAndSwap(old, uint64(lsn)) {
 			return
 		}
+	}
+}
+
+// Release tells the stream that ev's memory is no longer needed (the
+// change was written to the destination or dropped), so more changes may be
+// handed over. Releasing an event more than once over-counts free memory.
+func (s *Stream) Release(ev Event) {
+	if ev.Size == 0 {
+		return
+	}
+	s.buffered.Add(-int64(ev.Size))
+	select {
+	case s.space <- struct{}{}:
+	default:
 	}
 }
 
@@ -321,8 +346,24 @@ func (s *Stream) handleCopyData(ctx context.Context, ticker *time.Ticker, data [
 	return nil
 }
 
-// emit hands ev to the consumer, sending status updates while it waits.
+// emit hands ev to the consumer, sending status updates while it waits
+// (for room in the channel, or for memory to be released).
 func (s *Stream) emit(ctx context.Context, ticker *time.Ticker, ev Event) error {
+	if ev.Change != nil {
+		ev.Size = ev.Change.Size()
+		for s.buffered.Load() > 0 && s.buffered.Load()+int64(ev.Size) > int64(s.cfg.MaxBufferedBytes) {
+			select {
+			case <-s.space:
+			case <-ticker.C:
+				if err := s.maybeSendStatus(); err != nil {
+					return err
+				}
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		s.buffered.Add(int64(ev.Size))
+	}
 	select {
 	case s.events <- ev:
 		return nil

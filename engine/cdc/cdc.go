@@ -28,6 +28,9 @@ var (
 	ErrSlotMissing = capture.ErrSlotMissing
 	// ErrSlotInUse: another consumer holds the replication slot.
 	ErrSlotInUse = capture.ErrSlotInUse
+	// ErrMissingColumn: a destination table lacks a replicated source column
+	// (sync the schema, then run again).
+	ErrMissingColumn = apply.ErrMissingColumn
 	// ErrConnect matches failures to connect to the source or destination
 	// (refused, timed out, authentication).
 	ErrConnect = errors.New("cannot connect")
@@ -64,6 +67,10 @@ type Config struct {
 	// ChunkSize is how many changes are buffered in memory before they are
 	// written into the batch's destination transaction. Default 5000.
 	ChunkSize int
+	// MaxBufferedBytes bounds the decoded changes waiting between the stream
+	// and the applier, and (separately) those buffered in a chunk. Default
+	// 64 MiB each.
+	MaxBufferedBytes int
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -123,7 +130,7 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	defer closeQuietly(dest)
 
 	applier, err := apply.New(ctx, dest, apply.Config{
-		MirrorUID: cfg.MirrorUID, Mappings: cfg.Tables, ChunkSize: cfg.ChunkSize, Logger: logger,
+		MirrorUID: cfg.MirrorUID, Mappings: cfg.Tables, ChunkSize: cfg.ChunkSize, ChunkBytes: cfg.MaxBufferedBytes, Logger: logger,
 	})
 	if err != nil {
 		return netError(err)
@@ -152,7 +159,7 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	}()
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: applied,
-		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, Logger: logger,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
 	})
 	if err != nil {
 		return netError(err)
@@ -199,7 +206,10 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 				}
 				return netError(fmt.Errorf("replication stream: %w", err))
 			}
-			if err := r.handle(ctx, ev, len(events) == 0); err != nil {
+			err := r.handle(ctx, ev, len(events) == 0)
+			// The applier bounds what it buffers itself (ChunkBytes).
+			r.stream.Release(ev)
+			if err != nil {
 				r.abandon()
 				if ctx.Err() != nil {
 					return ctx.Err()

@@ -613,4 +613,46 @@ func TestHeartbeatTimeout(t *testing.T) {
 	}
 }
 
+// TestLargeValuesBounded applies one transaction of 1 MB values: the bytes
+// buffered between stream, applier and destination stay bounded.
+func TestLargeValuesBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: 100 MB of values")
+	}
+	// Not parallel: the heap measurement must see this test alone.
+	ddl := `CREATE TABLE public.blobs (id int PRIMARY KEY, body text)`
+	b := setup(t, ddl, ddl, same("public", "blobs"))
+	b.cfg.MaxBufferedBytes = 8 << 20
+	pgtest.Exec(t, b.src, `ALTER TABLE blobs ALTER body SET STORAGE EXTERNAL;
+		INSERT INTO blobs SELECT g, (SELECT string_agg(md5(random()::text || i), '') FROM generate_series(1, 32768) i WHERE o.g > 0) FROM generate_series(1, 100) o(g)`)
+	peak := watchHeap(t)
+	r := b.start(t)
+	b.waitEqual(t, r, `SELECT id, md5(body) FROM blobs`, `SELECT id, md5(body) FROM blobs`)
+	require.NoError(t, r.halt(t))
+	t.Logf("peak heap in use: %d MB", peak.Load()>>20)
+	require.Less(t, peak.Load(), uint64(160<<20), "heap grew with the transaction") // unbounded: ~350 MB
+}
+
+// watchHeap samples the heap in use until the test ends and keeps its peak.
+func watchHeap(t *testing.T) *atomic.Uint64 {
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return &peak
+}
+
 var testLogLevel = slog.LevelWarn

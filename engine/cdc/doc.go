@@ -21,7 +21,10 @@
 // The loop groups whole source transactions into a batch. The first change
 // of a batch opens a destination transaction; changes are written into it
 // in bounded chunks (so a transaction of millions of rows never sits in
-// memory). A batch closes on a transaction boundary when it holds BatchSize
+// memory). Memory is bounded by count and by bytes at both stages: the
+// stream hands over at most MaxBufferedBytes of unreleased changes, and the
+// applier writes a chunk once it holds ChunkSize changes or MaxBufferedBytes
+// of values. A batch closes on a transaction boundary when it holds BatchSize
 // changes, when SyncInterval has passed since its first change, or as soon
 // as nothing more is waiting in the stream right after a commit: under low
 // load every transaction is applied at once, under high load batches grow by
@@ -53,8 +56,8 @@
 // Run returns nil when stop is closed and ctx.Err() when ctx is done. Other
 // failures are wrapped errors that match, where it applies, ErrConnect
 // (could not connect; also ErrConnectionTimeout when it timed out),
-// ErrConnectionTimeout, ErrHeartbeatTimeout, ErrSlotMissing, ErrSlotInUse
-// or ErrForeignKeyViolation. Foreign keys and triggers on the destination do
+// ErrConnectionTimeout, ErrHeartbeatTimeout, ErrSlotMissing, ErrSlotInUse,
+// ErrMissingColumn or ErrForeignKeyViolation. Foreign keys and triggers on the destination do
 // not fire while applying when the destination user may set
 // session_replication_role (see apply.Applier), so the last one only occurs
 // without that right. Error texts never contain passwords.

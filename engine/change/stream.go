@@ -106,3 +106,15 @@ type Change struct {
 	// Cascade and RestartIdentity are the TRUNCATE options.
 	Cascade, RestartIdentity bool
 }
+
+// Size estimates the memory the change holds, in bytes.
+func (c *Change) Size() int {
+	n := 64 + 32*(len(c.Old)+len(c.New))
+	for _, v := range c.Old {
+		n += len(v.Text)
+	}
+	for _, v := range c.New {
+		n += len(v.Text)
+	}
+	return n
+}
