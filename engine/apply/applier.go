@@ -383,12 +383,29 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 	if m == nil {
 		return nil, nil
 	}
-	// A new description of the table (DDL on the source): write what was
-	// buffered under the old one first, to keep the order.
-	if old := a.current[rel.Table]; old != nil && old.buffered() {
+	old := a.current[rel.Table]
+	if old != nil && sameShape(old.rel, rel) {
+		// The source re-sends descriptions after cache invalidations that
+		// change nothing we use (VACUUM, ANALYZE): keep the plan and its
+		// staging table.
+		delete(a.plans, old.rel)
+		old.rel = rel
+		a.plans[rel] = old
+		return old, nil
+	}
+	if old != nil {
+		// A new shape of the table (DDL on the source): write what was
+		// buffered under the old one first, to keep the order, and drop
+		// the old staging table.
 		if err := a.flush(ctx); err != nil {
 			return nil, err
 		}
+		if old.stage != "" {
+			if _, err := a.tx.Exec(ctx, "DROP TABLE IF EXISTS pg_temp."+change.QuoteIdent(old.stage)); err != nil {
+				return nil, fmt.Errorf("drop staging table for %s: %w", old.dest.name, err)
+			}
+		}
+		delete(a.plans, old.rel)
 	}
 	dest, err := a.destTable(ctx, m.Destination)
 	if err != nil {
@@ -437,6 +454,20 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 	a.plans[rel] = p
 	a.current[rel.Table] = p
 	return p, nil
+}
+
+// sameShape reports whether two descriptions of a table have the same
+// columns, types, key flags and replica identity.
+func sameShape(a, b *change.Relation) bool {
+	if a.ReplicaIdentity != b.ReplicaIdentity || len(a.Columns) != len(b.Columns) {
+		return false
+	}
+	for i := range a.Columns {
+		if a.Columns[i] != b.Columns[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // project maps a source row image to applied-column order.

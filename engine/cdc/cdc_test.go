@@ -613,6 +613,40 @@ func TestHeartbeatTimeout(t *testing.T) {
 	}
 }
 
+// TestAddedColumn: a column added on the source reaches the destination
+// once the destination has it; until then Run stops with ErrMissingColumn
+// and nothing is lost.
+func TestAddedColumn(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY, a text)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1, 'a')`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+
+	// Destination first (as a schema sync would), then the source: no error.
+	pgtest.Exec(t, b.dst, `ALTER TABLE t ADD COLUMN b int`)
+	pgtest.Exec(t, b.src, `ALTER TABLE t ADD COLUMN b int; INSERT INTO t VALUES (2, 'b', 2); UPDATE t SET b = 1 WHERE id = 1`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+
+	// Source only: Run stops with a typed error.
+	pgtest.Exec(t, b.src, `ALTER TABLE t ADD COLUMN c text; INSERT INTO t VALUES (3, 'c', 3, 'c')`)
+	select {
+	case err := <-r.done:
+		r.stopped = true
+		require.ErrorIs(t, err, cdc.ErrMissingColumn)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not fail on the missing column")
+	}
+	pgtest.Exec(t, b.dst, `ALTER TABLE t ADD COLUMN c text`)
+	r = b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	// A dropped source column is no longer written.
+	pgtest.Exec(t, b.src, `ALTER TABLE t DROP COLUMN a; INSERT INTO t VALUES (4, 4, 'd')`)
+	b.waitEqual(t, r, `SELECT id, b, c FROM t`, `SELECT id, b, c FROM t`)
+	require.NoError(t, r.halt(t))
+}
+
 // TestLargeValuesBounded applies one transaction of 1 MB values: the bytes
 // buffered between stream, applier and destination stay bounded.
 func TestLargeValuesBounded(t *testing.T) {
