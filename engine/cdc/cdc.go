@@ -193,7 +193,7 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 	for {
 		select {
 		case <-stop:
-			return r.finish(ctx, nil)
+			return r.finish(ctx)
 		case <-ctx.Done():
 			r.abandon()
 			return ctx.Err()
@@ -293,7 +293,7 @@ func (r *runner) commit(ctx context.Context) error {
 
 // finish ends the run on stop: a batch that ends on a transaction boundary
 // is committed, one in the middle of a transaction is abandoned.
-func (r *runner) finish(ctx context.Context, err error) error {
+func (r *runner) finish(ctx context.Context) error {
 	if r.applier.InBatch() {
 		if r.inTx && !r.skipping {
 			r.abandon()
@@ -302,7 +302,7 @@ func (r *runner) finish(ctx context.Context, err error) error {
 			return netError(cerr)
 		}
 	}
-	return err
+	return nil
 }
 
 // abandon rolls back the open batch; its transactions are re-sent on the

@@ -1,0 +1,70 @@
+package cdc_test
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/apply"
+	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+type logReporter struct{ log *slog.Logger }
+
+func (r logReporter) BatchApplied(_ context.Context, b cdc.Batch) error {
+	r.log.Info("CDC batch applied successfully", "batch_id", b.ID, "lsn", b.LSN.String(), "rows_processed", b.Changes)
+	return nil
+}
+
+// Example shows the setup a mirror needs before CDC (publication, slot,
+// snapshot position) and a CDC run.
+func Example() {
+	ctx := context.Background()
+	src, dst := "postgres://app:pw@source/db", "postgres://app:pw@dest/db"
+	mappings := []change.Mapping{{
+		Source:      change.TableName{Schema: "public", Name: "orders"},
+		Destination: change.TableName{Schema: "public", Name: "orders"},
+	}}
+
+	conn, err := pgx.Connect(ctx, src)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := capture.EnsurePublication(ctx, conn, "pgmirror_orders", []change.TableName{mappings[0].Source}); err != nil {
+		return
+	}
+	repl, err := capture.ConnectReplication(ctx, src)
+	if err != nil {
+		return
+	}
+	slot, err := capture.CreateSlot(ctx, repl, "pgmirror_orders", true)
+	if err != nil {
+		return
+	}
+	// ... snapshot every table with SET TRANSACTION SNAPSHOT slot.SnapshotName
+	// while repl stays idle, then close repl and record where CDC starts:
+	_ = repl.Close(ctx)
+	dconn, err := pgx.Connect(ctx, dst)
+	if err != nil {
+		return
+	}
+	defer dconn.Close(ctx)
+	if err := apply.EnsureMeta(ctx, dconn); err != nil {
+		return
+	}
+	if err := apply.SetAppliedPosition(ctx, dconn, "mirror-uid", slot.ConsistentPoint, 0); err != nil {
+		return
+	}
+
+	stop := make(chan struct{}) // closed on pause
+	_ = cdc.Run(ctx, cdc.Config{
+		MirrorUID: "mirror-uid", SourceConnString: src, DestConnString: dst,
+		SlotName: "pgmirror_orders", PublicationName: "pgmirror_orders", Tables: mappings,
+		BatchSize: 10000, SyncInterval: 60 * time.Second, Logger: slog.Default(),
+	}, logReporter{slog.Default()}, stop)
+}
