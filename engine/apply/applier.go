@@ -66,8 +66,11 @@ type Config struct {
 // already checked the constraints, and the destination converges to the
 // source's state at every batch boundary. If the destination user may not
 // set it (it needs superuser), the applier logs a warning and applies with
-// constraints checked; a violation is then returned as an error matching
-// ErrForeignKeyViolation.
+// constraints checked, writing each run of consecutive changes to one table
+// before the next so that the source's order across tables is kept; a
+// violation is then returned as an error matching ErrForeignKeyViolation.
+// (Within one table, collapsing by key still reorders changes, so a
+// self-referencing foreign key can fail in that mode.)
 type Applier struct {
 	conn        *pgx.Conn
 	cfg         Config
@@ -83,6 +86,7 @@ type Applier struct {
 	counts      map[string]*Counts
 	stageSeq    int
 	replicaRole bool
+	lastPlan    *plan // plan of the previous change (ordering without replica role)
 	copyBuf     bytes.Buffer
 }
 
@@ -170,6 +174,14 @@ func (a *Applier) Apply(ctx context.Context, c *change.Change) error {
 	default:
 		return fmt.Errorf("apply change: unknown operation %d", c.Op)
 	}
+	if !a.replicaRole && a.lastPlan != p && a.pending > 0 {
+		// Foreign keys are checked: keep the source's order across tables
+		// by writing each run of changes to one table before the next.
+		if err := a.flush(ctx); err != nil {
+			return err
+		}
+	}
+	a.lastPlan = p
 	if !p.buffered() {
 		a.dirty = append(a.dirty, p)
 	}
@@ -239,6 +251,7 @@ func (a *Applier) reset() {
 	a.current = map[change.TableName]*plan{}
 	a.tables = map[change.TableName]*destTable{}
 	a.dirty = nil
+	a.lastPlan = nil
 	a.pending = 0
 	a.pendingSize = 0
 	a.counts = map[string]*Counts{}

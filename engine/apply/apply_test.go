@@ -129,6 +129,15 @@ func TestForeignKeyViolationIsTyped(t *testing.T) {
 	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("1"), text("99"), null}}))
 	_, err = a.Commit(ctx, 0x100, 1)
 	require.NoError(t, err)
+
+	// It keeps the source's order across tables: the child is written
+	// before the parent it is then moved to.
+	require.NoError(t, a.Begin(ctx))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("6"), text("99"), null}}))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: parentRel, New: []change.Value{text("3")}}))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpUpdate, Relation: childRel, New: []change.Value{text("6"), text("3"), null}}))
+	_, err = a.Commit(ctx, 0x200, 2)
+	require.NoError(t, err)
 }
 
 // TestUnchangedWithoutEarlierImage: an update with an unchanged TOAST
