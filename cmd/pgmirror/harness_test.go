@@ -1,0 +1,334 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db/localpg"
+	"github.com/pgmirror/pgmirror/db/pgtest"
+)
+
+// These tests run the real pgmirror binary as separate processes against
+// real PostgreSQL clusters and talk to it over HTTP, the way a user does.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pgmirror-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "pgmirror")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build pgmirror:", err)
+		os.Exit(1)
+	}
+	code := pgtest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const testAdminPassword = "admin-password-for-tests"
+
+// service is one running `pgmirror serve` process.
+type service struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	baseURL string
+	token   string
+	output  *syncBuffer
+	done    chan struct{}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startService starts pgmirror serve on catalogURL and logs in as admin.
+func startService(t *testing.T, catalogURL string, env ...string) *service {
+	t.Helper()
+	port, err := localpg.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = append(os.Environ(),
+		"SERVICE_DATABASE_URL="+catalogURL,
+		"SERVICE_PORT="+strconv.Itoa(port),
+		"SERVICE_ADMIN_PASSWORD="+testAdminPassword,
+		"SERVICE_LOG_LEVEL=debug",
+	)
+	cmd.Env = append(cmd.Env, env...)
+	s := &service{t: t, cmd: cmd, baseURL: fmt.Sprintf("http://127.0.0.1:%d", port), output: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout = s.output
+	cmd.Stderr = s.output
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start pgmirror: %v", err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		close(s.done)
+	}()
+	t.Cleanup(func() {
+		s.kill()
+		if t.Failed() {
+			t.Logf("pgmirror output (%s):\n%s", s.baseURL, tail(s.output.String(), 6000))
+		}
+	})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get(s.baseURL + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("pgmirror exited during startup:\n%s", s.output.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgmirror did not become healthy:\n%s", s.output.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var login struct {
+		Token string `json:"token"`
+	}
+	s.mustDo("POST", "/v1/auth/login", map[string]string{"username": "admin", "password": testAdminPassword}, 200, &login)
+	s.token = login.Token
+	return s
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// kill stops the process at once (SIGKILL), like a crash.
+func (s *service) kill() {
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+	}
+	<-s.done
+}
+
+// terminate sends SIGTERM and waits for a graceful exit.
+func (s *service) terminate(timeout time.Duration) {
+	s.t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(timeout):
+		s.t.Fatalf("pgmirror did not exit within %s of SIGTERM", timeout)
+	}
+}
+
+// do sends a request and decodes the JSON response into out (when not nil).
+func (s *service) do(method, path string, body any, out any) int {
+	s.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.baseURL+path, r)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			s.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (s *service) mustDo(method, path string, body any, want int, out any) {
+	s.t.Helper()
+	var raw json.RawMessage
+	got := s.do(method, path, body, &raw)
+	if got != want {
+		s.t.Fatalf("%s %s: status %d, want %d: %s", method, path, got, want, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			s.t.Fatalf("%s %s: decode %s: %v", method, path, raw, err)
+		}
+	}
+}
+
+// createPeer registers a database URL of a test cluster as a peer.
+func (s *service) createPeer(name, dbURL string) {
+	s.t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	pw, _ := u.User.Password()
+	s.mustDo("POST", "/v1/peers", map[string]any{
+		"name": name, "host": u.Hostname(), "port": port, "user": u.User.Username(),
+		"password": pw, "database": strings.TrimPrefix(u.Path, "/"), "ssl_mode": "disable",
+	}, 201, nil)
+}
+
+type tableStatus struct {
+	TableName    string `json:"table_name"`
+	Status       string `json:"status"`
+	RowsSynced   int64  `json:"rows_synced"`
+	RowsInserted int64  `json:"rows_inserted"`
+	RowsUpdated  int64  `json:"rows_updated"`
+	RowsDeleted  int64  `json:"rows_deleted"`
+}
+
+type mirrorStatus struct {
+	Name            string        `json:"name"`
+	Status          string        `json:"status"`
+	LastLSN         string        `json:"last_lsn"`
+	LastSyncBatchID int64         `json:"last_sync_batch_id"`
+	ErrorMessage    string        `json:"error_message"`
+	ErrorCount      int           `json:"error_count"`
+	Tables          []tableStatus `json:"tables"`
+}
+
+func (s *service) mirror(name string) mirrorStatus {
+	s.t.Helper()
+	var m mirrorStatus
+	s.mustDo("GET", "/v1/mirrors/"+name, nil, 200, &m)
+	return m
+}
+
+// waitStatus waits until the mirror has the given status.
+func (s *service) waitStatus(name, status string, timeout time.Duration) mirrorStatus {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		m := s.mirror(name)
+		if m.Status == status {
+			return m
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("mirror %s: status %q (error %q), want %q after %s", name, m.Status, m.ErrorMessage, status, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+type logEntry struct {
+	Level   string         `json:"level"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details"`
+}
+
+func (s *service) logs(name string, query string) []logEntry {
+	s.t.Helper()
+	var out struct {
+		Logs  []logEntry `json:"logs"`
+		Total int        `json:"total"`
+	}
+	s.mustDo("GET", "/v1/mirrors/"+name+"/logs?limit=500&"+query, nil, 200, &out)
+	return out.Logs
+}
+
+func hasLog(entries []logEntry, message string) bool {
+	for _, e := range entries {
+		if e.Message == message {
+			return true
+		}
+	}
+	return false
+}
+
+// tableDigest returns the row count and an order-independent checksum of
+// a table's rows (duplicates count), for exact equality checks.
+func tableDigest(t *testing.T, dbURL, table string, columns string) (int64, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int64
+	var sum string
+	q := fmt.Sprintf(`SELECT count(*), coalesce(md5(string_agg(r, ',' ORDER BY r)), '') FROM (SELECT (%s)::text AS r FROM %s) s`, columns, table)
+	if err := conn.QueryRow(ctx, q).Scan(&n, &sum); err != nil {
+		t.Fatalf("digest %s: %v", table, err)
+	}
+	return n, sum
+}
+
+// waitEqual waits until the table has the same rows on both sides.
+func waitEqual(t *testing.T, srcURL, dstURL, srcTable, dstTable, columns string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		sn, ss := tableDigest(t, srcURL, srcTable, columns)
+		dn, ds := tableDigest(t, dstURL, dstTable, columns)
+		if sn == dn && ss == ds {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: source has %d rows (%s), destination %s has %d rows (%s) after %s", srcTable, sn, ss, dstTable, dn, ds, timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func exec1(t *testing.T, dbURL, sql string, args ...any) {
+	t.Helper()
+	pgtest.Exec(t, dbURL, sql, args...)
+}

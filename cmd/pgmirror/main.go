@@ -1,0 +1,30 @@
+// Command pgmirror runs the pgmirror service: the REST API and the River
+// workers that replicate PostgreSQL databases.
+//
+//	pgmirror serve    run the API and the workers (the default)
+//	pgmirror migrate  apply the catalog migrations and exit
+//	pgmirror version  print the version and exit
+//
+// Configuration comes from the environment; see docs/configuration.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgmirror:", err)
+		os.Exit(1)
+	}
+}

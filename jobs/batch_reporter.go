@@ -1,0 +1,201 @@
+package jobs
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// Flush cadence of CDC progress. Under load the engine may apply hundreds
+// of small batches a second; writing each to the catalog would make the
+// catalog the bottleneck and flood the log. So progress (last_lsn, batch id,
+// table counters) is written at most every progressEvery, and the CDC log
+// entries at most every logEvery, each summing the batches since the last
+// entry. A slow batch (longer than logEvery) still gets entries of its own.
+const (
+	progressEvery = 200 * time.Millisecond
+	logEvery      = 5 * time.Second
+)
+
+// batchReporter turns applied CDC batches into catalog progress and log
+// entries. It also writes the "No changes in CDC batch" entry when the
+// mirror goes idle: once when a sync interval passes without changes after
+// activity, then at most once an hour while it stays idle.
+type batchReporter struct {
+	run      *mirrorRun
+	mirror   db.Mirror
+	tableIDs map[string]int64 // source schema.table -> mirror table id
+
+	mu        sync.Mutex
+	pending   map[int64]db.TableCounts
+	lastLSN   change.LSN
+	lastBatch int64
+	dirty     bool
+	lastFlush time.Time
+
+	logSum      db.CDCBatchDetails
+	logTables   map[string]bool
+	logFetched  int64
+	logBatches  int
+	lastLogAt   time.Time
+	lastBatchAt time.Time
+	lastIdleLog time.Time
+
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newBatchReporter(r *mirrorRun, m db.Mirror, mappings []change.Mapping) *batchReporter {
+	tables, _ := r.store.MirrorTables(context.Background(), m.ID)
+	b := &batchReporter{run: r, mirror: m, tableIDs: map[string]int64{}, pending: map[int64]db.TableCounts{},
+		logTables: map[string]bool{}, done: make(chan struct{}), lastBatchAt: time.Now(), lastIdleLog: time.Now()}
+	for _, t := range tables {
+		b.tableIDs[t.SourceSchema+"."+t.SourceTable] = t.ID
+	}
+	interval := time.Duration(max(m.CDCSyncIntervalSeconds, 1)) * time.Second
+	b.wg.Add(1)
+	go b.loop(interval)
+	return b
+}
+
+// BatchApplied records a batch that the destination committed.
+func (b *batchReporter) BatchApplied(ctx context.Context, batch cdc.Batch) error {
+	b.mu.Lock()
+	for table, c := range batch.Tables {
+		id, ok := b.tableIDs[table]
+		if !ok {
+			continue
+		}
+		p := b.pending[id]
+		p.Inserted += c.Inserted
+		p.Updated += c.Updated
+		p.Deleted += c.Deleted
+		b.pending[id] = p
+		b.logSum.RowsInserted += c.Inserted
+		b.logSum.RowsUpdated += c.Updated
+		b.logSum.RowsDeleted += c.Deleted
+		b.logTables[table] = true
+	}
+	b.lastLSN = batch.LSN
+	b.lastBatch = batch.ID
+	b.dirty = true
+	b.logSum.BatchID = batch.ID
+	b.logSum.RowsProcessed += batch.Changes
+	b.logSum.DurationMS += batch.Duration.Milliseconds()
+	b.logSum.LSN = batch.LSN.String()
+	b.logBatches++
+	b.lastBatchAt = time.Now()
+	flushNow := time.Since(b.lastFlush) >= progressEvery
+	logNow := time.Since(b.lastLogAt) >= logEvery || batch.Duration >= logEvery
+	b.mu.Unlock()
+	if flushNow {
+		b.flushProgress(ctx)
+	}
+	if logNow {
+		b.flushLog(ctx)
+	}
+	return nil
+}
+
+func (b *batchReporter) loop(interval time.Duration) {
+	defer b.wg.Done()
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.done:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		b.flushProgress(ctx)
+		b.mu.Lock()
+		logDue := b.logBatches > 0 && time.Since(b.lastLogAt) >= logEvery
+		idle := b.logBatches == 0 && time.Since(b.lastBatchAt) >= interval &&
+			(b.lastIdleLog.Before(b.lastBatchAt) || time.Since(b.lastIdleLog) >= time.Hour)
+		if idle {
+			b.lastIdleLog = time.Now()
+		}
+		b.mu.Unlock()
+		if logDue {
+			b.flushLog(ctx)
+		}
+		if idle {
+			b.run.log(ctx, db.LevelInfo, db.MsgCDCNoChanges, db.CDCBatchDetails{BatchID: b.currentBatch(), TablesAffected: []string{}})
+		}
+		cancel()
+	}
+}
+
+func (b *batchReporter) currentBatch() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastBatch
+}
+
+func (b *batchReporter) flushProgress(ctx context.Context) {
+	b.mu.Lock()
+	if !b.dirty {
+		b.mu.Unlock()
+		return
+	}
+	pending := b.pending
+	b.pending = map[int64]db.TableCounts{}
+	lsn, batch := b.lastLSN, b.lastBatch
+	b.dirty = false
+	b.lastFlush = time.Now()
+	b.mu.Unlock()
+	if err := b.run.store.MirrorRecordProgress(ctx, b.mirror.ID, lsn.String(), batch, pending); err != nil {
+		b.run.logger.Warn("record CDC progress", "error", err)
+		// Keep the counts for the next flush.
+		b.mu.Lock()
+		for id, c := range pending {
+			p := b.pending[id]
+			p.Inserted += c.Inserted
+			p.Updated += c.Updated
+			p.Deleted += c.Deleted
+			b.pending[id] = p
+		}
+		b.dirty = true
+		b.mu.Unlock()
+	}
+}
+
+func (b *batchReporter) flushLog(ctx context.Context) {
+	b.mu.Lock()
+	if b.logBatches == 0 {
+		b.mu.Unlock()
+		return
+	}
+	sum := b.logSum
+	tables := make([]string, 0, len(b.logTables))
+	for t := range b.logTables {
+		tables = append(tables, t)
+	}
+	sort.Strings(tables)
+	sum.TablesAffected = tables
+	b.logSum = db.CDCBatchDetails{}
+	b.logTables = map[string]bool{}
+	b.logBatches = 0
+	b.lastLogAt = time.Now()
+	b.mu.Unlock()
+	fetched := sum
+	fetched.DurationMS = 0
+	b.run.log(ctx, db.LevelInfo, db.MsgCDCBatchFetched, fetched)
+	b.run.log(ctx, db.LevelInfo, db.MsgCDCBatchApplied, sum)
+}
+
+// close stops the background flusher and writes what is left.
+func (b *batchReporter) close(ctx context.Context) {
+	close(b.done)
+	b.wg.Wait()
+	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	b.flushProgress(flushCtx)
+	b.flushLog(flushCtx)
+}

@@ -1,0 +1,93 @@
+package jobs
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/pgmirror/pgmirror/db"
+)
+
+// Config configures the River client and the workers of one pgmirror process.
+type Config struct {
+	// Store is the catalog.
+	Store *db.Store
+	// Logger receives the process log (mirror logs go to the catalog).
+	Logger *slog.Logger
+	// MirrorWorkers is how many mirrors this process runs at once. Default 50.
+	MirrorWorkers int
+	// LogRetention is how long mirror log entries are kept. Default 7 days.
+	LogRetention time.Duration
+	// SupervisorInterval is how often the leader looks for mirrors that
+	// nobody runs (for example because their replica died). Default 5 s.
+	SupervisorInterval time.Duration
+	// HeartbeatTimeout is how long a replication stream may stay silent
+	// before the mirror fails with "Heartbeat timeout". Default 2 minutes.
+	HeartbeatTimeout time.Duration
+	// RunBudget bounds one run job's CDC phase; the job then hands the
+	// mirror back to the queue (usually to itself). Default 10 minutes.
+	RunBudget time.Duration
+	// MaxFailures is the number of consecutive failures after which a
+	// mirror is stopped. Default 2016 (a week of retries at the 5 min cap).
+	MaxFailures int
+}
+
+func (c Config) withDefaults() Config {
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.MirrorWorkers = cmp.Or(c.MirrorWorkers, 50)
+	c.LogRetention = cmp.Or(c.LogRetention, 7*24*time.Hour)
+	c.SupervisorInterval = cmp.Or(c.SupervisorInterval, 5*time.Second)
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, 2*time.Minute)
+	c.RunBudget = cmp.Or(c.RunBudget, 10*time.Minute)
+	c.MaxFailures = cmp.Or(c.MaxFailures, 2016)
+	return c
+}
+
+// NewClient returns a River client with every pgmirror worker registered and
+// the periodic supervisor and log pruning jobs scheduled. Every replica
+// registers every kind (River's rescuer discards jobs of unknown kinds).
+func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("jobs: Config.Store is required")
+	}
+	cfg = cfg.withDefaults()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &MirrorRunWorker{cfg: cfg})
+	river.AddWorker(workers, &MirrorCleanupWorker{cfg: cfg})
+	river.AddWorker(workers, &SupervisorWorker{cfg: cfg})
+	river.AddWorker(workers, &LogPruneWorker{cfg: cfg})
+
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:  cfg.Logger.With("component", "river"),
+		Workers: workers,
+		Queues: map[string]river.QueueConfig{
+			river.QueueDefault: {MaxWorkers: 10},
+			QueueMirrors:       {MaxWorkers: cfg.MirrorWorkers},
+		},
+		FetchCooldown:     50 * time.Millisecond,
+		FetchPollInterval: time.Second,
+		// The mirror run job bounds itself (RunBudget); a job whose process
+		// died is taken over by the supervisor long before this rescue.
+		RescueStuckJobsAfter: cfg.RunBudget + 30*time.Minute,
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.SupervisorInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return SupervisorArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
+				func() (river.JobArgs, *river.InsertOpts) { return LogPruneArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create River client: %w", err)
+	}
+	return client, nil
+}
+
+type pgxTx = pgx.Tx

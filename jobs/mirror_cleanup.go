@@ -1,0 +1,86 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/capture"
+)
+
+// MirrorCleanupWorker finishes a deletion. The API has already hidden the
+// mirror; this job waits for the mirror's worker to let go of it, drops the
+// replication slot and publication that the mirror created (never ones that
+// existed before it), then deletes the catalog row. When the source cannot
+// be reached, the job fails and River retries it with backoff until the drop
+// succeeds, so no orphan slot keeps WAL on the source.
+type MirrorCleanupWorker struct {
+	river.WorkerDefaults[MirrorCleanupArgs]
+	cfg Config
+}
+
+// Timeout bounds one cleanup attempt.
+func (w *MirrorCleanupWorker) Timeout(*river.Job[MirrorCleanupArgs]) time.Duration {
+	return 2 * time.Minute
+}
+
+// NextRetry retries every 5 s at first, then at most every 5 minutes.
+func (w *MirrorCleanupWorker) NextRetry(job *river.Job[MirrorCleanupArgs]) time.Time {
+	return time.Now().Add(Backoff(job.Attempt))
+}
+
+// Work drops the mirror's slot and publication and deletes its row.
+func (w *MirrorCleanupWorker) Work(ctx context.Context, job *river.Job[MirrorCleanupArgs]) error {
+	store := w.cfg.Store
+	m, err := store.MirrorGetByID(ctx, job.Args.MirrorID)
+	if errors.Is(err, db.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if m.DeletedAt == nil {
+		return nil
+	}
+	logger := w.cfg.Logger.With("mirror", m.Name, "mirror_id", m.ID)
+	// The run job sees the deletion through NOTIFY and stops; wait for it.
+	lock, err := store.MirrorLockWait(ctx, m.ID, time.Minute)
+	if err != nil {
+		return fmt.Errorf("wait for the worker of mirror %s to stop: %w", m.Name, err)
+	}
+	defer lock.Release()
+
+	if m.CreatedSlot || m.CreatedPublication {
+		src, err := store.PeerGetByID(ctx, m.SourcePeerID)
+		if err != nil {
+			return fmt.Errorf("load source peer of deleted mirror %s: %w", m.Name, err)
+		}
+		conn, err := connectPeer(ctx, "source", src)
+		if err != nil {
+			logger.Warn("cannot reach the source to drop the replication slot; will retry", "error", err, "attempt", job.Attempt)
+			return err
+		}
+		defer closeConn(conn)
+		if m.CreatedSlot {
+			if err := capture.DropSlot(ctx, conn, m.ReplicationSlotName); err != nil {
+				return fmt.Errorf("drop replication slot %s: %w", m.ReplicationSlotName, err)
+			}
+			logger.Info("dropped replication slot", "slot", m.ReplicationSlotName)
+		}
+		if m.CreatedPublication {
+			if err := capture.DropPublication(ctx, conn, m.PublicationName); err != nil {
+				return fmt.Errorf("drop publication %s: %w", m.PublicationName, err)
+			}
+			logger.Info("dropped publication", "publication", m.PublicationName)
+		}
+	}
+	if err := store.MirrorPurge(ctx, m.ID); err != nil {
+		return err
+	}
+	logger.Info("mirror deleted")
+	return nil
+}

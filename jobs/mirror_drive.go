@@ -1,0 +1,571 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/apply"
+	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/preflight"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/tablesync"
+)
+
+// Operations named in error log entries.
+const (
+	opSetup    = "setup"
+	opSnapshot = "snapshot"
+	opCDC      = "cdc"
+	opSchema   = "sync_schema"
+)
+
+// errAgain restarts the run loop (a control request was carried out).
+var errAgain = errors.New("run the mirror loop again")
+
+// drive runs the mirror's phases until the run ends.
+func (r *mirrorRun) drive(ctx context.Context) error {
+	for {
+		err := r.iteration(ctx)
+		if errors.Is(err, errAgain) {
+			continue
+		}
+		return err
+	}
+}
+
+// peerConnectError is a failure to reach a peer; it is reported as
+// "Connection timeout".
+type peerConnectError struct {
+	role, peer string
+	err        error
+}
+
+func (e *peerConnectError) Error() string {
+	return fmt.Sprintf("cannot connect to %s peer %q: %v", e.role, e.peer, e.err)
+}
+
+func (e *peerConnectError) Unwrap() error { return e.err }
+
+func connectPeer(ctx context.Context, role string, p db.Peer) (*pgx.Conn, error) {
+	connectCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(connectCtx, p.ConnString())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &peerConnectError{role: role, peer: p.Name, err: err}
+	}
+	return conn, nil
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// slotExistsError is a slot of the mirror's name that this mirror did not create.
+type slotExistsError struct{ slot string }
+
+func (e *slotExistsError) Error() string {
+	return fmt.Sprintf("replication slot %q already exists on the source and was not created by this mirror: drop it (SELECT pg_drop_replication_slot('%s')) or give the mirror another replication_slot_name", e.slot, e.slot)
+}
+
+// iteration runs setup, the snapshot when one is due, and the CDC phase.
+func (r *mirrorRun) iteration(ctx context.Context) error {
+	store := r.store
+	r.operation = opSetup
+	m, err := store.MirrorGetByID(ctx, r.mirrorID)
+	if err != nil {
+		return err
+	}
+	tables, err := store.MirrorTables(ctx, r.mirrorID)
+	if err != nil {
+		return err
+	}
+	srcPeer, err := store.PeerGetByID(ctx, m.SourcePeerID)
+	if err != nil {
+		return fmt.Errorf("load source peer: %w", err)
+	}
+	dstPeer, err := store.PeerGetByID(ctx, m.DestinationPeerID)
+	if err != nil {
+		return fmt.Errorf("load destination peer: %w", err)
+	}
+	mappings := toMappings(tables)
+	sources := make([]change.TableName, len(mappings))
+	for i, mp := range mappings {
+		sources[i] = mp.Source
+	}
+
+	src, err := connectPeer(ctx, "source", srcPeer)
+	if err != nil {
+		return err
+	}
+	defer closeConn(src)
+	if err := preflight.Check(ctx, src, sources); err != nil {
+		return err
+	}
+	if err := r.ensurePublication(ctx, src, m, sources); err != nil {
+		return err
+	}
+	dst, err := connectPeer(ctx, "destination", dstPeer)
+	if err != nil {
+		return err
+	}
+	defer closeConn(dst)
+	started := time.Now()
+	ddl, err := schemasync.EnsureTables(ctx, src, dst, mappings)
+	if err != nil {
+		return fmt.Errorf("prepare destination tables: %w", err)
+	}
+	if len(ddl) > 0 {
+		r.log(ctx, db.LevelInfo, "Destination tables created", db.SchemaSyncDetails{
+			Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
+	}
+	if err := apply.EnsureMeta(ctx, dst); err != nil {
+		return err
+	}
+
+	if m.PendingAction != nil {
+		if err := r.carryOutAction(ctx, m, src, dst, mappings); err != nil {
+			return err
+		}
+		return errAgain
+	}
+
+	slot, err := capture.SlotState(ctx, src, m.ReplicationSlotName)
+	if err != nil {
+		return err
+	}
+	if slot.Exists && !m.CreatedSlot {
+		return &slotExistsError{slot: m.ReplicationSlotName}
+	}
+	if needsSnapshot(tables) && m.DoInitialSnapshot {
+		if err := r.snapshot(ctx, m, srcPeer, dstPeer, src, dst, tables, slot.Exists); err != nil {
+			return err
+		}
+	} else if !slot.Exists || slot.WALStatus == "lost" {
+		if err := r.createSlotWithoutSnapshot(ctx, m, srcPeer, src, dst, tables, slot.Exists); err != nil {
+			return err
+		}
+	}
+	return r.runCDC(ctx, m, srcPeer, dstPeer, mappings)
+}
+
+func (r *mirrorRun) ensurePublication(ctx context.Context, src *pgx.Conn, m db.Mirror, sources []change.TableName) error {
+	if m.CreatedPublication {
+		if _, err := capture.EnsurePublication(ctx, src, m.PublicationName, sources); err != nil {
+			// Ours, but the table set changed: make it match the mapping.
+			if err := capture.AlterPublicationTables(ctx, src, m.PublicationName, sources); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	created, err := capture.EnsurePublication(ctx, src, m.PublicationName, sources)
+	if err != nil {
+		return err
+	}
+	if created {
+		if err := r.store.MirrorSetCreated(ctx, m.ID, true, false); err != nil {
+			return err
+		}
+		r.log(ctx, db.LevelInfo, "Publication created", map[string]any{"publication": m.PublicationName})
+	} else if m.Status == db.StatusInitializing {
+		r.log(ctx, db.LevelInfo, "Using existing publication", map[string]any{
+			"publication": m.PublicationName,
+			"note":        "the publication existed before this mirror and covers every mapped table; deleting the mirror leaves it in place"})
+	}
+	return nil
+}
+
+// needsSnapshot reports whether a table still waits for its copy.
+func needsSnapshot(tables []db.MirrorTable) bool {
+	for _, t := range tables {
+		if t.Status == db.TableStatusPending || t.Status == db.TableStatusSnapshotting || t.ResyncRequestedAt != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// snapshot (re)creates the slot with an exported snapshot and copies every
+// table consistently with it. A snapshot that was interrupted starts over:
+// the slot is dropped and recreated and the destination tables truncated.
+func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, src, dst *pgx.Conn, tables []db.MirrorTable, slotExists bool) error {
+	store := r.store
+	r.operation = opSnapshot
+	if slotExists {
+		if err := capture.DropSlot(ctx, src, m.ReplicationSlotName); err != nil {
+			return err
+		}
+	}
+	if err := store.MirrorSetStatus(ctx, m.ID, db.StatusSnapshotting, false); err != nil {
+		return err
+	}
+	repl, err := capture.ConnectReplication(ctx, srcPeer.ConnString())
+	if err != nil {
+		return &peerConnectError{role: "source", peer: srcPeer.Name, err: err}
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = repl.Close(closeCtx)
+	}()
+	info, err := capture.CreateSlot(ctx, repl, m.ReplicationSlotName, true)
+	if err != nil {
+		if errors.Is(err, capture.ErrSlotExists) {
+			return &slotExistsError{slot: m.ReplicationSlotName}
+		}
+		return err
+	}
+	if err := store.MirrorSetCreated(ctx, m.ID, false, true); err != nil {
+		return err
+	}
+	if err := store.MirrorTablesSetStatus(ctx, m.ID, nil, db.TableStatusSnapshotting); err != nil {
+		return err
+	}
+	r.log(ctx, db.LevelInfo, db.MsgSnapshotStarting, map[string]any{
+		"tables": tableNames(tables), "slot": m.ReplicationSlotName, "lsn": info.ConsistentPoint.String()})
+	started := time.Now()
+	rep := &snapshotReporter{run: r, tables: map[string]db.MirrorTable{}}
+	for _, t := range tables {
+		rep.tables[t.SourceSchema+"."+t.SourceTable] = t
+	}
+	err = tablesync.Run(ctx, tablesync.Config{
+		SourceConnString:   srcPeer.ConnString(),
+		DestConnString:     dstPeer.ConnString(),
+		SnapshotName:       info.SnapshotName,
+		Tables:             toMappings(tables),
+		RowsPerPartition:   m.SnapshotNumRowsPerPartition,
+		MaxParallelWorkers: m.SnapshotMaxParallelWorkers,
+		TablesInParallel:   m.SnapshotNumTablesInParallel,
+		Logger:             r.logger,
+	}, rep)
+	if err != nil {
+		return err
+	}
+	if err := apply.SetAppliedPosition(ctx, dst, m.UID, info.ConsistentPoint, m.LastSyncBatchID); err != nil {
+		return err
+	}
+	if err := store.MirrorSetLastLSN(ctx, m.ID, info.ConsistentPoint.String()); err != nil {
+		return err
+	}
+	r.log(ctx, db.LevelInfo, db.MsgSnapshotCompleted, db.SnapshotDetails{
+		RowsSnapshotted: rep.totalRows(), DurationSeconds: time.Since(started).Seconds(), TotalPartitions: rep.totalPartitions()})
+	return nil
+}
+
+// createSlotWithoutSnapshot creates the slot when the mirror starts without
+// an initial snapshot, or recreates a slot that went missing or was
+// invalidated (then the changes in the gap are lost, and the log says so).
+func (r *mirrorRun) createSlotWithoutSnapshot(ctx context.Context, m db.Mirror, srcPeer db.Peer, src, dst *pgx.Conn, tables []db.MirrorTable, slotExists bool) error {
+	if slotExists {
+		if err := capture.DropSlot(ctx, src, m.ReplicationSlotName); err != nil {
+			return err
+		}
+	}
+	repl, err := capture.ConnectReplication(ctx, srcPeer.ConnString())
+	if err != nil {
+		return &peerConnectError{role: "source", peer: srcPeer.Name, err: err}
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = repl.Close(closeCtx)
+	}()
+	info, err := capture.CreateSlot(ctx, repl, m.ReplicationSlotName, false)
+	if err != nil {
+		if errors.Is(err, capture.ErrSlotExists) {
+			return &slotExistsError{slot: m.ReplicationSlotName}
+		}
+		return err
+	}
+	lost := m.CreatedSlot
+	if err := r.store.MirrorSetCreated(ctx, m.ID, false, true); err != nil {
+		return err
+	}
+	if lost {
+		r.log(ctx, db.LevelWarn, "Replication slot recreated: changes were lost", map[string]any{
+			"slot": m.ReplicationSlotName, "lsn": info.ConsistentPoint.String(),
+			"action": "the slot was missing or invalidated, so changes made on the source before " + info.ConsistentPoint.String() +
+				" that were not yet replicated are lost; run POST /v1/mirrors/" + m.Name + "/resync to repair the destination"})
+	}
+	if _, _, found, err := apply.AppliedPosition(ctx, dst, m.UID); err != nil {
+		return err
+	} else if !found {
+		if err := apply.SetAppliedPosition(ctx, dst, m.UID, info.ConsistentPoint, m.LastSyncBatchID); err != nil {
+			return err
+		}
+	}
+	if err := r.store.MirrorSetLastLSN(ctx, m.ID, info.ConsistentPoint.String()); err != nil {
+		return err
+	}
+	var pending []int64
+	for _, t := range tables {
+		if t.Status != db.TableStatusRunning {
+			pending = append(pending, t.ID)
+		}
+	}
+	if len(pending) > 0 {
+		return r.store.MirrorTablesSetStatus(ctx, m.ID, pending, db.TableStatusRunning)
+	}
+	return nil
+}
+
+// carryOutAction performs a control request written by the API.
+func (r *mirrorRun) carryOutAction(ctx context.Context, m db.Mirror, src, dst *pgx.Conn, mappings []change.Mapping) error {
+	switch *m.PendingAction {
+	case db.ActionResync:
+		// Every table is copied again from a new slot's snapshot: the run
+		// loop sees pending tables and takes the snapshot path, which drops
+		// and recreates the slot and truncates the destination tables.
+		if err := r.store.MirrorTablesSetStatus(ctx, m.ID, nil, db.TableStatusPending); err != nil {
+			return err
+		}
+		if err := r.store.MirrorSetStatus(ctx, m.ID, db.StatusSnapshotting, false); err != nil {
+			return err
+		}
+		r.log(ctx, db.LevelInfo, "Full resync started", map[string]any{"tables": len(mappings)})
+	case db.ActionSyncSchema:
+		r.operation = opSchema
+		started := time.Now()
+		ddl, warnings, err := schemasync.SyncColumns(ctx, src, dst, mappings)
+		if err != nil {
+			return fmt.Errorf("sync schema: %w", err)
+		}
+		for _, w := range warnings {
+			r.log(ctx, db.LevelWarn, "Schema sync warning", map[string]any{"warning": w})
+		}
+		names := make([]string, len(mappings))
+		for i, mp := range mappings {
+			names[i] = mp.Source.String()
+		}
+		r.log(ctx, db.LevelInfo, "Schema sync completed", db.SchemaSyncDetails{
+			Tables: names, DDLStatements: nonNil(ddl), DurationMS: time.Since(started).Milliseconds()})
+	}
+	return r.store.MirrorClearPendingAction(ctx, m.ID, *m.PendingAction)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// runCDC streams changes until the phase is asked to stop or fails.
+func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, mappings []change.Mapping) error {
+	r.operation = opCDC
+	if err := r.store.MirrorMarkRunning(ctx, m.ID); err != nil {
+		return err
+	}
+	stop := r.beginCDC()
+	budget := time.AfterFunc(r.cfg.RunBudget, func() { r.stopCDC(reasonBudget) })
+	defer budget.Stop()
+	healthy := time.AfterFunc(30*time.Second, func() {
+		resetCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = r.store.MirrorResetErrorCount(resetCtx, m.ID)
+	})
+	defer healthy.Stop()
+
+	rep := newBatchReporter(r, m, mappings)
+	err := cdc.Run(ctx, cdc.Config{
+		MirrorUID:        m.UID,
+		SourceConnString: srcPeer.ConnString(),
+		DestConnString:   dstPeer.ConnString(),
+		SlotName:         m.ReplicationSlotName,
+		PublicationName:  m.PublicationName,
+		Tables:           mappings,
+		BatchSize:        m.CDCBatchSize,
+		SyncInterval:     time.Duration(m.CDCSyncIntervalSeconds) * time.Second,
+		HeartbeatTimeout: r.cfg.HeartbeatTimeout,
+		Logger:           r.logger,
+	}, rep, stop)
+	rep.close(ctx)
+	reason := r.endCDC()
+	if err != nil {
+		return err
+	}
+	switch reason {
+	case reasonPaused:
+		return r.store.MirrorSetPausedIfRequested(ctx, m.ID)
+	case reasonDeleted:
+		return nil
+	case reasonBudget:
+		return errRunBudget
+	}
+	return errAgain
+}
+
+// fail records a failed run on the mirror and schedules the retry.
+func (r *mirrorRun) fail(ctx context.Context, runErr error) error {
+	m, err := r.store.MirrorGetByID(ctx, r.mirrorID)
+	if err != nil {
+		return err
+	}
+	delay := Backoff(m.ErrorCount + 1)
+	retryAt := time.Now().Add(delay).UTC().Truncate(time.Millisecond)
+	message := runErr.Error()
+	count, stopped, err := r.store.MirrorRecordFailure(ctx, r.mirrorID, db.MirrorFailure{
+		Message: message, RetryAt: retryAt, MaxFailures: r.cfg.MaxFailures})
+	if err != nil {
+		return err
+	}
+	if count == 0 {
+		return nil // deleted or paused meanwhile
+	}
+	details := db.ErrorDetails{Error: message, RetryCount: count, NextRetryAt: &retryAt, Operation: r.operation}
+	if stopped {
+		details.NextRetryAt = nil
+	}
+	if errors.Is(runErr, apply.ErrForeignKeyViolation) {
+		r.log(ctx, db.LevelWarn, db.MsgForeignKeyViolation, map[string]any{"error": message,
+			"action": "the destination has a foreign key that the source does not enforce in the same way; drop or relax it on the destination"})
+	}
+	r.log(ctx, db.LevelError, r.failureMessage(runErr), details)
+	r.logger.Error("mirror failed", "operation", r.operation, "error", message, "retry_count", count, "next_retry_at", retryAt, "stopped", stopped)
+	if stopped {
+		r.log(ctx, db.LevelError, "Mirror stopped", map[string]any{
+			"reason": fmt.Sprintf("%d consecutive failures", count),
+			"action": "fix the cause, then delete and recreate the mirror"})
+		return nil
+	}
+	return river.JobSnooze(delay)
+}
+
+// failureMessage picks the catalogue message for a failure.
+func (r *mirrorRun) failureMessage(err error) string {
+	var connErr *peerConnectError
+	var slotErr *slotExistsError
+	switch {
+	case errors.As(err, &slotErr) || errors.Is(err, capture.ErrSlotExists):
+		return db.MsgSlotExists
+	case errors.Is(err, cdc.ErrHeartbeatTimeout):
+		return db.MsgHeartbeatTimeout
+	case errors.As(err, &connErr) || errors.Is(err, cdc.ErrConnect) || errors.Is(err, cdc.ErrConnectionTimeout) || isConnectionFailure(err):
+		return db.MsgConnectionTimeout
+	case r.operation == opSnapshot:
+		return db.MsgSnapshotFailed
+	case r.operation == opCDC:
+		return db.MsgCDCBatchFailed
+	case r.operation == opSchema:
+		return "Schema sync failed"
+	}
+	return "Mirror setup failed"
+}
+
+// isConnectionFailure reports errors that mean a peer stopped answering.
+func isConnectionFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// admin_shutdown, crash_shutdown, cannot_connect_now
+		return pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) || pgconn.Timeout(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "unexpected EOF") ||
+		strings.Contains(msg, "conn closed") || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset")
+}
+
+// Backoff is the wait before retry number n (n >= 1) of a failed mirror:
+// 5 s, 10 s, 20 s, ... doubling, at most 5 minutes.
+func Backoff(n int) time.Duration {
+	d := 5 * time.Second
+	for i := 1; i < n && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+func (r *mirrorRun) log(ctx context.Context, level, message string, details any) {
+	if err := r.store.LogInsert(ctx, r.mirrorID, level, message, details); err != nil {
+		r.logger.Warn("write mirror log entry", "message", message, "error", err)
+	}
+}
+
+func toMappings(tables []db.MirrorTable) []change.Mapping {
+	out := make([]change.Mapping, len(tables))
+	for i, t := range tables {
+		out[i] = change.Mapping{
+			Source:         change.TableName{Schema: t.SourceSchema, Name: t.SourceTable},
+			Destination:    change.TableName{Schema: t.DestinationSchema, Name: t.DestinationTable},
+			ExcludeColumns: t.ExcludeColumns,
+		}
+	}
+	return out
+}
+
+func tableNames(tables []db.MirrorTable) []string {
+	out := make([]string, len(tables))
+	for i, t := range tables {
+		out[i] = t.SourceSchema + "." + t.SourceTable
+	}
+	return out
+}
+
+// snapshotReporter writes snapshot progress to the catalog. tablesync calls
+// it from several goroutines.
+type snapshotReporter struct {
+	run        *mirrorRun
+	tables     map[string]db.MirrorTable
+	mu         sync.Mutex
+	rows       int64
+	partitions int
+}
+
+func (s *snapshotReporter) table(t change.Mapping) db.MirrorTable { return s.tables[t.Source.String()] }
+
+func (s *snapshotReporter) TableStarted(ctx context.Context, t change.Mapping, totalPartitions int) error {
+	s.mu.Lock()
+	s.partitions += totalPartitions
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *snapshotReporter) PartitionDone(ctx context.Context, t change.Mapping, partition, totalPartitions int, rows int64, d time.Duration) error {
+	s.run.log(ctx, db.LevelDebug, "Snapshot partition completed", db.SnapshotDetails{
+		Table: t.Source.String(), RowsSnapshotted: rows, DurationSeconds: d.Seconds(), Partition: partition, TotalPartitions: totalPartitions})
+	return nil
+}
+
+func (s *snapshotReporter) TableDone(ctx context.Context, t change.Mapping, rows int64, d time.Duration) error {
+	s.mu.Lock()
+	s.rows += rows
+	s.mu.Unlock()
+	mt := s.table(t)
+	if err := s.run.store.MirrorTableSnapshotted(ctx, mt.ID, rows, mt.ResyncRequestedAt); err != nil {
+		return err
+	}
+	s.run.log(ctx, db.LevelInfo, db.MsgTableSnapshotCompleted, db.SnapshotDetails{
+		Table: t.Source.String(), RowsSnapshotted: rows, DurationSeconds: d.Seconds()})
+	return nil
+}
+
+func (s *snapshotReporter) totalRows() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rows
+}
+
+func (s *snapshotReporter) totalPartitions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.partitions
+}

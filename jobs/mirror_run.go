@@ -1,0 +1,247 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/pgmirror/pgmirror/db"
+)
+
+// MirrorRunWorker drives one mirror through setup, snapshot and CDC.
+//
+// Exactly one worker runs a mirror at a time: the worker holds the mirror's
+// session advisory lock for the whole run (and the source's slot admits one
+// consumer). A job that finds the lock taken ends at once. A run ends when
+// the mirror is paused or deleted, when its run budget is used up (the job
+// snoozes and comes straight back), or on a failure, which is recorded on the
+// mirror and retried with exponential backoff by snoozing the job.
+type MirrorRunWorker struct {
+	river.WorkerDefaults[MirrorRunArgs]
+	cfg Config
+}
+
+// Timeout is long: a run bounds its CDC phase itself, and a snapshot may
+// take hours. A job whose process died is taken over by the supervisor.
+func (w *MirrorRunWorker) Timeout(*river.Job[MirrorRunArgs]) time.Duration {
+	return 7 * 24 * time.Hour
+}
+
+// errRunBudget ends a run whose budget is used up; the job comes back at once.
+var errRunBudget = errors.New("run budget used up")
+
+// Work runs the mirror until it pauses, is deleted, fails or uses up its
+// run budget.
+func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs]) error {
+	store := w.cfg.Store
+	id := job.Args.MirrorID
+	m, err := store.MirrorGetByID(ctx, id)
+	if errors.Is(err, db.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !wantsToRun(m) {
+		return nil
+	}
+	lock, err := store.MirrorTryLock(ctx, id)
+	if err != nil {
+		return err
+	}
+	if lock == nil {
+		w.cfg.Logger.Debug("mirror is run by another worker", "mirror", m.Name)
+		return nil
+	}
+	defer lock.Release()
+
+	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, lock: lock,
+		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id)}
+	return r.work(ctx)
+}
+
+// wantsToRun reports whether a mirror needs a worker now.
+func wantsToRun(m db.Mirror) bool {
+	return m.DeletedAt == nil && m.Status != db.StatusStopped && m.DesiredState == db.DesiredRunning &&
+		m.Status != db.StatusPaused
+}
+
+// mirrorRun is one run of one mirror by the worker holding its lock.
+type mirrorRun struct {
+	cfg      Config
+	store    *db.Store
+	mirrorID int64
+	lock     *db.MirrorLock
+	logger   *slog.Logger
+
+	// operation names the phase for error reports: setup, snapshot, cdc.
+	operation string
+
+	stopMu     sync.Mutex
+	cdcStop    chan struct{} // non-nil while the CDC phase runs
+	stopReason string
+}
+
+func (r *mirrorRun) work(ctx context.Context) error {
+	m, err := r.store.MirrorGetByID(ctx, r.mirrorID)
+	if err != nil {
+		return err
+	}
+	if !wantsToRun(m) {
+		return nil
+	}
+	if m.Status == db.StatusError && m.NextRetryAt != nil {
+		if wait := time.Until(*m.NextRetryAt); wait > 0 {
+			return river.JobSnooze(wait)
+		}
+	}
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var watchers sync.WaitGroup
+	watchers.Add(1)
+	go func() {
+		defer watchers.Done()
+		r.watchControl(runCtx, cancel)
+	}()
+
+	err = r.drive(runCtx)
+	cause := context.Cause(runCtx)
+	cancel(nil)
+	watchers.Wait()
+
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errRunBudget):
+		return river.JobSnooze(0)
+	case ctx.Err() != nil:
+		// The process is shutting down: hand the mirror back to the queue
+		// at once so that another replica takes it over.
+		r.logger.Info("run interrupted by shutdown; handing the mirror back to the queue")
+		return river.JobSnooze(0)
+	case errors.Is(cause, errStopDeleted):
+		return nil
+	case errors.Is(cause, errStopPaused):
+		return r.store.MirrorSetPausedIfRequested(ctx, r.mirrorID)
+	case errors.Is(cause, errLostLock):
+		r.logger.Warn("lost the catalog connection that holds the mirror lock; stopping the run")
+		return river.JobSnooze(time.Second)
+	}
+	return r.fail(ctx, err)
+}
+
+// Causes that end a run from outside.
+var (
+	errLostLock    = errors.New("lost the mirror lock connection")
+	errStopDeleted = errors.New("mirror deleted")
+	errStopPaused  = errors.New("mirror paused")
+)
+
+// Reasons why the CDC phase was asked to stop at a batch boundary.
+const (
+	reasonPaused  = "paused"
+	reasonDeleted = "deleted"
+	reasonAction  = "action"
+	reasonBudget  = "budget"
+)
+
+// beginCDC returns the stop channel of a new CDC phase.
+func (r *mirrorRun) beginCDC() chan struct{} {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	r.cdcStop = make(chan struct{})
+	r.stopReason = ""
+	return r.cdcStop
+}
+
+// endCDC ends the CDC phase and returns why it was stopped ("" if it was not).
+func (r *mirrorRun) endCDC() string {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	r.cdcStop = nil
+	return r.stopReason
+}
+
+// stopCDC asks the running CDC phase to stop at a batch boundary. It
+// reports false when no CDC phase runs.
+func (r *mirrorRun) stopCDC(reason string) bool {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	if r.cdcStop == nil {
+		return false
+	}
+	if r.stopReason == "" {
+		r.stopReason = reason
+		close(r.cdcStop)
+	}
+	return true
+}
+
+// watchControl listens for control notifications on the lock's connection
+// and also polls every two seconds, so that a pause, delete or control
+// request reaches the run within about a second even if a notification is
+// lost. When the lock connection dies, the run is cancelled: another worker
+// may take the mirror over.
+func (r *mirrorRun) watchControl(ctx context.Context, cancel context.CancelCauseFunc) {
+	conn := r.lock.Conn()
+	if _, err := conn.Exec(ctx, `LISTEN pgmirror_mirror_control`); err != nil {
+		if ctx.Err() == nil {
+			cancel(errLostLock)
+		}
+		return
+	}
+	for ctx.Err() == nil {
+		waitCtx, waitCancel := context.WithTimeout(ctx, 2*time.Second)
+		err := conn.PgConn().WaitForNotification(waitCtx)
+		waitCancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && conn.PgConn().IsClosed() {
+			cancel(errLostLock)
+			return
+		}
+		r.checkControl(ctx, cancel)
+	}
+}
+
+// checkControl reads the mirror's desired state. A delete or pause stops
+// the run (CDC at a batch boundary, other phases at once); a control request
+// stops the CDC phase so that the run carries it out.
+func (r *mirrorRun) checkControl(ctx context.Context, cancel context.CancelCauseFunc) {
+	m, err := r.store.MirrorGetByID(ctx, r.mirrorID)
+	if errors.Is(err, db.ErrNotFound) || (err == nil && m.DeletedAt != nil) {
+		if !r.stopCDC(reasonDeleted) {
+			cancel(errStopDeleted)
+		}
+		return
+	}
+	if err != nil {
+		return
+	}
+	if m.DesiredState == db.DesiredPaused {
+		if !r.stopCDC(reasonPaused) {
+			cancel(errStopPaused)
+		}
+		return
+	}
+	if m.PendingAction != nil {
+		r.stopCDC(reasonAction)
+		return
+	}
+	tables, err := r.store.MirrorTables(ctx, r.mirrorID)
+	if err != nil {
+		return
+	}
+	for _, t := range tables {
+		if t.ResyncRequestedAt != nil || t.Status == db.TableStatusPending {
+			r.stopCDC(reasonAction)
+			return
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// SupervisorArgs is the periodic job (leader only, every few seconds) that
+// makes sure every live mirror that wants to run has a worker, and every
+// deleted mirror a cleanup job.
+type SupervisorArgs struct{}
+
+// Kind is the River job kind.
+func (SupervisorArgs) Kind() string { return "mirror_supervisor" }
+
+// InsertOpts keeps at most one supervisor job waiting at a time.
+func (SupervisorArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		MaxAttempts: 1,
+		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
+			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+		}},
+	}
+}
+
+// SupervisorWorker enqueues run jobs for orphaned mirrors.
+type SupervisorWorker struct {
+	river.WorkerDefaults[SupervisorArgs]
+	cfg Config
+}
+
+// Timeout bounds one supervisor pass.
+func (w *SupervisorWorker) Timeout(*river.Job[SupervisorArgs]) time.Duration { return 30 * time.Second }
+
+// Work looks for mirrors that nobody runs and enqueues a run job for each.
+func (w *SupervisorWorker) Work(ctx context.Context, job *river.Job[SupervisorArgs]) error {
+	client := river.ClientFromContext[pgxTx](ctx)
+	ids, err := w.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind())
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		w.cfg.Logger.Info("mirror has no worker: enqueueing a run job", "mirror_id", id)
+		if _, err := client.Insert(ctx, MirrorRunArgs{MirrorID: id}, nil); err != nil {
+			return fmt.Errorf("enqueue run of mirror %d: %w", id, err)
+		}
+	}
+	deleted, err := w.cfg.Store.DeletedMirrorsWithoutCleanup(ctx, MirrorCleanupArgs{}.Kind())
+	if err != nil {
+		return err
+	}
+	for _, id := range deleted {
+		if _, err := client.Insert(ctx, MirrorCleanupArgs{MirrorID: id}, nil); err != nil {
+			return fmt.Errorf("enqueue cleanup of mirror %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// LogPruneArgs is the hourly job that deletes mirror log entries older than
+// the retention.
+type LogPruneArgs struct{}
+
+// Kind is the River job kind.
+func (LogPruneArgs) Kind() string { return "mirror_log_prune" }
+
+// LogPruneWorker deletes old mirror log entries.
+type LogPruneWorker struct {
+	river.WorkerDefaults[LogPruneArgs]
+	cfg Config
+}
+
+// Work deletes log entries older than the retention.
+func (w *LogPruneWorker) Work(ctx context.Context, job *river.Job[LogPruneArgs]) error {
+	n, err := w.cfg.Store.LogPrune(ctx, time.Now().Add(-w.cfg.LogRetention))
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.cfg.Logger.Info("pruned old mirror log entries", "deleted", n, "retention", w.cfg.LogRetention.String())
+	}
+	return nil
+}
