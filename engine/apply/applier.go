@@ -230,6 +230,23 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 	return counts, nil
 }
 
+// SetTablePositions records, inside the open batch, the per-table positions
+// in set and forgets those in forget (see TablePositions).
+func (a *Applier) SetTablePositions(ctx context.Context, set map[string]change.LSN, forget []string) error {
+	if a.tx == nil {
+		return errors.New("set table positions: no batch open")
+	}
+	for table, lsn := range set {
+		if err := SetTablePosition(ctx, a.tx, a.cfg.MirrorUID, table, lsn); err != nil {
+			return err
+		}
+	}
+	if len(forget) > 0 {
+		return DeleteTablePositions(ctx, a.tx, a.cfg.MirrorUID, forget)
+	}
+	return nil
+}
+
 // Rollback abandons the open batch (nothing of it reaches the destination).
 func (a *Applier) Rollback(ctx context.Context) error {
 	if a.tx == nil {

@@ -24,11 +24,20 @@ CREATE TABLE IF NOT EXISTS _pgmirror.applied (
 	lsn pg_lsn NOT NULL,
 	batch_id bigint NOT NULL,
 	updated_at timestamptz
+);
+CREATE TABLE IF NOT EXISTS _pgmirror.table_positions (
+	mirror_uid text NOT NULL,
+	source_table text NOT NULL,
+	lsn pg_lsn NOT NULL,
+	PRIMARY KEY (mirror_uid, source_table)
 )`
 
 // EnsureMeta creates the destination metadata schema _pgmirror and its
-// table _pgmirror.applied (one row per mirror: the end LSN of the last
-// source transaction applied, and the last batch id) when they are absent.
+// tables when they are absent: _pgmirror.applied (one row per mirror: the
+// end LSN of the last source transaction applied, and the last batch id) and
+// _pgmirror.table_positions (per mirror and source table whose data stands
+// at another position than the mirror's, after a table was copied on its own:
+// changes of that table are applied only from that position on).
 func EnsureMeta(ctx context.Context, conn DB) error {
 	var err error
 	for range 3 {
@@ -42,7 +51,7 @@ func EnsureMeta(ctx context.Context, conn DB) error {
 		break
 	}
 	if err != nil {
-		return fmt.Errorf("create destination metadata table _pgmirror.applied: %w", err)
+		return fmt.Errorf("create destination metadata tables in schema _pgmirror: %w", err)
 	}
 	return nil
 }
@@ -75,6 +84,56 @@ func SetAppliedPosition(ctx context.Context, conn DB, mirrorUID string, lsn chan
 		mirrorUID, lsn.String(), batchID)
 	if err != nil {
 		return fmt.Errorf("record applied position %s of mirror %s: %w", lsn, mirrorUID, err)
+	}
+	return nil
+}
+
+// TablePositions reads the mirror's per-table positions (key: source
+// schema.table). A table without an entry stands at the mirror's applied
+// position.
+func TablePositions(ctx context.Context, conn *pgx.Conn, mirrorUID string) (map[string]change.LSN, error) {
+	rows, err := conn.Query(ctx, `SELECT source_table, lsn::text FROM _pgmirror.table_positions WHERE mirror_uid = $1`, mirrorUID)
+	if err != nil {
+		return nil, fmt.Errorf("read table positions of mirror %s: %w", mirrorUID, err)
+	}
+	out := map[string]change.LSN{}
+	for rows.Next() {
+		var table, text string
+		if err := rows.Scan(&table, &text); err != nil {
+			return nil, fmt.Errorf("read table positions of mirror %s: %w", mirrorUID, err)
+		}
+		lsn, err := change.ParseLSN(text)
+		if err != nil {
+			return nil, fmt.Errorf("read table position of %s in mirror %s: %w", table, mirrorUID, err)
+		}
+		out[table] = lsn
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read table positions of mirror %s: %w", mirrorUID, err)
+	}
+	return out, nil
+}
+
+// SetTablePosition records that the destination copy of source table stands
+// at lsn: the table's changes from transactions that committed before lsn
+// are already in it (it was copied from a snapshot taken at lsn).
+func SetTablePosition(ctx context.Context, conn DB, mirrorUID, table string, lsn change.LSN) error {
+	_, err := conn.Exec(ctx, `INSERT INTO _pgmirror.table_positions (mirror_uid, source_table, lsn)
+		VALUES ($1, $2, $3::text::pg_lsn)
+		ON CONFLICT (mirror_uid, source_table) DO UPDATE SET lsn = EXCLUDED.lsn`, mirrorUID, table, lsn.String())
+	if err != nil {
+		return fmt.Errorf("record position %s of table %s in mirror %s: %w", lsn, table, mirrorUID, err)
+	}
+	return nil
+}
+
+// DeleteTablePositions forgets the per-table positions of the given source
+// tables, or of every table of the mirror when tables is empty.
+func DeleteTablePositions(ctx context.Context, conn DB, mirrorUID string, tables []string) error {
+	_, err := conn.Exec(ctx, `DELETE FROM _pgmirror.table_positions
+		WHERE mirror_uid = $1 AND (cardinality($2::text[]) = 0 OR source_table = ANY($2))`, mirrorUID, tables)
+	if err != nil {
+		return fmt.Errorf("forget table positions of mirror %s: %w", mirrorUID, err)
 	}
 	return nil
 }

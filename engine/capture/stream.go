@@ -66,6 +66,11 @@ type StreamConfig struct {
 	StatusInterval time.Duration
 	// Buffer is the capacity of the event channel. Default 4096.
 	Buffer int
+	// HoldConfirmed keeps the confirmed position at StartLSN for the whole
+	// stream: Confirm and idle keepalives do not move it, so the source keeps
+	// every transaction after StartLSN and a later stream can start there
+	// again (used while a table is copied on its own).
+	HoldConfirmed bool
 	// MaxBufferedBytes bounds the memory of the changes handed over but not
 	// yet released (see Stream.Release). Default 64 MiB. A single larger
 	// change is still handed over when nothing else is outstanding.
@@ -180,6 +185,9 @@ func (s *Stream) Err() error {
 // as flushed, which lets the source discard the WAL before it. Positions
 // only move forward.
 func (s *Stream) Confirm(lsn change.LSN) {
+	if s.cfg.HoldConfirmed {
+		return
+	}
 	for {
 		old := s.confirmed.Load()
 		if uint64(lsn) <= old || s.confirmed.CompareAndSwap(old, uint64(lsn)) {
@@ -320,7 +328,7 @@ func (s *Stream) handleCopyData(ctx context.Context, ticker *time.Ticker, data [
 		walEnd := change.LSN(ka.ServerWALEnd)
 		// Idle: no transaction open and everything handed over is on the
 		// destination, so nothing of ours lies before the server's WAL end.
-		if !s.inTx && change.LSN(s.confirmed.Load()) >= s.lastCommitEnd && walEnd > s.lastCommitEnd {
+		if !s.inTx && !s.cfg.HoldConfirmed && change.LSN(s.confirmed.Load()) >= s.lastCommitEnd && walEnd > s.lastCommitEnd {
 			s.Confirm(walEnd)
 			s.lastCommitEnd = walEnd
 			s.received = max(s.received, walEnd)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,6 +52,12 @@ type Config struct {
 	SlotName, PublicationName string
 	// Tables are the replicated tables.
 	Tables []change.Mapping
+	// SkipTables are source tables (among Tables) being copied on their own
+	// while this run replicates the others: their changes are dropped and
+	// their positions left alone, and the run confirms nothing to the source,
+	// so that the next run can start again before the copy's snapshot and
+	// apply the copied tables' later changes.
+	SkipTables []change.TableName
 	// BatchSize closes a batch, at the next transaction boundary, once it
 	// holds this many changes. Default 10000.
 	BatchSize int
@@ -139,6 +146,10 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	if err != nil {
 		return netError(err)
 	}
+	positions, err := tablePositions(ctx, dest, cfg)
+	if err != nil {
+		return netError(err)
+	}
 	if !found {
 		// No position recorded yet: the slot's confirmed position is the
 		// start (the slot never sends anything before it anyway).
@@ -157,18 +168,55 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 		defer cancel()
 		_ = repl.Close(cctx)
 	}()
+	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, applied: applied, batchID: batchID,
+		positions: positions, skip: map[change.TableName]bool{}}
+	for _, t := range cfg.SkipTables {
+		r.skip[t] = true
+	}
+	r.floor = r.lowest()
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
-		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: applied,
+		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
 	})
 	if err != nil {
 		return netError(err)
 	}
 	defer stream.Close()
-	logger.Info("CDC started", "lsn", applied.String(), "batch_id", batchID)
-
-	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, stream: stream, applied: applied, batchID: batchID}
+	r.stream = stream
+	logger.Info("CDC started", "lsn", applied.String(), "start_lsn", r.floor.String(), "batch_id", batchID,
+		"table_positions", len(positions), "skipped_tables", len(cfg.SkipTables))
 	return r.loop(ctx, stop)
+}
+
+// tablePositions reads the per-table positions of the mapped tables that
+// are not skipped, and forgets those of tables no longer mapped.
+func tablePositions(ctx context.Context, dest *pgx.Conn, cfg Config) (map[string]change.LSN, error) {
+	all, err := apply.TablePositions(ctx, dest, cfg.MirrorUID)
+	if err != nil {
+		return nil, err
+	}
+	mapped := map[string]bool{}
+	for _, m := range cfg.Tables {
+		mapped[m.Source.String()] = true
+	}
+	for _, t := range cfg.SkipTables {
+		delete(mapped, t.String())
+	}
+	var gone []string
+	for table := range all {
+		if !mapped[table] {
+			delete(all, table)
+			if !slices.ContainsFunc(cfg.SkipTables, func(t change.TableName) bool { return t.String() == table }) {
+				gone = append(gone, table)
+			}
+		}
+	}
+	if len(gone) > 0 {
+		if err := apply.DeleteTablePositions(ctx, dest, cfg.MirrorUID, gone); err != nil {
+			return nil, err
+		}
+	}
+	return all, nil
 }
 
 type runner struct {
@@ -181,8 +229,15 @@ type runner struct {
 	applied change.LSN // end LSN of the last transaction on the destination
 	batchID int64
 
+	// positions are the tables whose data stands at another position than
+	// applied (key: source schema.table); skip are the tables being copied.
+	positions map[string]change.LSN
+	skip      map[change.TableName]bool
+	floor     change.LSN // lowest of applied and positions: where the stream starts
+
 	inTx     bool       // a source transaction is open in the stream
-	skipping bool       // the open transaction is already on the destination
+	txLSN    change.LSN // commit LSN of the open transaction
+	skipping bool       // every change of the open transaction is already on the destination
 	batchEnd change.LSN // end LSN of the batch's last complete transaction
 	changes  int64
 	started  time.Time // first change of the open batch
@@ -224,14 +279,19 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 	switch ev.Kind {
 	case capture.EventBegin:
 		r.inTx = true
+		r.txLSN = ev.LSN
 		// The commit LSN of a transaction not yet applied is at or after the
 		// end of the last applied one; anything before it was applied.
-		r.skipping = ev.LSN < r.applied
+		r.skipping = ev.LSN < r.floor
 		if r.skipping {
 			r.log.Debug("skipping transaction already applied", "lsn", ev.LSN.String())
 		}
 	case capture.EventChange:
 		if r.skipping {
+			return nil
+		}
+		c := r.filter(ev.Change)
+		if c == nil {
 			return nil
 		}
 		if !r.applier.InBatch() {
@@ -242,7 +302,7 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 			r.changes = 0
 		}
 		r.changes++
-		if err := r.applier.Apply(ctx, ev.Change); err != nil {
+		if err := r.applier.Apply(ctx, c); err != nil {
 			return err
 		}
 	case capture.EventCommit:
@@ -265,18 +325,93 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 	return nil
 }
 
+// filter returns c without the tables whose changes in the open
+// transaction are skipped (being copied, or already in the destination
+// table's copy), or nil when nothing of it is left.
+func (r *runner) filter(c *change.Change) *change.Change {
+	if len(r.skip) == 0 && len(r.positions) == 0 {
+		return c
+	}
+	if c.Op != change.OpTruncate {
+		if r.skipped(c.Relation.Table) {
+			return nil
+		}
+		return c
+	}
+	kept := make([]*change.Relation, 0, len(c.Truncated))
+	for _, rel := range c.Truncated {
+		if !r.skipped(rel.Table) {
+			kept = append(kept, rel)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	out := *c
+	out.Truncated = kept
+	return &out
+}
+
+// skipped reports whether the open transaction's changes of table t must be
+// left out: t is being copied, or its destination data already holds them.
+func (r *runner) skipped(t change.TableName) bool {
+	if r.skip[t] {
+		return true
+	}
+	if pos, ok := r.positions[t.String()]; ok {
+		return r.txLSN < pos
+	}
+	return r.txLSN < r.applied
+}
+
+// lowest returns the lowest position of any replicated table.
+func (r *runner) lowest() change.LSN {
+	low := r.applied
+	for _, pos := range r.positions {
+		low = min(low, pos)
+	}
+	return low
+}
+
 // commit commits the open batch, confirms its LSN and reports it.
 func (r *runner) commit(ctx context.Context) error {
 	id := r.batchID + 1
-	counts, err := r.applier.Commit(ctx, r.batchEnd, id)
+	end := r.batchEnd
+	// Tables with their own position: the batch covered every transaction
+	// up to end for them too. Once end reaches the mirror's position, they
+	// stand where every other table stands and need no entry of their own.
+	set, forget := map[string]change.LSN{}, []string(nil)
+	for table, pos := range r.positions {
+		switch {
+		case pos > end:
+		case end >= r.applied:
+			forget = append(forget, table)
+		default:
+			set[table] = end
+		}
+	}
+	if len(set) > 0 || len(forget) > 0 {
+		if err := r.applier.SetTablePositions(ctx, set, forget); err != nil {
+			return fmt.Errorf("apply batch %d: %w", id, err)
+		}
+	}
+	applied := max(r.applied, end)
+	counts, err := r.applier.Commit(ctx, applied, id)
 	if err != nil {
 		return fmt.Errorf("apply batch %d: %w", id, err)
 	}
+	for table, pos := range set {
+		r.positions[table] = pos
+	}
+	for _, table := range forget {
+		delete(r.positions, table)
+	}
 	r.batchID = id
-	r.applied = r.batchEnd
-	r.stream.Confirm(r.batchEnd)
+	r.applied = applied
+	r.floor = r.lowest()
+	r.stream.Confirm(end)
 	b := Batch{
-		ID: id, LSN: r.batchEnd, Changes: r.changes, Tables: make(map[string]TableCounts, len(counts)),
+		ID: id, LSN: applied, Changes: r.changes, Tables: make(map[string]TableCounts, len(counts)),
 		Duration: time.Since(r.started), FetchedAt: r.started,
 	}
 	for t, c := range counts {
