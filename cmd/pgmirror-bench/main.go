@@ -1,0 +1,134 @@
+// Command pgmirror-bench compares pgmirror with a plain binary COPY pipe and
+// with PostgreSQL's native logical replication, in one run, on the same
+// generated data and the same workloads, on throwaway local clusters.
+//
+//	go run ./cmd/pgmirror-bench                 # full size: 2,000,000 rows
+//	go run ./cmd/pgmirror-bench -rows 200000    # a quick run
+//
+// It starts a logical source cluster and a destination cluster on loopback
+// in a temporary directory, generates the data, and measures:
+//
+//   - the snapshot: a single binary COPY pipe, native CREATE SUBSCRIPTION
+//     with copy_data, and a pgmirror mirror created through its REST API;
+//   - catch-up after a pause, for three workloads (changes in 100-row
+//     transactions, single-row transactions, changes in 10,000-row
+//     transactions), native and pgmirror;
+//   - steady-state lag percentiles under a paced load of single-row
+//     transactions, native and pgmirror.
+//
+// It prints a table of times, rates, ratios and targets. Everything it
+// started (clusters, the pgmirror process) is stopped at the end, also on
+// error or Ctrl-C. See docs/performance.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgmirror-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command-line settings of one run.
+type options struct {
+	rows        int64
+	changes     int64
+	single      int64
+	lagRate     int
+	lagDuration time.Duration
+	workDir     string
+	binary      string
+	durable     bool
+	timeout     time.Duration
+	keep        bool
+	out         io.Writer
+}
+
+func parseOptions(args []string) (options, error) {
+	o := options{out: os.Stdout}
+	fs := flag.NewFlagSet("pgmirror-bench", flag.ContinueOnError)
+	fs.Int64Var(&o.rows, "rows", 2_000_000, "rows in the generated table (about 200 bytes each)")
+	fs.Int64Var(&o.changes, "changes", 0, "changes in each of the two batched catch-up workloads (default rows/4)")
+	fs.Int64Var(&o.single, "single", 0, "transactions in the single-row catch-up workload (default rows/20)")
+	fs.IntVar(&o.lagRate, "lag-rate", 2000, "single-row transactions per second in the lag measurement")
+	fs.DurationVar(&o.lagDuration, "lag-duration", 10*time.Second, "how long the paced lag load runs")
+	fs.StringVar(&o.workDir, "workdir", "", "parent directory of the temporary cluster directories (default the system temp dir)")
+	fs.StringVar(&o.binary, "pgmirror", "", "a pgmirror binary to run (default: go build ./cmd/pgmirror)")
+	fs.BoolVar(&o.durable, "durable", false, "run the clusters with fsync on (default off, as the test clusters)")
+	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "give up after this long")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (cluster data, pgmirror log) after the run")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.changes == 0 {
+		o.changes = o.rows / 4
+	}
+	if o.single == 0 {
+		o.single = o.rows / 20
+	}
+	switch {
+	case o.rows < 20000:
+		return o, errors.New("-rows: use at least 20000")
+	case o.changes < 10000 || o.changes%10000 != 0:
+		return o, errors.New("-changes: use a multiple of 10000 (the largest transactions have 10,000 changes)")
+	case o.single < 10:
+		return o, errors.New("-single: use at least 10")
+	case o.lagRate < 1 || o.lagRate > 20000:
+		return o, errors.New("-lag-rate: use 1 to 20000")
+	case o.lagDuration < time.Second || o.lagDuration > 10*time.Minute:
+		return o, errors.New("-lag-duration: use 1s to 10m")
+	}
+	// Deletes take ids from the lower half of the original rows, each once;
+	// updates cycle through the upper half.
+	if deletes := 2*(o.changes/5) + o.single/5 + 1; deletes > o.rows/2 {
+		return o, fmt.Errorf("the workloads delete %d rows but only %d may be deleted: raise -rows or lower -changes/-single", deletes, o.rows/2)
+	}
+	return o, nil
+}
+
+// run parses args, runs every measurement and prints the report.
+func run(ctx context.Context, args []string) error {
+	o, err := parseOptions(args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	b := &bench{opts: o, start: time.Now()}
+	defer b.cleanup()
+	if err := b.setup(ctx); err != nil {
+		return err
+	}
+	if err := b.measureCopyPipe(ctx); err != nil {
+		return fmt.Errorf("COPY pipe: %w", err)
+	}
+	if err := b.measureNative(ctx); err != nil {
+		return fmt.Errorf("native logical replication: %w", err)
+	}
+	if err := b.measurePgmirror(ctx); err != nil {
+		if b.svc != nil {
+			return fmt.Errorf("pgmirror: %w\nlast lines of the pgmirror log:\n%s", err, b.svc.logTail(4000))
+		}
+		return fmt.Errorf("pgmirror: %w", err)
+	}
+	b.report(o.out)
+	return nil
+}

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// measurement is one timed step.
+type measurement struct {
+	// dur is the measured time: for a catch-up, until the position the
+	// system reports (native: the slot's confirmed_flush_lsn; pgmirror: the
+	// API's last_lsn) reached the source's WAL position after the workload.
+	dur time.Duration
+	// applied (catch-up only) is the time until the destination itself had
+	// committed the workload's last transaction (native: the subscription's
+	// replication origin; pgmirror: _pgmirror.applied).
+	applied time.Duration
+	// fallback: the reported position stopped at the last transaction's end
+	// below the recorded WAL position (other WAL followed it); dur is when
+	// it passed that transaction.
+	fallback bool
+	units    int64 // rows or changes
+	cpu      cpuUse
+}
+
+// lagResult is the outcome of a paced lag load.
+type lagResult struct {
+	p50, p99, max time.Duration
+	rows          int64
+	rate          float64 // transactions per second actually sent
+	cpu           cpuUse
+	wall          time.Duration
+}
+
+// systemResults are one replication system's measurements.
+type systemResults struct {
+	snapshot measurement
+	catchup  []measurement
+	lag      lagResult
+}
+
+// results are everything one run measured.
+type results struct {
+	copyPipe         measurement
+	native, pgmirror systemResults
+}
+
+// measureCopyPipe times one binary COPY TO STDOUT on the source piped into
+// COPY FROM STDIN on the destination, through an io.Pipe.
+func (b *bench) measureCopyPipe(ctx context.Context) error {
+	if err := b.checkpoint(ctx); err != nil {
+		return err
+	}
+	src, err := connect(ctx, b.url(b.src, srcNative))
+	if err != nil {
+		return err
+	}
+	defer closeConn(src)
+	dstURL := b.url(b.dst, dstCopy, "synchronous_commit=off")
+	dst, err := connect(ctx, dstURL)
+	if err != nil {
+		return err
+	}
+	defer closeConn(dst)
+
+	b.logf("COPY pipe: %s.bench -> %s.bench", srcNative, dstCopy)
+	c0, t0 := b.cpuNow(), time.Now()
+	pr, pw := io.Pipe()
+	srcErr := make(chan error, 1)
+	go func() {
+		_, err := src.PgConn().CopyTo(ctx, pw, "COPY (SELECT "+benchColumns+" FROM public.bench) TO STDOUT (FORMAT binary)")
+		pw.CloseWithError(err)
+		srcErr <- err
+	}()
+	tag, err := dst.PgConn().CopyFrom(ctx, pr, "COPY public.bench ("+benchColumns+") FROM STDIN (FORMAT binary)")
+	pr.CloseWithError(errors.New("destination COPY ended"))
+	if serr := <-srcErr; serr != nil {
+		return fmt.Errorf("COPY TO on the source: %w", serr)
+	}
+	if err != nil {
+		return fmt.Errorf("COPY FROM on the destination: %w", err)
+	}
+	m := measurement{dur: time.Since(t0), units: tag.RowsAffected(), cpu: b.cpuNow().sub(c0)}
+	if m.units != b.opts.rows {
+		return fmt.Errorf("copied %d rows, want %d", m.units, b.opts.rows)
+	}
+	b.logf("COPY pipe: %d rows in %s", m.units, m.dur.Round(time.Millisecond))
+	if err := waitEqual(ctx, b.url(b.src, srcNative), dstURL, time.Minute); err != nil {
+		return err
+	}
+	b.results.copyPipe = m
+	return nil
+}
+
+// positions reads, during a catch-up, the position the system reports and
+// the position its destination has applied.
+type positions func(ctx context.Context) (reported, applied lsn, err error)
+
+// waitCaughtUp polls pos every 50 ms from t0 until the reported position
+// reaches end.target. When it passed the workload's last transaction but
+// stays below end.target for 3 s (WAL written after the last commit that
+// carries no change for the system), the time it passed that transaction
+// counts.
+func waitCaughtUp(ctx context.Context, t0 time.Time, end workloadEnd, pos positions, timeout time.Duration) (measurement, error) {
+	var m measurement
+	var lastSeen time.Time
+	var r, a lsn
+	var err error
+	deadline := t0.Add(timeout)
+	for {
+		if r, a, err = pos(ctx); err != nil {
+			return m, err
+		}
+		now := time.Now()
+		if m.applied == 0 && a > end.beforeLast {
+			m.applied = now.Sub(t0)
+		}
+		if r >= end.target {
+			m.dur = now.Sub(t0)
+			break
+		}
+		if r > end.beforeLast {
+			if lastSeen.IsZero() {
+				lastSeen = now
+			} else if now.Sub(lastSeen) > 3*time.Second {
+				m.dur, m.fallback = lastSeen.Sub(t0), true
+				break
+			}
+		}
+		if now.After(deadline) {
+			return m, fmt.Errorf("not caught up after %s: reported position %s, applied %s, target %s", timeout, r, a, end.target)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return m, err
+		}
+	}
+	if m.applied == 0 || m.applied > m.dur {
+		m.applied = m.dur
+	}
+	return m, nil
+}
+
+// waitSlotsIdle waits until no replication slot of database db on the
+// source is in use (the consumer has really stopped).
+func waitSlotsIdle(ctx context.Context, url, db string) error {
+	conn, err := connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer closeConn(conn)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var active int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE database = $1 AND active`, db).Scan(&active); err != nil {
+			return fmt.Errorf("read replication slots: %w", err)
+		}
+		if active == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("a replication slot of %s is still active a minute after the consumer was stopped", db)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// lagBase is the first id of the lag load's rows, far above the workloads'.
+const lagBase = int64(1_000_000_000_000)
+
+// measureLag runs the paced load of single-row inserts on the source (one
+// transaction each, synchronous_commit on, 8 connections), waits until the
+// destination has every row and reads the percentiles of applied_at - ts.
+func (b *bench) measureLag(ctx context.Context, srcURL, dstURL string) (lagResult, error) {
+	var res lagResult
+	const workers = 8
+	n := int64(b.opts.lagRate) * int64(b.opts.lagDuration/time.Millisecond) / 1000
+	conns := make([]*pgx.Conn, 0, workers)
+	defer func() {
+		for _, c := range conns {
+			closeConn(c)
+		}
+	}()
+	for range workers {
+		c, err := connect(ctx, srcURL+"&synchronous_commit=on")
+		if err != nil {
+			return res, err
+		}
+		conns = append(conns, c)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan int64, n)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	c0, start := b.cpuNow(), time.Now()
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range jobs {
+				if _, err := c.Exec(lctx, `INSERT INTO public.bench (id, a, b, c, note) VALUES ($1, 1, 2, 3, 'lag')`, id); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("lag load insert: %w", err)
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	interval := time.Second / time.Duration(b.opts.lagRate)
+	sent := int64(0)
+schedule:
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		select {
+		case jobs <- lagBase + i:
+			sent++
+		case <-lctx.Done():
+			break schedule
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if firstErr != nil {
+		return res, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	res.wall = time.Since(start)
+	res.rate = float64(sent) / res.wall.Seconds()
+
+	dst, err := connect(ctx, dstURL)
+	if err != nil {
+		return res, err
+	}
+	defer closeConn(dst)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if err := dst.QueryRow(ctx, `SELECT count(*) FROM public.bench WHERE id >= $1`, lagBase).Scan(&res.rows); err != nil {
+			return res, fmt.Errorf("count lag rows: %w", err)
+		}
+		if res.rows == sent {
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("destination has %d of the %d lag rows after 2 minutes", res.rows, sent)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return res, err
+		}
+	}
+	res.cpu = b.cpuNow().sub(c0)
+	var p50, p99, mx float64
+	if err := dst.QueryRow(ctx, `SELECT
+		percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM applied_at - ts)),
+		percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM applied_at - ts)),
+		max(extract(epoch FROM applied_at - ts))::float8
+		FROM public.bench WHERE id >= $1`, lagBase).Scan(&p50, &p99, &mx); err != nil {
+		return res, fmt.Errorf("lag percentiles: %w", err)
+	}
+	secs := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	res.p50, res.p99, res.max = secs(p50), secs(p99), secs(mx)
+	return res, nil
+}

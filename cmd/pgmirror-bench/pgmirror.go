@@ -1,0 +1,384 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pgmirror/pgmirror/db/localpg"
+)
+
+const mirrorName = "bench"
+
+// service is the `pgmirror serve` process under test.
+type service struct {
+	cmd     *exec.Cmd
+	logPath string
+	logFile *os.File
+	baseURL string
+	token   string
+	client  *http.Client
+	done    chan struct{}
+}
+
+// buildPgmirror builds cmd/pgmirror of this module into dir.
+func buildPgmirror(ctx context.Context, dir string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("find the module root (go env GOMOD): %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("run pgmirror-bench inside the pgmirror module, or pass -pgmirror")
+	}
+	bin := filepath.Join(dir, "pgmirror")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pgmirror")
+	build.Dir = filepath.Dir(gomod)
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/pgmirror: %w: %s", err, out)
+	}
+	return bin, nil
+}
+
+// startService starts `pgmirror serve` with its catalog in catalogURL,
+// waits until /health answers and logs in as the admin.
+func startService(ctx context.Context, bin, catalogURL, dir string) (*service, error) {
+	port, err := localpg.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	secret := make([]byte, 16)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, fmt.Errorf("generate admin password: %w", err)
+	}
+	password := hex.EncodeToString(secret)
+	s := &service{
+		logPath: filepath.Join(dir, "pgmirror.log"),
+		baseURL: "http://127.0.0.1:" + strconv.Itoa(port),
+		client:  &http.Client{Timeout: 30 * time.Second},
+		done:    make(chan struct{}),
+	}
+	if s.logFile, err = os.Create(s.logPath); err != nil {
+		return nil, fmt.Errorf("create pgmirror log: %w", err)
+	}
+	s.cmd = exec.Command(bin, "serve")
+	s.cmd.Env = append(os.Environ(),
+		"SERVICE_DATABASE_URL="+catalogURL,
+		"SERVICE_PORT="+strconv.Itoa(port),
+		"SERVICE_ADMIN_USER=admin",
+		"SERVICE_ADMIN_PASSWORD="+password,
+		"SERVICE_DATA_DIR="+filepath.Join(dir, "pgmirror-data"),
+		"SERVICE_LOG_LEVEL=info",
+	)
+	s.cmd.Stdout, s.cmd.Stderr = s.logFile, s.logFile
+	// Its own process group: a Ctrl-C reaches the bench, which stops the
+	// service itself, in order.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		s.logFile.Close()
+		return nil, fmt.Errorf("start pgmirror: %w", err)
+	}
+	go func() {
+		_ = s.cmd.Wait()
+		close(s.done)
+	}()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", s.baseURL+"/health", nil)
+		if resp, err := s.client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case <-s.done:
+			return s, fmt.Errorf("pgmirror exited during startup; log:\n%s", s.logTail(3000))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return s, fmt.Errorf("pgmirror not healthy after 90 s; log:\n%s", s.logTail(3000))
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return s, err
+		}
+	}
+	var login struct {
+		Token string `json:"token"`
+	}
+	if err := s.call(ctx, "POST", "/v1/auth/login", map[string]string{"username": "admin", "password": password}, &login); err != nil {
+		return s, err
+	}
+	s.token = login.Token
+	return s, nil
+}
+
+// stop sends SIGTERM and, after timeout, SIGKILL.
+func (s *service) stop(timeout time.Duration) {
+	defer s.logFile.Close()
+	if s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(timeout):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+func (s *service) logTail(n int) string {
+	raw, _ := os.ReadFile(s.logPath)
+	if len(raw) > n {
+		raw = raw[len(raw)-n:]
+	}
+	return string(raw)
+}
+
+// call sends a JSON request and decodes a 2xx answer into out.
+func (s *service) call(ctx context.Context, method, path string, body, out any) error {
+	var r io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("%s %s: encode: %w", method, path, err)
+		}
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.baseURL+path, r)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: status %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(raw))
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// peer registers database db of cluster c as a peer.
+func (s *service) peer(ctx context.Context, name string, c *localpg.Cluster, db string) error {
+	return s.call(ctx, "POST", "/v1/peers", map[string]any{
+		"name": name, "host": "127.0.0.1", "port": c.Port(), "user": "postgres",
+		"password": localpg.Password, "database": db, "ssl_mode": "disable",
+	}, nil)
+}
+
+type mirrorState struct {
+	Status       string  `json:"status"`
+	LastLSN      *string `json:"last_lsn"`
+	ErrorMessage *string `json:"error_message"`
+}
+
+func (s *service) mirror(ctx context.Context) (mirrorState, error) {
+	var m mirrorState
+	err := s.call(ctx, "GET", "/v1/mirrors/"+mirrorName, nil, &m)
+	return m, err
+}
+
+// waitStatus polls the mirror until it has the given status.
+func (s *service) waitStatus(ctx context.Context, status string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		m, err := s.mirror(ctx)
+		if err != nil {
+			return err
+		}
+		if m.Status == status {
+			return nil
+		}
+		if m.Status == "stopped" {
+			return fmt.Errorf("mirror stopped: %s", deref(m.ErrorMessage))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mirror is %s (error %q), not %s, after %s", m.Status, deref(m.ErrorMessage), status, timeout)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// measurePgmirror builds and starts pgmirror, creates the peers and a mirror
+// with default settings, and times its snapshot, its catch-up after each
+// workload run while paused, and the lag under the paced load.
+func (b *bench) measurePgmirror(ctx context.Context) error {
+	srcURL, dstURL := b.url(b.src, srcPgmirror), b.url(b.dst, dstPgmirror)
+	bin := b.opts.binary
+	if bin == "" {
+		b.logf("pgmirror: building ./cmd/pgmirror")
+		var err error
+		if bin, err = buildPgmirror(ctx, b.dir); err != nil {
+			return err
+		}
+	}
+	svc, err := startService(ctx, bin, b.dst.URL(catalogDB), b.dir)
+	if svc != nil {
+		b.svc = svc
+	}
+	if err != nil {
+		return err
+	}
+	b.logf("pgmirror: serving on %s, log in %s", svc.baseURL, svc.logPath)
+	if err := svc.peer(ctx, "source", b.src, srcPgmirror); err != nil {
+		return err
+	}
+	if err := svc.peer(ctx, "destination", b.dst, dstPgmirror); err != nil {
+		return err
+	}
+	if err := b.checkpoint(ctx); err != nil {
+		return err
+	}
+
+	b.logf("pgmirror: creating mirror %s (default settings)", mirrorName)
+	c0, t0 := b.cpuNow(), time.Now()
+	if err := svc.call(ctx, "POST", "/v1/mirrors", map[string]any{
+		"name": mirrorName, "source_peer": "source", "destination_peer": "destination",
+		"table_mappings": []map[string]any{{"source_schema": "public", "source_table": "bench",
+			"destination_schema": "public", "destination_table": "bench"}},
+	}, nil); err != nil {
+		return err
+	}
+	dst, err := connect(ctx, dstURL)
+	if err != nil {
+		return err
+	}
+	defer closeConn(dst)
+	deadline, warned := t0.Add(time.Hour), false
+	for {
+		m, err := svc.mirror(ctx)
+		if err != nil {
+			return err
+		}
+		if m.Status == "error" && !warned {
+			b.logf("pgmirror: warning: mirror in error: %s", deref(m.ErrorMessage))
+			warned = true
+		}
+		if m.Status == "stopped" {
+			return fmt.Errorf("mirror stopped: %s", deref(m.ErrorMessage))
+		}
+		if m.Status == "running" {
+			at := time.Now()
+			var n int64
+			if err := dst.QueryRow(ctx, `SELECT count(*) FROM public.bench`).Scan(&n); err != nil {
+				return fmt.Errorf("count rows: %w", err)
+			}
+			if n == b.opts.rows {
+				b.results.pgmirror.snapshot = measurement{dur: at.Sub(t0), units: n, cpu: b.cpuNow().sub(c0)}
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("snapshot not done after an hour: mirror is %s", m.Status)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	b.logf("pgmirror: snapshot in %s", b.results.pgmirror.snapshot.dur.Round(time.Millisecond))
+	if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
+		return err
+	}
+
+	pos := func(ctx context.Context) (reported, applied lsn, err error) {
+		m, err := svc.mirror(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if m.Status != "running" {
+			return 0, 0, fmt.Errorf("mirror is %s during catch-up: %s", m.Status, deref(m.ErrorMessage))
+		}
+		if m.LastLSN != nil && *m.LastLSN != "" {
+			if reported, err = parseLSN(*m.LastLSN); err != nil {
+				return 0, 0, err
+			}
+		}
+		applied, err = queryLSN(ctx, dst, `SELECT max(lsn)::text FROM _pgmirror.applied`)
+		return reported, applied, err
+	}
+	cur := newCursor(b.opts.rows)
+	for _, w := range workloads(b.opts) {
+		if err := svc.call(ctx, "POST", "/v1/mirrors/"+mirrorName+"/pause", nil, nil); err != nil {
+			return err
+		}
+		if err := svc.waitStatus(ctx, "paused", time.Minute); err != nil {
+			return err
+		}
+		if err := waitSlotsIdle(ctx, srcURL, srcPgmirror); err != nil {
+			return err
+		}
+		end, err := runWorkload(ctx, srcURL, cur, w)
+		if err != nil {
+			return err
+		}
+		b.logf("pgmirror: workload %s ran in %s (WAL end %s)", w.name, end.elapsed.Round(time.Millisecond), end.target)
+		if err := b.checkpoint(ctx); err != nil {
+			return err
+		}
+		c0, t0 := b.cpuNow(), time.Now()
+		if err := svc.call(ctx, "POST", "/v1/mirrors/"+mirrorName+"/resume", nil, nil); err != nil {
+			return err
+		}
+		m, err := waitCaughtUp(ctx, t0, end, pos, 30*time.Minute)
+		if err != nil {
+			return fmt.Errorf("catch-up after %s: %w", w.name, err)
+		}
+		m.cpu, m.units = b.cpuNow().sub(c0), w.changes
+		b.logf("pgmirror: caught up with %s in %s (applied in %s)", w.name, m.dur.Round(time.Millisecond), m.applied.Round(time.Millisecond))
+		if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
+			return err
+		}
+		b.results.pgmirror.catchup = append(b.results.pgmirror.catchup, m)
+	}
+
+	if err := b.checkpoint(ctx); err != nil {
+		return err
+	}
+	b.logf("pgmirror: lag under %d tx/s for %s", b.opts.lagRate, b.opts.lagDuration)
+	if b.results.pgmirror.lag, err = b.measureLag(ctx, srcURL, dstURL); err != nil {
+		return err
+	}
+	l := b.results.pgmirror.lag
+	b.logf("pgmirror: lag p50 %s p99 %s max %s at %.0f tx/s", ms(l.p50), ms(l.p99), ms(l.max), l.rate)
+	return nil
+}
