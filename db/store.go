@@ -173,9 +173,14 @@ type Mirror struct {
 	NextRetryAt                 *time.Time
 	LastLSN                     *string
 	LastSyncBatchID             int64
-	DeletedAt                   *time.Time
-	CreatedAt                   time.Time
-	UpdatedAt                   time.Time
+	// Slot health, read from the source by the slot monitor (nil before
+	// its first check).
+	SlotLagBytes  *int64
+	SlotWALStatus *string
+	SlotCheckedAt *time.Time
+	DeletedAt     *time.Time
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 // MirrorTable is one table mapping of a mirror with its sync status and

@@ -93,15 +93,16 @@ type mirrorCreateOutput struct {
 }
 
 type mirrorSummary struct {
-	Name            string    `json:"name"`
-	SourcePeer      string    `json:"source_peer"`
-	DestinationPeer string    `json:"destination_peer"`
-	Status          string    `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped"`
-	LastLSN         *string   `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
-	ErrorMessage    *string   `json:"error_message" doc:"Set when status is error."`
-	ErrorCount      int       `json:"error_count" doc:"Consecutive errors."`
-	CreatedAt       time.Time `json:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at"`
+	Name            string  `json:"name"`
+	SourcePeer      string  `json:"source_peer"`
+	DestinationPeer string  `json:"destination_peer"`
+	Status          string  `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped"`
+	LastLSN         *string `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
+	ErrorMessage    *string `json:"error_message" doc:"Set when status is error."`
+	ErrorCount      int     `json:"error_count" doc:"Consecutive errors."`
+	slotHealth
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 type mirrorListOutput struct {
@@ -120,14 +121,27 @@ type tableStatus struct {
 
 type mirrorStatus struct {
 	mirrorConfig
-	DesiredState    string        `json:"desired_state" enum:"running,paused" doc:"What the last control request asked for."`
-	LastLSN         *string       `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
-	LastSyncBatchID int64         `json:"last_sync_batch_id"`
-	ErrorMessage    *string       `json:"error_message"`
-	ErrorCount      int           `json:"error_count"`
-	NextRetryAt     *time.Time    `json:"next_retry_at" doc:"When a mirror in error is retried next."`
-	Tables          []tableStatus `json:"tables"`
-	UpdatedAt       time.Time     `json:"updated_at"`
+	DesiredState    string     `json:"desired_state" enum:"running,paused" doc:"What the last control request asked for."`
+	LastLSN         *string    `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
+	LastSyncBatchID int64      `json:"last_sync_batch_id"`
+	ErrorMessage    *string    `json:"error_message"`
+	ErrorCount      int        `json:"error_count"`
+	NextRetryAt     *time.Time `json:"next_retry_at" doc:"When a mirror in error is retried next."`
+	slotHealth
+	Tables    []tableStatus `json:"tables"`
+	UpdatedAt time.Time     `json:"updated_at"`
+}
+
+// slotHealth is the mirror's replication slot as the slot monitor last read
+// it on the source (every 15 s); all null before the first reading.
+type slotHealth struct {
+	SlotLagBytes  *int64     `json:"slot_lag_bytes" doc:"WAL bytes the source keeps for this mirror (current WAL position minus the slot's confirmed_flush_lsn). Growing while running means the mirror falls behind; the source's disk fills by this much."`
+	SlotWALStatus *string    `json:"slot_wal_status" doc:"wal_status of the slot on the source: reserved or extended is healthy, unreserved means WAL is about to be removed, lost means it was; missing means the slot does not exist."`
+	SlotCheckedAt *time.Time `json:"slot_checked_at" doc:"When the slot was last read; an old value means the source could not be reached."`
+}
+
+func slotHealthResponse(m db.Mirror) slotHealth {
+	return slotHealth{SlotLagBytes: m.SlotLagBytes, SlotWALStatus: m.SlotWALStatus, SlotCheckedAt: m.SlotCheckedAt}
 }
 
 type mirrorStatusOutput struct {
@@ -174,7 +188,7 @@ func (h *handlers) listMirrors(ctx context.Context, _ *struct{}) (*mirrorListOut
 	for _, m := range mirrors {
 		out.Body = append(out.Body, mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
 			Status: m.Status, LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
-			CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt})
+			slotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt})
 	}
 	return out, nil
 }
@@ -207,7 +221,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 	st := mirrorStatus{
 		mirrorConfig: configResponse(m, tables), DesiredState: m.DesiredState,
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
-		NextRetryAt: m.NextRetryAt, UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
+		NextRetryAt: m.NextRetryAt, slotHealth: slotHealthResponse(m), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
 	}
 	for _, t := range tables {
 		st.Tables = append(st.Tables, tableStatus{

@@ -36,6 +36,10 @@ type Config struct {
 	// MaxFailures is the number of consecutive failures after which a
 	// mirror is stopped. Default 2016 (a week of retries at the 5 min cap).
 	MaxFailures int
+	// SlotMonitorInterval is how often the leader has every mirror's
+	// replication slot read on its source (slot_lag_bytes, slot_wal_status).
+	// Default 15 s.
+	SlotMonitorInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -46,11 +50,12 @@ func (c Config) withDefaults() Config {
 	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, 2*time.Minute)
 	c.RunBudget = cmp.Or(c.RunBudget, 10*time.Minute)
 	c.MaxFailures = cmp.Or(c.MaxFailures, 2016)
+	c.SlotMonitorInterval = cmp.Or(c.SlotMonitorInterval, 15*time.Second)
 	return c
 }
 
 // NewClient returns a River client with every pgmirror worker registered and
-// the periodic supervisor and log pruning jobs scheduled. Every replica
+// the periodic supervisor, slot monitor and log pruning jobs scheduled. Every replica
 // registers every kind (River's rescuer discards jobs of unknown kinds).
 func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	if cfg.Store == nil {
@@ -62,6 +67,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &MirrorCleanupWorker{cfg: cfg})
 	river.AddWorker(workers, &SupervisorWorker{cfg: cfg})
 	river.AddWorker(workers, &LogPruneWorker{cfg: cfg})
+	river.AddWorker(workers, &SlotMonitorWorker{cfg: cfg})
 
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger:  cfg.Logger.With("component", "river"),
@@ -78,6 +84,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.SupervisorInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return SupervisorArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.SlotMonitorInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return SlotMonitorArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
 			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 				func() (river.JobArgs, *river.InsertOpts) { return LogPruneArgs{}, nil },

@@ -1,0 +1,196 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/pgmirror/pgmirror/db"
+)
+
+// SlotMonitorArgs is the periodic job (enqueued by the leader every
+// SlotMonitorInterval) that reads every mirror's replication slot on its
+// source and records in the catalog how much WAL the source keeps for it
+// (slot_lag_bytes) and the slot's wal_status, so that a mirror that falls
+// behind is visible before the source's disk fills up.
+type SlotMonitorArgs struct{}
+
+// Kind is the River job kind.
+func (SlotMonitorArgs) Kind() string { return "mirror_slot_monitor" }
+
+// InsertOpts keeps at most one slot monitor job waiting or running at a time.
+func (SlotMonitorArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		MaxAttempts: 1,
+		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
+			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+		}},
+	}
+}
+
+// Bounds of one slot monitor pass.
+const (
+	// slotCheckTimeout bounds connecting to one source and reading its slots:
+	// a source that does not answer is skipped (its mirrors keep their last
+	// reading and an old slot_checked_at).
+	slotCheckTimeout = 5 * time.Second
+	// slotCheckParallel is how many sources are read at once.
+	slotCheckParallel = 8
+)
+
+// SlotMonitorWorker reads the mirrors' slots on their sources.
+type SlotMonitorWorker struct {
+	river.WorkerDefaults[SlotMonitorArgs]
+	cfg Config
+}
+
+// Timeout bounds one pass.
+func (w *SlotMonitorWorker) Timeout(*river.Job[SlotMonitorArgs]) time.Duration { return time.Minute }
+
+// Work reads the slot of every live mirror that created one, grouped by
+// source peer (one connection per source). One source that cannot be read
+// does not keep the others from being checked.
+func (w *SlotMonitorWorker) Work(ctx context.Context, job *river.Job[SlotMonitorArgs]) error {
+	watches, err := w.cfg.Store.MirrorsWithSlot(ctx)
+	if err != nil {
+		return err
+	}
+	bySource := map[int64][]db.SlotWatch{}
+	var order []int64
+	for _, sw := range watches {
+		if _, ok := bySource[sw.SourcePeerID]; !ok {
+			order = append(order, sw.SourcePeerID)
+		}
+		bySource[sw.SourcePeerID] = append(bySource[sw.SourcePeerID], sw)
+	}
+	sem := make(chan struct{}, slotCheckParallel)
+	var wg sync.WaitGroup
+	for _, peerID := range order {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := w.checkSource(ctx, peerID, bySource[peerID]); err != nil {
+				names := make([]string, len(bySource[peerID]))
+				for i, sw := range bySource[peerID] {
+					names[i] = sw.Name
+				}
+				w.cfg.Logger.Warn("slot monitor: cannot read replication slots on a source", "source_peer_id", peerID, "mirrors", names, "error", err)
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// slotRow is one row of pg_replication_slots.
+type slotRow struct {
+	walStatus *string
+	lag       *int64
+}
+
+// checkSource reads the slots of the given mirrors (all on one source) and
+// records each one.
+func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watches []db.SlotWatch) error {
+	peer, err := w.cfg.Store.PeerGetByID(ctx, peerID)
+	if err != nil {
+		return fmt.Errorf("load source peer %d: %w", peerID, err)
+	}
+	slots, checkedAt, err := readSlots(ctx, peer, watches)
+	if err != nil {
+		return err
+	}
+	for _, sw := range watches {
+		h := db.SlotHealth{CheckedAt: checkedAt}
+		if row, ok := slots[sw.Slot]; ok {
+			h.LagBytes, h.WALStatus = row.lag, row.walStatus
+		} else {
+			missing := db.SlotWALMissing
+			h.WALStatus = &missing
+		}
+		previous, found, err := w.cfg.Store.MirrorRecordSlotHealth(ctx, sw.MirrorID, h)
+		if err != nil {
+			return err
+		}
+		if found {
+			w.warnIfAtRisk(ctx, sw, previous, h)
+		}
+	}
+	return nil
+}
+
+// readSlots connects to the source (at most slotCheckTimeout) and returns
+// the mirrors' slots found there by name, with the time they were read.
+func readSlots(ctx context.Context, peer db.Peer, watches []db.SlotWatch) (map[string]slotRow, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, slotCheckTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, peer.ConnString())
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("connect to source peer %q: %w", peer.Name, err)
+	}
+	defer closeConn(conn)
+	names := make([]string, len(watches))
+	for i, sw := range watches {
+		names[i] = sw.Slot
+	}
+	// On a standby (PostgreSQL 16 allows logical slots there) the current
+	// position is the replayed one.
+	rows, err := conn.Query(ctx, `
+		SELECT slot_name::text, wal_status,
+		       pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
+		                       confirmed_flush_lsn)::bigint,
+		       now()
+		FROM pg_replication_slots WHERE slot_name = ANY($1::text[])`, names)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
+	}
+	defer rows.Close()
+	out := map[string]slotRow{}
+	checkedAt := time.Now()
+	for rows.Next() {
+		var name string
+		var r slotRow
+		if err := rows.Scan(&name, &r.walStatus, &r.lag, &checkedAt); err != nil {
+			return nil, time.Time{}, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
+		}
+		out[name] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
+	}
+	return out, checkedAt, nil
+}
+
+// warnIfAtRisk writes a WARN entry to the mirror's log when its slot enters
+// a state in which the source removes (unreserved) or has removed (lost)
+// WAL that the mirror still needs.
+func (w *SlotMonitorWorker) warnIfAtRisk(ctx context.Context, sw db.SlotWatch, previous *string, h db.SlotHealth) {
+	if h.WALStatus == nil || (previous != nil && *previous == *h.WALStatus) {
+		return
+	}
+	var action string
+	switch *h.WALStatus {
+	case "unreserved":
+		action = "the slot retains more WAL than max_slot_wal_keep_size allows and will lose it at the next checkpoint: " +
+			"let the mirror catch up (resume or fix it) or raise max_slot_wal_keep_size on the source"
+	case "lost":
+		action = "the source removed WAL the mirror had not yet replicated: the changes in between are lost; " +
+			"retry recreates the slot, then run POST /v1/mirrors/" + sw.Name + "/resync to repair the destination"
+	default:
+		return
+	}
+	details := map[string]any{"slot": sw.Slot, "wal_status": *h.WALStatus, "action": action}
+	if h.LagBytes != nil {
+		details["lag_bytes"] = *h.LagBytes
+	}
+	if err := w.cfg.Store.LogInsert(ctx, sw.MirrorID, db.LevelWarn, "Replication slot is losing WAL", details); err != nil {
+		w.cfg.Logger.Warn("write mirror log entry", "mirror", sw.Name, "error", err)
+	}
+}
