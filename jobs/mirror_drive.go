@@ -152,16 +152,80 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 	if slot.Exists && !m.CreatedSlot {
 		return &slotExistsError{slot: m.ReplicationSlotName}
 	}
-	if needsSnapshot(tables) && m.DoInitialSnapshot {
+	_, _, hasPosition, err := apply.AppliedPosition(ctx, dst, m.UID)
+	if err != nil {
+		return err
+	}
+	usable := slot.Exists && slot.WALStatus != "lost"
+	toCopy := tablesToCopy(m, tables)
+	switch {
+	case len(toCopy) > 0 && (fullSnapshot(m) || !usable || !hasPosition):
+		// First snapshot, full resync, or no slot to continue from: every
+		// table is copied from a new slot's snapshot.
 		if err := r.snapshot(ctx, m, srcPeer, dstPeer, src, dst, tables, slot.Exists); err != nil {
 			return err
 		}
-	} else if !slot.Exists || slot.WALStatus == "lost" {
+	case !usable:
 		if err := r.createSlotWithoutSnapshot(ctx, m, srcPeer, src, dst, tables, slot.Exists); err != nil {
+			return err
+		}
+	case len(toCopy) > 0:
+		// A table resync or tables added to the mirror: copied while CDC
+		// replicates the other tables.
+		return r.copyTablesDuringCDC(ctx, m, srcPeer, dstPeer, dst, tables, toCopy)
+	default:
+		// Tables added to a mirror without initial snapshots start with CDC.
+		if err := r.startWithoutCopy(ctx, m, tables); err != nil {
 			return err
 		}
 	}
 	return r.runCDC(ctx, m, srcPeer, dstPeer, mappings)
+}
+
+// effectiveStatus is the mirror's status, or for a failed mirror the
+// status it returns to.
+func effectiveStatus(m db.Mirror) string {
+	if m.Status == db.StatusError && m.ResumeStatus != nil {
+		return *m.ResumeStatus
+	}
+	return m.Status
+}
+
+// fullSnapshot reports whether the mirror is (or was, before it failed) in
+// its initial setup and snapshot or a full resync.
+func fullSnapshot(m db.Mirror) bool {
+	status := effectiveStatus(m)
+	return status == db.StatusInitializing || status == db.StatusSnapshotting
+}
+
+// tablesToCopy returns the tables that wait for a copy: those being copied
+// when the last run ended, those with a resync request, and pending ones
+// unless the mirror skips initial snapshots (a full resync copies them even
+// then).
+func tablesToCopy(m db.Mirror, tables []db.MirrorTable) []db.MirrorTable {
+	copyPending := m.DoInitialSnapshot || effectiveStatus(m) == db.StatusSnapshotting
+	var out []db.MirrorTable
+	for _, t := range tables {
+		if t.ResyncRequestedAt != nil || t.Status == db.TableStatusSnapshotting || (t.Status == db.TableStatusPending && copyPending) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// startWithoutCopy marks tables that wait for nothing (added to a mirror
+// that skips initial snapshots) running: their changes replicate from now on.
+func (r *mirrorRun) startWithoutCopy(ctx context.Context, m db.Mirror, tables []db.MirrorTable) error {
+	var ids []int64
+	for _, t := range tables {
+		if t.Status != db.TableStatusRunning {
+			ids = append(ids, t.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return r.store.MirrorTablesSetStatus(ctx, m.ID, ids, db.TableStatusRunning)
 }
 
 func (r *mirrorRun) ensurePublication(ctx context.Context, src *pgx.Conn, m db.Mirror, sources []change.TableName) error {
@@ -189,16 +253,6 @@ func (r *mirrorRun) ensurePublication(ctx context.Context, src *pgx.Conn, m db.M
 			"note":        "the publication existed before this mirror and covers every mapped table; deleting the mirror leaves it in place"})
 	}
 	return nil
-}
-
-// needsSnapshot reports whether a table still waits for its copy.
-func needsSnapshot(tables []db.MirrorTable) bool {
-	for _, t := range tables {
-		if t.Status == db.TableStatusPending || t.Status == db.TableStatusSnapshotting || t.ResyncRequestedAt != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // snapshot (re)creates the slot with an exported snapshot and copies every
@@ -258,6 +312,9 @@ func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer 
 		return err
 	}
 	if err := apply.SetAppliedPosition(ctx, dst, m.UID, info.ConsistentPoint, m.LastSyncBatchID); err != nil {
+		return err
+	}
+	if err := apply.DeleteTablePositions(ctx, dst, m.UID, nil); err != nil {
 		return err
 	}
 	if err := store.MirrorSetLastLSN(ctx, m.ID, info.ConsistentPoint.String()); err != nil {
@@ -383,18 +440,7 @@ func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db
 	defer healthy.Stop()
 
 	rep := newBatchReporter(r, m, mappings)
-	err := cdc.Run(ctx, cdc.Config{
-		MirrorUID:        m.UID,
-		SourceConnString: srcPeer.ConnString(),
-		DestConnString:   dstPeer.ConnString(),
-		SlotName:         m.ReplicationSlotName,
-		PublicationName:  m.PublicationName,
-		Tables:           mappings,
-		BatchSize:        m.CDCBatchSize,
-		SyncInterval:     time.Duration(m.CDCSyncIntervalSeconds) * time.Second,
-		HeartbeatTimeout: r.cfg.HeartbeatTimeout,
-		Logger:           r.logger,
-	}, rep, stop)
+	err := cdc.Run(ctx, r.cdcConfig(m, srcPeer, dstPeer, mappings, nil), rep, stop)
 	rep.close(ctx)
 	reason := r.endCDC()
 	if err != nil {
@@ -409,6 +455,24 @@ func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db
 		return errRunBudget
 	}
 	return errAgain
+}
+
+// cdcConfig is the configuration of the mirror's CDC phase; skip are tables
+// being copied meanwhile.
+func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []change.Mapping, skip []change.TableName) cdc.Config {
+	return cdc.Config{
+		MirrorUID:        m.UID,
+		SourceConnString: srcPeer.ConnString(),
+		DestConnString:   dstPeer.ConnString(),
+		SlotName:         m.ReplicationSlotName,
+		PublicationName:  m.PublicationName,
+		Tables:           mappings,
+		SkipTables:       skip,
+		BatchSize:        m.CDCBatchSize,
+		SyncInterval:     time.Duration(m.CDCSyncIntervalSeconds) * time.Second,
+		HeartbeatTimeout: r.cfg.HeartbeatTimeout,
+		Logger:           r.logger,
+	}
 }
 
 // fail records a failed run on the mirror and schedules the retry.
@@ -523,8 +587,10 @@ func tableNames(tables []db.MirrorTable) []string {
 // snapshotReporter writes snapshot progress to the catalog. tablesync calls
 // it from several goroutines.
 type snapshotReporter struct {
-	run        *mirrorRun
-	tables     map[string]db.MirrorTable
+	run    *mirrorRun
+	tables map[string]db.MirrorTable
+	// beforeDone, when set, runs before a finished table is marked running.
+	beforeDone func(ctx context.Context, t change.Mapping) error
 	mu         sync.Mutex
 	rows       int64
 	partitions int
@@ -549,6 +615,11 @@ func (s *snapshotReporter) TableDone(ctx context.Context, t change.Mapping, rows
 	s.mu.Lock()
 	s.rows += rows
 	s.mu.Unlock()
+	if s.beforeDone != nil {
+		if err := s.beforeDone(ctx, t); err != nil {
+			return err
+		}
+	}
 	mt := s.table(t)
 	if err := s.run.store.MirrorTableSnapshotted(ctx, mt.ID, rows, mt.ResyncRequestedAt); err != nil {
 		return err

@@ -84,6 +84,7 @@ type mirrorRun struct {
 	stopMu     sync.Mutex
 	cdcStop    chan struct{} // non-nil while the CDC phase runs
 	stopReason string
+	copying    map[int64]bool // mirror tables being copied beside CDC
 }
 
 func (r *mirrorRun) work(ctx context.Context) error {
@@ -239,6 +240,9 @@ func (r *mirrorRun) checkControl(ctx context.Context, cancel context.CancelCause
 		return
 	}
 	for _, t := range tables {
+		if r.isCopying(t.ID) {
+			continue
+		}
 		if t.ResyncRequestedAt != nil || t.Status == db.TableStatusPending {
 			r.stopCDC(reasonAction)
 			return

@@ -295,20 +295,28 @@ func hasLog(entries []logEntry, message string) bool {
 // a table's rows (duplicates count), for exact equality checks.
 func tableDigest(t *testing.T, dbURL, table string, columns string) (int64, string) {
 	t.Helper()
+	n, sum, err := tryDigest(dbURL, table, columns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, sum
+}
+
+func tryDigest(dbURL, table string, columns string) (int64, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
-		t.Fatal(err)
+		return 0, "", err
 	}
 	defer conn.Close(ctx)
 	var n int64
 	var sum string
 	q := fmt.Sprintf(`SELECT count(*), coalesce(md5(string_agg(r, ',' ORDER BY r)), '') FROM (SELECT (%s)::text AS r FROM %s) s`, columns, table)
 	if err := conn.QueryRow(ctx, q).Scan(&n, &sum); err != nil {
-		t.Fatalf("digest %s: %v", table, err)
+		return 0, "", fmt.Errorf("digest %s: %w", table, err)
 	}
-	return n, sum
+	return n, sum, nil
 }
 
 // waitEqual waits until the table has the same rows on both sides.
@@ -317,12 +325,13 @@ func waitEqual(t *testing.T, srcURL, dstURL, srcTable, dstTable, columns string,
 	deadline := time.Now().Add(timeout)
 	for {
 		sn, ss := tableDigest(t, srcURL, srcTable, columns)
-		dn, ds := tableDigest(t, dstURL, dstTable, columns)
-		if sn == dn && ss == ds {
+		// The destination table may not exist yet.
+		dn, ds, err := tryDigest(dstURL, dstTable, columns)
+		if err == nil && sn == dn && ss == ds {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: source has %d rows (%s), destination %s has %d rows (%s) after %s", srcTable, sn, ss, dstTable, dn, ds, timeout)
+			t.Fatalf("%s: source has %d rows (%s), destination %s has %d rows (%s) after %s (%v)", srcTable, sn, ss, dstTable, dn, ds, timeout, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

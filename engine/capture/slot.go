@@ -64,6 +64,18 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 // data exactly as of the slot's consistent point. An existing slot gives an
 // error that matches ErrSlotExists.
 func CreateSlot(ctx context.Context, repl *pgconn.PgConn, name string, exportSnapshot bool) (SlotInfo, error) {
+	return createSlot(ctx, repl, name, exportSnapshot, false)
+}
+
+// CreateTemporarySlot creates a temporary pgoutput slot that exports a
+// snapshot: the source drops it when repl closes. Its consistent point and
+// snapshot let one table be copied as of a known position while the
+// mirror's own slot keeps streaming.
+func CreateTemporarySlot(ctx context.Context, repl *pgconn.PgConn, name string) (SlotInfo, error) {
+	return createSlot(ctx, repl, name, true, true)
+}
+
+func createSlot(ctx context.Context, repl *pgconn.PgConn, name string, exportSnapshot, temporary bool) (SlotInfo, error) {
 	if err := ValidateName(name); err != nil {
 		return SlotInfo{}, fmt.Errorf("create slot: %w", err)
 	}
@@ -72,7 +84,7 @@ func CreateSlot(ctx context.Context, repl *pgconn.PgConn, name string, exportSna
 		action = "EXPORT_SNAPSHOT"
 	}
 	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: action, Mode: pglogrepl.LogicalReplication})
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: action, Mode: pglogrepl.LogicalReplication, Temporary: temporary})
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42710" {

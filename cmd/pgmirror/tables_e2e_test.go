@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+)
+
+// twoTableLoad runs small transactions that change both tables until stop
+// is closed: inserts, updates and deletes, some touching both tables at once.
+func twoTableLoad(t *testing.T, dbURL string, stop <-chan struct{}, txs *atomic.Int64) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close(ctx)
+	rng := rand.New(rand.NewPCG(3, 4))
+	next := int64(10_000_000)
+	for i := 0; i < 100000; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		next++
+		var err error
+		switch rng.IntN(4) {
+		case 0:
+			_, err = conn.Exec(ctx, `INSERT INTO public.big (id, v) VALUES ($1, 'load')`, next)
+		case 1:
+			_, err = conn.Exec(ctx, `UPDATE public.big SET v = v || 'u' WHERE id = $1`, rng.Int64N(20000)+1)
+		case 2:
+			_, err = conn.Exec(ctx, `INSERT INTO public.other (k, v) VALUES ($1, 'load')`, rng.IntN(100))
+		default:
+			// One transaction touching both tables.
+			_, err = conn.Exec(ctx, `WITH d AS (DELETE FROM public.big WHERE id = $1 RETURNING id)
+				INSERT INTO public.other (k, v) SELECT $2, 'both' FROM generate_series(1, 2)`, rng.Int64N(20000)+1, rng.IntN(100))
+		}
+		if err != nil {
+			t.Errorf("load: %v", err)
+			return
+		}
+		txs.Add(1)
+		time.Sleep(3 * time.Millisecond)
+	}
+}
+
+const twoTableSchema = `
+CREATE TABLE public.big (id bigint PRIMARY KEY, v text, pad text);
+INSERT INTO public.big SELECT g, 'v' || g, repeat('p', 300) FROM generate_series(1, 300000) g;
+CREATE TABLE public.other (k int, v text);
+ALTER TABLE public.other REPLICA IDENTITY FULL;
+INSERT INTO public.other SELECT g % 100, 'init' FROM generate_series(1, 1000) g;
+`
+
+func tableStatusOf(m mirrorStatus, table string) string {
+	for _, t := range m.Tables {
+		if t.TableName == table {
+			return t.Status
+		}
+	}
+	return ""
+}
+
+// TestTableResync resyncs one table of a running mirror under a write load
+// on both of its tables: the other table keeps replicating while the copy
+// runs, the mirror stays running, and both tables end exactly equal to the
+// source. The service is killed with SIGKILL during the copy and the new
+// process finishes the resync.
+func TestTableResync(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	exec1(t, src, twoTableSchema)
+
+	s := startService(t, catalog)
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "rs", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"snapshot_num_rows_per_partition": 20000, "snapshot_max_parallel_workers": 1,
+		"table_mappings": []any{mapping("public", "big", "public", "big"), mapping("public", "other", "public", "other")},
+	}, 201, nil)
+	s.waitStatus("rs", "running", 120*time.Second)
+	waitEqual(t, src, dst, "public.big", "public.big", "id, v, pad", 60*time.Second)
+
+	// The destination copy of big gets damaged; other is fine.
+	exec1(t, dst, `DELETE FROM public.big WHERE id % 10 = 0; UPDATE public.big SET v = 'damaged' WHERE id % 7 = 0`)
+
+	stop := make(chan struct{})
+	var txs atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); twoTableLoad(t, src, stop, &txs) }()
+	time.Sleep(time.Second)
+
+	var out map[string]string
+	s.mustDo("POST", "/v1/mirrors/rs/resync/public.big", nil, 200, &out)
+	if out["table"] != "public.big" {
+		t.Errorf("resync response %v", out)
+	}
+	s.mustDo("POST", "/v1/mirrors/rs/resync/public.missing", nil, 404, nil)
+
+	// While big is copied, a marker written to other arrives and the mirror
+	// stays running.
+	waitFor(t, "big to be snapshotting", 30*time.Second, func() bool {
+		return tableStatusOf(s.mirror("rs"), "public.big") == "snapshotting"
+	})
+	marker := rand.IntN(1_000_000) + 1_000_000
+	exec1(t, src, `INSERT INTO public.other (k, v) VALUES ($1, 'marker')`, marker)
+	waitFor(t, "the marker on the destination while big is copied", 20*time.Second, func() bool {
+		var n int
+		pgxConnQuery(t, dst, fmt.Sprintf(`SELECT count(*) FROM public.other WHERE k = %d`, marker), &n)
+		return n == 1
+	})
+	m := s.mirror("rs")
+	if m.Status != "running" {
+		t.Errorf("mirror status %q during a table resync, want running", m.Status)
+	}
+	if st := tableStatusOf(m, "public.big"); st != "snapshotting" {
+		t.Logf("big finished copying before the marker was checked (status %q): the copy was too quick to observe", st)
+	}
+
+	// Kill the process during the copy; a new one finishes the resync.
+	s.kill()
+	s = startService(t, catalog)
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+	if txs.Load() < 50 {
+		t.Fatalf("the load ran only %d transactions", txs.Load())
+	}
+	waitFor(t, "big back to running", 120*time.Second, func() bool {
+		return tableStatusOf(s.mirror("rs"), "public.big") == "running"
+	})
+	waitEqual(t, src, dst, "public.big", "public.big", "id, v, pad", 90*time.Second)
+	waitEqual(t, src, dst, "public.other", "public.other", "k, v", 30*time.Second)
+	if !hasLog(s.logs("rs", ""), "Table resync started") {
+		t.Error(`log has no "Table resync started" entry`)
+	}
+	s.waitStatus("rs", "running", 10*time.Second)
+}
+
+// TestEditTables pauses a mirror, replaces its tables (one added, one
+// removed, one kept), and resumes it: the added table is copied and then
+// replicated, the removed one stops replicating and keeps its destination
+// data, and GET tables and available-tables show the change at once.
+func TestEditTables(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	exec1(t, src, `CREATE TABLE public.keep (id int PRIMARY KEY, v text);
+		CREATE TABLE public.gone (id int PRIMARY KEY, v text);
+		CREATE TABLE public.added (id int PRIMARY KEY, v text);
+		INSERT INTO public.keep SELECT g, 'k' FROM generate_series(1, 100) g;
+		INSERT INTO public.gone SELECT g, 'g' FROM generate_series(1, 100) g;
+		INSERT INTO public.added SELECT g, 'a' FROM generate_series(1, 5000) g;`)
+
+	s := startService(t, catalog)
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "ed", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{mapping("public", "keep", "public", "keep"), mapping("public", "gone", "public", "gone")},
+	}, 201, nil)
+	s.waitStatus("ed", "running", 60*time.Second)
+
+	newTables := []any{mapping("public", "keep", "public", "keep"), mapping("public", "added", "copy", "added")}
+	s.mustDo("PUT", "/v1/mirrors/ed/tables", map[string]any{"table_mappings": newTables}, 409, nil)
+	s.mustDo("POST", "/v1/mirrors/ed/pause", nil, 200, nil)
+	s.mustDo("PUT", "/v1/mirrors/ed/tables", map[string]any{"table_mappings": []any{map[string]any{"source_schema": "public"}}}, 400, nil)
+	var put []map[string]any
+	s.mustDo("PUT", "/v1/mirrors/ed/tables", map[string]any{"table_mappings": newTables}, 200, &put)
+	if len(put) != 2 {
+		t.Fatalf("PUT tables returned %v", put)
+	}
+	var got []map[string]any
+	s.mustDo("GET", "/v1/mirrors/ed/tables", nil, 200, &got)
+	if len(got) != 2 || got[1]["source_table"] != "added" || got[1]["destination_schema"] != "copy" {
+		t.Errorf("GET tables after PUT: %v", got)
+	}
+	var avail []map[string]string
+	s.mustDo("GET", "/v1/mirrors/ed/available-tables", nil, 200, &avail)
+	foundGone := false
+	for _, a := range avail {
+		if a["table_name"] == "added" || a["table_name"] == "keep" {
+			t.Errorf("available-tables lists mapped table %v", a)
+		}
+		foundGone = foundGone || a["table_name"] == "gone"
+	}
+	if !foundGone {
+		t.Errorf("available-tables does not list the removed table: %v", avail)
+	}
+
+	// Changes while paused: all three tables.
+	exec1(t, src, `INSERT INTO public.keep VALUES (1000, 'paused'); INSERT INTO public.gone VALUES (1000, 'paused');
+		UPDATE public.added SET v = 'paused' WHERE id <= 10`)
+	s.mustDo("POST", "/v1/mirrors/ed/resume", nil, 200, nil)
+	waitEqual(t, src, dst, "public.added", "copy.added", "id, v", 60*time.Second)
+	waitEqual(t, src, dst, "public.keep", "public.keep", "id, v", 30*time.Second)
+	exec1(t, src, `INSERT INTO public.added VALUES (6000, 'after'); UPDATE public.added SET v = 'after' WHERE id = 1;
+		INSERT INTO public.keep VALUES (1001, 'after'); INSERT INTO public.gone VALUES (1001, 'after')`)
+	waitEqual(t, src, dst, "public.added", "copy.added", "id, v", 30*time.Second)
+	waitEqual(t, src, dst, "public.keep", "public.keep", "id, v", 30*time.Second)
+
+	// The removed table kept its rows and got nothing after its removal.
+	var n int
+	pgxConnQuery(t, dst, `SELECT count(*) FROM public.gone`, &n)
+	if n != 100 {
+		t.Errorf("removed table has %d rows on the destination, want its 100 rows from before the removal", n)
+	}
+	m := s.waitStatus("ed", "running", 10*time.Second)
+	if tableStatusOf(m, "public.added") != "running" || len(m.Tables) != 2 {
+		t.Errorf("tables after resume: %+v", m.Tables)
+	}
+}

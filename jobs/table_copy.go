@@ -1,0 +1,168 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/apply"
+	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/tablesync"
+)
+
+// reasonCopied stops the CDC phase that ran beside a table copy once the
+// copy is done.
+const reasonCopied = "copied"
+
+// copyTablesDuringCDC copies targets (a table resync, or tables added to the
+// mirror) while CDC keeps replicating the mirror's other tables.
+//
+// A temporary slot exports a snapshot at its consistent point P; every
+// target is truncated and copied as of that snapshot, and its position P is
+// recorded on the destination (_pgmirror.table_positions) before the table
+// is marked running. Meanwhile a CDC phase runs with the targets skipped and
+// the mirror slot's confirmed position held, so the slot still has every
+// transaction after P. When the copy is done the CDC phase stops at a batch
+// boundary and the next one starts at P: it applies the targets' changes
+// from P on and skips what the other tables already have. A crash at any
+// point leaves the targets in snapshotting, and the next run copies them
+// again.
+func (r *mirrorRun) copyTablesDuringCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, dst *pgx.Conn,
+	tables, targets []db.MirrorTable) error {
+	r.operation = opSnapshot
+	ids := make([]int64, len(targets))
+	names := make([]string, len(targets))
+	skip := make([]change.TableName, len(targets))
+	for i, t := range targets {
+		ids[i] = t.ID
+		skip[i] = change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}
+		names[i] = skip[i].String()
+	}
+	// The copies replace whatever the targets held and wherever they stood.
+	if err := apply.DeleteTablePositions(ctx, dst, m.UID, names); err != nil {
+		return err
+	}
+	if err := r.store.MirrorTablesSetStatus(ctx, m.ID, ids, db.TableStatusSnapshotting); err != nil {
+		return err
+	}
+	if err := r.store.MirrorMarkRunning(ctx, m.ID); err != nil {
+		return err
+	}
+	r.setCopying(ids)
+	defer r.setCopying(nil)
+	r.log(ctx, db.LevelInfo, "Starting table snapshot", map[string]any{
+		"tables": names, "note": "the other tables keep replicating while these are copied"})
+
+	mappings := toMappings(tables)
+	stop := r.beginCDC()
+	rep := newBatchReporter(r, m, mappings)
+	cdcDone := make(chan error, 1)
+	go func() {
+		cdcDone <- cdc.Run(ctx, r.cdcConfig(m, srcPeer, dstPeer, mappings, skip), rep, stop)
+	}()
+	copyCtx, cancelCopy := context.WithCancel(ctx)
+	defer cancelCopy()
+	copyDone := make(chan error, 1)
+	go func() { copyDone <- r.copyTablesAt(copyCtx, m, srcPeer, dstPeer, targets) }()
+
+	var cdcErr, copyErr error
+	select {
+	case copyErr = <-copyDone:
+		r.stopCDC(reasonCopied)
+		cdcErr = <-cdcDone
+	case cdcErr = <-cdcDone:
+		cancelCopy()
+		copyErr = <-copyDone
+	}
+	rep.close(ctx)
+	reason := r.endCDC()
+	switch {
+	case cdcErr != nil:
+		r.operation = opCDC
+		return cdcErr
+	case reason == reasonPaused:
+		return r.store.MirrorSetPausedIfRequested(ctx, m.ID)
+	case reason == reasonDeleted:
+		return nil
+	case copyErr != nil && !(reason != reasonCopied && errors.Is(copyErr, context.Canceled)):
+		return copyErr
+	}
+	// Copied (or interrupted by another control request, which the next
+	// iteration carries out): CDC starts again from the lowest position.
+	return errAgain
+}
+
+// copyTablesAt copies targets from a temporary slot's snapshot and records
+// each one's position on the destination as its copy completes.
+func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, targets []db.MirrorTable) error {
+	repl, err := capture.ConnectReplication(ctx, srcPeer.ConnString())
+	if err != nil {
+		return &peerConnectError{role: "source", peer: srcPeer.Name, err: err}
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = repl.Close(closeCtx)
+	}()
+	info, err := capture.CreateTemporarySlot(ctx, repl, tempSlotName(m))
+	if err != nil {
+		return fmt.Errorf("create temporary slot for the table copy: %w", err)
+	}
+	dst, err := connectPeer(ctx, "destination", dstPeer)
+	if err != nil {
+		return err
+	}
+	defer closeConn(dst)
+
+	rep := &snapshotReporter{run: r, tables: map[string]db.MirrorTable{}}
+	for _, t := range targets {
+		rep.tables[t.SourceSchema+"."+t.SourceTable] = t
+	}
+	var dstMu sync.Mutex
+	rep.beforeDone = func(ctx context.Context, t change.Mapping) error {
+		dstMu.Lock()
+		defer dstMu.Unlock()
+		return apply.SetTablePosition(ctx, dst, m.UID, t.Source.String(), info.ConsistentPoint)
+	}
+	return tablesync.Run(ctx, tablesync.Config{
+		SourceConnString:   srcPeer.ConnString(),
+		DestConnString:     dstPeer.ConnString(),
+		SnapshotName:       info.SnapshotName,
+		Tables:             toMappings(targets),
+		RowsPerPartition:   m.SnapshotNumRowsPerPartition,
+		MaxParallelWorkers: m.SnapshotMaxParallelWorkers,
+		TablesInParallel:   m.SnapshotNumTablesInParallel,
+		Logger:             r.logger,
+	}, rep)
+}
+
+// tempSlotName names the temporary slot of a table copy: unique per mirror
+// (the mirror's uid), within PostgreSQL's 63 characters.
+func tempSlotName(m db.Mirror) string {
+	return "pgmirror_copy_" + strings.ReplaceAll(m.UID, "-", "")
+}
+
+// setCopying records the mirror tables being copied by this run, so that
+// the control watcher does not take their resync requests for new ones.
+func (r *mirrorRun) setCopying(ids []int64) {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	r.copying = map[int64]bool{}
+	for _, id := range ids {
+		r.copying[id] = true
+	}
+}
+
+func (r *mirrorRun) isCopying(id int64) bool {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	return r.copying[id]
+}
