@@ -17,13 +17,19 @@ const clockTick = 10 * time.Millisecond
 
 // cpuUse is the CPU time (user + system) spent by each party during a
 // measurement: the source cluster, the destination cluster (with
-// pgmirror's catalog), the pgmirror process and this program.
+// pgmirror's catalog), the pgmirror process and this program; and the
+// machine's busy time (all CPUs), whose rest is other processes' (noise).
 type cpuUse struct {
-	source, destination, pgmirror, bench time.Duration
+	source, destination, pgmirror, bench, machine time.Duration
 }
 
 func (c cpuUse) sub(o cpuUse) cpuUse {
-	return cpuUse{c.source - o.source, c.destination - o.destination, c.pgmirror - o.pgmirror, c.bench - o.bench}
+	return cpuUse{c.source - o.source, c.destination - o.destination, c.pgmirror - o.pgmirror, c.bench - o.bench, c.machine - o.machine}
+}
+
+// other is the CPU time of processes outside the measurement.
+func (c cpuUse) other() time.Duration {
+	return max(0, c.machine-c.source-c.destination-c.pgmirror-c.bench)
 }
 
 // cpuNow reads the CPU time spent so far. A cluster's time is its
@@ -42,7 +48,28 @@ func (b *bench) cpuNow() cpuUse {
 	if s, ok := stats[os.Getpid()]; ok {
 		u.bench = s.own
 	}
+	u.machine = machineBusy()
 	return u
+}
+
+// machineBusy is the busy time of all CPUs from /proc/stat: user, nice,
+// system, irq, softirq and steal.
+func machineBusy() time.Duration {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy time.Duration
+	for _, k := range []int{1, 2, 3, 6, 7, 8} {
+		n, _ := strconv.ParseInt(f[k], 10, 64)
+		busy += time.Duration(n) * clockTick
+	}
+	return busy
 }
 
 type procStat struct {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,7 +76,13 @@ func (b *bench) measureCopyPipe(ctx context.Context) error {
 	pr, pw := io.Pipe()
 	srcErr := make(chan error, 1)
 	go func() {
-		_, err := src.PgConn().CopyTo(ctx, pw, "COPY (SELECT "+benchColumns+" FROM public.bench) TO STDOUT (FORMAT binary)")
+		// CopyTo writes one row per Write and CopyFrom sends one message per
+		// Read: gather 64 KiB, or every row would be a message of its own.
+		bw := bufio.NewWriterSize(pw, 64<<10)
+		_, err := src.PgConn().CopyTo(ctx, bw, "COPY (SELECT "+benchColumns+" FROM public.bench) TO STDOUT (FORMAT binary)")
+		if err == nil {
+			err = bw.Flush()
+		}
 		pw.CloseWithError(err)
 		srcErr <- err
 	}()
@@ -277,5 +285,32 @@ schedule:
 	}
 	secs := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	res.p50, res.p99, res.max = secs(p50), secs(p99), secs(mx)
+	b.logSlowRows(ctx, dst, p99)
 	return res, nil
+}
+
+// logSlowRows logs when, during the lag load, the rows slower than the
+// 99th percentile were written (100 ms bins): periodic stalls show as
+// regularly spaced bins.
+func (b *bench) logSlowRows(ctx context.Context, dst *pgx.Conn, p99 float64) {
+	rows, err := dst.Query(ctx, `WITH l AS (
+		SELECT ts, extract(epoch FROM applied_at - ts) AS lag, min(ts) OVER () AS t0 FROM public.bench WHERE id >= $1)
+		SELECT floor(extract(epoch FROM ts - t0) * 10) / 10, count(*), max(lag)
+		FROM l WHERE lag > $2 GROUP BY 1 ORDER BY 1`, lagBase, p99)
+	if err != nil {
+		b.logf("slow rows: %v", err)
+		return
+	}
+	defer rows.Close()
+	var parts []string
+	for rows.Next() {
+		var at, lag float64
+		var n int64
+		if err := rows.Scan(&at, &n, &lag); err != nil {
+			b.logf("slow rows: %v", err)
+			return
+		}
+		parts = append(parts, fmt.Sprintf("%.1fs:%d(max %.0fms)", at, n, lag*1000))
+	}
+	b.logf("rows above p99 by time into the load: %s", strings.Join(parts, " "))
 }

@@ -94,10 +94,10 @@ func (b *bench) report(w io.Writer) {
 
 	fmt.Fprintln(w, "CPU time used during each measurement (user + system, all processes of each party):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| Measurement | System | Wall | Source cluster | Destination cluster | pgmirror process | bench |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| Measurement | System | Wall | Source cluster | Destination cluster | pgmirror process | bench | other processes |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	cpuRow := func(name, system string, wall time.Duration, c cpuUse) {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", name, system, secs(wall), secs(c.source), secs(c.destination), secs(c.pgmirror), secs(c.bench))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", name, system, secs(wall), secs(c.source), secs(c.destination), secs(c.pgmirror), secs(c.bench), secs(c.other()))
 	}
 	cpuRow("Snapshot", "COPY pipe", cp.dur, cp.cpu)
 	cpuRow("Snapshot", "native", ns.dur, ns.cpu)
