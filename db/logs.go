@@ -113,7 +113,9 @@ func logInsert(ctx context.Context, q execer, mirrorID int64, level, message str
 }
 
 // LogQuery filters a mirror's log. Zero values mean no filter; Limit must be
-// set by the caller.
+// set by the caller. Search matches, case-insensitively and literally (no
+// wildcards), a substring of the message or of any value in details; key
+// names in details are not searched.
 type LogQuery struct {
 	MirrorID int64
 	Level    string
@@ -132,8 +134,15 @@ func (s *Store) LogList(ctx context.Context, q LogQuery) ([]LogEntry, int64, err
 		where += fmt.Sprintf(` AND level = $%d`, len(args))
 	}
 	if q.Search != "" {
+		// Search the message and every scalar value in details (at any
+		// depth, array elements included) as plain text. Not details::text:
+		// that is JSON, where a quote in a value reads \" and so a search for
+		// `relation "x"` copied from an error would not match, and where
+		// every key name would match too.
 		args = append(args, "%"+escapeLike(q.Search)+"%")
-		where += fmt.Sprintf(` AND (message ILIKE $%d OR details::text ILIKE $%d)`, len(args), len(args))
+		where += fmt.Sprintf(` AND (message ILIKE $%[1]d OR EXISTS (
+			SELECT 1 FROM jsonb_path_query(details, 'strict $.**') AS v
+			WHERE jsonb_typeof(v) IN ('string', 'number', 'boolean') AND v #>> '{}' ILIKE $%[1]d))`, len(args))
 	}
 	var total int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM mirror_logs WHERE `+where, args...).Scan(&total); err != nil {
