@@ -69,7 +69,7 @@ func (h *handlers) registerControl(api huma.API) {
 	register(api, adminOnly, huma.Operation{
 		OperationID: "resync-table", Method: http.MethodPost, Path: "/v1/mirrors/{name}/resync/{table}", Tags: []string{"Mirror control"},
 		Summary:     "Resync one table",
-		Description: "Truncates and snapshots one table again ({table} is the source schema.table); other tables continue CDC. 409 while initializing, snapshotting or stopped.",
+		Description: "Truncates and snapshots one table again ({table} is the source schema.table); other tables continue CDC. On a paused mirror the table is resynced once the mirror is resumed. 409 while initializing, snapshotting or stopped.",
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
 	}, h.resyncTable)
 	control("retry-mirror", "retry", "Retry a failed mirror now",
@@ -130,7 +130,14 @@ func busy(m db.Mirror, tables []db.MirrorTable, what string) error {
 		return errorf(http.StatusConflict, "Cannot %s mirror %q: it is stopped, which is final; delete it and create it again", what, m.Name)
 	}
 	if m.PendingAction != nil {
-		return errorf(http.StatusConflict, "Cannot %s mirror %q: a %s is in progress; wait until it has finished", what, m.Name, strings.ReplaceAll(*m.PendingAction, "_", " "))
+		action := *m.PendingAction
+		switch action {
+		case db.ActionSyncSchema:
+			action = "schema sync"
+		case db.ActionResync:
+			action = "resync"
+		}
+		return errorf(http.StatusConflict, "Cannot %s mirror %q: a %s is in progress; wait until it has finished", what, m.Name, action)
 	}
 	for _, t := range tables {
 		if t.ResyncRequestedAt != nil || t.Status == db.TableStatusSnapshotting {
@@ -241,7 +248,9 @@ func (h *handlers) resyncTable(ctx context.Context, in *tableResyncInput) (*tabl
 		return nil, errorf(http.StatusBadRequest, "Invalid request: table %q is not schema.table (for example public.orders)", in.Table)
 	}
 	var src change.TableName
+	var paused bool
 	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
+		paused = m.Status == db.StatusPaused || m.DesiredState == db.DesiredPaused
 		tables, err := h.store.MirrorTablesTx(ctx, tx, m.ID)
 		if err != nil {
 			return err
@@ -271,6 +280,10 @@ func (h *handlers) resyncTable(ctx context.Context, in *tableResyncInput) (*tabl
 	}
 	out := &tableMessageOutput{}
 	out.Body.Message = fmt.Sprintf("Resync of table %s in mirror %q started: it is truncated and snapshotted again while other tables continue CDC", src, in.Name)
+	if paused {
+		// Unlike a full resync, a table resync does not resume a paused mirror.
+		out.Body.Message = fmt.Sprintf("Resync of table %s in mirror %q requested: the mirror is paused, so the table is truncated and snapshotted again when it is resumed", src, in.Name)
+	}
 	out.Body.Table = src.String()
 	return out, nil
 }
@@ -314,13 +327,17 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 	if m.Status != db.StatusPaused {
 		return nil, errorf(http.StatusConflict, "Mirror %q is not paused (status %s): pause it with POST /v1/mirrors/%s/pause before changing its tables", m.Name, m.Status, m.Name)
 	}
-	mappings, err := validateMappings(in.Body.TableMappings, m.SourcePeerID == m.DestinationPeerID)
-	if err != nil {
-		return nil, err
-	}
 	source, err := h.store.PeerGetByID(ctx, m.SourcePeerID)
 	if err != nil {
 		return nil, h.internal(ctx, "load the source peer", err)
+	}
+	dest, err := h.store.PeerGetByID(ctx, m.DestinationPeerID)
+	if err != nil {
+		return nil, h.internal(ctx, "load the destination peer", err)
+	}
+	mappings, err := validateMappings(in.Body.TableMappings, samePeer(source, dest))
+	if err != nil {
+		return nil, err
 	}
 	if err := h.checkSource(ctx, source, mappings); err != nil {
 		return nil, err

@@ -295,6 +295,13 @@ func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []c
 	}
 }
 
+// samePeer reports whether two peers name the same database: the same peer,
+// or two peers with the same host, port and database name. (Different
+// spellings of one host, such as localhost and 127.0.0.1, are not detected.)
+func samePeer(a, b db.Peer) bool {
+	return a.ID == b.ID || (strings.EqualFold(a.Host, b.Host) && a.Port == b.Port && a.Database == b.Database)
+}
+
 var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
 
 // generatedName returns prefix + the mirror name made into a lowercase
@@ -329,7 +336,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	if err != nil {
 		return nil, h.internal(ctx, "load the destination peer", err)
 	}
-	mappings, err := validateMappings(b.TableMappings, source.ID == dest.ID)
+	mappings, err := validateMappings(b.TableMappings, samePeer(source, dest))
 	if err != nil {
 		return nil, err
 	}
