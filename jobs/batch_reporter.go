@@ -199,3 +199,11 @@ func (b *batchReporter) close(ctx context.Context) {
 	b.flushProgress(flushCtx)
 	b.flushLog(flushCtx)
 }
+
+// ColumnsDropped logs a WARN entry when the source stopped sending columns
+// of a table: the destination keeps them and the rest keeps replicating.
+func (b *batchReporter) ColumnsDropped(ctx context.Context, table change.TableName, columns []string) {
+	b.run.log(ctx, db.LevelWarn, "Source columns dropped or renamed", map[string]any{
+		"table": table.String(), "columns": columns,
+		"policy": "the destination keeps these columns and new rows leave them NULL (or their default); the remaining columns keep replicating; a renamed column arrives as a new column, added automatically"})
+}

@@ -40,7 +40,74 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 		if errors.Is(err, errAgain) {
 			continue
 		}
+		if errors.Is(err, cdc.ErrMissingColumn) {
+			// A column added on the source: add it on the destination and
+			// apply the batch again. If nothing could be added, fail.
+			added, serr := r.addMissingColumns(ctx, err)
+			if serr != nil {
+				return serr
+			}
+			if added {
+				continue
+			}
+		}
 		return err
+	}
+}
+
+// addMissingColumns brings the destination's columns up to the source's
+// after CDC met a column the destination lacks (cause). It reports whether
+// it changed anything.
+func (r *mirrorRun) addMissingColumns(ctx context.Context, cause error) (bool, error) {
+	r.operation = opSchema
+	m, err := r.store.MirrorGetByID(ctx, r.mirrorID)
+	if err != nil {
+		return false, err
+	}
+	tables, err := r.store.MirrorTables(ctx, r.mirrorID)
+	if err != nil {
+		return false, err
+	}
+	srcPeer, err := r.store.PeerGetByID(ctx, m.SourcePeerID)
+	if err != nil {
+		return false, fmt.Errorf("load source peer: %w", err)
+	}
+	dstPeer, err := r.store.PeerGetByID(ctx, m.DestinationPeerID)
+	if err != nil {
+		return false, fmt.Errorf("load destination peer: %w", err)
+	}
+	src, err := connectPeer(ctx, "source", srcPeer)
+	if err != nil {
+		return false, err
+	}
+	defer closeConn(src)
+	dst, err := connectPeer(ctx, "destination", dstPeer)
+	if err != nil {
+		return false, err
+	}
+	defer closeConn(dst)
+	started := time.Now()
+	mappings := toMappings(tables)
+	ddl, warnings, err := schemasync.SyncColumns(ctx, src, dst, mappings)
+	if err != nil {
+		return false, fmt.Errorf("add the new source column on the destination (%v): %w", cause, err)
+	}
+	r.logSchemaWarnings(ctx, warnings)
+	if len(ddl) == 0 {
+		return false, nil
+	}
+	r.log(ctx, db.LevelInfo, "Schema sync completed", db.SchemaSyncDetails{
+		Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
+	r.logger.Info("added source columns on the destination", "ddl", ddl)
+	return true, nil
+}
+
+// logSchemaWarnings logs what a schema sync found but left alone (columns
+// dropped or renamed on the source).
+func (r *mirrorRun) logSchemaWarnings(ctx context.Context, warnings []string) {
+	for _, w := range warnings {
+		r.log(ctx, db.LevelWarn, "Schema sync warning", map[string]any{"warning": w,
+			"policy": "destination columns are never dropped: the column stays and receives no new values; the remaining columns keep replicating"})
 	}
 }
 
@@ -403,9 +470,7 @@ func (r *mirrorRun) carryOutAction(ctx context.Context, m db.Mirror, src, dst *p
 		if err != nil {
 			return fmt.Errorf("sync schema: %w", err)
 		}
-		for _, w := range warnings {
-			r.log(ctx, db.LevelWarn, "Schema sync warning", map[string]any{"warning": w})
-		}
+		r.logSchemaWarnings(ctx, warnings)
 		names := make([]string, len(mappings))
 		for i, mp := range mappings {
 			names[i] = mp.Source.String()

@@ -49,6 +49,11 @@ type Config struct {
 	ChunkBytes int
 	// Logger receives warnings. Default: discard.
 	Logger *slog.Logger
+	// OnColumnsDropped, when set, is called when the source describes a
+	// table again without columns it sent before (dropped or renamed on the
+	// source). The destination keeps those columns; new rows leave them
+	// to their default.
+	OnColumnsDropped func(ctx context.Context, table change.TableName, columns []string)
 }
 
 // Applier writes batches of source changes to the destination. It owns its
@@ -424,6 +429,9 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		return old, nil
 	}
 	if old != nil {
+		if dropped := droppedColumns(old.rel, rel); len(dropped) > 0 && a.cfg.OnColumnsDropped != nil {
+			a.cfg.OnColumnsDropped(ctx, rel.Table, dropped)
+		}
 		// A new shape of the table (DDL on the source): write what was
 		// buffered under the old one first, to keep the order, and drop
 		// the old staging table.
@@ -488,6 +496,21 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 
 // sameShape reports whether two descriptions of a table have the same
 // columns, types, key flags and replica identity.
+// droppedColumns returns the columns of before that after no longer has.
+func droppedColumns(before, after *change.Relation) []string {
+	now := map[string]bool{}
+	for _, c := range after.Columns {
+		now[c.Name] = true
+	}
+	var out []string
+	for _, c := range before.Columns {
+		if !now[c.Name] {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
 func sameShape(a, b *change.Relation) bool {
 	if a.ReplicaIdentity != b.ReplicaIdentity || len(a.Columns) != len(b.Columns) {
 		return false

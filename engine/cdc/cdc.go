@@ -109,6 +109,15 @@ type Reporter interface {
 	BatchApplied(ctx context.Context, b Batch) error
 }
 
+// SchemaReporter may also be implemented by a Reporter to hear of source
+// DDL that the run handles on its own.
+type SchemaReporter interface {
+	// ColumnsDropped is called when the source stopped sending columns of a
+	// table (dropped or renamed there). The destination keeps the columns
+	// and the run goes on with the others.
+	ColumnsDropped(ctx context.Context, table change.TableName, columns []string)
+}
+
 // Run streams changes from the mirror's slot to the destination until stop
 // is closed (returns nil), ctx is done (returns ctx.Err()) or something
 // fails (returns a wrapped error; see the Err variables). See the package
@@ -136,9 +145,13 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	}
 	defer closeQuietly(dest)
 
-	applier, err := apply.New(ctx, dest, apply.Config{
+	applyCfg := apply.Config{
 		MirrorUID: cfg.MirrorUID, Mappings: cfg.Tables, ChunkSize: cfg.ChunkSize, ChunkBytes: cfg.MaxBufferedBytes, Logger: logger,
-	})
+	}
+	if sr, ok := rep.(SchemaReporter); ok {
+		applyCfg.OnColumnsDropped = sr.ColumnsDropped
+	}
+	applier, err := apply.New(ctx, dest, applyCfg)
 	if err != nil {
 		return netError(err)
 	}
