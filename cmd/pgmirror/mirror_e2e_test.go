@@ -376,3 +376,51 @@ func TestReplicaTakeover(t *testing.T) {
 	exec1(t, src, `INSERT INTO public.t (v) SELECT 'after term' FROM generate_series(1, 100)`)
 	waitEqual(t, src, dst, "public.t", "public.t", "id, v", 30*time.Second)
 }
+
+// TestDeleteWithSourceDown deletes a mirror while its source is down: the
+// mirror disappears from the API at once, and its slot and publication are
+// dropped in the background once the source is back.
+func TestDeleteWithSourceDown(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	srcCluster := pgtest.NewCluster(t, true)
+	src := pgtest.NewDatabase(t, srcCluster)
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	exec1(t, src, `CREATE TABLE public.t (id int PRIMARY KEY, v text); INSERT INTO public.t SELECT g, 'v' FROM generate_series(1, 100) g`)
+
+	s := startService(t, catalog)
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	var created map[string]any
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "gone", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{mapping("public", "t", "public", "t")},
+	}, 201, &created)
+	s.waitStatus("gone", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.t", "public.t", "id, v", 30*time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srcCluster.StopImmediate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.mustDo("DELETE", "/v1/mirrors/gone", nil, 200, nil)
+	s.mustDo("GET", "/v1/mirrors/gone", nil, 404, nil)
+	var list []map[string]any
+	s.mustDo("GET", "/v1/mirrors", nil, 200, &list)
+	if len(list) != 0 {
+		t.Errorf("deleted mirror still listed: %v", list)
+	}
+	time.Sleep(3 * time.Second)
+	if err := srcCluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slot := created["replication_slot_name"].(string)
+	pub := created["publication_name"].(string)
+	waitFor(t, "slot and publication dropped after the source came back", 90*time.Second, func() bool {
+		return !slotExists(t, src, slot) && !publicationExists(t, src, pub)
+	})
+	if n, _ := tableDigest(t, dst, "public.t", "id"); n != 100 {
+		t.Errorf("destination has %d rows after delete, want the 100 replicated", n)
+	}
+}
