@@ -47,6 +47,14 @@
 //     transaction boundaries and commit atomically. On stop, a batch that
 //     ends on a boundary is committed; one in the middle of a transaction is
 //     rolled back and re-sent by the next run.
+//   - A table copied on its own (a table resync, a table added to the
+//     mirror) stands at its copy's snapshot LSN, recorded in
+//     _pgmirror.table_positions. Run starts at the lowest position of any
+//     table, applies each table's changes only from transactions at or after
+//     its own position, and forgets the entry inside the batch that brings
+//     the table level with the mirror. While the copy runs, a Run with
+//     Config.SkipTables drops those tables' changes and confirms nothing, so
+//     the slot still holds everything after the copy point.
 //   - On an idle source, keepalives advance the confirmed position once
 //     everything received is applied, so the slot does not retain WAL that
 //     other databases write.
