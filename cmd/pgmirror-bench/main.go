@@ -55,6 +55,8 @@ type options struct {
 	durable     bool
 	timeout     time.Duration
 	keep        bool
+	pprofURL    string
+	profileDir  string
 	out         io.Writer
 }
 
@@ -71,6 +73,8 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.durable, "durable", false, "run the clusters with fsync on (default off, as the test clusters)")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "give up after this long")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (cluster data, pgmirror log) after the run")
+	fs.StringVar(&o.pprofURL, "pgmirror-pprof", "", "base URL of the pgmirror process's net/http/pprof endpoint, if the binary has one: CPU profiles of the pgmirror measurements are saved")
+	fs.StringVar(&o.profileDir, "profile-dir", ".", "where -pgmirror-pprof profiles go")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

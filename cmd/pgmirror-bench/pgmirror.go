@@ -272,6 +272,7 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 
 	b.logf("pgmirror: creating mirror %s (default settings)", mirrorName)
 	c0, t0 := b.cpuNow(), time.Now()
+	profiled := b.profile(ctx, "snapshot")
 	if err := svc.call(ctx, "POST", "/v1/mirrors", map[string]any{
 		"name": mirrorName, "source_peer": "source", "destination_peer": "destination",
 		"table_mappings": []map[string]any{{"source_schema": "public", "source_table": "bench",
@@ -315,6 +316,7 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 			return err
 		}
 	}
+	profiled()
 	b.logf("pgmirror: snapshot in %s", b.results.pgmirror.snapshot.dur.Round(time.Millisecond))
 	if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
 		return err
@@ -356,10 +358,12 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 			return err
 		}
 		c0, t0 := b.cpuNow(), time.Now()
+		profiled := b.profile(ctx, fmt.Sprintf("catchup-%d", w.txSize))
 		if err := svc.call(ctx, "POST", "/v1/mirrors/"+mirrorName+"/resume", nil, nil); err != nil {
 			return err
 		}
 		m, err := waitCaughtUp(ctx, t0, end, pos, 30*time.Minute)
+		profiled()
 		if err != nil {
 			return fmt.Errorf("catch-up after %s: %w", w.name, err)
 		}
@@ -375,7 +379,10 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 		return err
 	}
 	b.logf("pgmirror: lag under %d tx/s for %s", b.opts.lagRate, b.opts.lagDuration)
-	if b.results.pgmirror.lag, err = b.measureLag(ctx, srcURL, dstURL); err != nil {
+	profiled = b.profile(ctx, "lag")
+	b.results.pgmirror.lag, err = b.measureLag(ctx, srcURL, dstURL)
+	profiled()
+	if err != nil {
 		return err
 	}
 	l := b.results.pgmirror.lag
