@@ -21,11 +21,11 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
-func rate(n int64, d time.Duration) string {
+func rate(n int64, d time.Duration, unit string) string {
 	if d <= 0 {
 		return "-"
 	}
-	return count(int64(float64(n)/d.Seconds())) + "/s"
+	return count(int64(float64(n)/d.Seconds())) + " " + unit + "/s"
 }
 
 func ratio(base, d time.Duration) float64 {
@@ -55,8 +55,8 @@ func (b *bench) report(w io.Writer) {
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	cp, ns, ps := r.copyPipe, r.native.snapshot, r.pgmirror.snapshot
 	vsCopy := ratio(cp.dur, ps.dur)
-	fmt.Fprintf(w, "| Snapshot, %s rows | %s (%s rows) | %s (%s rows) | %s (%s rows) | %.2fx | %.2fx | >= %.2fx COPY pipe | %s |\n",
-		count(b.opts.rows), secs(cp.dur), rate(cp.units, cp.dur), secs(ns.dur), rate(ns.units, ns.dur), secs(ps.dur), rate(ps.units, ps.dur),
+	fmt.Fprintf(w, "| Snapshot, %s rows | %s (%s) | %s (%s) | %s (%s) | %.2fx | %.2fx | >= %.2fx COPY pipe | %s |\n",
+		count(b.opts.rows), secs(cp.dur), rate(cp.units, cp.dur, "rows"), secs(ns.dur), rate(ns.units, ns.dur, "rows"), secs(ps.dur), rate(ps.units, ps.dur, "rows"),
 		vsCopy, ratio(ns.dur, ps.dur), targetSnapshotVsCopy, yes(vsCopy >= targetSnapshotVsCopy))
 	for i, wk := range wl {
 		if i >= len(r.native.catchup) || i >= len(r.pgmirror.catchup) {
@@ -68,8 +68,8 @@ func (b *bench) report(w io.Writer) {
 			target = targetCatchupSingle
 		}
 		vs := ratio(n.dur, p.dur)
-		fmt.Fprintf(w, "| Catch-up, %s | | %s%s (%s changes) | %s%s (%s changes) | | %.2fx | >= %.2fx native | %s |\n",
-			wk.name, secs(n.dur), star(n.fallback), rate(n.units, n.dur), secs(p.dur), star(p.fallback), rate(p.units, p.dur), vs, target, yes(vs >= target))
+		fmt.Fprintf(w, "| Catch-up, %s | | %s%s (%s) | %s%s (%s) | | %.2fx | >= %.2fx native | %s |\n",
+			wk.name, secs(n.dur), star(n.fallback), rate(n.units, n.dur, "changes"), secs(p.dur), star(p.fallback), rate(p.units, p.dur, "changes"), vs, target, yes(vs >= target))
 	}
 	nl, pl := r.native.lag, r.pgmirror.lag
 	fmt.Fprintf(w, "| Lag p50 / p99 / max at %d tx/s, %s | | %s / %s / %s | %s / %s / %s | | | p99 <= %s | %s |\n\n",
