@@ -193,13 +193,27 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 	}
 	defer closeConn(dst)
 	started := time.Now()
-	ddl, err := schemasync.EnsureTables(ctx, src, dst, mappings)
-	if err != nil {
-		return fmt.Errorf("prepare destination tables: %w", err)
-	}
-	if len(ddl) > 0 {
-		r.log(ctx, db.LevelInfo, "Destination tables created", db.SchemaSyncDetails{
-			Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
+	if effectiveStatus(m) == db.StatusInitializing {
+		// First setup: create what is missing, check what exists.
+		ddl, err := schemasync.EnsureTables(ctx, src, dst, mappings)
+		if err != nil {
+			return fmt.Errorf("prepare destination tables: %w", err)
+		}
+		if len(ddl) > 0 {
+			r.log(ctx, db.LevelInfo, "Destination tables created", db.SchemaSyncDetails{
+				Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
+		}
+	} else {
+		// Later runs: follow source DDL made since (added columns, changed
+		// types, dropped columns relaxed) and create tables added to the mirror.
+		ddl, _, err := schemasync.SyncColumns(ctx, src, dst, mappings)
+		if err != nil {
+			return fmt.Errorf("prepare destination tables: %w", err)
+		}
+		if len(ddl) > 0 {
+			r.log(ctx, db.LevelInfo, "Schema sync completed", db.SchemaSyncDetails{
+				Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
+		}
 	}
 	if err := apply.EnsureMeta(ctx, dst); err != nil {
 		return err

@@ -237,7 +237,7 @@ func TestSourceDDLWithoutSyncSchema(t *testing.T) {
 	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
 	exec1(t, src, `CREATE TYPE color AS ENUM ('red', 'green');
-		CREATE TABLE public.ddl (id int PRIMARY KEY, a text, b text, c text);
+		CREATE TABLE public.ddl (id int PRIMARY KEY, a text, b text NOT NULL, c text NOT NULL);
 		INSERT INTO public.ddl SELECT g, 'a', 'b', 'c' FROM generate_series(1, 10) g`)
 	s := startService(t, catalog)
 	s.createPeer("src", src)

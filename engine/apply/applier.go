@@ -339,6 +339,7 @@ type destTable struct {
 	name        change.TableName
 	types       map[string]string // column name -> SQL type (format_type)
 	pk          map[string]bool
+	required    map[string]bool // NOT NULL without a default: an insert must name it
 	partitioned bool
 }
 
@@ -347,7 +348,7 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 		return t, nil
 	}
 	rows, err := a.tx.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod),
-			coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p'
+			coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p', a.attnotnull AND NOT a.atthasdef
 		FROM pg_class c
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -357,17 +358,20 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 	if err != nil {
 		return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 	}
-	t := &destTable{name: name, types: map[string]string{}, pk: map[string]bool{}}
+	t := &destTable{name: name, types: map[string]string{}, pk: map[string]bool{}, required: map[string]bool{}}
 	for rows.Next() {
 		var col, typ string
-		var pk, part bool
-		if err := rows.Scan(&col, &typ, &pk, &part); err != nil {
+		var pk, part, required bool
+		if err := rows.Scan(&col, &typ, &pk, &part, &required); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 		}
 		t.types[col] = typ
 		if pk {
 			t.pk[col] = true
+		}
+		if required && !pk {
+			t.required[col] = true
 		}
 		t.partitioned = part
 	}
@@ -428,9 +432,13 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		a.plans[rel] = old
 		return old, nil
 	}
+	reported := map[string]bool{}
 	if old != nil {
 		if dropped := droppedColumns(old.rel, rel); len(dropped) > 0 && a.cfg.OnColumnsDropped != nil {
 			a.cfg.OnColumnsDropped(ctx, rel.Table, dropped)
+			for _, c := range dropped {
+				reported[c] = true
+			}
 		}
 		// A new shape of the table (DDL on the source): write what was
 		// buffered under the old one first, to keep the order, and drop
@@ -459,6 +467,9 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 			}
 			break
 		}
+	}
+	if err := a.relaxUnsent(ctx, m, rel, dest, reported); err != nil {
+		return nil, err
 	}
 	p := &plan{rel: rel, dest: dest, entries: map[string]*entry{}}
 	for i, c := range rel.Columns {
@@ -496,6 +507,35 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 
 // sameShape reports whether two descriptions of a table have the same
 // columns, types, key flags and replica identity.
+// relaxUnsent drops NOT NULL from destination columns (outside the primary
+// key, without a default, not excluded) that the source does not send,
+// typically columns dropped or renamed on the source: inserts leave them
+// NULL, and would fail otherwise. It runs in the batch transaction and
+// reports the columns not yet reported as dropped.
+func (a *Applier) relaxUnsent(ctx context.Context, m *change.Mapping, rel *change.Relation, dest *destTable, reported map[string]bool) error {
+	sent := map[string]bool{}
+	for _, c := range rel.Columns {
+		sent[c.Name] = true
+	}
+	for col := range dest.required {
+		// Excluded columns are the user's choice: leave their definition.
+		if sent[col] || m.Excluded(col) {
+			continue
+		}
+		stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", dest.name.Quoted(), change.QuoteIdent(col))
+		if _, err := a.tx.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("relax destination column the source does not send: %s: %w", stmt, err)
+		}
+		delete(dest.required, col)
+		a.log.Warn("destination column is not sent by the source; dropped its NOT NULL so rows can be inserted",
+			"table", dest.name.String(), "column", col)
+		if a.cfg.OnColumnsDropped != nil && !reported[col] {
+			a.cfg.OnColumnsDropped(ctx, rel.Table, []string{col})
+		}
+	}
+	return nil
+}
+
 // droppedColumns returns the columns of before that after no longer has.
 func droppedColumns(before, after *change.Relation) []string {
 	now := map[string]bool{}

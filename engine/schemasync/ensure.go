@@ -78,8 +78,10 @@ func EnsureTables(ctx context.Context, src, dst Conn, mappings []change.Mapping)
 // col::type), and user-defined types are created or given new enum labels
 // first. A missing destination table is created as EnsureTables does.
 // Destination columns are never dropped: a destination column that the source
-// no longer has is reported in warnings. A destination column wider than the
-// source's (say bigint for integer) is kept.
+// no longer has is reported in warnings, and loses its NOT NULL when it has
+// no default (outside the primary key) so that new rows can leave it NULL. A
+// destination column wider than the source's (say bigint for integer) is
+// kept.
 func SyncColumns(ctx context.Context, src, dst Conn, mappings []change.Mapping) (ddl, warnings []string, err error) {
 	sources, graph, err := readSources(ctx, src, mappings, false)
 	if err != nil {
@@ -377,7 +379,16 @@ func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog) 
 		w := fmt.Sprintf("column %s of %s no longer exists on source table %s; it is kept on the destination",
 			change.QuoteIdent(dc.Name), s.m.Destination, s.m.Source)
 		if dc.NotNull && !dc.HasDefault && !dc.Generated {
-			w += ", but it is NOT NULL without a default, so new rows will fail until it is dropped or given a default"
+			if slices.Contains(dt.PrimaryKey, dc.Name) {
+				w += ", but it is part of the destination's primary key, so new rows will fail until the key is changed"
+			} else {
+				// New rows leave it NULL: it must allow that.
+				stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", name, change.QuoteIdent(dc.Name))
+				if err := log.exec(ctx, tx, stmt); err != nil {
+					return nil, err
+				}
+				w += " and no longer NOT NULL, so new rows leave it NULL"
+			}
 		}
 		warnings = append(warnings, w)
 	}
