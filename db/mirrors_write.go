@@ -110,11 +110,13 @@ func (s *Store) MirrorResumeTx(ctx context.Context, tx pgx.Tx, id int64) error {
 }
 
 // MirrorRequestActionTx records a control request (ActionResync or
-// ActionSyncSchema) for the mirror's worker and sets the desired state to
-// running, so a paused mirror resumes to carry it out.
+// ActionSyncSchema) for the mirror's worker and sets the desired state (and
+// a paused status) to running, so a paused mirror resumes to carry it out.
 func (s *Store) MirrorRequestActionTx(ctx context.Context, tx pgx.Tx, id int64, action string) error {
 	return s.updateMirror(ctx, tx, "request "+action+" on", id,
-		`UPDATE mirrors SET pending_action = $2, desired_state = 'running' WHERE id = $1 AND deleted_at IS NULL`, action)
+		`UPDATE mirrors SET pending_action = $2, desired_state = 'running',
+			status = CASE WHEN status = 'paused' THEN 'running' ELSE status END
+		WHERE id = $1 AND deleted_at IS NULL`, action)
 }
 
 // MirrorRequestRetryTx makes a failed mirror due for retry now.
@@ -189,8 +191,33 @@ func (s *Store) MirrorTablesReplaceTx(ctx context.Context, tx pgx.Tx, mirrorID i
 // deleted) whose replication slot is slot or whose publication is
 // publication, or "" when there is none.
 func (s *Store) MirrorUsingSlotOrPublication(ctx context.Context, slot, publication string) (string, error) {
+	return mirrorUsingSlotOrPublication(ctx, s.pool, slot, publication)
+}
+
+// MirrorUsingSlotOrPublicationTx is MirrorUsingSlotOrPublication inside tx.
+// Call LockMirrorNamesTx first so the answer holds until tx commits.
+func (s *Store) MirrorUsingSlotOrPublicationTx(ctx context.Context, tx pgx.Tx, slot, publication string) (string, error) {
+	return mirrorUsingSlotOrPublication(ctx, tx, slot, publication)
+}
+
+// mirrorNamesLockKey is the transaction advisory lock that serialises the
+// choice of slot and publication names ("pgmnames" in ASCII).
+const mirrorNamesLockKey int64 = 0x7067_6d6e_616d_6573
+
+// LockMirrorNamesTx takes, until tx ends, the lock that serialises mirror
+// creation: with it, checking that a slot and publication name are free
+// (MirrorUsingSlotOrPublicationTx) and inserting the mirror are atomic, so
+// two mirrors created at once never share a slot. Nothing else takes it.
+func (s *Store) LockMirrorNamesTx(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, mirrorNamesLockKey); err != nil {
+		return fmt.Errorf("lock mirror names: %w", err)
+	}
+	return nil
+}
+
+func mirrorUsingSlotOrPublication(ctx context.Context, q querier, slot, publication string) (string, error) {
 	var name string
-	err := s.pool.QueryRow(ctx, `SELECT name FROM mirrors WHERE replication_slot_name = $1 OR publication_name = $2
+	err := q.QueryRow(ctx, `SELECT name FROM mirrors WHERE replication_slot_name = $1 OR publication_name = $2
 		ORDER BY deleted_at IS NOT NULL, id LIMIT 1`, slot, publication).Scan(&name)
 	if err == pgx.ErrNoRows {
 		return "", nil

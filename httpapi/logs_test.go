@@ -97,6 +97,7 @@ func TestLogs(t *testing.T) {
 	// ids[i] is the id of the i-th entry written.
 	rows, err := b.pool.Query(ctx, `SELECT id FROM mirror_logs WHERE mirror_id = $1 ORDER BY id`, id)
 	require.NoError(t, err)
+	defer rows.Close()
 	for rows.Next() {
 		var v int64
 		require.NoError(t, rows.Scan(&v))

@@ -346,25 +346,14 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 		return nil, h.internal(ctx, "check the mirror name", err)
 	}
 
-	pub, slot := b.PublicationName, b.ReplicationSlotName
-	if pub == "" {
-		pub = generatedName("pgmirror_pub_", b.Name)
-	}
-	if slot == "" {
-		slot = generatedName("pgmirror_slot_", b.Name)
-	}
-	user, err := h.store.MirrorUsingSlotOrPublication(ctx, slot, pub)
-	if err != nil {
-		return nil, h.internal(ctx, "check the slot and publication names", err)
-	}
-	if user != "" {
-		if b.PublicationName != "" || b.ReplicationSlotName != "" {
-			return nil, errorf(http.StatusConflict, "Mirror %q already uses replication slot %q or publication %q: choose other names", user, slot, pub)
+	// Fail fast on taken custom names, before connecting to the source; the
+	// names are chosen for good under a lock in the transaction below.
+	if _, _, err := chooseNames(ctx, h.store.MirrorUsingSlotOrPublication, b.Name, b.PublicationName, b.ReplicationSlotName); err != nil {
+		var apiErr *apiError
+		if errors.As(err, &apiErr) {
+			return nil, apiErr
 		}
-		// A deleted mirror of the same name may still be cleaning up its slot.
-		suffix := "_" + randomHex(4)
-		pub = truncate(pub, 63-len(suffix)) + suffix
-		slot = truncate(slot, 63-len(suffix)) + suffix
+		return nil, h.internal(ctx, "check the slot and publication names", err)
 	}
 
 	if err := h.checkSource(ctx, source, mappings); err != nil {
@@ -374,7 +363,17 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	var m db.Mirror
 	var tables []db.MirrorTable
 	err = pgx.BeginFunc(ctx, h.store.Pool(), func(tx pgx.Tx) error {
-		var err error
+		// Under this lock no other mirror can take the names between the
+		// check and the insert.
+		if err := h.store.LockMirrorNamesTx(ctx, tx); err != nil {
+			return err
+		}
+		pub, slot, err := chooseNames(ctx, func(ctx context.Context, slot, pub string) (string, error) {
+			return h.store.MirrorUsingSlotOrPublicationTx(ctx, tx, slot, pub)
+		}, b.Name, b.PublicationName, b.ReplicationSlotName)
+		if err != nil {
+			return err
+		}
 		m, err = h.store.MirrorCreateTx(ctx, tx, db.MirrorCreateParams{
 			Name: b.Name, SourcePeerID: source.ID, DestinationPeerID: dest.ID,
 			SnapshotNumRowsPerPartition: b.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: b.SnapshotMaxParallelWorkers,
@@ -390,14 +389,52 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 		}
 		return h.enqueueRun(ctx, tx, m.ID)
 	})
-	if errors.Is(err, db.ErrConflict) {
+	var apiErr *apiError
+	switch {
+	case errors.As(err, &apiErr):
+		return nil, apiErr
+	case errors.Is(err, db.ErrConflict):
 		return nil, errorf(http.StatusConflict, "Mirror %q already exists: choose another name", b.Name)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, h.internal(ctx, "create the mirror", err)
 	}
 	h.logger.InfoContext(ctx, "mirror created", "mirror", m.Name, "slot", m.ReplicationSlotName, "publication", m.PublicationName)
 	return &mirrorCreateOutput{Body: configResponse(m, tables)}, nil
+}
+
+// chooseNames returns the publication and replication slot names of a new
+// mirror: the custom ones, or names generated from the mirror's name. using
+// reports the mirror that already uses a slot or publication name ("" for
+// none). A custom name in use is a 409; generated names in use (a deleted
+// mirror of the same name may still be cleaning up, or another name maps to
+// the same identifier) get a random suffix.
+func chooseNames(ctx context.Context, using func(ctx context.Context, slot, pub string) (string, error), mirror, customPub, customSlot string) (string, string, error) {
+	pub, slot := customPub, customSlot
+	if pub == "" {
+		pub = generatedName("pgmirror_pub_", mirror)
+	}
+	if slot == "" {
+		slot = generatedName("pgmirror_slot_", mirror)
+	}
+	basePub, baseSlot := pub, slot
+	for attempt := 0; ; attempt++ {
+		user, err := using(ctx, slot, pub)
+		if err != nil {
+			return "", "", err
+		}
+		if user == "" {
+			return pub, slot, nil
+		}
+		if customPub != "" || customSlot != "" {
+			return "", "", errorf(http.StatusConflict, "Mirror %q already uses replication slot %q or publication %q: choose other names", user, slot, pub)
+		}
+		if attempt == 10 {
+			return "", "", fmt.Errorf("no free generated slot and publication names for mirror %q after %d attempts", mirror, attempt)
+		}
+		suffix := "_" + randomHex(4)
+		pub = truncate(basePub, 63-len(suffix)) + suffix
+		slot = truncate(baseSlot, 63-len(suffix)) + suffix
+	}
 }
 
 func truncate(s string, n int) string {

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -210,6 +211,11 @@ func TestMirrorCreateDefaults(t *testing.T) {
 	b.createMirror("full", mapping("fullident", "fullident"))
 	b.createMirror("quoted", map[string]any{"source_schema": "Sales", "source_table": "Order Items", "destination_schema": "Sales", "destination_table": "Order Items"})
 
+	// A name that maps to generated names already taken gets a suffix.
+	clash := b.createMirror("orders_mirror_1")
+	require.Regexp(t, `^pgmirror_pub_orders_mirror_1_[0-9a-f]{8}$`, clash.PublicationName)
+	require.Regexp(t, `^pgmirror_slot_orders_mirror_1_[0-9a-f]{8}$`, clash.ReplicationSlotName)
+
 	// Long names give distinct generated identifiers of at most 63 bytes.
 	long1, long2 := strings.Repeat("a", 100)+"1", strings.Repeat("a", 100)+"2"
 	m1, m2 := b.createMirror(long1), b.createMirror(long2)
@@ -363,6 +369,54 @@ func TestMirrorCreateConcurrent(t *testing.T) {
 	}
 	require.Equal(t, 1, created, "%v", statuses)
 	require.Equal(t, 1, b.jobCount("mirror_run"))
+}
+
+// TestMirrorCreateConcurrentNames creates mirrors whose names differ only in
+// case, all at once: they all get the same generated slot and publication
+// names, which must still end up distinct (two mirrors on one slot would
+// steal each other's changes, and one's cleanup would drop the other's slot).
+func TestMirrorCreateConcurrentNames(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mirrorPeers()
+	names := []string{"race", "Race", "rAce", "raCe", "racE", "RAce", "RACe", "RACE"}
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Go(func() {
+			raw, err := json.Marshal(mirrorBody(name))
+			if err != nil {
+				panic(err)
+			}
+			req, err := http.NewRequest(http.MethodPost, b.server.URL+"/v1/mirrors", strings.NewReader(string(raw)))
+			if err != nil {
+				panic(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+b.adminToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				panic(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated {
+				panic(fmt.Sprintf("create %s: status %d", name, resp.StatusCode))
+			}
+		})
+	}
+	wg.Wait()
+	slots, pubs := map[string]bool{}, map[string]bool{}
+	rows, err := b.pool.Query(t.Context(), `SELECT replication_slot_name, publication_name FROM mirrors`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var slot, pub string
+		require.NoError(t, rows.Scan(&slot, &pub))
+		require.False(t, slots[slot], "slot %s given twice", slot)
+		require.False(t, pubs[pub], "publication %s given twice", pub)
+		slots[slot], pubs[pub] = true, true
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, slots, len(names))
 }
 
 type mirrorSummaryRec struct {
@@ -599,8 +653,11 @@ func TestMirrorResyncRetrySyncSchema(t *testing.T) {
 	b.exec(`UPDATE mirror_tables SET resync_requested_at = NULL`)
 	b.mustDecode(http.MethodPost, "/v1/mirrors/m/resync", b.adminToken, nil, http.StatusOK, &msg)
 	require.Contains(t, msg.Message, "paused")
-	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT desired_state FROM mirrors WHERE name = 'm'`).Scan(&desired))
+	var status string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT desired_state, status FROM mirrors WHERE name = 'm'`).Scan(&desired, &status))
 	require.Equal(t, "running", desired)
+	require.Equal(t, "running", status, "a paused mirror resumes to carry out a resync")
+	require.Equal(t, "Mirror resumed", b.logMessages("m")[0])
 	b.exec(`UPDATE mirrors SET pending_action = NULL`)
 
 	// Retry: only for a mirror in error; it makes the retry due now.
@@ -650,6 +707,8 @@ func TestMirrorTables(t *testing.T) {
 	b.requireError(http.MethodPut, "/v1/mirrors/m/tables", b.adminToken, desired, http.StatusConflict, "not paused")
 	b.setStatus("m", "running")
 	b.requireError(http.MethodPut, "/v1/mirrors/m/tables", b.adminToken, desired, http.StatusConflict, "not paused")
+	// Basic validation comes before the state check.
+	b.requireError(http.MethodPut, "/v1/mirrors/m/tables", b.adminToken, map[string]any{"table_mappings": []any{}}, http.StatusBadRequest, "table_mappings")
 	b.mustDo(http.MethodPost, "/v1/mirrors/m/pause", b.adminToken, nil, http.StatusOK)
 
 	for name, body := range map[string]any{
@@ -688,6 +747,13 @@ func TestMirrorTables(t *testing.T) {
 	avail = nil
 	b.mustDecode(http.MethodGet, "/v1/mirrors/m/available-tables", b.viewerToken, nil, http.StatusOK, &avail)
 	require.Equal(t, []ref{{"Sales", "Order Items"}, {"public", "fullident"}, {"public", "items"}, {"public", "nopk"}}, avail)
+
+	// A new destination for a kept table starts it over.
+	b.mustDo(http.MethodPut, "/v1/mirrors/m/tables", b.adminToken, map[string]any{"table_mappings": []any{
+		mapping("orders", "orders_v2"), mapping("customers", "customers")}}, http.StatusOK)
+	st = b.mirrorStatus("m")
+	require.Equal(t, "public.orders", st.Tables[0].TableName)
+	require.Equal(t, "pending", st.Tables[0].Status)
 
 	// A table created on the source later becomes available.
 	pgtest.Exec(t, srcURL, `CREATE TABLE zebra (id int PRIMARY KEY)`)

@@ -300,6 +300,45 @@ func TestPeerTestConnection(t *testing.T) {
 	_ = src
 }
 
+// TestPeerTestTimeout tests a peer whose server accepts the connection but
+// never answers: the test gives up after the 10 s connect timeout.
+func TestPeerTestTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	// ssl_mode prefer (the default) would try twice: the limit is for the whole test.
+	b.mustDo(http.MethodPost, "/v1/peers", b.adminToken, with(validPeer(t, "silent"), "port", l.Addr().(*net.TCPAddr).Port), http.StatusCreated)
+	start := time.Now()
+	var test peerTest
+	b.mustDecode(http.MethodPost, "/v1/peers/silent/test", b.adminToken, nil, http.StatusOK, &test)
+	elapsed := time.Since(start)
+	t.Logf("elapsed %s: %s", elapsed, test.Error)
+	require.False(t, test.Success)
+	require.NotEmpty(t, test.Error)
+	require.Greater(t, elapsed, 9*time.Second)
+	require.Less(t, elapsed, 12*time.Second)
+}
+
 func TestPeerTables(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
