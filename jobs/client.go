@@ -83,10 +83,14 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		RescueStuckJobsAfter: cfg.RunBudget + 30*time.Minute,
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.SupervisorInterval),
-				func() (river.JobArgs, *river.InsertOpts) { return SupervisorArgs{}, nil },
+				func() (river.JobArgs, *river.InsertOpts) {
+					return SupervisorArgs{}, periodicInsertOpts(cfg.SupervisorInterval)
+				},
 				&river.PeriodicJobOpts{RunOnStart: true}),
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.SlotMonitorInterval),
-				func() (river.JobArgs, *river.InsertOpts) { return SlotMonitorArgs{}, nil },
+				func() (river.JobArgs, *river.InsertOpts) {
+					return SlotMonitorArgs{}, periodicInsertOpts(cfg.SlotMonitorInterval)
+				},
 				&river.PeriodicJobOpts{RunOnStart: true}),
 			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 				func() (river.JobArgs, *river.InsertOpts) { return LogPruneArgs{}, nil },

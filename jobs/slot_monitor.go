@@ -23,7 +23,8 @@ type SlotMonitorArgs struct{}
 // Kind is the River job kind.
 func (SlotMonitorArgs) Kind() string { return "mirror_slot_monitor" }
 
-// InsertOpts keeps at most one slot monitor job waiting or running at a time.
+// InsertOpts keeps at most one slot monitor job waiting or running at a time
+// (the periodic enqueuer uses periodicInsertOpts, which also keys by period).
 func (SlotMonitorArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: 1,

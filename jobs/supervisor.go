@@ -17,11 +17,29 @@ type SupervisorArgs struct{}
 // Kind is the River job kind.
 func (SupervisorArgs) Kind() string { return "mirror_supervisor" }
 
-// InsertOpts keeps at most one supervisor job waiting at a time.
+// InsertOpts keeps at most one supervisor job waiting at a time (the
+// periodic enqueuer uses periodicInsertOpts, which also keys by period).
 func (SupervisorArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: 1,
 		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
+			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+		}},
+	}
+}
+
+// periodicInsertOpts are the insert options of a periodic job enqueued every
+// period: at most one waits or runs per period. The period is part of the
+// unique key (UniqueOpts.ByPeriod) on purpose: a job that a killed process
+// left "running" stays so until River rescues it (RescueStuckJobsAfter, some
+// 40 minutes), and with a key of the kind alone it would block every later
+// insert until then, so that no supervisor would take over the dead
+// process's mirrors.
+func periodicInsertOpts(period time.Duration) *river.InsertOpts {
+	return &river.InsertOpts{
+		MaxAttempts: 1,
+		UniqueOpts: river.UniqueOpts{ByPeriod: period, ByState: []rivertype.JobState{
 			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
 			rivertype.JobStateRetryable, rivertype.JobStateScheduled,
 		}},

@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,4 +151,166 @@ func noDuplicates(t *testing.T, dbURL, table, key string) {
 	if n := queryInt64(t, dbURL, `SELECT count(*) FROM (SELECT `+key+` FROM `+table+` GROUP BY `+key+` HAVING count(*) > 1) d`); n != 0 {
 		t.Errorf("%s has %d duplicated keys (%s)", table, n, key)
 	}
+}
+
+// loadTables are the tables the tolerant load writes: one with a primary
+// key and one without (REPLICA IDENTITY FULL), where a change applied twice
+// would show as a duplicate row.
+const loadTables = `
+CREATE TABLE public.items (id bigserial PRIMARY KEY, n int NOT NULL, v text);
+CREATE TABLE public.events (k int, v text);
+ALTER TABLE public.events REPLICA IDENTITY FULL;
+INSERT INTO public.items (n, v) SELECT g, 'init' FROM generate_series(1, 2000) g;
+INSERT INTO public.events SELECT g % 100, 'init' FROM generate_series(1, 1000) g;`
+
+// loadMappings maps the load tables onto the same names.
+func loadMappings() []any {
+	return []any{mapping("public", "items", "public", "items"), mapping("public", "events", "public", "events")}
+}
+
+// checkLoadEqual waits until both load tables are equal on both sides and
+// the destination has no duplicated primary key.
+func checkLoadEqual(t *testing.T, src, dst string, timeout time.Duration) {
+	t.Helper()
+	waitEqual(t, src, dst, "public.items", "public.items", "id, n, v", timeout)
+	waitEqual(t, src, dst, "public.events", "public.events", "k, v", timeout)
+	noDuplicates(t, dst, "public.items", "id")
+}
+
+// load runs small transactions on the load tables until it is stopped:
+// inserts, updates and deletes on both tables. It keeps going through
+// errors (the source may be down for a while) by reconnecting.
+type load struct {
+	committed atomic.Int64
+	failed    atomic.Int64
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+func startLoad(dbURL string) *load {
+	l := &load{stop: make(chan struct{}), done: make(chan struct{})}
+	go l.run(dbURL)
+	return l
+}
+
+func (l *load) run(dbURL string) {
+	defer close(l.done)
+	rng := rand.New(rand.NewPCG(7, 11))
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	for {
+		select {
+		case <-l.stop:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := func() error {
+			if conn == nil || conn.IsClosed() {
+				c, err := pgx.Connect(ctx, dbURL)
+				if err != nil {
+					return err
+				}
+				conn = c
+			}
+			k := rng.IntN(100)
+			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `INSERT INTO public.items (n, v) VALUES ($1, 'load')`, k); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `INSERT INTO public.events (k, v) VALUES ($1, 'load'), ($1, 'load')`, k); err != nil {
+					return err
+				}
+				switch rng.IntN(3) {
+				case 0:
+					_, err := tx.Exec(ctx, `UPDATE public.items SET n = n + 1, v = v || 'u' WHERE id = (SELECT max(id) - $1 FROM public.items)`, k)
+					if err != nil {
+						return err
+					}
+					_, err = tx.Exec(ctx, `UPDATE public.events SET v = v || 'u' WHERE ctid = (SELECT ctid FROM public.events WHERE k = $1 LIMIT 1)`, k)
+					return err
+				case 1:
+					_, err := tx.Exec(ctx, `DELETE FROM public.items WHERE id = (SELECT min(id) + $1 FROM public.items)`, k)
+					if err != nil {
+						return err
+					}
+					_, err = tx.Exec(ctx, `DELETE FROM public.events WHERE ctid = (SELECT ctid FROM public.events WHERE k = $1 LIMIT 1)`, k)
+					return err
+				}
+				return nil
+			})
+		}()
+		cancel()
+		if err != nil {
+			l.failed.Add(1)
+			if conn != nil {
+				conn.Close(context.Background())
+				conn = nil
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		l.committed.Add(1)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// end stops the load and returns the number of committed transactions.
+func (l *load) end() int64 {
+	close(l.stop)
+	<-l.done
+	return l.committed.Load()
+}
+
+// dumpJobsOnFailure logs the catalog's River jobs when the test fails.
+func dumpJobsOnFailure(t *testing.T, catalogURL string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, catalogURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, `SELECT id, kind, state, args::text, attempt, scheduled_at, coalesce(errors::text, '') FROM river_job ORDER BY id`)
+		if err != nil {
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			var attempt int
+			var kind, state, args, errs string
+			var at time.Time
+			if rows.Scan(&id, &kind, &state, &args, &attempt, &at, &errs) == nil {
+				t.Logf("river_job %d %s %s %s attempt %d scheduled %s %s", id, kind, state, args, attempt, at.Format(time.RFC3339), errs)
+			}
+		}
+	})
+}
+
+// getJSON is a GET that reports errors instead of failing the test, for
+// goroutines other than the test's.
+func getJSON(s *service, path string, out any) error {
+	req, err := http.NewRequest("GET", s.baseURL+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: status %d", path, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
 }
