@@ -12,6 +12,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/pgmirror/pgmirror/db"
@@ -249,8 +250,15 @@ func register[I, O any](api huma.API, perm permission, op huma.Operation, handle
 	huma.Register(api, op, handler)
 }
 
-// internal logs err and returns a 500 without internal detail.
+// internal logs err and returns a 500 without internal detail. A request
+// whose text PostgreSQL cannot store (a NUL character, or bytes that are not
+// UTF-8, in a path, query or JSON string) fails in the catalog with SQLSTATE
+// 22021 or 22P05: that is the client's mistake, a 400.
 func (h *handlers) internal(ctx context.Context, what string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05") {
+		return errorf(http.StatusBadRequest, "Invalid request: text in the path, query or body must be UTF-8 without NUL (\\u0000) characters")
+	}
 	h.logger.ErrorContext(ctx, "request failed", slog.String("operation", what), slog.Any("error", err))
 	return &apiError{status: http.StatusInternalServerError, Message: "Internal server error while trying to " + what + "; the cause is in the server log"}
 }

@@ -297,7 +297,29 @@ func TestPeerTestConnection(t *testing.T) {
 			require.NotContains(t, test.Error, "wrong-password")
 		})
 	}
-	_ = src
+
+	// User, password and database names with URL-special characters.
+	const oddPassword = `p@ss:w/rd?#% "'x`
+	pgtest.Exec(t, src.URL("postgres"), `DO $$ BEGIN
+		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'odd@user:x') THEN
+			CREATE ROLE "odd@user:x" LOGIN PASSWORD 'p@ss:w/rd?#% "''x';
+		END IF; END $$`)
+	pgtest.Exec(t, src.URL("postgres"), `DROP DATABASE IF EXISTS "odd db/1?"`)
+	pgtest.Exec(t, src.URL("postgres"), `CREATE DATABASE "odd db/1?"`)
+	t.Cleanup(func() { pgtest.Exec(t, src.URL("postgres"), `DROP DATABASE IF EXISTS "odd db/1?" WITH (FORCE)`) })
+	b.mustDo(http.MethodPost, "/v1/peers", b.adminToken, map[string]any{"name": "odd", "host": "127.0.0.1", "port": src.Port(),
+		"user": "odd@user:x", "password": oddPassword, "database": "odd db/1?", "ssl_mode": "disable"}, http.StatusCreated)
+	raw = b.mustDo(http.MethodPost, "/v1/peers/odd/test", b.adminToken, nil, http.StatusOK)
+	test = peerTest{}
+	require.NoError(t, json.Unmarshal(raw, &test))
+	require.True(t, test.Success, test.Error)
+	require.NotContains(t, string(raw), oddPassword)
+	b.mustDo(http.MethodPut, "/v1/peers/odd", b.adminToken, map[string]any{"password": oddPassword + "wrong"}, http.StatusOK)
+	raw = b.mustDo(http.MethodPost, "/v1/peers/odd/test", b.adminToken, nil, http.StatusOK)
+	test = peerTest{}
+	require.NoError(t, json.Unmarshal(raw, &test))
+	require.False(t, test.Success)
+	require.NotContains(t, string(raw), oddPassword)
 }
 
 // TestPeerTestTimeout tests a peer whose server accepts the connection but
