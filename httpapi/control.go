@@ -209,6 +209,11 @@ func (h *handlers) requestAction(ctx context.Context, name, action, what, logMsg
 		if err := h.store.MirrorRequestActionTx(ctx, tx, m.ID, action); err != nil {
 			return err
 		}
+		if wasPaused {
+			if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorResumed, map[string]string{"reason": what}); err != nil {
+				return err
+			}
+		}
 		if logMsg != "" {
 			if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, logMsg, nil); err != nil {
 				return err
