@@ -212,10 +212,13 @@ func (s *Store) MirrorRecordFailure(ctx context.Context, mirrorID int64, f Mirro
 }
 
 // MirrorTablesSetStatus sets the status of the given mirror tables (all of
-// the mirror's tables when ids is empty).
+// the mirror's tables when ids is empty or nil).
 func (s *Store) MirrorTablesSetStatus(ctx context.Context, mirrorID int64, ids []int64, status string) error {
+	// pgx sends a nil slice as NULL, and cardinality(NULL) is NULL, not 0:
+	// without the IS NULL test "all tables" matched none (a full resync
+	// then copied nothing).
 	_, err := s.pool.Exec(ctx, `UPDATE mirror_tables SET status = $3
-		WHERE mirror_id = $1 AND (cardinality($2::bigint[]) = 0 OR id = ANY($2))`, mirrorID, ids, status)
+		WHERE mirror_id = $1 AND ($2::bigint[] IS NULL OR cardinality($2::bigint[]) = 0 OR id = ANY($2))`, mirrorID, ids, status)
 	if err != nil {
 		return fmt.Errorf("set table status of mirror %d: %w", mirrorID, err)
 	}

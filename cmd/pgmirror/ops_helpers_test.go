@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -313,4 +314,45 @@ func getJSON(s *service, path string, out any) error {
 		return fmt.Errorf("GET %s: status %d", path, resp.StatusCode)
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// dumpOnFailure logs, when the test fails, the mirror's log entries and the
+// service's own log lines other than River's (the harness shows only the
+// raw tail, which River's debug lines fill).
+func (s *service) dumpOnFailure(name string) {
+	s.t.Cleanup(func() {
+		if !s.t.Failed() {
+			return
+		}
+		var out struct {
+			Logs []logEntry `json:"logs"`
+		}
+		if err := getJSON(s, "/v1/mirrors/"+name+"/logs?limit=80", &out); err == nil {
+			for i := len(out.Logs) - 1; i >= 0; i-- {
+				e := out.Logs[i]
+				s.t.Logf("mirror log %s: %s %s %v", name, e.Level, e.Message, e.Details)
+			}
+		}
+		var lines []string
+		for _, line := range strings.Split(s.output.String(), "\n") {
+			if !strings.Contains(line, "component=river") && strings.TrimSpace(line) != "" {
+				lines = append(lines, line)
+			}
+		}
+		if len(lines) > 80 {
+			lines = lines[len(lines)-80:]
+		}
+		s.t.Logf("pgmirror log without River lines:\n%s", strings.Join(lines, "\n"))
+		// The goroutines of the service, to see where a run hangs.
+		before := len(s.output.String())
+		if s.cmd.Process != nil && s.cmd.Process.Signal(syscall.SIGQUIT) == nil {
+			select {
+			case <-s.done:
+			case <-time.After(5 * time.Second):
+			}
+			if out := s.output.String(); len(out) > before {
+				s.t.Logf("pgmirror goroutines (SIGQUIT):\n%s", out[before:])
+			}
+		}
+	})
 }

@@ -60,6 +60,7 @@ func TestDestinationOutage(t *testing.T) {
 		"name": "dout", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": loadMappings(),
 	}, 201, nil)
+	s.dumpOnFailure("dout")
 	s.waitStatus("dout", "running", 60*time.Second)
 	checkLoadEqual(t, src, dst, 30*time.Second)
 
@@ -145,6 +146,7 @@ func TestSourceOutage(t *testing.T) {
 		"name": "sout", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": loadMappings(),
 	}, 201, nil)
+	s.dumpOnFailure("sout")
 	s.waitStatus("sout", "running", 60*time.Second)
 
 	l := startLoad(src)
@@ -198,6 +200,7 @@ func TestKillDuringSnapshot(t *testing.T) {
 		"snapshot_num_rows_per_partition": 3000, "snapshot_max_parallel_workers": 1, "snapshot_num_tables_in_parallel": 1,
 		"table_mappings": []any{mapping("public", "nokey", "public", "nokey"), mapping("public", "big", "public", "big")},
 	}, 201, nil)
+	a.dumpOnFailure("snap")
 	// Kill once the copy is under way: partitions are on the destination.
 	a.waitMirror("snap", "the snapshot to be under way", 60*time.Second, func(m fullStatus) bool {
 		if m.Status == "running" {
