@@ -1,10 +1,16 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pgmirror/pgmirror/db/localpg"
 	"github.com/pgmirror/pgmirror/db/pgtest"
 )
 
@@ -237,4 +243,67 @@ func TestKillDuringSnapshot(t *testing.T) {
 	// CDC continues after the restarted snapshot.
 	exec1(t, src, `INSERT INTO public.big VALUES (400000, 'cdc')`)
 	waitEqual(t, src, dst, "public.big", "public.big", "id, pad", 30*time.Second)
+}
+
+// freezePostmaster stops (SIGSTOP) a cluster's postmaster: the server
+// accepts TCP connections but never answers them, like a host that hangs.
+// It returns the function that lets it go on (SIGCONT).
+func freezePostmaster(t *testing.T, c *localpg.Cluster) func() {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(c.DataDir(), "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
+	if err != nil {
+		t.Fatalf("postmaster.pid: %v", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP postmaster %d: %v", pid, err)
+	}
+	var once sync.Once
+	thaw := func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(thaw)
+	return thaw
+}
+
+// TestUnansweringPeer: a destination that accepts connections but never
+// answers makes the mirror fail with "Connection timeout" (not hang), and
+// once it answers again POST retry brings the mirror up at once.
+func TestUnansweringPeer(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dstCluster := pgtest.NewCluster(t, false)
+	dst := pgtest.NewDatabase(t, dstCluster)
+	exec1(t, src, `CREATE TABLE public.u (id int PRIMARY KEY, v text);
+		INSERT INTO public.u SELECT g, 'v' || g FROM generate_series(1, 500) g`)
+
+	s := startService(t, catalog)
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	thaw := freezePostmaster(t, dstCluster)
+	started := time.Now()
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "hang", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{mapping("public", "u", "public", "u")},
+	}, 201, nil)
+	s.dumpOnFailure("hang")
+	m := s.waitMirror("hang", "a failure while the destination does not answer", 40*time.Second, func(m fullStatus) bool { return m.Status == "error" })
+	t.Logf("failed %s after creation", time.Since(started).Round(time.Second))
+	if !strings.Contains(m.ErrorMessage, "dst") {
+		t.Errorf("error_message %q does not name the peer", m.ErrorMessage)
+	}
+	e := s.waitLog("hang", "Connection timeout", 5*time.Second, nil)
+	checkErrorDetails(t, e)
+	if e.Details["operation"] != "setup" {
+		t.Errorf("operation %v, want setup", e.Details["operation"])
+	}
+
+	thaw()
+	s.mustDo("POST", "/v1/mirrors/hang/retry", nil, 200, nil)
+	s.waitStatus("hang", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.u", "public.u", "id, v", 30*time.Second)
+	exec1(t, src, `UPDATE public.u SET v = 'after' WHERE id <= 10`)
+	waitEqual(t, src, dst, "public.u", "public.u", "id, v", 30*time.Second)
 }
