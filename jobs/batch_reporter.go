@@ -14,9 +14,10 @@ import (
 // Flush cadence of CDC progress. Under load the engine may apply hundreds
 // of small batches a second; writing each to the catalog would make the
 // catalog the bottleneck and flood the log. So progress (last_lsn, batch id,
-// table counters) is written at most every progressEvery, and the CDC log
-// entries at most every logEvery, each summing the batches since the last
-// entry. A slow batch (longer than logEvery) still gets entries of its own.
+// table counters) is written by a background loop every progressEvery, and
+// the CDC log entries at most every logEvery, each summing the batches since
+// the last entry. A slow batch (longer than logEvery) still gets entries of
+// its own.
 const (
 	progressEvery = 200 * time.Millisecond
 	logEvery      = 5 * time.Second
@@ -36,7 +37,6 @@ type batchReporter struct {
 	lastLSN   change.LSN
 	lastBatch int64
 	dirty     bool
-	lastFlush time.Time
 
 	logSum      db.CDCBatchDetails
 	logTables   map[string]bool
@@ -45,6 +45,7 @@ type batchReporter struct {
 	lastLogAt   time.Time
 	lastBatchAt time.Time
 	lastIdleLog time.Time
+	slowBatch   bool // a batch took longer than logEvery: log it at once
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -90,15 +91,12 @@ func (b *batchReporter) BatchApplied(ctx context.Context, batch cdc.Batch) error
 	b.logSum.LSN = batch.LSN.String()
 	b.logBatches++
 	b.lastBatchAt = time.Now()
-	flushNow := time.Since(b.lastFlush) >= progressEvery
-	logNow := time.Since(b.lastLogAt) >= logEvery || batch.Duration >= logEvery
+	if batch.Duration >= logEvery {
+		b.slowBatch = true
+	}
 	b.mu.Unlock()
-	if flushNow {
-		b.flushProgress(ctx)
-	}
-	if logNow {
-		b.flushLog(ctx)
-	}
+	// The catalog writes happen in loop, off the apply path: a catalog
+	// round trip here would add to every batch's latency.
 	return nil
 }
 
@@ -115,7 +113,8 @@ func (b *batchReporter) loop(interval time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		b.flushProgress(ctx)
 		b.mu.Lock()
-		logDue := b.logBatches > 0 && time.Since(b.lastLogAt) >= logEvery
+		logDue := b.logBatches > 0 && (time.Since(b.lastLogAt) >= logEvery || b.slowBatch)
+		b.slowBatch = false
 		idle := b.logBatches == 0 && time.Since(b.lastBatchAt) >= interval &&
 			(b.lastIdleLog.Before(b.lastBatchAt) || time.Since(b.lastIdleLog) >= time.Hour)
 		if idle {
@@ -148,7 +147,6 @@ func (b *batchReporter) flushProgress(ctx context.Context) {
 	b.pending = map[int64]db.TableCounts{}
 	lsn, batch := b.lastLSN, b.lastBatch
 	b.dirty = false
-	b.lastFlush = time.Now()
 	b.mu.Unlock()
 	if err := b.run.store.MirrorRecordProgress(ctx, b.mirror.ID, lsn.String(), batch, pending); err != nil {
 		b.run.logger.Warn("record CDC progress", "error", err)
