@@ -57,7 +57,8 @@ type SlotHealth struct {
 	// WALStatus is pg_replication_slots.wal_status (nil when the server
 	// reports none), or SlotWALMissing.
 	WALStatus *string
-	// CheckedAt is when the source was read.
+	// CheckedAt is when the source was read; zero means now on the
+	// catalog's clock (which also gives updated_at and the log times).
 	CheckedAt time.Time
 }
 
@@ -65,11 +66,15 @@ type SlotHealth struct {
 // the wal status recorded before (nil if none) and found = false when the
 // mirror is gone.
 func (s *Store) MirrorRecordSlotHealth(ctx context.Context, mirrorID int64, h SlotHealth) (previous *string, found bool, err error) {
+	var checkedAt *time.Time
+	if !h.CheckedAt.IsZero() {
+		checkedAt = &h.CheckedAt
+	}
 	err = s.pool.QueryRow(ctx, `
-		UPDATE mirrors m SET slot_lag_bytes = $2, slot_wal_status = $3, slot_checked_at = $4
+		UPDATE mirrors m SET slot_lag_bytes = $2, slot_wal_status = $3, slot_checked_at = coalesce($4, now())
 		FROM (SELECT id, slot_wal_status FROM mirrors WHERE id = $1 FOR UPDATE) old
 		WHERE m.id = old.id AND m.deleted_at IS NULL
-		RETURNING old.slot_wal_status`, mirrorID, h.LagBytes, h.WALStatus, h.CheckedAt).Scan(&previous)
+		RETURNING old.slot_wal_status`, mirrorID, h.LagBytes, h.WALStatus, checkedAt).Scan(&previous)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}

@@ -104,12 +104,12 @@ func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watch
 	if err != nil {
 		return fmt.Errorf("load source peer %d: %w", peerID, err)
 	}
-	slots, checkedAt, err := readSlots(ctx, peer, watches)
+	slots, err := readSlots(ctx, peer, watches)
 	if err != nil {
 		return err
 	}
 	for _, sw := range watches {
-		h := db.SlotHealth{CheckedAt: checkedAt}
+		h := db.SlotHealth{}
 		if row, ok := slots[sw.Slot]; ok {
 			h.LagBytes, h.WALStatus = row.lag, row.walStatus
 		} else {
@@ -128,13 +128,13 @@ func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watch
 }
 
 // readSlots connects to the source (at most slotCheckTimeout) and returns
-// the mirrors' slots found there by name, with the time they were read.
-func readSlots(ctx context.Context, peer db.Peer, watches []db.SlotWatch) (map[string]slotRow, time.Time, error) {
+// the mirrors' slots found there by name.
+func readSlots(ctx context.Context, peer db.Peer, watches []db.SlotWatch) (map[string]slotRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, slotCheckTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, peer.ConnString())
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("connect to source peer %q: %w", peer.Name, err)
+		return nil, fmt.Errorf("connect to source peer %q: %w", peer.Name, err)
 	}
 	defer closeConn(conn)
 	names := make([]string, len(watches))
@@ -146,27 +146,25 @@ func readSlots(ctx context.Context, peer db.Peer, watches []db.SlotWatch) (map[s
 	rows, err := conn.Query(ctx, `
 		SELECT slot_name::text, wal_status,
 		       pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
-		                       confirmed_flush_lsn)::bigint,
-		       now()
+		                       confirmed_flush_lsn)::bigint
 		FROM pg_replication_slots WHERE slot_name = ANY($1::text[])`, names)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
+		return nil, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
 	}
 	defer rows.Close()
 	out := map[string]slotRow{}
-	checkedAt := time.Now()
 	for rows.Next() {
 		var name string
 		var r slotRow
-		if err := rows.Scan(&name, &r.walStatus, &r.lag, &checkedAt); err != nil {
-			return nil, time.Time{}, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
+		if err := rows.Scan(&name, &r.walStatus, &r.lag); err != nil {
+			return nil, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
 		}
 		out[name] = r
 	}
 	if err := rows.Err(); err != nil {
-		return nil, time.Time{}, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
+		return nil, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
 	}
-	return out, checkedAt, nil
+	return out, nil
 }
 
 // warnIfAtRisk writes a WARN entry to the mirror's log when its slot enters
