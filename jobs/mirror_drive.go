@@ -203,9 +203,10 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 			r.log(ctx, db.LevelInfo, "Destination tables created", db.SchemaSyncDetails{
 				Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
 		}
-	} else {
+	} else if m.PendingAction == nil || *m.PendingAction != db.ActionSyncSchema {
 		// Later runs: follow source DDL made since (added columns, changed
-		// types, dropped columns relaxed) and create tables added to the mirror.
+		// types, dropped columns relaxed) and create tables added to the
+		// mirror. A requested schema sync does this below, with its own log.
 		ddl, _, err := schemasync.SyncColumns(ctx, src, dst, mappings)
 		if err != nil {
 			return fmt.Errorf("prepare destination tables: %w", err)
