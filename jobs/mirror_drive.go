@@ -343,28 +343,16 @@ func (r *mirrorRun) ensurePublication(ctx context.Context, src *pgx.Conn, m db.M
 func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, src, dst *pgx.Conn, tables []db.MirrorTable, slotExists bool) error {
 	store := r.store
 	r.operation = opSnapshot
-	if slotExists {
-		if err := capture.DropSlot(ctx, src, m.ReplicationSlotName); err != nil {
-			return err
-		}
-	}
 	if err := store.MirrorSetStatus(ctx, m.ID, db.StatusSnapshotting, false); err != nil {
 		return err
 	}
-	repl, err := capture.ConnectReplication(ctx, srcPeer.ConnString())
+	repl, err := openReplication(ctx, srcPeer)
 	if err != nil {
-		return &peerConnectError{role: "source", peer: srcPeer.Name, err: err}
+		return err
 	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = repl.Close(closeCtx)
-	}()
-	info, err := capture.CreateSlot(ctx, repl, m.ReplicationSlotName, true)
+	defer closeReplication(repl)
+	info, err := recreateSlot(ctx, m, src, repl, slotExists, true)
 	if err != nil {
-		if errors.Is(err, capture.ErrSlotExists) {
-			return &slotExistsError{slot: m.ReplicationSlotName}
-		}
 		return err
 	}
 	if err := store.MirrorSetCreated(ctx, m.ID, false, true); err != nil {
@@ -411,25 +399,13 @@ func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer 
 // an initial snapshot, or recreates a slot that went missing or was
 // invalidated (then the changes in the gap are lost, and the log says so).
 func (r *mirrorRun) createSlotWithoutSnapshot(ctx context.Context, m db.Mirror, srcPeer db.Peer, src, dst *pgx.Conn, tables []db.MirrorTable, slotExists bool) error {
-	if slotExists {
-		if err := capture.DropSlot(ctx, src, m.ReplicationSlotName); err != nil {
-			return err
-		}
-	}
-	repl, err := capture.ConnectReplication(ctx, srcPeer.ConnString())
+	repl, err := openReplication(ctx, srcPeer)
 	if err != nil {
-		return &peerConnectError{role: "source", peer: srcPeer.Name, err: err}
+		return err
 	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = repl.Close(closeCtx)
-	}()
-	info, err := capture.CreateSlot(ctx, repl, m.ReplicationSlotName, false)
+	defer closeReplication(repl)
+	info, err := recreateSlot(ctx, m, src, repl, slotExists, false)
 	if err != nil {
-		if errors.Is(err, capture.ErrSlotExists) {
-			return &slotExistsError{slot: m.ReplicationSlotName}
-		}
 		return err
 	}
 	lost := m.CreatedSlot
@@ -462,6 +438,36 @@ func (r *mirrorRun) createSlotWithoutSnapshot(ctx context.Context, m db.Mirror, 
 		return r.store.MirrorTablesSetStatus(ctx, m.ID, pending, db.TableStatusRunning)
 	}
 	return nil
+}
+
+// openReplication opens a replication connection to the source peer.
+func openReplication(ctx context.Context, srcPeer db.Peer) (*pgconn.PgConn, error) {
+	repl, err := capture.ConnectReplication(ctx, srcPeer.ConnString())
+	if err != nil {
+		return nil, &peerConnectError{role: "source", peer: srcPeer.Name, err: err}
+	}
+	return repl, nil
+}
+
+func closeReplication(repl *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = repl.Close(ctx)
+}
+
+// recreateSlot drops the mirror's slot when it exists and creates it on
+// repl, exporting a snapshot when export is set.
+func recreateSlot(ctx context.Context, m db.Mirror, src *pgx.Conn, repl *pgconn.PgConn, exists, export bool) (capture.SlotInfo, error) {
+	if exists {
+		if err := capture.DropSlot(ctx, src, m.ReplicationSlotName); err != nil {
+			return capture.SlotInfo{}, err
+		}
+	}
+	info, err := capture.CreateSlot(ctx, repl, m.ReplicationSlotName, export)
+	if errors.Is(err, capture.ErrSlotExists) {
+		return capture.SlotInfo{}, &slotExistsError{slot: m.ReplicationSlotName}
+	}
+	return info, err
 }
 
 // carryOutAction performs a control request written by the API.

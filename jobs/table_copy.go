@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -103,15 +102,11 @@ func (r *mirrorRun) copyTablesDuringCDC(ctx context.Context, m db.Mirror, srcPee
 // copyTablesAt copies targets from a temporary slot's snapshot and records
 // each one's position on the destination as its copy completes.
 func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, targets []db.MirrorTable) error {
-	repl, err := capture.ConnectReplication(ctx, srcPeer.ConnString())
+	repl, err := openReplication(ctx, srcPeer)
 	if err != nil {
-		return &peerConnectError{role: "source", peer: srcPeer.Name, err: err}
+		return err
 	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = repl.Close(closeCtx)
-	}()
+	defer closeReplication(repl)
 	info, err := capture.CreateTemporarySlot(ctx, repl, tempSlotName(m))
 	if err != nil {
 		return fmt.Errorf("create temporary slot for the table copy: %w", err)
