@@ -120,12 +120,14 @@ func Run(ctx context.Context, cfg Config, rep Reporter) error {
 	sessionSettings(dstCfg, true)
 	r := &run{cfg: cfg, rep: rep, log: cfg.Logger, srcCfg: srcCfg, dstCfg: dstCfg}
 
-	jobs, err := r.prepare(ctx)
+	waves, err := r.prepare(ctx)
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	if err := r.copyAll(ctx, jobs); err != nil {
-		return fmt.Errorf("snapshot: %w", err)
+	for _, jobs := range waves {
+		if err := r.copyAll(ctx, jobs); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
 	}
 	return nil
 }
@@ -159,9 +161,12 @@ type run struct {
 	srcCfg, dstCfg *pgx.ConnConfig
 }
 
-// prepare plans every table in the snapshot and truncates the destination
-// tables.
-func (r *run) prepare(ctx context.Context) ([]*tableJob, error) {
+// prepare plans every table in the snapshot, truncates the destination
+// tables and returns the tables in waves to copy one after the other: one
+// wave when the copy may run with session_replication_role = replica (the
+// workers then set it), otherwise waves in the order of the destination's
+// foreign keys.
+func (r *run) prepare(ctx context.Context) ([][]*tableJob, error) {
 	src, err := pgx.ConnectConfig(ctx, r.srcCfg.Copy())
 	if err != nil {
 		return nil, fmt.Errorf("connect to source: %w", err)
@@ -199,7 +204,16 @@ func (r *run) prepare(ctx context.Context) ([]*tableJob, error) {
 		r.log.InfoContext(ctx, "snapshot planned", "table", j.m.Source.String(), "destination", j.m.Destination.String(),
 			"partitions", len(j.parts), "binary", j.binary)
 	}
-	return jobs, nil
+	replica, err := replicaRoleAllowed(ctx, dst)
+	if err != nil {
+		return nil, err
+	}
+	if replica {
+		r.dstCfg.RuntimeParams["session_replication_role"] = "replica"
+		return [][]*tableJob{jobs}, nil
+	}
+	r.log.WarnContext(ctx, "destination user may not set session_replication_role: copying tables in the order of the destination's foreign keys, with its triggers firing")
+	return foreignKeyWaves(ctx, dst, jobs)
 }
 
 // beginSource starts a repeatable-read, read-only transaction on conn that

@@ -1,0 +1,98 @@
+package tablesync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// replicaRoleAllowed reports whether the destination user may set
+// session_replication_role (superusers only). With it, the copy runs with
+// foreign keys and ordinary triggers off, as PostgreSQL's own table sync
+// does; the source already checked its constraints.
+func replicaRoleAllowed(ctx context.Context, dst *pgx.Conn) (bool, error) {
+	_, err := dst.Exec(ctx, "SET session_replication_role = replica")
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		_, err = dst.Exec(ctx, "RESET session_replication_role")
+		return err == nil, err
+	case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		return false, nil
+	default:
+		return false, fmt.Errorf("check session_replication_role on destination: %w", err)
+	}
+}
+
+// foreignKeyWaves orders jobs for a destination whose foreign keys stay on:
+// a table whose destination references another table of the copy comes in
+// a later wave than that table, so every row finds its parent. Tables in
+// one wave may be copied in parallel. A cycle of references puts the rest
+// in one last wave (its copy may then fail on the foreign key, and the error
+// says which).
+func foreignKeyWaves(ctx context.Context, dst *pgx.Conn, jobs []*tableJob) ([][]*tableJob, error) {
+	rows, err := dst.Query(ctx, `
+SELECT cn.nspname, c.relname, pn.nspname, p.relname
+FROM pg_catalog.pg_constraint k
+JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
+JOIN pg_catalog.pg_namespace cn ON cn.oid = c.relnamespace
+JOIN pg_catalog.pg_class p ON p.oid = k.confrelid
+JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
+WHERE k.contype = 'f' AND k.conrelid <> k.confrelid`)
+	if err != nil {
+		return nil, fmt.Errorf("read destination foreign keys: %w", err)
+	}
+	byDest := map[change.TableName]*tableJob{}
+	for _, j := range jobs {
+		byDest[j.m.Destination] = j
+	}
+	parents := map[*tableJob][]*tableJob{}
+	for rows.Next() {
+		var child, parent change.TableName
+		if err := rows.Scan(&child.Schema, &child.Name, &parent.Schema, &parent.Name); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read destination foreign keys: %w", err)
+		}
+		c, p := byDest[child], byDest[parent]
+		if c != nil && p != nil {
+			parents[c] = append(parents[c], p)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read destination foreign keys: %w", err)
+	}
+	var waves [][]*tableJob
+	done := map[*tableJob]bool{}
+	for len(done) < len(jobs) {
+		var wave []*tableJob
+		for _, j := range jobs {
+			if done[j] {
+				continue
+			}
+			ready := true
+			for _, p := range parents[j] {
+				ready = ready && done[p]
+			}
+			if ready {
+				wave = append(wave, j)
+			}
+		}
+		if len(wave) == 0 { // a cycle: the rest together
+			for _, j := range jobs {
+				if !done[j] {
+					wave = append(wave, j)
+				}
+			}
+		}
+		for _, j := range wave {
+			done[j] = true
+		}
+		waves = append(waves, wave)
+	}
+	return waves, nil
+}
