@@ -32,8 +32,9 @@
 // SyncColumns implements sync-schema: it adds columns the destination lacks,
 // changes the type of columns whose destination type cannot hold the
 // source's, adds new enum labels, and never drops anything (columns dropped
-// on the source are reported as warnings). AddColumn adds one column when a
-// relation message in the change stream shows a new one.
+// on the source are reported as warnings and lose their NOT NULL). The
+// mirror's worker also calls it on its own when the change stream shows a
+// column the destination lacks.
 //
 // # Binary COPY
 //

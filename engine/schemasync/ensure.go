@@ -116,41 +116,6 @@ func SyncColumns(ctx context.Context, src, dst Conn, mappings []change.Mapping) 
 	return ddl, warnings, nil
 }
 
-// AddColumn adds column name of SQL type typeName to table on dst, for a new
-// column that a relation message shows. typeName must be a type name that
-// exists on dst (as Column.Type gives it); it is checked with to_regtype
-// before use. AddColumn returns the statement executed, or "" when the column
-// already exists. Prefer SyncColumns when the type may be a user-defined type
-// that the destination lacks: it creates such types.
-func AddColumn(ctx context.Context, dst Conn, table change.TableName, name, typeName string) (string, error) {
-	var known bool
-	if err := dst.QueryRow(ctx, `SELECT pg_catalog.to_regtype($1) IS NOT NULL`, typeName).Scan(&known); err != nil {
-		return "", fmt.Errorf("add column %s to %s: check type %q: %w", change.QuoteIdent(name), table, typeName, err)
-	}
-	if !known {
-		return "", fmt.Errorf("add column %s to %s: type %q does not exist on the destination", change.QuoteIdent(name), table, typeName)
-	}
-	var exists bool
-	err := dst.QueryRow(ctx, `
-SELECT EXISTS (
-  SELECT 1 FROM pg_catalog.pg_attribute a
-  JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-  WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND NOT a.attisdropped)`,
-		table.Schema, table.Name, name).Scan(&exists)
-	if err != nil {
-		return "", fmt.Errorf("add column %s to %s: %w", change.QuoteIdent(name), table, err)
-	}
-	if exists {
-		return "", nil
-	}
-	stmt := fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", table.Quoted(), change.QuoteIdent(name), typeName)
-	if _, err := dst.Exec(ctx, stmt); err != nil {
-		return "", fmt.Errorf("add column: %s: %w", stmt, err)
-	}
-	return stmt, nil
-}
-
 // readSources describes every mapping's source table and loads the types its
 // destination columns use. strict also rejects excluded columns that the
 // source does not have.

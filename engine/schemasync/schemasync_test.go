@@ -271,29 +271,6 @@ func TestSyncColumns(t *testing.T) {
 	require.Empty(t, ddl)
 }
 
-func TestAddColumn(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	pgtest.Exec(t, b.dstURL, `CREATE TABLE t (id integer PRIMARY KEY)`)
-	name := change.TableName{Schema: "public", Name: "t"}
-
-	stmt, err := AddColumn(b.ctx, b.dst, name, `Amount "€"`, "numeric(12,3)")
-	require.NoError(t, err)
-	require.Equal(t, `ALTER TABLE "public"."t" ADD COLUMN IF NOT EXISTS "Amount ""€""" numeric(12,3)`, stmt)
-	stmt, err = AddColumn(b.ctx, b.dst, name, `Amount "€"`, "numeric(12,3)")
-	require.NoError(t, err)
-	require.Empty(t, stmt)
-
-	_, err = AddColumn(b.ctx, b.dst, name, "x", "int; DROP TABLE t")
-	require.Error(t, err)
-	_, err = AddColumn(b.ctx, b.dst, name, "x", "public.nosuchtype")
-	require.ErrorContains(t, err, "does not exist on the destination")
-
-	dstT, err := Describe(b.ctx, b.dst, name)
-	require.NoError(t, err)
-	require.Equal(t, []string{"id", `Amount "€"`}, columnNames(dstT.Columns))
-}
-
 func TestCompatible(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
