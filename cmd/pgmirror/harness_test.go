@@ -79,6 +79,14 @@ func (b *syncBuffer) String() string {
 // startService starts pgmirror serve on catalogURL and logs in as admin.
 func startService(t *testing.T, catalogURL string, env ...string) *service {
 	t.Helper()
+	s := launchService(t, catalogURL, env...)
+	s.waitReady()
+	return s
+}
+
+// launchService starts pgmirror serve on catalogURL without waiting for it.
+func launchService(t *testing.T, catalogURL string, env ...string) *service {
+	t.Helper()
 	port, err := localpg.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +115,13 @@ func startService(t *testing.T, catalogURL string, env ...string) *service {
 			t.Logf("pgmirror output (%s):\n%s", s.baseURL, tail(s.output.String(), 6000))
 		}
 	})
+	return s
+}
+
+// waitReady waits until the service answers /health and logs in as admin.
+func (s *service) waitReady() {
+	s.t.Helper()
+	t := s.t
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		resp, err := http.Get(s.baseURL + "/health")
@@ -131,7 +146,6 @@ func startService(t *testing.T, catalogURL string, env ...string) *service {
 	}
 	s.mustDo("POST", "/v1/auth/login", map[string]string{"username": "admin", "password": testAdminPassword}, 200, &login)
 	s.token = login.Token
-	return s
 }
 
 func tail(s string, n int) string {

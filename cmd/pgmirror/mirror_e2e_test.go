@@ -424,3 +424,30 @@ func TestDeleteWithSourceDown(t *testing.T) {
 		t.Errorf("destination has %d rows after delete, want the 100 replicated", n)
 	}
 }
+
+// TestReplicasStartTogether starts three replicas at the same moment on an
+// empty catalog: all come up (migrations under one lock), there is one
+// default admin, and a token from one replica works on the others (one
+// shared generated JWT secret).
+func TestReplicasStartTogether(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	replicas := []*service{launchService(t, catalog), launchService(t, catalog), launchService(t, catalog)}
+	for _, r := range replicas {
+		r.waitReady()
+	}
+	for i, r := range replicas {
+		other := replicas[(i+1)%len(replicas)]
+		var me map[string]string
+		other.token = r.token
+		other.mustDo("GET", "/v1/auth/me", nil, 200, &me)
+		if me["username"] != "admin" {
+			t.Errorf("replica %d: /v1/auth/me with another replica's token: %v", i, me)
+		}
+	}
+	var admins int
+	pgxConnQuery(t, catalog, `SELECT count(*) FROM users WHERE username = 'admin'`, &admins)
+	if admins != 1 {
+		t.Errorf("%d default admin accounts, want 1", admins)
+	}
+}
