@@ -606,6 +606,10 @@ func (r *mirrorRun) failureMessage(err error) string {
 		return db.MsgSlotExists
 	case errors.Is(err, cdc.ErrHeartbeatTimeout):
 		return db.MsgHeartbeatTimeout
+	case rejectedLogin(err):
+		// The peer answered: a wrong password, user or database is not a
+		// timeout; the error says which.
+		return "Peer rejected the connection"
 	case errors.As(err, &connErr) || errors.Is(err, cdc.ErrConnect) || errors.Is(err, cdc.ErrConnectionTimeout) || isConnectionFailure(err):
 		return db.MsgConnectionTimeout
 	case r.operation == opSnapshot:
@@ -616,6 +620,13 @@ func (r *mirrorRun) failureMessage(err error) string {
 		return "Schema sync failed"
 	}
 	return "Mirror setup failed"
+}
+
+// rejectedLogin reports a peer that answered a connection attempt with an
+// error: authentication (SQLSTATE class 28) or a missing database (3D000).
+func rejectedLogin(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000")
 }
 
 // isConnectionFailure reports errors that mean a peer stopped answering.

@@ -147,3 +147,47 @@ func TestForeignKeyViolation(t *testing.T) {
 func levelIs(level string) func(logEntry) bool {
 	return func(e logEntry) bool { return e.Level == level }
 }
+
+// TestPeerRejectsLogin: a wrong peer password is reported as such (not as a
+// timeout), without the password, and fixing the peer heals the mirror.
+func TestPeerRejectsLogin(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	exec1(t, src, `CREATE TABLE public.t (id int PRIMARY KEY, v text)`)
+	s := startService(t, catalog)
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "login", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{mapping("public", "t", "public", "t")},
+	}, 201, nil)
+	s.waitStatus("login", "running", 60*time.Second)
+
+	const wrong = "Wrong-Password-4711"
+	u, err := url.Parse(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := u.User.Password()
+	s.mustDo("POST", "/v1/mirrors/login/pause", nil, 200, nil)
+	s.mustDo("PUT", "/v1/peers/dst", map[string]any{"password": wrong}, 200, nil)
+	s.mustDo("POST", "/v1/mirrors/login/resume", nil, 200, nil)
+	m := s.waitStatus("login", "error", 60*time.Second)
+	if !strings.Contains(m.ErrorMessage, "password") || strings.Contains(m.ErrorMessage, wrong) {
+		t.Errorf("error_message %q: want the reason (password authentication) and never the password", m.ErrorMessage)
+	}
+	e := s.waitLog("login", "Peer rejected the connection", 10*time.Second, levelIs("ERROR"))
+	if strings.Contains(fmt.Sprint(e.Details), wrong) {
+		t.Error("log entry contains the peer password")
+	}
+	if strings.Contains(s.output.String(), wrong) {
+		t.Error("process log contains the peer password")
+	}
+	s.mustDo("PUT", "/v1/peers/dst", map[string]any{"password": good}, 200, nil)
+	s.mustDo("POST", "/v1/mirrors/login/retry", nil, 200, nil)
+	s.waitStatus("login", "running", 60*time.Second)
+	exec1(t, src, `INSERT INTO public.t VALUES (1, 'healed')`)
+	waitEqual(t, src, dst, "public.t", "public.t", "id, v", 30*time.Second)
+}
