@@ -55,9 +55,11 @@ type options struct {
 	durable     bool
 	timeout     time.Duration
 	keep        bool
-	pprofURL    string
-	profileDir  string
-	out         io.Writer
+	// snapshotWorkers, when set, is the mirror's snapshot_max_parallel_workers.
+	snapshotWorkers int
+	pprofURL        string
+	profileDir      string
+	out             io.Writer
 }
 
 func parseOptions(args []string) (options, error) {
@@ -72,6 +74,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.binary, "pgmirror", "", "a pgmirror binary to run (default: go build ./cmd/pgmirror)")
 	fs.BoolVar(&o.durable, "durable", false, "run the clusters with fsync on (default off, as the test clusters)")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "give up after this long")
+	fs.IntVar(&o.snapshotWorkers, "snapshot-workers", 0, "the mirror's snapshot_max_parallel_workers (default: the API's default, 4)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (cluster data, pgmirror log) after the run")
 	fs.StringVar(&o.pprofURL, "pgmirror-pprof", "", "base URL of the pgmirror process's net/http/pprof endpoint, if the binary has one: CPU profiles of the pgmirror measurements are saved")
 	fs.StringVar(&o.profileDir, "profile-dir", ".", "where -pgmirror-pprof profiles go")

@@ -270,14 +270,20 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 		return err
 	}
 
-	b.logf("pgmirror: creating mirror %s (default settings)", mirrorName)
-	c0, t0 := b.cpuNow(), time.Now()
-	profiled := b.profile(ctx, "snapshot")
-	if err := svc.call(ctx, "POST", "/v1/mirrors", map[string]any{
+	create := map[string]any{
 		"name": mirrorName, "source_peer": "source", "destination_peer": "destination",
 		"table_mappings": []map[string]any{{"source_schema": "public", "source_table": "bench",
 			"destination_schema": "public", "destination_table": "bench"}},
-	}, nil); err != nil {
+	}
+	if b.opts.snapshotWorkers > 0 {
+		create["snapshot_max_parallel_workers"] = b.opts.snapshotWorkers
+		b.logf("pgmirror: creating mirror %s (default settings, snapshot_max_parallel_workers %d)", mirrorName, b.opts.snapshotWorkers)
+	} else {
+		b.logf("pgmirror: creating mirror %s (default settings)", mirrorName)
+	}
+	c0, t0 := b.cpuNow(), time.Now()
+	profiled := b.profile(ctx, "snapshot")
+	if err := svc.call(ctx, "POST", "/v1/mirrors", create, nil); err != nil {
 		return err
 	}
 	dst, err := connect(ctx, dstURL)
