@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/pgmirror/pgmirror/db/pgtest"
 )
 
 // dropSlot drops a replication slot on the source, waiting until nothing
@@ -43,15 +41,8 @@ func dropSlot(t *testing.T, dbURL, slot string) {
 // pointing to resync, which repairs the destination.
 func TestRetry(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	exec1(t, src, `CREATE TABLE public.r (id int PRIMARY KEY, v text);
+	_, src, dst, s := newEnv(t, `CREATE TABLE public.r (id int PRIMARY KEY, v text);
 		INSERT INTO public.r SELECT g, 'v' || g FROM generate_series(1, 1000) g`)
-
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
 	var created map[string]any
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "rt", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
@@ -177,14 +168,7 @@ func (r *statusRecorder) end() []string {
 // no write made during the resync is lost.
 func TestFullResync(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	exec1(t, src, loadTables+`INSERT INTO public.items (n, v) SELECT g, repeat('r', 50) FROM generate_series(1, 60000) g;`)
-
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
+	_, src, dst, s := newEnv(t, loadTables+`INSERT INTO public.items (n, v) SELECT g, repeat('r', 50) FROM generate_series(1, 60000) g;`)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "rs", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"snapshot_num_rows_per_partition": 5000, "snapshot_max_parallel_workers": 2,
@@ -237,15 +221,8 @@ func indexOf(list []string, s string) int {
 // without sync-schema is picked up by itself.
 func TestSyncSchema(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	exec1(t, src, `CREATE TABLE public.ss (id int PRIMARY KEY, qty int, note text);
+	_, src, dst, s := newEnv(t, `CREATE TABLE public.ss (id int PRIMARY KEY, qty int, note text);
 		INSERT INTO public.ss SELECT g, g, 'n' || g FROM generate_series(1, 1000) g`)
-
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "sch", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": []any{mapping("public", "ss", "public", "ss")},

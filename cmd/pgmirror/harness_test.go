@@ -355,3 +355,18 @@ func exec1(t *testing.T, dbURL, sql string, args ...any) {
 	t.Helper()
 	pgtest.Exec(t, dbURL, sql, args...)
 }
+
+// newEnv gives a test its own catalog, source and destination databases on
+// the shared clusters, runs sourceSQL on the source, and starts a service
+// with the peers "src" and "dst".
+func newEnv(t *testing.T, sourceSQL string) (catalog, src, dst string, s *service) {
+	t.Helper()
+	catalog = pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src = pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst = pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	exec1(t, src, sourceSQL)
+	s = startService(t, catalog)
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	return catalog, src, dst, s
+}

@@ -48,32 +48,12 @@ func mapping(srcSchema, srcTable, dstSchema, dstTable string, exclude ...string)
 
 func slotExists(t *testing.T, dbURL, slot string) bool {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n > 0
+	return queryInt64(t, dbURL, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot) > 0
 }
 
 func publicationExists(t *testing.T, dbURL, pub string) bool {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_publication WHERE pubname = $1`, pub).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n > 0
+	return queryInt64(t, dbURL, `SELECT count(*) FROM pg_publication WHERE pubname = $1`, pub) > 0
 }
 
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
@@ -91,14 +71,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 // and delete over the API and checks the data, status and logs a user sees.
 func TestMirrorLifecycle(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	exec1(t, src, typesSchema)
-
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
+	_, src, dst, s := newEnv(t, typesSchema)
 	var created map[string]any
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "life", "source_peer": "src", "destination_peer": "dst",
@@ -274,14 +247,7 @@ INSERT INTO public.load SELECT g % 500, 'init' FROM generate_series(1, 2000) g;`
 // that the destination ends exactly equal: nothing lost, nothing doubled.
 func TestKillDuringLoad(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	exec1(t, src, loadSchema)
-
-	a := startService(t, catalog)
-	a.createPeer("src", src)
-	a.createPeer("dst", dst)
+	catalog, src, dst, a := newEnv(t, loadSchema)
 	a.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "load", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": []any{mapping("public", "load", "public", "load")},

@@ -152,13 +152,7 @@ func levelIs(level string) func(logEntry) bool {
 // timeout), without the password, and fixing the peer heals the mirror.
 func TestPeerRejectsLogin(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	exec1(t, src, `CREATE TABLE public.t (id int PRIMARY KEY, v text)`)
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
+	_, src, dst, s := newEnv(t, `CREATE TABLE public.t (id int PRIMARY KEY, v text)`)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "login", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": []any{mapping("public", "t", "public", "t")},

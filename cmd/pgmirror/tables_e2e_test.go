@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/pgmirror/pgmirror/db/pgtest"
 )
 
 // twoTableLoad runs small transactions that change both tables until stop
@@ -79,14 +77,7 @@ func tableStatusOf(m mirrorStatus, table string) string {
 // process finishes the resync.
 func TestTableResync(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	exec1(t, src, twoTableSchema)
-
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
+	catalog, src, dst, s := newEnv(t, twoTableSchema)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "rs", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"snapshot_num_rows_per_partition": 20000, "snapshot_max_parallel_workers": 1,
@@ -158,19 +149,12 @@ func TestTableResync(t *testing.T) {
 // data, and GET tables and available-tables show the change at once.
 func TestEditTables(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	exec1(t, src, `CREATE TABLE public.keep (id int PRIMARY KEY, v text);
+	_, src, dst, s := newEnv(t, `CREATE TABLE public.keep (id int PRIMARY KEY, v text);
 		CREATE TABLE public.gone (id int PRIMARY KEY, v text);
 		CREATE TABLE public.added (id int PRIMARY KEY, v text);
 		INSERT INTO public.keep SELECT g, 'k' FROM generate_series(1, 100) g;
 		INSERT INTO public.gone SELECT g, 'g' FROM generate_series(1, 100) g;
 		INSERT INTO public.added SELECT g, 'a' FROM generate_series(1, 5000) g;`)
-
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "ed", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": []any{mapping("public", "keep", "public", "keep"), mapping("public", "gone", "public", "gone")},
@@ -233,15 +217,9 @@ func TestEditTables(t *testing.T) {
 // the remaining columns keep replicating.
 func TestSourceDDLWithoutSyncSchema(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	exec1(t, src, `CREATE TYPE color AS ENUM ('red', 'green');
+	_, src, dst, s := newEnv(t, `CREATE TYPE color AS ENUM ('red', 'green');
 		CREATE TABLE public.ddl (id int PRIMARY KEY, a text, b text NOT NULL, c text NOT NULL);
 		INSERT INTO public.ddl SELECT g, 'a', 'b', 'c' FROM generate_series(1, 10) g`)
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "ddl", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": []any{mapping("public", "ddl", "public", "ddl")},
