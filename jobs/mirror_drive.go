@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -637,12 +639,12 @@ func isConnectionFailure(err error) bool {
 		return pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
 	}
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || pgconn.Timeout(err) {
+	if errors.As(err, &connErr) || pgconn.Timeout(err) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return true
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "unexpected EOF") ||
-		strings.Contains(msg, "conn closed") || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset")
+		strings.Contains(msg, "conn closed") || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "use of closed network connection") || strings.Contains(msg, "connection reset")
 }
 
 // Backoff is the wait before retry number n (n >= 1) of a failed mirror:
