@@ -644,7 +644,7 @@ func isConnectionFailure(err error) bool {
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "unexpected EOF") ||
-		strings.Contains(msg, "conn closed") || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "use of closed network connection") || strings.Contains(msg, "connection reset")
+		strings.Contains(msg, "conn closed") || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset")
 }
 
 // Backoff is the wait before retry number n (n >= 1) of a failed mirror:
