@@ -166,6 +166,11 @@ func TestPeerRejectsLogin(t *testing.T) {
 	}
 	good, _ := u.User.Password()
 	s.mustDo("POST", "/v1/mirrors/login/pause", nil, 200, nil)
+	// Wait until the worker has let go of the slot: a resume before that
+	// would just let the running CDC (and its open connections) go on.
+	waitFor(t, "the paused mirror's slot to be released", 30*time.Second, func() bool {
+		return queryInt64(t, src, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'pgmirror_slot_login' AND active`) == 0
+	})
 	s.mustDo("PUT", "/v1/peers/dst", map[string]any{"password": wrong}, 200, nil)
 	s.mustDo("POST", "/v1/mirrors/login/resume", nil, 200, nil)
 	m := s.waitStatus("login", "error", 60*time.Second)
