@@ -1,0 +1,136 @@
+package apply
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// This file folds the changes of a table with a usable key into the final
+// state of each key in the chunk. It needs no connection: what cannot be
+// folded (a row moving to a new key while keeping values only the
+// destination has) is handed back to the caller.
+
+// entry is the final state of one key in the chunk.
+type entry struct {
+	del  bool
+	vals []change.Value // applied-column order; for a delete, only the key columns count
+}
+
+// move is an update that the caller must apply in place, in order, after
+// writing what the chunk holds: the row moved from old's key to new's and
+// new keeps unchanged TOAST values that only the destination has.
+type move struct {
+	old, new []change.Value // applied-column order
+}
+
+// key encodes the key columns of vals (applied-column order).
+func (p *plan) key(vals []change.Value) string {
+	var b strings.Builder
+	for _, k := range p.keyPos {
+		v := vals[k]
+		b.WriteByte(byte(v.Kind))
+		b.WriteString(strconv.Itoa(len(v.Text)))
+		b.WriteByte(':')
+		b.Write(v.Text)
+	}
+	return b.String()
+}
+
+func hasUnchanged(vals []change.Value) bool {
+	for _, v := range vals {
+		if v.Kind == change.ValueUnchanged {
+			return true
+		}
+	}
+	return false
+}
+
+// fold folds c (an insert, update or delete of p's relation) into the final
+// state of its key(s). It returns a move, and leaves the chunk as it was,
+// when c must be applied in place instead.
+func (p *plan) fold(c *change.Change) *move {
+	switch c.Op {
+	case change.OpInsert:
+		vals := p.project(c.New)
+		p.put(p.key(vals), &entry{vals: vals})
+	case change.OpUpdate:
+		vals := p.project(c.New)
+		newKey := p.key(vals)
+		oldKey := newKey
+		var oldVals []change.Value
+		if c.Old != nil {
+			oldVals = p.project(c.Old)
+			oldKey = p.key(oldVals)
+		}
+		if hasUnchanged(vals) {
+			// Unchanged TOAST values: take them from an earlier image of
+			// the row in this chunk when there is one.
+			if prev := p.entries[oldKey]; prev != nil && !prev.del {
+				for i, v := range vals {
+					if v.Kind == change.ValueUnchanged {
+						vals[i] = prev.vals[i]
+					}
+				}
+			}
+		}
+		if oldKey != newKey {
+			if hasUnchanged(vals) {
+				return &move{old: oldVals, new: vals}
+			}
+			p.put(oldKey, &entry{del: true, vals: oldVals})
+		}
+		p.put(newKey, &entry{vals: vals})
+	case change.OpDelete:
+		vals := p.project(c.Old)
+		p.put(p.key(vals), &entry{del: true, vals: vals})
+	}
+	return nil
+}
+
+// put sets the final state of key.
+func (p *plan) put(key string, e *entry) {
+	if _, ok := p.entries[key]; !ok {
+		p.order = append(p.order, key)
+	}
+	p.entries[key] = e
+}
+
+// unchangedMask lists the positions of vals' unchanged values, comma
+// separated ("" when there are none): rows with the same mask are updated
+// by one statement.
+func unchangedMask(vals []change.Value) string {
+	var b strings.Builder
+	for i, v := range vals {
+		if v.Kind != change.ValueUnchanged {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(i))
+	}
+	return b.String()
+}
+
+// parseMask returns the positions listed in an unchangedMask.
+func parseMask(mask string) []int {
+	if mask == "" {
+		return nil
+	}
+	var out []int
+	for _, s := range strings.Split(mask, ",") {
+		i, _ := strconv.Atoi(s)
+		out = append(out, i)
+	}
+	return out
+}
+
+// stageOp is how e is staged: 'd' for a delete, 'u' for a row to write.
+func (e *entry) stageOp() byte {
+	if e.del {
+		return 'd'
+	}
+	return 'u'
+}

@@ -1,0 +1,246 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// This file holds what the applier knows of each table: the destination
+// table's columns and key (destTable), and how changes of one version of a
+// source relation are applied (plan, planFor), including the handling of
+// source DDL mid-stream (new columns, dropped columns).
+
+// destTable is what the applier knows of a destination table.
+type destTable struct {
+	name        change.TableName
+	types       map[string]string // column name -> SQL type (format_type)
+	pk          map[string]bool
+	required    map[string]bool // NOT NULL without a default: an insert must name it
+	partitioned bool
+}
+
+func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTable, error) {
+	if t := a.tables[name]; t != nil {
+		return t, nil
+	}
+	rows, err := a.tx.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod),
+			coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p', a.attnotnull AND NOT a.atthasdef
+		FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
+		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')
+		ORDER BY a.attnum`, name.Schema, name.Name)
+	if err != nil {
+		return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
+	}
+	t := &destTable{name: name, types: map[string]string{}, pk: map[string]bool{}, required: map[string]bool{}}
+	for rows.Next() {
+		var col, typ string
+		var pk, part, required bool
+		if err := rows.Scan(&col, &typ, &pk, &part, &required); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
+		}
+		t.types[col] = typ
+		if pk {
+			t.pk[col] = true
+		}
+		if required && !pk {
+			t.required[col] = true
+		}
+		t.partitioned = part
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
+	}
+	if len(t.types) == 0 {
+		return nil, fmt.Errorf("destination table %s does not exist", name)
+	}
+	a.tables[name] = t
+	return t, nil
+}
+
+// plan is how changes of one relation version are applied.
+type plan struct {
+	rel    *change.Relation
+	dest   *destTable
+	srcIdx []int    // relation column index of each applied column
+	names  []string // applied column names (same on both sides)
+	types  []string // destination SQL types of the applied columns
+	keyed  bool     // the destination primary key identifies rows
+	keyPos []int    // positions (in applied columns) of the key columns
+	// identPos are positions of the source's replica identity columns
+	// (ordered mode, when the old row image holds only the key).
+	identPos []int
+
+	stage     string // keyed: staging table name, "" until created
+	stageUsed bool   // keyed: the staging table has rows in this transaction
+
+	entries map[string]*entry // keyed: final state per key
+	order   []string          // keyed: keys in first-seen order
+	ops     []*change.Change  // ordered: changes in order
+}
+
+func (p *plan) buffered() bool { return len(p.entries) > 0 || len(p.ops) > 0 }
+
+// planFor returns the plan for rel, or nil when rel has no mapping.
+func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, error) {
+	if p := a.plans[rel]; p != nil {
+		return p, nil
+	}
+	m := a.mappings[rel.Table]
+	if m == nil {
+		return nil, nil
+	}
+	old := a.current[rel.Table]
+	if old != nil && sameShape(old.rel, rel) {
+		// The source re-sends descriptions after cache invalidations that
+		// change nothing we use (VACUUM, ANALYZE): keep the plan and its
+		// staging table.
+		delete(a.plans, old.rel)
+		old.rel = rel
+		a.plans[rel] = old
+		return old, nil
+	}
+	reported := map[string]bool{}
+	if old != nil {
+		if dropped := droppedColumns(old.rel, rel); len(dropped) > 0 && a.cfg.OnColumnsDropped != nil {
+			a.cfg.OnColumnsDropped(ctx, rel.Table, dropped)
+			for _, c := range dropped {
+				reported[c] = true
+			}
+		}
+		// A new shape of the table (DDL on the source): write what was
+		// buffered under the old one first, to keep the order, and drop
+		// the old staging table.
+		if err := a.flush(ctx); err != nil {
+			return nil, err
+		}
+		if old.stage != "" {
+			if _, err := a.tx.Exec(ctx, dropStageSQL(old.stage)); err != nil {
+				return nil, fmt.Errorf("drop staging table for %s: %w", old.dest.name, err)
+			}
+		}
+		delete(a.plans, old.rel)
+	}
+	dest, err := a.destTable(ctx, m.Destination)
+	if err != nil {
+		return nil, err
+	}
+	// The destination may have been altered since it was read (a schema
+	// sync adding a column): read it again when a column seems missing.
+	for _, c := range rel.Columns {
+		if _, ok := dest.types[c.Name]; !ok && !m.Excluded(c.Name) {
+			delete(a.tables, m.Destination)
+			if dest, err = a.destTable(ctx, m.Destination); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	if err := a.relaxUnsent(ctx, m, rel, dest, reported); err != nil {
+		return nil, err
+	}
+	p := &plan{rel: rel, dest: dest, entries: map[string]*entry{}}
+	for i, c := range rel.Columns {
+		if m.Excluded(c.Name) {
+			continue
+		}
+		typ, ok := dest.types[c.Name]
+		if !ok {
+			return nil, fmt.Errorf("%w: destination table %s has no column %q of source table %s (sync the schema)", ErrMissingColumn, m.Destination, c.Name, rel.Table)
+		}
+		if c.Key {
+			p.identPos = append(p.identPos, len(p.names))
+		}
+		if dest.pk[c.Name] {
+			p.keyPos = append(p.keyPos, len(p.names))
+		}
+		p.srcIdx = append(p.srcIdx, i)
+		p.names = append(p.names, c.Name)
+		p.types = append(p.types, typ)
+	}
+	// Keyed apply needs every destination key column in the stream, and in
+	// every old row image the source sends.
+	p.keyed = len(dest.pk) > 0 && len(p.keyPos) == len(dest.pk)
+	if p.keyed && rel.ReplicaIdentity != change.IdentityFull {
+		for _, k := range p.keyPos {
+			if !rel.Columns[p.srcIdx[k]].Key {
+				p.keyed = false
+			}
+		}
+	}
+	a.plans[rel] = p
+	a.current[rel.Table] = p
+	return p, nil
+}
+
+// relaxUnsent drops NOT NULL from destination columns (outside the primary
+// key, without a default, not excluded) that the source does not send,
+// typically columns dropped or renamed on the source: inserts leave them
+// NULL, and would fail otherwise. It runs in the batch transaction and
+// reports the columns not yet reported as dropped.
+func (a *Applier) relaxUnsent(ctx context.Context, m *change.Mapping, rel *change.Relation, dest *destTable, reported map[string]bool) error {
+	sent := map[string]bool{}
+	for _, c := range rel.Columns {
+		sent[c.Name] = true
+	}
+	for col := range dest.required {
+		// Excluded columns are the user's choice: leave their definition.
+		if sent[col] || m.Excluded(col) {
+			continue
+		}
+		stmt := dropNotNullSQL(dest.name, col)
+		if _, err := a.tx.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("relax destination column the source does not send: %s: %w", stmt, err)
+		}
+		delete(dest.required, col)
+		a.log.Warn("destination column is not sent by the source; dropped its NOT NULL so rows can be inserted",
+			"table", dest.name.String(), "column", col)
+		if a.cfg.OnColumnsDropped != nil && !reported[col] {
+			a.cfg.OnColumnsDropped(ctx, rel.Table, []string{col})
+		}
+	}
+	return nil
+}
+
+// droppedColumns returns the columns of before that after no longer has.
+func droppedColumns(before, after *change.Relation) []string {
+	now := map[string]bool{}
+	for _, c := range after.Columns {
+		now[c.Name] = true
+	}
+	var out []string
+	for _, c := range before.Columns {
+		if !now[c.Name] {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// sameShape reports whether two descriptions of a table have the same
+// columns, types, key flags and replica identity.
+func sameShape(a, b *change.Relation) bool {
+	if a.ReplicaIdentity != b.ReplicaIdentity || len(a.Columns) != len(b.Columns) {
+		return false
+	}
+	for i := range a.Columns {
+		if a.Columns[i] != b.Columns[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// project maps a source row image to applied-column order.
+func (p *plan) project(vals []change.Value) []change.Value {
+	out := make([]change.Value, len(p.srcIdx))
+	for i, s := range p.srcIdx {
+		out[i] = vals[s]
+	}
+	return out
+}

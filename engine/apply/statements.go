@@ -1,0 +1,195 @@
+package apply
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// This file builds the SQL the applier sends, as pure functions of table
+// names, column names, destination types and positions. Identifiers are
+// quoted here; values are never part of the SQL (they are parameters or COPY
+// data). In every function, names and types are the applied columns in
+// order, and positions (keyPos, set, where, unchanged) index them.
+
+// stagePrefix qualifies a staging table: temporary tables live in pg_temp.
+const stagePrefix = "pg_temp."
+
+// stageRef returns the quoted, schema-qualified name of staging table stage.
+func stageRef(stage string) string { return stagePrefix + change.QuoteIdent(stage) }
+
+// createStageSQL creates staging table stage: op and mask, then one text
+// column c<i> per applied column. Its rows go at commit.
+func createStageSQL(stage string, columns int) string {
+	cols := []string{"op text", "mask text"}
+	for i := range columns {
+		cols = append(cols, fmt.Sprintf("c%d text", i))
+	}
+	return "CREATE TEMP TABLE " + change.QuoteIdent(stage) + " (" + strings.Join(cols, ", ") + ") ON COMMIT DELETE ROWS"
+}
+
+// truncateStageSQL empties staging table stage.
+func truncateStageSQL(stage string) string { return "TRUNCATE " + stageRef(stage) }
+
+// dropStageSQL drops staging table stage.
+func dropStageSQL(stage string) string { return "DROP TABLE IF EXISTS " + stageRef(stage) }
+
+// copyStageSQL loads staging table stage.
+func copyStageSQL(stage string) string { return "COPY " + stageRef(stage) + " FROM STDIN" }
+
+// copyTargetSQL loads rows into the named columns of target.
+func copyTargetSQL(target change.TableName, names []string) string {
+	return "COPY " + target.Quoted() + " (" + strings.Join(quoteAll(names), ", ") + ") FROM STDIN"
+}
+
+// stageValue is staging column i as a value of type typ.
+func stageValue(i int, typ string) string { return fmt.Sprintf("s.c%d::%s", i, typ) }
+
+// keyMatch matches target row t to staging row s on the key columns.
+func keyMatch(names, types []string, keyPos []int) string {
+	match := make([]string, len(keyPos))
+	for j, k := range keyPos {
+		match[j] = "t." + change.QuoteIdent(names[k]) + " = " + stageValue(k, types[k])
+	}
+	return strings.Join(match, " AND ")
+}
+
+// deleteSQL deletes the target rows whose key a staging row with op 'd' holds.
+func deleteSQL(target change.TableName, stage string, names, types []string, keyPos []int) string {
+	return "DELETE FROM " + target.Quoted() + " AS t USING " + stageRef(stage) + " AS s WHERE s.op = 'd' AND " + keyMatch(names, types, keyPos)
+}
+
+// upsertSQL inserts the complete rows staged with op 'u' (mask ”), updating
+// every non-key column of the rows whose key exists.
+func upsertSQL(target change.TableName, stage string, names, types []string, keyPos []int) string {
+	isKey := positions(len(names), keyPos)
+	var sel, keys, sets []string
+	for i, n := range names {
+		q := change.QuoteIdent(n)
+		sel = append(sel, stageValue(i, types[i]))
+		if isKey[i] {
+			keys = append(keys, q)
+		} else {
+			sets = append(sets, q+" = EXCLUDED."+q)
+		}
+	}
+	conflict := "DO NOTHING"
+	if len(sets) > 0 {
+		conflict = "DO UPDATE SET " + strings.Join(sets, ", ")
+	}
+	return "INSERT INTO " + target.Quoted() + " AS t (" + strings.Join(quoteAll(names), ", ") + ") SELECT " + strings.Join(sel, ", ") +
+		" FROM " + stageRef(stage) + " AS s WHERE s.op = 'u' AND s.mask = '' ON CONFLICT (" + strings.Join(keys, ", ") + ") " + conflict
+}
+
+// maskedUpdateSQL updates the rows staged with op 'u' and the mask given as
+// parameter $1, leaving the key and the unchanged columns alone. It returns
+// "" when no column is left to set.
+func maskedUpdateSQL(target change.TableName, stage string, names, types []string, keyPos []int, unchanged []int) string {
+	skip := positions(len(names), keyPos)
+	for _, i := range unchanged {
+		skip[i] = true
+	}
+	var sets []string
+	for i, n := range names {
+		if !skip[i] {
+			sets = append(sets, change.QuoteIdent(n)+" = "+stageValue(i, types[i]))
+		}
+	}
+	if len(sets) == 0 {
+		return ""
+	}
+	return "UPDATE " + target.Quoted() + " AS t SET " + strings.Join(sets, ", ") + " FROM " + stageRef(stage) +
+		" AS s WHERE s.op = 'u' AND s.mask = $1 AND " + keyMatch(names, types, keyPos)
+}
+
+// moveSQL updates the row whose key columns equal the parameters after
+// those of set to the values given for the set columns ($1, $2, ...).
+func moveSQL(target change.TableName, names, types []string, set, keyPos []int) string {
+	var sets, where []string
+	n := 0
+	for _, i := range set {
+		n++
+		sets = append(sets, fmt.Sprintf("%s = $%d::%s", change.QuoteIdent(names[i]), n, types[i]))
+	}
+	for _, k := range keyPos {
+		n++
+		where = append(where, fmt.Sprintf("%s = $%d::%s", change.QuoteIdent(names[k]), n, types[k]))
+	}
+	return "UPDATE " + target.Quoted() + " SET " + strings.Join(sets, ", ") + " WHERE " + strings.Join(where, " AND ")
+}
+
+// rowSQL deletes (del) or updates exactly one target row whose where
+// columns match the parameters after those of set; an update sets the set
+// columns ($1, $2, ...). Values are compared as text after a round trip
+// through the destination type, so types without equality (json, point)
+// match too. With no where column it matches nothing; an update with no set
+// column does nothing.
+func rowSQL(target change.TableName, partitioned, del bool, names, types []string, set, where []int) string {
+	if !del && len(set) == 0 {
+		return "SELECT 1"
+	}
+	var sets, conds []string
+	n := 0
+	for _, i := range set {
+		n++
+		sets = append(sets, fmt.Sprintf("%s = $%d::%s", change.QuoteIdent(names[i]), n, types[i]))
+	}
+	for _, i := range where {
+		n++
+		conds = append(conds, fmt.Sprintf("%s::text IS NOT DISTINCT FROM $%d::%s::text", change.QuoteIdent(names[i]), n, types[i]))
+	}
+	if len(conds) == 0 {
+		conds = append(conds, "false")
+	}
+	// ctid identifies a row within one table; a partitioned destination
+	// needs the partition too.
+	lhs, sel := "ctid", "ctid"
+	if partitioned {
+		lhs, sel = "(tableoid, ctid)", "tableoid, ctid"
+	}
+	one := lhs + " = (SELECT " + sel + " FROM " + target.Quoted() + " WHERE " + strings.Join(conds, " AND ") + " LIMIT 1)"
+	if del {
+		return "DELETE FROM " + target.Quoted() + " WHERE " + one
+	}
+	return "UPDATE " + target.Quoted() + " SET " + strings.Join(sets, ", ") + " WHERE " + one
+}
+
+// truncateSQL truncates the tables with the TRUNCATE options given.
+func truncateSQL(tables []change.TableName, restartIdentity, cascade bool) string {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.Quoted()
+	}
+	sql := "TRUNCATE " + strings.Join(names, ", ")
+	if restartIdentity {
+		sql += " RESTART IDENTITY"
+	}
+	if cascade {
+		sql += " CASCADE"
+	}
+	return sql
+}
+
+// dropNotNullSQL lets column of table be NULL.
+func dropNotNullSQL(table change.TableName, column string) string {
+	return "ALTER TABLE " + table.Quoted() + " ALTER COLUMN " + change.QuoteIdent(column) + " DROP NOT NULL"
+}
+
+// quoteAll quotes each name.
+func quoteAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = change.QuoteIdent(n)
+	}
+	return out
+}
+
+// positions returns a set of n flags with those at pos set.
+func positions(n int, pos []int) []bool {
+	out := make([]bool, n)
+	for _, i := range pos {
+		out[i] = true
+	}
+	return out
+}
