@@ -124,19 +124,47 @@ func waitEqual(ctx context.Context, srcURL, dstURL string, timeout time.Duration
 // workload is one catch-up workload: changes in transactions of txSize
 // changes each. A transaction of n > 1 changes inserts 30% new rows,
 // updates 50% and deletes 20% (three set-based statements); single-row
-// transactions follow the same mix, in turn.
+// transactions follow the same mix, in turn. A oneInsert workload is one
+// transaction with a single INSERT ... SELECT of changes new rows.
 type workload struct {
 	name    string
 	changes int64
 	txSize  int64
+	// oneInsert: one transaction of one INSERT ... SELECT (the RSS
+	// measurement).
+	oneInsert bool
+	// target is the catch-up speed pgmirror should reach, as a multiple of
+	// native's; zero for none.
+	target float64
+	// short names the workload in the summary (without its size, which is
+	// the same in every mode).
+	short string
 }
 
+// largeTxRows is the size of the large transaction: 1,000,000 rows, or
+// half the table in smaller runs.
+func largeTxRows(o options) int64 { return min(1_000_000, o.rows/2) }
+
 func workloads(o options) []workload {
+	large := largeTxRows(o)
 	return []workload{
-		{name: fmt.Sprintf("%s changes in 100-row tx", count(o.changes)), changes: o.changes, txSize: 100},
-		{name: fmt.Sprintf("%s single-row tx", count(o.single)), changes: o.single, txSize: 1},
-		{name: fmt.Sprintf("%s changes in 10,000-row tx", count(o.changes)), changes: o.changes, txSize: 10000},
+		{name: fmt.Sprintf("%s changes in 100-row tx", count(o.changes)), changes: o.changes, txSize: 100,
+			target: targetCatchupBatched, short: "changes in 100-row tx"},
+		{name: fmt.Sprintf("%s single-row tx", count(o.single)), changes: o.single, txSize: 1,
+			target: targetCatchupSingle, short: "single-row tx"},
+		{name: fmt.Sprintf("%s changes in 10,000-row tx", count(o.changes)), changes: o.changes, txSize: 10000,
+			target: targetCatchupBatched, short: "changes in 10,000-row tx"},
+		{name: fmt.Sprintf("one %s-row tx (INSERT ... SELECT)", count(large)), changes: large, txSize: large,
+			oneInsert: true, short: "one large tx"},
 	}
+}
+
+// statements returns the statements of the workload's next transaction.
+func (w workload) statements(c *cursor) []string {
+	if w.oneInsert {
+		return []string{c.insert(w.txSize)}
+	}
+	return c.tx(w.txSize)
 }
 
 // cursor decides which rows the workloads touch. Each system gets its own
@@ -230,7 +258,7 @@ func runWorkload(ctx context.Context, url string, cur *cursor, w workload) (work
 		var sb strings.Builder
 		for range n {
 			sb.WriteString("BEGIN;\n")
-			for _, s := range cur.tx(w.txSize) {
+			for _, s := range w.statements(cur) {
 				sb.WriteString(s)
 				sb.WriteString(";\n")
 			}

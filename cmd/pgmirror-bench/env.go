@@ -27,12 +27,14 @@ const (
 	benchTable  = "public.bench"
 )
 
-// bench is the state of one run.
+// bench is the state of one mode's run.
 type bench struct {
 	opts  options
+	mode  mode
 	start time.Time
+	bin   string // the pgmirror binary
 
-	dir      string
+	dir      string // this mode's directory, removed at its end
 	src, dst *localpg.Cluster
 	svc      *service
 
@@ -40,34 +42,42 @@ type bench struct {
 	results    results
 }
 
-// sharedSettings are postgresql.conf lines for both clusters: no
-// checkpoint in the middle of a measurement (the bench checkpoints between
-// them).
+// sharedSettings are postgresql.conf lines for both clusters, in every
+// mode: no checkpoint in the middle of a measurement (the bench checkpoints
+// between them). Only the durability settings differ between the modes.
 var sharedSettings = map[string]string{
 	"max_wal_size":       "'16GB'",
 	"checkpoint_timeout": "'1h'",
 }
 
 func (b *bench) logf(format string, args ...any) {
-	el := time.Since(b.start).Truncate(100 * time.Millisecond)
-	fmt.Fprintf(os.Stderr, "[%8s] %s\n", el, fmt.Sprintf(format, args...))
+	logf(b.start, b.mode.name, format, args...)
+}
+
+// logf writes a progress line to stderr: the time since start, the mode
+// (if any) and the message.
+func logf(start time.Time, mode, format string, args ...any) {
+	el := time.Since(start).Truncate(100 * time.Millisecond)
+	if mode != "" {
+		mode += ": "
+	}
+	fmt.Fprintf(os.Stderr, "[%8s] %s%s\n", el, mode, fmt.Sprintf(format, args...))
 }
 
 // setup starts the clusters and generates the data.
 func (b *bench) setup(ctx context.Context) error {
-	var err error
-	if b.dir, err = os.MkdirTemp(b.opts.workDir, "pgmirror-bench-"); err != nil {
-		return fmt.Errorf("create temporary directory: %w", err)
+	if err := os.Mkdir(b.dir, 0o755); err != nil {
+		return fmt.Errorf("create directory: %w", err)
 	}
-	b.logf("working in %s", b.dir)
+	var err error
 	b.src, err = localpg.Start(ctx, localpg.Config{
-		DataDir: filepath.Join(b.dir, "source"), Logical: true, Durable: b.opts.durable, Settings: sharedSettings,
+		DataDir: filepath.Join(b.dir, "source"), Logical: true, Durable: b.mode.durable, Settings: sharedSettings,
 	})
 	if err != nil {
 		return fmt.Errorf("start source cluster: %w", err)
 	}
 	b.dst, err = localpg.Start(ctx, localpg.Config{
-		DataDir: filepath.Join(b.dir, "destination"), Durable: b.opts.durable, Settings: sharedSettings,
+		DataDir: filepath.Join(b.dir, "destination"), Durable: b.mode.durable, Settings: sharedSettings,
 	})
 	if err != nil {
 		return fmt.Errorf("start destination cluster: %w", err)
@@ -116,7 +126,8 @@ func (b *bench) checkpoint(ctx context.Context) error {
 }
 
 // cleanup stops the pgmirror process and the clusters and removes the
-// temporary directory. It runs on a fresh context: the run's may be done.
+// mode's directory (unless -keep). It runs on a fresh context: the run's
+// may be done.
 func (b *bench) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -131,11 +142,7 @@ func (b *bench) cleanup() {
 			b.logf("warning: %v", err)
 		}
 	}
-	if b.dir == "" {
-		return
-	}
-	if b.opts.keep {
-		b.logf("kept %s", b.dir)
+	if b.dir == "" || b.opts.keep {
 		return
 	}
 	if err := os.RemoveAll(b.dir); err != nil {

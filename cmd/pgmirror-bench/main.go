@@ -5,18 +5,24 @@
 //	go run ./cmd/pgmirror-bench                 # full size: 2,000,000 rows
 //	go run ./cmd/pgmirror-bench -rows 200000    # a quick run
 //
-// It starts a logical source cluster and a destination cluster on loopback
-// in a temporary directory, generates the data, and measures:
+// It measures two modes, one after the other, each on its own pair of
+// clusters: "fast" (fsync, synchronous_commit and full_page_writes off, as
+// the test clusters) and "durable" (PostgreSQL's defaults). In each mode it
+// starts a logical source cluster and a destination cluster on loopback in
+// a temporary directory, generates the data, and measures:
 //
 //   - the snapshot: a single binary COPY pipe, native CREATE SUBSCRIPTION
 //     with copy_data, and a pgmirror mirror created through its REST API;
-//   - catch-up after a pause, for three workloads (changes in 100-row
+//   - catch-up after a pause, for four workloads (changes in 100-row
 //     transactions, single-row transactions, changes in 10,000-row
-//     transactions), native and pgmirror;
+//     transactions, one large INSERT transaction), native and pgmirror,
+//     with the CPU time of each party per change and the pgmirror
+//     process's peak RSS;
 //   - steady-state lag percentiles under a paced load of single-row
 //     transactions, native and pgmirror.
 //
-// It prints a table of times, rates, ratios and targets. Everything it
+// It prints a section of tables per mode (times, rates, ratios, targets,
+// CPU) and a summary of every ratio against its target. Everything it
 // started (clusters, the pgmirror process) is stopped at the end, also on
 // error or Ctrl-C. See docs/performance.md.
 package main
@@ -29,6 +35,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -43,6 +51,43 @@ func main() {
 	}
 }
 
+// mode is a cluster configuration the run measures.
+type mode struct {
+	name    string // "fast" or "durable"
+	durable bool   // localpg.Config.Durable: PostgreSQL's defaults
+}
+
+// settingsText describes the mode's durability settings.
+func (m mode) settingsText() string {
+	if m.durable {
+		return "fsync, synchronous_commit and full_page_writes on, PostgreSQL's defaults"
+	}
+	return "fsync, synchronous_commit and full_page_writes off, as the test clusters"
+}
+
+var knownModes = map[string]mode{
+	"fast":    {name: "fast"},
+	"durable": {name: "durable", durable: true},
+}
+
+// parseModes parses a comma-separated list of mode names.
+func parseModes(list string) ([]mode, error) {
+	var out []mode
+	seen := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		m, ok := knownModes[name]
+		if !ok {
+			return nil, fmt.Errorf("-modes: unknown mode %q (use fast, durable or both, comma-separated)", name)
+		}
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
 // options are the command-line settings of one run.
 type options struct {
 	rows        int64
@@ -52,7 +97,7 @@ type options struct {
 	lagDuration time.Duration
 	workDir     string
 	binary      string
-	durable     bool
+	modes       []mode
 	timeout     time.Duration
 	keep        bool
 	// snapshotWorkers, when set, is the mirror's snapshot_max_parallel_workers.
@@ -64,6 +109,8 @@ type options struct {
 
 func parseOptions(args []string) (options, error) {
 	o := options{out: os.Stdout}
+	var modes string
+	var durable bool
 	fs := flag.NewFlagSet("pgmirror-bench", flag.ContinueOnError)
 	fs.Int64Var(&o.rows, "rows", 2_000_000, "rows in the generated table (about 200 bytes each)")
 	fs.Int64Var(&o.changes, "changes", 0, "changes in each of the two batched catch-up workloads (default rows/4)")
@@ -72,17 +119,30 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.lagDuration, "lag-duration", 10*time.Second, "how long the paced lag load runs")
 	fs.StringVar(&o.workDir, "workdir", "", "parent directory of the temporary cluster directories (default the system temp dir)")
 	fs.StringVar(&o.binary, "pgmirror", "", "a pgmirror binary to run (default: go build ./cmd/pgmirror)")
-	fs.BoolVar(&o.durable, "durable", false, "run the clusters with fsync on (default off, as the test clusters)")
-	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "give up after this long")
+	fs.StringVar(&modes, "modes", "fast,durable", "cluster modes to measure, one after the other: fast (fsync, synchronous_commit, full_page_writes off), durable (PostgreSQL's defaults)")
+	fs.BoolVar(&durable, "durable", false, "alias for -modes durable")
+	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "give up after this long (the whole run, all modes)")
 	fs.IntVar(&o.snapshotWorkers, "snapshot-workers", 0, "the mirror's snapshot_max_parallel_workers (default: the API's default, 4)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (cluster data, pgmirror log) after the run")
 	fs.StringVar(&o.pprofURL, "pgmirror-pprof", "", "base URL of the pgmirror process's net/http/pprof endpoint, if the binary has one: CPU profiles of the pgmirror measurements are saved")
-	fs.StringVar(&o.profileDir, "profile-dir", ".", "where -pgmirror-pprof profiles go")
+	fs.StringVar(&o.profileDir, "profile-dir", ".", "where -pgmirror-pprof profiles go (file names start with the mode)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if durable {
+		modesSet := false
+		fs.Visit(func(f *flag.Flag) { modesSet = modesSet || f.Name == "modes" })
+		if modesSet && modes != "durable" {
+			return o, errors.New("-durable is an alias for -modes durable: use one of them")
+		}
+		modes = "durable"
+	}
+	var err error
+	if o.modes, err = parseModes(modes); err != nil {
+		return o, err
 	}
 	if o.changes == 0 {
 		o.changes = o.rows / 4
@@ -110,7 +170,9 @@ func parseOptions(args []string) (options, error) {
 	return o, nil
 }
 
-// run parses args, runs every measurement and prints the report.
+// run parses args, runs every mode's measurements, one mode after the
+// other, and prints the report. When a mode fails, the report of the modes
+// before it is still printed.
 func run(ctx context.Context, args []string) error {
 	o, err := parseOptions(args)
 	if err != nil {
@@ -118,9 +180,52 @@ func run(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	start := time.Now()
 
-	b := &bench{opts: o, start: time.Now()}
+	root, err := os.MkdirTemp(o.workDir, "pgmirror-bench-")
+	if err != nil {
+		return fmt.Errorf("create temporary directory: %w", err)
+	}
+	defer func() {
+		if o.keep {
+			logf(start, "", "kept %s", root)
+		} else if err := os.RemoveAll(root); err != nil {
+			logf(start, "", "warning: remove %s: %v", root, err)
+		}
+	}()
+	logf(start, "", "working in %s", root)
+
+	bin := o.binary
+	if bin == "" {
+		// One build for every mode, before the first: both measure the same
+		// binary even if the working tree changes during the run.
+		logf(start, "", "building ./cmd/pgmirror")
+		if bin, err = buildPgmirror(ctx, root); err != nil {
+			return err
+		}
+	}
+
+	var done []*bench
+	var runErr error
+	for _, m := range o.modes {
+		b := &bench{opts: o, mode: m, start: start, bin: bin, dir: filepath.Join(root, m.name)}
+		if err := b.run(ctx); err != nil {
+			runErr = fmt.Errorf("%s mode: %w", m.name, err)
+			break
+		}
+		done = append(done, b)
+	}
+	if len(done) > 0 {
+		report(o.out, o, done)
+	}
+	return runErr
+}
+
+// run measures one mode on its own pair of clusters, which it stops and
+// removes before it returns.
+func (b *bench) run(ctx context.Context) error {
 	defer b.cleanup()
+	b.logf("%s", b.mode.settingsText())
 	if err := b.setup(ctx); err != nil {
 		return err
 	}
@@ -136,6 +241,5 @@ func run(ctx context.Context, args []string) error {
 		}
 		return fmt.Errorf("pgmirror: %w", err)
 	}
-	b.report(o.out)
 	return nil
 }

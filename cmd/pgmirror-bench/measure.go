@@ -29,6 +29,9 @@ type measurement struct {
 	fallback bool
 	units    int64 // rows or changes
 	cpu      cpuUse
+	// rss (pgmirror catch-up only) is the pgmirror process's resident set
+	// size from the resume until caught up.
+	rss rssUse
 }
 
 // lagResult is the outcome of a paced lag load.

@@ -239,20 +239,13 @@ func deref(s *string) string {
 	return *s
 }
 
-// measurePgmirror builds and starts pgmirror, creates the peers and a mirror
-// with default settings, and times its snapshot, its catch-up after each
-// workload run while paused, and the lag under the paced load.
+// measurePgmirror starts pgmirror, creates the peers and a mirror with
+// default settings, and times its snapshot, its catch-up after each
+// workload run while paused (sampling the process's RSS), and the lag
+// under the paced load.
 func (b *bench) measurePgmirror(ctx context.Context) error {
 	srcURL, dstURL := b.url(b.src, srcPgmirror), b.url(b.dst, dstPgmirror)
-	bin := b.opts.binary
-	if bin == "" {
-		b.logf("pgmirror: building ./cmd/pgmirror")
-		var err error
-		if bin, err = buildPgmirror(ctx, b.dir); err != nil {
-			return err
-		}
-	}
-	svc, err := startService(ctx, bin, b.dst.URL(catalogDB), b.dir)
+	svc, err := startService(ctx, b.bin, b.dst.URL(catalogDB), b.dir)
 	if svc != nil {
 		b.svc = svc
 	}
@@ -363,18 +356,24 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 		if err := b.checkpoint(ctx); err != nil {
 			return err
 		}
+		pname := fmt.Sprintf("catchup-%d", w.txSize)
+		if w.oneInsert {
+			pname = "catchup-large"
+		}
+		rss := sampleRSS(svc.cmd.Process.Pid)
 		c0, t0 := b.cpuNow(), time.Now()
-		profiled := b.profile(ctx, fmt.Sprintf("catchup-%d", w.txSize))
+		profiled := b.profile(ctx, pname)
 		if err := svc.call(ctx, "POST", "/v1/mirrors/"+mirrorName+"/resume", nil, nil); err != nil {
+			rss.end()
 			return err
 		}
 		m, err := waitCaughtUp(ctx, t0, end, pos, 30*time.Minute)
+		m.cpu, m.units, m.rss = b.cpuNow().sub(c0), w.changes, rss.end()
 		profiled()
 		if err != nil {
 			return fmt.Errorf("catch-up after %s: %w", w.name, err)
 		}
-		m.cpu, m.units = b.cpuNow().sub(c0), w.changes
-		b.logf("pgmirror: caught up with %s in %s (applied in %s)", w.name, m.dur.Round(time.Millisecond), m.applied.Round(time.Millisecond))
+		b.logf("pgmirror: caught up with %s in %s (applied in %s), peak RSS %s", w.name, m.dur.Round(time.Millisecond), m.applied.Round(time.Millisecond), mb(m.rss.peak))
 		if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
 			return err
 		}

@@ -14,7 +14,7 @@ import (
 // profile starts a CPU profile of the pgmirror process, when -pgmirror-pprof
 // names its net/http/pprof address, for profileSeconds; the returned
 // function waits until it is written to -profile-dir as
-// pgmirror-NAME.pprof. The released pgmirror binary has no pprof endpoint:
+// pgmirror-MODE-NAME.pprof. The released pgmirror binary has no pprof endpoint:
 // this is for a binary built with one, to see where its time goes.
 func (b *bench) profile(ctx context.Context, name string) (wait func()) {
 	if b.opts.pprofURL == "" {
@@ -47,7 +47,7 @@ func (b *bench) fetchProfile(ctx context.Context, name string) error {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 500))
 		return fmt.Errorf("fetch: status %d: %s", resp.StatusCode, msg)
 	}
-	path := filepath.Join(b.opts.profileDir, "pgmirror-"+name+".pprof")
+	path := filepath.Join(b.opts.profileDir, "pgmirror-"+b.mode.name+"-"+name+".pprof")
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
