@@ -183,3 +183,46 @@ func dbName(t *testing.T, u string) string {
 	require.NoError(t, err)
 	return p.Path[1:]
 }
+
+// TestKeyedStates: each final state of a key is applied with its own
+// statement, and an update of a row the destination lacks (a mirror
+// started without a snapshot over a partly filled destination) inserts it,
+// as an insert of a row it has updates it.
+func TestKeyedStates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, fkDDL+`;
+		INSERT INTO parent VALUES (1), (2);
+		INSERT INTO child VALUES (1, 1, 'one'), (2, 1, 'two'), (3, 1, 'three'), (4, 1, 'four')`)
+	conn := connect(t, dst)
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()})
+	require.NoError(t, err)
+	require.NoError(t, a.Begin(ctx))
+	for _, c := range []*change.Change{
+		{Op: change.OpUpdate, Relation: childRel, New: []change.Value{text("1"), text("2"), text("one!")}},
+		{Op: change.OpUpdate, Relation: childRel, New: []change.Value{text("9"), text("2"), text("nine")}},
+		{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("2"), text("2"), text("two!")}},
+		{Op: change.OpDelete, Relation: childRel, Old: []change.Value{text("3"), null, null}, OldKeyOnly: true},
+		{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("5"), null, text("five")}},
+		{Op: change.OpUpdate, Relation: childRel, New: []change.Value{text("4"), text("2"), unchanged}},
+		{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("6"), null, text("six")}},
+		{Op: change.OpUpdate, Relation: childRel, New: []change.Value{text("6"), text("1"), unchanged}},
+		{Op: change.OpUpdate, Relation: childRel, New: []change.Value{text("7"), text("1"), unchanged}},
+		// A key-only table: the update has nothing to set, only to insert.
+		{Op: change.OpUpdate, Relation: parentRel, New: []change.Value{text("2")}},
+		{Op: change.OpUpdate, Relation: parentRel, New: []change.Value{text("8")}},
+	} {
+		require.NoError(t, a.Apply(ctx, c))
+	}
+	counts, err := a.Commit(ctx, 0x100, 1)
+	require.NoError(t, err)
+	require.Equal(t, apply.Counts{Inserted: 3, Updated: 5, Deleted: 1}, counts["public.child"])
+	var got string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(format('%s/%s/%s', id, parent_id, note), ',' ORDER BY id) FROM child`).Scan(&got))
+	// 7 is missing and kept a value only the destination could have had:
+	// it stays missing (as before this change).
+	require.Equal(t, "1/2/one!,2/2/two!,4/2/four,5//five,6/1/six,9/2/nine", got)
+	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(id::text, ',' ORDER BY id) FROM parent`).Scan(&got))
+	require.Equal(t, "1,2,8", got)
+}

@@ -14,9 +14,25 @@ import (
 
 // entry is the final state of one key in the chunk.
 type entry struct {
-	del  bool
+	op   byte           // opDelete, opInsert or opUpdate
 	vals []change.Value // applied-column order; for a delete, only the key columns count
 }
+
+// Final states of a key in a chunk, and the op column of its staging row.
+const (
+	// opDelete: the row is gone (a delete, or the old key of an update
+	// that changed the key).
+	opDelete byte = 'd'
+	// opInsert: the row is new, so it should be absent when the chunk
+	// starts (the key's first change was an insert, or the key was deleted
+	// or left by another row first). It is written with an upsert, so a
+	// destination that already has the row (filled before the mirror
+	// started without a snapshot) converges too.
+	opInsert byte = 'i'
+	// opUpdate: the key's first change in the chunk was an update of a row
+	// that should exist on the destination.
+	opUpdate byte = 'u'
+)
 
 // move is an update that the caller must apply in place, in order, after
 // writing what the chunk holds: the row moved from old's key to new's and
@@ -54,7 +70,7 @@ func (p *plan) fold(c *change.Change) *move {
 	switch c.Op {
 	case change.OpInsert:
 		vals := p.project(c.New)
-		p.put(p.key(vals), &entry{vals: vals})
+		p.put(p.key(vals), &entry{op: opInsert, vals: vals})
 	case change.OpUpdate:
 		vals := p.project(c.New)
 		newKey := p.key(vals)
@@ -67,7 +83,7 @@ func (p *plan) fold(c *change.Change) *move {
 		if hasUnchanged(vals) {
 			// Unchanged TOAST values: take them from an earlier image of
 			// the row in this chunk when there is one.
-			if prev := p.entries[oldKey]; prev != nil && !prev.del {
+			if prev := p.entries[oldKey]; prev != nil && prev.op != opDelete {
 				for i, v := range vals {
 					if v.Kind == change.ValueUnchanged {
 						vals[i] = prev.vals[i]
@@ -79,12 +95,20 @@ func (p *plan) fold(c *change.Change) *move {
 			if hasUnchanged(vals) {
 				return &move{old: oldVals, new: vals}
 			}
-			p.put(oldKey, &entry{del: true, vals: oldVals})
+			// The row left its old key and is new at its new one.
+			p.put(oldKey, &entry{op: opDelete, vals: oldVals})
+			p.put(newKey, &entry{op: opInsert, vals: vals})
+			return nil
 		}
-		p.put(newKey, &entry{vals: vals})
+		op := opUpdate
+		if prev := p.entries[newKey]; prev != nil && prev.op != opUpdate {
+			// Inserted in this chunk (or deleted first): still new.
+			op = opInsert
+		}
+		p.put(newKey, &entry{op: op, vals: vals})
 	case change.OpDelete:
 		vals := p.project(c.Old)
-		p.put(p.key(vals), &entry{del: true, vals: vals})
+		p.put(p.key(vals), &entry{op: opDelete, vals: vals})
 	}
 	return nil
 }
@@ -127,10 +151,12 @@ func parseMask(mask string) []int {
 	return out
 }
 
-// stageOp is how e is staged: 'd' for a delete, 'u' for a row to write.
+// stageOp is the op column of e's staging row: an entry with unchanged
+// values is always an update (of the columns it has), since only the
+// destination has the rest of the row.
 func (e *entry) stageOp() byte {
-	if e.del {
-		return 'd'
+	if e.op != opDelete && hasUnchanged(e.vals) {
+		return opUpdate
 	}
-	return 'u'
+	return e.op
 }

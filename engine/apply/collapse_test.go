@@ -54,7 +54,7 @@ func states(p *plan) []string {
 		b.WriteString(string(e.stageOp()))
 		b.WriteString("[" + unchangedMask(e.vals) + "]")
 		for i, v := range e.vals {
-			if e.del && i != p.keyPos[0] {
+			if e.op == opDelete && i != p.keyPos[0] {
 				continue
 			}
 			b.WriteByte(' ')
@@ -85,7 +85,7 @@ func TestFold(t *testing.T) {
 			want:    []string{"u[2] 1 a ?"}},
 		{name: "update with unchanged value after an insert",
 			changes: []*change.Change{ins(tv("1"), tv("a"), tv("big")), upd(tv("1"), tv("b"), tu)},
-			want:    []string{"u[] 1 b big"}},
+			want:    []string{"i[] 1 b big"}},
 		{name: "update with unchanged value after a complete update",
 			changes: []*change.Change{upd(tv("1"), tv("a"), tv("big")), upd(tv("1"), tv("b"), tu)},
 			want:    []string{"u[] 1 b big"}},
@@ -101,16 +101,16 @@ func TestFold(t *testing.T) {
 			move:    true},
 		{name: "key change with an unchanged value known from an earlier image",
 			changes: []*change.Change{ins(tv("1"), tv("a"), tv("big")), moveKey("1", tv("3"), tv("b"), tu)},
-			want:    []string{"d[] 1", "u[] 3 b big"}},
+			want:    []string{"d[] 1", "i[] 3 b big"}},
 		{name: "key change with complete values",
 			changes: []*change.Change{moveKey("1", tv("3"), tv("b"), tv("c"))},
-			want:    []string{"d[] 1", "u[] 3 b c"}},
+			want:    []string{"d[] 1", "i[] 3 b c"}},
 		{name: "delete then insert",
 			changes: []*change.Change{del("1"), ins(tv("1"), tv("a"), tnull)},
-			want:    []string{"u[] 1 a ~"}},
+			want:    []string{"i[] 1 a ~"}},
 		{name: "insert then update",
 			changes: []*change.Change{ins(tv("1"), tv("a"), tnull), upd(tv("1"), tv("b"), tv("c"))},
-			want:    []string{"u[] 1 b c"}},
+			want:    []string{"i[] 1 b c"}},
 		{name: "insert then delete",
 			changes: []*change.Change{ins(tv("1"), tv("a"), tnull), del("1")},
 			want:    []string{"d[] 1"}},
@@ -119,7 +119,7 @@ func TestFold(t *testing.T) {
 			want:    []string{"d[] 1"}},
 		{name: "swapped keys",
 			changes: []*change.Change{moveKey("1", tv("3"), tv("a"), tv("x")), moveKey("2", tv("1"), tv("b"), tv("y")), moveKey("3", tv("2"), tv("a"), tv("x"))},
-			want:    []string{"u[] 1 b y", "d[] 3", "u[] 2 a x"}},
+			want:    []string{"i[] 1 b y", "d[] 3", "i[] 2 a x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -9,16 +9,24 @@
 // Changes are buffered in chunks (Config.ChunkSize) and written into the
 // open transaction chunk by chunk, so memory stays bounded whatever the
 // size of a source transaction. For a table whose destination has a primary
-// key, a chunk is collapsed to the final state of each key, loaded with COPY
-// (text format, every value as text) into a temporary staging table, and
-// applied with set-based statements that cast each value to the destination
-// column type:
+// key, a chunk is collapsed to the final state of each key (deleted, new, or
+// updated: new when the key's first change in the chunk was an insert),
+// loaded with COPY (text format, every value as text) into a temporary
+// staging table, and applied with set-based statements that cast each value
+// to the destination column type, each as cheap as the state allows:
 //
 //   - DELETE ... USING staging for deleted keys (also the old key of an
 //     update that changed the primary key),
-//   - INSERT ... SELECT ... ON CONFLICT (pk) DO UPDATE for complete rows,
+//   - UPDATE ... FROM staging for complete rows of updated keys, followed,
+//     only when it found fewer rows than it was given, by INSERT ... ON
+//     CONFLICT DO NOTHING for the rows the destination lacks,
+//   - INSERT ... SELECT ... ON CONFLICT (pk) DO UPDATE for new rows (an
+//     upsert, so that a destination that already has the row converges),
 //   - UPDATE ... FROM staging for rows with unchanged TOAST values, one
 //     statement per set of unchanged columns, leaving those columns alone.
+//
+// An update is thus one UPDATE, not an insert attempt that conflicts and
+// then updates: cheaper for the destination, in CPU and in WAL.
 //
 // An unchanged TOAST value is taken from an earlier image of the same row in
 // the chunk when there is one (an insert and an update of one row in one

@@ -16,9 +16,19 @@ import (
 // table, then a few set-based statements apply it.
 
 // flushKeyed loads the final state of every key into the staging table and
-// applies it with set-based statements: deletes, upserts of complete rows,
-// and updates of rows with unchanged TOAST columns (one per set of
-// unchanged columns).
+// applies it with set-based statements, each as cheap as the state allows:
+//
+//   - DELETE ... USING for deleted keys;
+//   - UPDATE ... FROM for complete rows of keys whose first change was an
+//     update; when it updates fewer rows than were staged (the destination
+//     lacks some), INSERT ... ON CONFLICT DO NOTHING adds the missing ones,
+//     so an update of a missing row still ends as the source's row;
+//   - INSERT ... ON CONFLICT DO UPDATE for new rows;
+//   - UPDATE ... FROM for rows with unchanged TOAST values, one statement
+//     per set of unchanged columns, leaving those columns alone.
+//
+// Keys are distinct within a chunk, so the statements touch distinct rows
+// and their order does not matter.
 func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	if len(p.entries) == 0 {
 		return nil
@@ -28,22 +38,30 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	}
 	buf := &a.copyBuf
 	buf.Reset()
-	hasDel := false
+	var deletes, inserts, updates int
 	masks := map[string]bool{}
 	for _, k := range p.order {
 		e := p.entries[k]
-		if e.del {
-			hasDel = true
+		switch op := e.stageOp(); op {
+		case opDelete:
+			deletes++
 			buf.WriteString("d\t\t")
 			writeCopyRow(buf, e.vals, p.keyPos)
-			continue
+		default:
+			m := ""
+			if op == opInsert {
+				inserts++
+			} else if m = unchangedMask(e.vals); m == "" {
+				updates++
+			} else {
+				masks[m] = true
+			}
+			buf.WriteByte(op)
+			buf.WriteByte('\t')
+			buf.WriteString(m)
+			buf.WriteByte('\t')
+			writeCopyRow(buf, e.vals, nil)
 		}
-		m := unchangedMask(e.vals)
-		masks[m] = true
-		buf.WriteString("u\t")
-		buf.WriteString(m)
-		buf.WriteByte('\t')
-		writeCopyRow(buf, e.vals, nil)
 	}
 	if _, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(buf.Bytes()), copyStageSQL(p.stage)); err != nil {
 		return fmt.Errorf("load staging rows for %s: %w", p.dest.name, err)
@@ -54,38 +72,54 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 
 	batch := &pgx.Batch{}
 	var what []string
-	if hasDel {
-		batch.Queue(deleteSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos))
-		what = append(what, "delete")
+	queue := func(w, sql string, args ...any) {
+		if sql != "" {
+			batch.Queue(sql, args...)
+			what = append(what, w)
+		}
 	}
-	if masks[""] {
-		batch.Queue(upsertSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos))
-		what = append(what, "upsert")
+	if deletes > 0 {
+		queue("delete", deleteSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos))
+	}
+	updateAt := -1 // position of the complete rows' UPDATE in the batch
+	if sql := updateSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos, nil); updates > 0 && sql != "" {
+		updateAt = len(what)
+		queue("update", sql)
+	}
+	if inserts > 0 {
+		queue("insert", insertSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos, opInsert))
 	}
 	maskList := make([]string, 0, len(masks))
 	for m := range masks {
-		if m != "" {
-			maskList = append(maskList, m)
-		}
+		maskList = append(maskList, m)
 	}
 	sort.Strings(maskList)
 	for _, m := range maskList {
-		sql := maskedUpdateSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos, parseMask(m))
-		if sql == "" {
-			continue
-		}
-		batch.Queue(sql, m)
-		what = append(what, "update")
+		queue("update", updateSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos, parseMask(m)), m)
 	}
-	br := a.tx.SendBatch(ctx, batch)
-	for _, w := range what {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return classify(fmt.Errorf("apply %s to %s: %w", w, p.dest.name, err))
+	updated := int64(0)
+	if len(what) > 0 {
+		br := a.tx.SendBatch(ctx, batch)
+		for i, w := range what {
+			tag, err := br.Exec()
+			if err != nil {
+				br.Close()
+				return classify(fmt.Errorf("apply %s to %s: %w", w, p.dest.name, err))
+			}
+			if i == updateAt {
+				updated = tag.RowsAffected()
+			}
+		}
+		if err := br.Close(); err != nil {
+			return classify(fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
 		}
 	}
-	if err := br.Close(); err != nil {
-		return classify(fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
+	if updated < int64(updates) {
+		// Updated rows the destination lacks: insert them as they are now
+		// on the source.
+		if _, err := a.tx.Exec(ctx, insertSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos, opUpdate)); err != nil {
+			return classify(fmt.Errorf("insert updated rows missing from %s: %w", p.dest.name, err))
+		}
 	}
 	return nil
 }

@@ -60,9 +60,12 @@ func deleteSQL(target change.TableName, stage string, names, types []string, key
 	return "DELETE FROM " + target.Quoted() + " AS t USING " + stageRef(stage) + " AS s WHERE s.op = 'd' AND " + keyMatch(names, types, keyPos)
 }
 
-// upsertSQL inserts the complete rows staged with op 'u' (mask ”), updating
-// every non-key column of the rows whose key exists.
-func upsertSQL(target change.TableName, stage string, names, types []string, keyPos []int) string {
+// insertSQL inserts the rows staged with op: for opInsert, every row with
+// that op, updating the non-key columns of the rows whose key exists (an
+// upsert); for opUpdate, the complete rows (mask ”) whose key does not
+// exist, leaving those that do alone (the follow-up of updateSQL for rows
+// the destination lacks).
+func insertSQL(target change.TableName, stage string, names, types []string, keyPos []int, op byte) string {
 	isKey := positions(len(names), keyPos)
 	var sel, keys, sets []string
 	for i, n := range names {
@@ -74,18 +77,23 @@ func upsertSQL(target change.TableName, stage string, names, types []string, key
 			sets = append(sets, q+" = EXCLUDED."+q)
 		}
 	}
+	where := "s.op = 'i'"
 	conflict := "DO NOTHING"
-	if len(sets) > 0 {
+	if op == opInsert && len(sets) > 0 {
 		conflict = "DO UPDATE SET " + strings.Join(sets, ", ")
 	}
+	if op == opUpdate {
+		where = "s.op = 'u' AND s.mask = ''"
+	}
 	return "INSERT INTO " + target.Quoted() + " AS t (" + strings.Join(quoteAll(names), ", ") + ") SELECT " + strings.Join(sel, ", ") +
-		" FROM " + stageRef(stage) + " AS s WHERE s.op = 'u' AND s.mask = '' ON CONFLICT (" + strings.Join(keys, ", ") + ") " + conflict
+		" FROM " + stageRef(stage) + " AS s WHERE " + where + " ON CONFLICT (" + strings.Join(keys, ", ") + ") " + conflict
 }
 
-// maskedUpdateSQL updates the rows staged with op 'u' and the mask given as
-// parameter $1, leaving the key and the unchanged columns alone. It returns
-// "" when no column is left to set.
-func maskedUpdateSQL(target change.TableName, stage string, names, types []string, keyPos []int, unchanged []int) string {
+// updateSQL updates the target rows staged with op 'u' and the mask of the
+// unchanged positions given: with none, the complete rows (mask ”); else
+// the rows whose mask is parameter $1, leaving the unchanged columns alone.
+// The key is never set. It returns "" when no column is left to set.
+func updateSQL(target change.TableName, stage string, names, types []string, keyPos []int, unchanged []int) string {
 	skip := positions(len(names), keyPos)
 	for _, i := range unchanged {
 		skip[i] = true
@@ -99,8 +107,12 @@ func maskedUpdateSQL(target change.TableName, stage string, names, types []strin
 	if len(sets) == 0 {
 		return ""
 	}
+	mask := "''"
+	if len(unchanged) > 0 {
+		mask = "$1"
+	}
 	return "UPDATE " + target.Quoted() + " AS t SET " + strings.Join(sets, ", ") + " FROM " + stageRef(stage) +
-		" AS s WHERE s.op = 'u' AND s.mask = $1 AND " + keyMatch(names, types, keyPos)
+		" AS s WHERE s.op = 'u' AND s.mask = " + mask + " AND " + keyMatch(names, types, keyPos)
 }
 
 // moveSQL updates the row whose key columns equal the parameters after

@@ -29,14 +29,20 @@ func TestKeyedStatements(t *testing.T) {
 	require.Equal(t, `DELETE FROM "app"."Odd""Name" AS t USING pg_temp."s" AS s WHERE s.op = 'd' AND t."id" = s.c0::bigint AND t."region" = s.c1::text`,
 		deleteSQL(target, "s", names, types, keyPos))
 	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region", "v", "big") SELECT s.c0::bigint, s.c1::text, s.c2::integer, s.c3::text`+
-		` FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = '' ON CONFLICT ("id", "region") DO UPDATE SET "v" = EXCLUDED."v", "big" = EXCLUDED."big"`,
-		upsertSQL(target, "s", names, types, keyPos))
+		` FROM pg_temp."s" AS s WHERE s.op = 'i' ON CONFLICT ("id", "region") DO UPDATE SET "v" = EXCLUDED."v", "big" = EXCLUDED."big"`,
+		insertSQL(target, "s", names, types, keyPos, opInsert))
 	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region") SELECT s.c0::bigint, s.c1::text`+
+		` FROM pg_temp."s" AS s WHERE s.op = 'i' ON CONFLICT ("id", "region") DO NOTHING`,
+		insertSQL(target, "s", names[:2], types[:2], keyPos, opInsert))
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region", "v", "big") SELECT s.c0::bigint, s.c1::text, s.c2::integer, s.c3::text`+
 		` FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = '' ON CONFLICT ("id", "region") DO NOTHING`,
-		upsertSQL(target, "s", names[:2], types[:2], keyPos))
+		insertSQL(target, "s", names, types, keyPos, opUpdate))
+	require.Equal(t, `UPDATE "app"."Odd""Name" AS t SET "v" = s.c2::integer, "big" = s.c3::text FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = '' AND t."id" = s.c0::bigint AND t."region" = s.c1::text`,
+		updateSQL(target, "s", names, types, keyPos, nil))
 	require.Equal(t, `UPDATE "app"."Odd""Name" AS t SET "v" = s.c2::integer FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = $1 AND t."id" = s.c0::bigint AND t."region" = s.c1::text`,
-		maskedUpdateSQL(target, "s", names, types, keyPos, []int{3}))
-	require.Equal(t, "", maskedUpdateSQL(target, "s", names, types, keyPos, []int{2, 3}))
+		updateSQL(target, "s", names, types, keyPos, []int{3}))
+	require.Equal(t, "", updateSQL(target, "s", names, types, keyPos, []int{2, 3}))
+	require.Equal(t, "", updateSQL(target, "s", names[:2], types[:2], keyPos, nil))
 }
 
 func TestRowStatements(t *testing.T) {
