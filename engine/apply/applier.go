@@ -1,7 +1,6 @@
 package apply
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -26,6 +25,11 @@ var ErrForeignKeyViolation = errors.New("foreign key violation on the destinatio
 // example after a column was added on the source) before CDC can go on.
 var ErrMissingColumn = errors.New("destination table lacks a replicated column")
 
+// ErrBinaryMismatch matches (errors.Is) a column that the source sends in
+// binary whose type was not checked: its type changed on the source, or it
+// is new. The stream must be restarted in a format decided anew.
+var ErrBinaryMismatch = errors.New("the source sends a column in binary whose type was not checked; restart the stream in a format decided anew")
+
 // Counts are the changes received for one source table: every source change
 // counts once, even when several changes to one row collapse into one
 // statement.
@@ -45,6 +49,15 @@ type Config struct {
 	// ChunkBytes also ends a chunk once the buffered values hold this many
 	// bytes (for rows with large values). Default 64 MiB.
 	ChunkBytes int
+	// Binary says that the stream sends binary values; every column's
+	// source type OID must be in BinaryTypes. A relation with a replicated
+	// column that is not, or has another type OID, fails Apply with an
+	// error matching ErrBinaryMismatch.
+	Binary bool
+	// BinaryTypes maps a source table to its columns' source type OIDs
+	// (column name to OID), each checked to be identical and portable on
+	// both sides when the run started.
+	BinaryTypes map[change.TableName]map[string]uint32
 	// Logger receives warnings. Default: discard.
 	Logger *slog.Logger
 	// OnColumnsDropped, when set, is called when the source describes a
@@ -90,7 +103,7 @@ type Applier struct {
 	stageSeq    int
 	replicaRole bool
 	lastPlan    *plan // plan of the previous change (ordering without replica role)
-	copyBuf     bytes.Buffer
+	copy        copyWriter
 }
 
 // New prepares an Applier on conn: it creates the metadata table when

@@ -226,3 +226,36 @@ func TestKeyedStates(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(id::text, ',' ORDER BY id) FROM parent`).Scan(&got))
 	require.Equal(t, "1,2,8", got)
 }
+
+// TestStagingTypes: staging columns take the destination's types without
+// their domain constraints (deletes and unchanged values stage NULLs) and
+// with their collations (keys compare as the primary key's index does).
+func TestStagingTypes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, `CREATE DOMAIN pos AS int NOT NULL CHECK (VALUE > 0);
+		CREATE DOMAIN pos2 AS pos;
+		CREATE TABLE public.child (id text COLLATE "C" PRIMARY KEY, parent_id pos2, note varchar(20));
+		INSERT INTO child VALUES ('a', 1, 'keep'), ('b', 2, 'gone')`)
+	rel := &change.Relation{ID: 2, Table: childRel.Table, ReplicaIdentity: change.IdentityDefault, Columns: childRel.Columns}
+	conn := connect(t, dst)
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()[1:]})
+	require.NoError(t, err)
+	require.NoError(t, a.Begin(ctx))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpUpdate, Relation: rel, New: []change.Value{text("a"), text("3"), unchanged}}))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpDelete, Relation: rel, Old: []change.Value{text("b"), null, null}, OldKeyOnly: true}))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: rel, New: []change.Value{text("c"), text("4"), text("new")}}))
+	_, err = a.Commit(ctx, 0x100, 1)
+	require.NoError(t, err)
+	var got string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(format('%s/%s/%s', id, parent_id, note), ',' ORDER BY id) FROM child`).Scan(&got))
+	require.Equal(t, "a/3/keep,c/4/new", got)
+
+	// The domain's constraints still hold for what reaches the table.
+	require.NoError(t, a.Begin(ctx))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpUpdate, Relation: rel, New: []change.Value{text("a"), text("-1"), unchanged}}))
+	_, err = a.Commit(ctx, 0x200, 2)
+	require.ErrorContains(t, err, "pos")
+	require.NoError(t, a.Rollback(ctx))
+}

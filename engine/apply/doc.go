@@ -11,9 +11,9 @@
 // size of a source transaction. For a table whose destination has a primary
 // key, a chunk is collapsed to the final state of each key (deleted, new, or
 // updated: new when the key's first change in the chunk was an insert),
-// loaded with COPY (text format, every value as text) into a temporary
-// staging table, and applied with set-based statements that cast each value
-// to the destination column type, each as cheap as the state allows:
+// loaded with COPY into a temporary staging table whose columns have the
+// destination's types, and applied with set-based statements, each as cheap
+// as the state allows:
 //
 //   - DELETE ... USING staging for deleted keys (also the old key of an
 //     update that changed the primary key),
@@ -26,7 +26,19 @@
 //     statement per set of unchanged columns, leaving those columns alone.
 //
 // An update is thus one UPDATE, not an insert attempt that conflicts and
-// then updates: cheaper for the destination, in CPU and in WAL.
+// then updates: cheaper for the destination, in CPU and in WAL. As the
+// staging table is typed, COPY parses each value once and keys compare with
+// the primary key's index without casts.
+//
+// Values come in one of two forms, and a stream sends only one. Text values
+// (change.ValueText) go by text COPY and text parameters, parsed by the
+// destination's type input functions. Binary values (change.ValueBinary,
+// pgoutput's binary mode) go by binary COPY and binary parameters typed
+// with the destination column's type OID, untouched: this needs the types
+// to be identical on both sides, which the caller checked when the run
+// started (Config.Binary, Config.BinaryTypes); a relation whose columns no
+// longer match that check fails with ErrBinaryMismatch, and the caller
+// starts the stream again in a format decided anew.
 //
 // An unchanged TOAST value is taken from an earlier image of the same row in
 // the chunk when there is one (an insert and an update of one row in one
@@ -35,7 +47,8 @@
 // the old key.
 //
 // A table without a usable primary key (for example REPLICA IDENTITY FULL
-// with duplicate rows) is applied in order: runs of inserts by COPY, and
+// with duplicate rows) is applied in order: runs of inserts by COPY into the
+// table, and
 // each update or delete on exactly one row whose columns match the old row
 // image (compared as text after a round trip through the destination type,
 // so json and point compare too). TRUNCATE truncates the mapped destination
@@ -43,4 +56,11 @@
 // the destination.
 //
 // Foreign keys and triggers: see Applier.
+//
+// The package's files: applier.go (the Applier and its batch), plan.go
+// (destination tables, plans per relation, source DDL), collapse.go
+// (folding a chunk to the final state of each key), keyed.go (staging and
+// the set-based statements), ordered.go (tables without a key, one-row
+// statements), statements.go (the SQL, as pure functions), copyenc.go (COPY
+// data in text and binary format) and meta.go (the destination metadata).
 package apply

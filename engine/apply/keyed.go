@@ -36,8 +36,8 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	if err := a.prepareStage(ctx, p); err != nil {
 		return err
 	}
-	buf := &a.copyBuf
-	buf.Reset()
+	w := &a.copy
+	w.reset(p.binaryChunk())
 	var deletes, inserts, updates int
 	masks := map[string]bool{}
 	for _, k := range p.order {
@@ -45,8 +45,7 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 		switch op := e.stageOp(); op {
 		case opDelete:
 			deletes++
-			buf.WriteString("d\t\t")
-			writeCopyRow(buf, e.vals, p.keyPos)
+			w.stageRow(op, "", e.vals, p.keyPos)
 		default:
 			m := ""
 			if op == opInsert {
@@ -56,14 +55,14 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 			} else {
 				masks[m] = true
 			}
-			buf.WriteByte(op)
-			buf.WriteByte('\t')
-			buf.WriteString(m)
-			buf.WriteByte('\t')
-			writeCopyRow(buf, e.vals, nil)
+			w.stageRow(op, m, e.vals, nil)
 		}
 	}
-	if _, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(buf.Bytes()), copyStageSQL(p.stage)); err != nil {
+	data, err := w.data()
+	if err != nil {
+		return fmt.Errorf("load staging rows for %s: %w", p.dest.name, err)
+	}
+	if _, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), copyStageSQL(p.stage, w.binary)); err != nil {
 		return fmt.Errorf("load staging rows for %s: %w", p.dest.name, err)
 	}
 	p.stageUsed = true
@@ -79,15 +78,15 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 		}
 	}
 	if deletes > 0 {
-		queue("delete", deleteSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos))
+		queue("delete", deleteSQL(p.dest.name, p.stage, p.names, p.keyPos))
 	}
 	updateAt := -1 // position of the complete rows' UPDATE in the batch
-	if sql := updateSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos, nil); updates > 0 && sql != "" {
+	if sql := updateSQL(p.dest.name, p.stage, p.names, p.keyPos, nil); updates > 0 && sql != "" {
 		updateAt = len(what)
 		queue("update", sql)
 	}
 	if inserts > 0 {
-		queue("insert", insertSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos, opInsert))
+		queue("insert", insertSQL(p.dest.name, p.stage, p.names, p.keyPos, opInsert))
 	}
 	maskList := make([]string, 0, len(masks))
 	for m := range masks {
@@ -95,7 +94,7 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	}
 	sort.Strings(maskList)
 	for _, m := range maskList {
-		queue("update", updateSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos, parseMask(m)), m)
+		queue("update", updateSQL(p.dest.name, p.stage, p.names, p.keyPos, parseMask(m)), m)
 	}
 	updated := int64(0)
 	if len(what) > 0 {
@@ -117,7 +116,7 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	if updated < int64(updates) {
 		// Updated rows the destination lacks: insert them as they are now
 		// on the source.
-		if _, err := a.tx.Exec(ctx, insertSQL(p.dest.name, p.stage, p.names, p.types, p.keyPos, opUpdate)); err != nil {
+		if _, err := a.tx.Exec(ctx, insertSQL(p.dest.name, p.stage, p.names, p.keyPos, opUpdate)); err != nil {
 			return classify(fmt.Errorf("insert updated rows missing from %s: %w", p.dest.name, err))
 		}
 	}
@@ -137,7 +136,7 @@ func (a *Applier) prepareStage(ctx context.Context, p *plan) error {
 	}
 	a.stageSeq++
 	name := fmt.Sprintf("pgmirror_stage_%d", a.stageSeq)
-	if _, err := a.tx.Exec(ctx, createStageSQL(name, len(p.names))); err != nil {
+	if _, err := a.tx.Exec(ctx, createStageSQL(name, p.stageTypes)); err != nil {
 		return fmt.Errorf("create staging table for %s: %w", p.dest.name, err)
 	}
 	p.stage = name
@@ -149,19 +148,23 @@ func (a *Applier) prepareStage(ctx context.Context, p *plan) error {
 func (a *Applier) moveRow(ctx context.Context, p *plan, oldVals, vals []change.Value) error {
 	var (
 		set  []int
-		args []any
+		args []change.Value
 	)
 	for i, v := range vals {
 		if v.Kind != change.ValueUnchanged {
 			set = append(set, i)
-			args = append(args, textArg(v))
+			args = append(args, v)
 		}
 	}
 	for _, k := range p.keyPos {
-		args = append(args, textArg(oldVals[k]))
+		args = append(args, oldVals[k])
 	}
-	if _, err := a.tx.Exec(ctx, moveSQL(p.dest.name, p.names, p.types, set, p.keyPos), args...); err != nil {
-		return classify(fmt.Errorf("move row of %s to a new key: %w", p.dest.name, err))
+	b := newRowBatch(binaryValues(vals) || binaryValues(oldVals))
+	if err := b.queue(p, "move", moveSQL(p.dest.name, p.names, p.types, set, p.keyPos), args, append(set, p.keyPos...)); err != nil {
+		return fmt.Errorf("move row of %s to a new key: %w", p.dest.name, err)
+	}
+	if _, err := a.sendRows(ctx, p, b); err != nil {
+		return err
 	}
 	return nil
 }

@@ -6,52 +6,54 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
 )
 
-// This file applies the changes of a table without a usable key, in order.
+// This file applies the changes of a table without a usable key, in order,
+// and sends the one-row statements that this path (and a keyed row moving
+// to a new key) needs.
 
 // flushOrdered applies the changes of a table without a usable key in
-// order: runs of inserts by COPY, each update and delete on exactly one
-// matching row.
+// order: runs of inserts by COPY straight into the table, each update and
+// delete on exactly one matching row.
 func (a *Applier) flushOrdered(ctx context.Context, p *plan) error {
-	buf := &a.copyBuf
-	buf.Reset()
-	batch := &pgx.Batch{}
-	var stmts []string
-	copySQL := copyTargetSQL(p.dest.name, p.names)
+	binary := p.binaryChunk()
+	w := &a.copy
+	w.reset(binary)
+	rows := 0
+	b := newRowBatch(binary)
+	copySQL := copyTargetSQL(p.dest.name, p.names, binary)
 	flushInserts := func() error {
-		if buf.Len() == 0 {
+		if rows == 0 {
 			return nil
 		}
-		_, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(buf.Bytes()), copySQL)
-		buf.Reset()
+		data, err := w.data()
+		if err == nil {
+			_, err = a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), copySQL)
+		}
+		w.reset(binary)
+		rows = 0
 		if err != nil {
 			return classify(fmt.Errorf("copy inserted rows into %s: %w", p.dest.name, err))
 		}
 		return nil
 	}
 	flushStmts := func() error {
-		if len(stmts) == 0 {
+		if len(b.ops) == 0 {
 			return nil
 		}
-		br := a.tx.SendBatch(ctx, batch)
-		for _, op := range stmts {
-			tag, err := br.Exec()
-			if err != nil {
-				br.Close()
-				return classify(fmt.Errorf("apply %s to %s: %w", op, p.dest.name, err))
-			}
-			if tag.RowsAffected() == 0 {
-				a.log.Warn("no destination row matched a replicated change", "table", p.dest.name.String(), "op", op)
+		affected, err := a.sendRows(ctx, p, b)
+		if err != nil {
+			return err
+		}
+		for i, n := range affected {
+			if n == 0 {
+				a.log.Warn("no destination row matched a replicated change", "table", p.dest.name.String(), "op", b.ops[i])
 			}
 		}
-		batch = &pgx.Batch{}
-		stmts = stmts[:0]
-		if err := br.Close(); err != nil {
-			return classify(fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
-		}
+		b = newRowBatch(binary)
 		return nil
 	}
 	for _, c := range p.ops {
@@ -59,19 +61,17 @@ func (a *Applier) flushOrdered(ctx context.Context, p *plan) error {
 			if err := flushStmts(); err != nil {
 				return err
 			}
-			writeCopyRow(buf, p.project(c.New), nil)
+			w.row(p.project(c.New))
+			rows++
 			continue
 		}
 		if err := flushInserts(); err != nil {
 			return err
 		}
-		sql, vals := p.rowStatement(c)
-		args := make([]any, len(vals))
-		for i, v := range vals {
-			args[i] = textArg(v)
+		sql, args, cols := p.rowStatement(c)
+		if err := b.queue(p, c.Op.String(), sql, args, cols); err != nil {
+			return fmt.Errorf("apply %s to %s: %w", c.Op, p.dest.name, err)
 		}
-		batch.Queue(sql, args...)
-		stmts = append(stmts, c.Op.String())
 	}
 	p.ops = p.ops[:0]
 	if err := flushStmts(); err != nil {
@@ -81,9 +81,9 @@ func (a *Applier) flushOrdered(ctx context.Context, p *plan) error {
 }
 
 // rowStatement returns the statement that updates or deletes exactly one
-// destination row matching the change's old image, and the values of its
-// parameters in order.
-func (p *plan) rowStatement(c *change.Change) (string, []change.Value) {
+// destination row matching the change's old image, the values of its
+// parameters in order, and the applied column of each.
+func (p *plan) rowStatement(c *change.Change) (string, []change.Value, []int) {
 	var old []change.Value
 	match := p.identPos
 	switch {
@@ -110,7 +110,7 @@ func (p *plan) rowStatement(c *change.Change) (string, []change.Value) {
 			}
 		}
 		if len(set) == 0 {
-			return rowSQL(p.dest.name, p.dest.partitioned, false, p.names, p.types, nil, nil), nil
+			return rowSQL(p.dest.name, p.dest.partitioned, false, p.names, p.types, nil, nil), nil, nil
 		}
 	}
 	for _, i := range match {
@@ -119,13 +119,87 @@ func (p *plan) rowStatement(c *change.Change) (string, []change.Value) {
 			args = append(args, old[i])
 		}
 	}
-	return rowSQL(p.dest.name, p.dest.partitioned, c.Op == change.OpDelete, p.names, p.types, set, where), args
+	return rowSQL(p.dest.name, p.dest.partitioned, c.Op == change.OpDelete, p.names, p.types, set, where), args, append(set, where...)
 }
 
-// textArg is v as a text parameter (nil for NULL).
-func textArg(v change.Value) any {
-	if v.Kind != change.ValueText {
+// rowBatch pipelines one-row statements. Text values go as text parameters
+// through pgx (which prepares each statement once); binary values go as
+// binary parameters typed with the destination column's type OID.
+type rowBatch struct {
+	binary bool
+	text   pgx.Batch
+	bin    pgconn.Batch
+	ops    []string // what each statement does, for messages
+}
+
+func newRowBatch(binary bool) *rowBatch { return &rowBatch{binary: binary} }
+
+// queue adds a statement whose parameters are args, the values of p's
+// applied columns cols.
+func (b *rowBatch) queue(p *plan, op, sql string, args []change.Value, cols []int) error {
+	if !b.binary {
+		params := make([]any, len(args))
+		for i, v := range args {
+			switch v.Kind {
+			case change.ValueText:
+				params[i] = string(v.Text)
+			case change.ValueBinary:
+				return mixedError(false)
+			}
+		}
+		b.text.Queue(sql, params...)
+		b.ops = append(b.ops, op)
 		return nil
 	}
-	return string(v.Text)
+	values := make([][]byte, len(args))
+	oids := make([]uint32, len(args))
+	formats := make([]int16, len(args))
+	for i, v := range args {
+		switch v.Kind {
+		case change.ValueBinary:
+			values[i] = v.Text
+			if values[i] == nil {
+				values[i] = []byte{} // an empty value, not NULL
+			}
+		case change.ValueText:
+			return mixedError(true)
+		}
+		oids[i] = p.typeOIDs[cols[i]]
+		formats[i] = 1
+	}
+	b.bin.ExecParams(sql, values, oids, formats, nil)
+	b.ops = append(b.ops, op)
+	return nil
+}
+
+// sendRows sends b's statements on p's table and returns the rows each
+// affected.
+func (a *Applier) sendRows(ctx context.Context, p *plan, b *rowBatch) ([]int64, error) {
+	affected := make([]int64, 0, len(b.ops))
+	if !b.binary {
+		br := a.tx.SendBatch(ctx, &b.text)
+		for _, op := range b.ops {
+			tag, err := br.Exec()
+			if err != nil {
+				br.Close()
+				return nil, classify(fmt.Errorf("apply %s to %s: %w", op, p.dest.name, err))
+			}
+			affected = append(affected, tag.RowsAffected())
+		}
+		if err := br.Close(); err != nil {
+			return nil, classify(fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
+		}
+		return affected, nil
+	}
+	results, err := a.conn.PgConn().ExecBatch(ctx, &b.bin).ReadAll()
+	for i, r := range results {
+		if r.Err != nil && i < len(b.ops) {
+			return nil, classify(fmt.Errorf("apply %s to %s: %w", b.ops[i], p.dest.name, r.Err))
+		}
+		affected = append(affected, r.CommandTag.RowsAffected())
+	}
+	if err != nil {
+		return nil, classify(fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
+	}
+	return affected, nil
 }

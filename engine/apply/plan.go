@@ -15,36 +15,69 @@ import (
 // destTable is what the applier knows of a destination table.
 type destTable struct {
 	name        change.TableName
-	types       map[string]string // column name -> SQL type (format_type)
+	columns     map[string]destColumn
 	pk          map[string]bool
 	required    map[string]bool // NOT NULL without a default: an insert must name it
 	partitioned bool
 }
 
+// destColumn is a column of a destination table.
+type destColumn struct {
+	typ     string // SQL type (format_type)
+	typeOID uint32
+	// stage is the column's definition in a staging table: its type (the
+	// base type of a domain, whose constraints the staged NULLs of deletes
+	// and unchanged values would break), with its collation, so that staged
+	// keys compare with the column as its index does.
+	stage string
+}
+
+// destTableSQL reads the columns of a destination table (not dropped, not
+// generated) in order, with their staging type: the base of a domain
+// (following domains over domains), with its modifier.
+const destTableSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid,
+		format_type(b.oid, b.typmod), coll.nspname, coll.collname,
+		coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p', a.attnotnull AND NOT a.atthasdef
+	FROM pg_class c
+	JOIN pg_namespace n ON n.oid = c.relnamespace
+	JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+	LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
+	LEFT JOIN LATERAL (
+		WITH RECURSIVE d(oid, typmod, depth) AS (
+			SELECT a.atttypid, a.atttypmod, 0
+			UNION ALL
+			SELECT t.typbasetype, t.typtypmod, d.depth + 1 FROM d JOIN pg_type t ON t.oid = d.oid AND t.typtype = 'd')
+		SELECT d.oid, d.typmod FROM d ORDER BY d.depth DESC LIMIT 1) b ON true
+	LEFT JOIN LATERAL (
+		SELECT cn.nspname, co.collname FROM pg_collation co JOIN pg_namespace cn ON cn.oid = co.collnamespace
+		WHERE co.oid = a.attcollation) coll ON true
+	WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')
+	ORDER BY a.attnum`
+
 func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTable, error) {
 	if t := a.tables[name]; t != nil {
 		return t, nil
 	}
-	rows, err := a.tx.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod),
-			coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p', a.attnotnull AND NOT a.atthasdef
-		FROM pg_class c
-		JOIN pg_namespace n ON n.oid = c.relnamespace
-		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
-		LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
-		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')
-		ORDER BY a.attnum`, name.Schema, name.Name)
+	rows, err := a.tx.Query(ctx, destTableSQL, name.Schema, name.Name)
 	if err != nil {
 		return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 	}
-	t := &destTable{name: name, types: map[string]string{}, pk: map[string]bool{}, required: map[string]bool{}}
+	t := &destTable{name: name, columns: map[string]destColumn{}, pk: map[string]bool{}, required: map[string]bool{}}
 	for rows.Next() {
-		var col, typ string
-		var pk, part, required bool
-		if err := rows.Scan(&col, &typ, &pk, &part, &required); err != nil {
+		var (
+			col, typ, stageType  string
+			oid                  uint32
+			collSchema, collName *string
+			pk, part, required   bool
+		)
+		if err := rows.Scan(&col, &typ, &oid, &stageType, &collSchema, &collName, &pk, &part, &required); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 		}
-		t.types[col] = typ
+		if collName != nil {
+			stageType += " COLLATE " + change.QuoteIdent(*collSchema) + "." + change.QuoteIdent(*collName)
+		}
+		t.columns[col] = destColumn{typ: typ, typeOID: oid, stage: stageType}
 		if pk {
 			t.pk[col] = true
 		}
@@ -56,7 +89,7 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 	}
-	if len(t.types) == 0 {
+	if len(t.columns) == 0 {
 		return nil, fmt.Errorf("destination table %s does not exist", name)
 	}
 	a.tables[name] = t
@@ -70,8 +103,13 @@ type plan struct {
 	srcIdx []int    // relation column index of each applied column
 	names  []string // applied column names (same on both sides)
 	types  []string // destination SQL types of the applied columns
-	keyed  bool     // the destination primary key identifies rows
-	keyPos []int    // positions (in applied columns) of the key columns
+	// typeOIDs are the destination type OIDs of the applied columns (the
+	// types of binary parameters).
+	typeOIDs []uint32
+	// stageTypes define the staging columns (see destColumn.stage).
+	stageTypes []string
+	keyed      bool  // the destination primary key identifies rows
+	keyPos     []int // positions (in applied columns) of the key columns
 	// identPos are positions of the source's replica identity columns
 	// (ordered mode, when the old row image holds only the key).
 	identPos []int
@@ -94,6 +132,11 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 	m := a.mappings[rel.Table]
 	if m == nil {
 		return nil, nil
+	}
+	if a.cfg.Binary {
+		if err := checkBinary(m, rel, a.cfg.BinaryTypes[rel.Table]); err != nil {
+			return nil, err
+		}
 	}
 	old := a.current[rel.Table]
 	if old != nil && sameShape(old.rel, rel) {
@@ -125,6 +168,8 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 			}
 		}
 		delete(a.plans, old.rel)
+		// A schema sync may have changed the destination along (a type).
+		delete(a.tables, m.Destination)
 	}
 	dest, err := a.destTable(ctx, m.Destination)
 	if err != nil {
@@ -133,7 +178,7 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 	// The destination may have been altered since it was read (a schema
 	// sync adding a column): read it again when a column seems missing.
 	for _, c := range rel.Columns {
-		if _, ok := dest.types[c.Name]; !ok && !m.Excluded(c.Name) {
+		if _, ok := dest.columns[c.Name]; !ok && !m.Excluded(c.Name) {
 			delete(a.tables, m.Destination)
 			if dest, err = a.destTable(ctx, m.Destination); err != nil {
 				return nil, err
@@ -149,7 +194,7 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		if m.Excluded(c.Name) {
 			continue
 		}
-		typ, ok := dest.types[c.Name]
+		col, ok := dest.columns[c.Name]
 		if !ok {
 			return nil, fmt.Errorf("%w: destination table %s has no column %q of source table %s (sync the schema)", ErrMissingColumn, m.Destination, c.Name, rel.Table)
 		}
@@ -161,7 +206,9 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		}
 		p.srcIdx = append(p.srcIdx, i)
 		p.names = append(p.names, c.Name)
-		p.types = append(p.types, typ)
+		p.types = append(p.types, col.typ)
+		p.typeOIDs = append(p.typeOIDs, col.typeOID)
+		p.stageTypes = append(p.stageTypes, col.stage)
 	}
 	// Keyed apply needs every destination key column in the stream, and in
 	// every old row image the source sends.
@@ -243,4 +290,23 @@ func (p *plan) project(vals []change.Value) []change.Value {
 		out[i] = vals[s]
 	}
 	return out
+}
+
+// checkBinary returns an error matching ErrBinaryMismatch when a column of
+// rel that is replicated is not in checked (column name to the source type
+// OID checked when the run started) with the type the source now sends.
+func checkBinary(m *change.Mapping, rel *change.Relation, checked map[string]uint32) error {
+	for _, c := range rel.Columns {
+		if m.Excluded(c.Name) {
+			continue
+		}
+		oid, ok := checked[c.Name]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: column %q of %s was not checked", ErrBinaryMismatch, c.Name, rel.Table)
+		case oid != c.TypeOID:
+			return fmt.Errorf("%w: column %q of %s has type OID %d, checked was %d", ErrBinaryMismatch, c.Name, rel.Table, c.TypeOID, oid)
+		}
+	}
+	return nil
 }

@@ -19,12 +19,15 @@ const stagePrefix = "pg_temp."
 // stageRef returns the quoted, schema-qualified name of staging table stage.
 func stageRef(stage string) string { return stagePrefix + change.QuoteIdent(stage) }
 
-// createStageSQL creates staging table stage: op and mask, then one text
-// column c<i> per applied column. Its rows go at commit.
-func createStageSQL(stage string, columns int) string {
+// createStageSQL creates staging table stage: op and mask, then a column
+// c<i> per applied column, defined by stageTypes[i] (the destination type),
+// so that values are parsed (text) or received (binary) by COPY once and
+// compare with the destination's columns without casts. Its rows go at
+// commit.
+func createStageSQL(stage string, stageTypes []string) string {
 	cols := []string{"op text", "mask text"}
-	for i := range columns {
-		cols = append(cols, fmt.Sprintf("c%d text", i))
+	for i, t := range stageTypes {
+		cols = append(cols, fmt.Sprintf("c%d %s", i, t))
 	}
 	return "CREATE TEMP TABLE " + change.QuoteIdent(stage) + " (" + strings.Join(cols, ", ") + ") ON COMMIT DELETE ROWS"
 }
@@ -35,29 +38,40 @@ func truncateStageSQL(stage string) string { return "TRUNCATE " + stageRef(stage
 // dropStageSQL drops staging table stage.
 func dropStageSQL(stage string) string { return "DROP TABLE IF EXISTS " + stageRef(stage) }
 
-// copyStageSQL loads staging table stage.
-func copyStageSQL(stage string) string { return "COPY " + stageRef(stage) + " FROM STDIN" }
-
-// copyTargetSQL loads rows into the named columns of target.
-func copyTargetSQL(target change.TableName, names []string) string {
-	return "COPY " + target.Quoted() + " (" + strings.Join(quoteAll(names), ", ") + ") FROM STDIN"
+// copyStageSQL loads staging table stage from COPY data in binary or text
+// format.
+func copyStageSQL(stage string, binary bool) string {
+	return "COPY " + stageRef(stage) + " FROM STDIN" + copyFormat(binary)
 }
 
-// stageValue is staging column i as a value of type typ.
-func stageValue(i int, typ string) string { return fmt.Sprintf("s.c%d::%s", i, typ) }
+// copyTargetSQL loads rows into the named columns of target from COPY data
+// in binary or text format.
+func copyTargetSQL(target change.TableName, names []string, binary bool) string {
+	return "COPY " + target.Quoted() + " (" + strings.Join(quoteAll(names), ", ") + ") FROM STDIN" + copyFormat(binary)
+}
+
+func copyFormat(binary bool) string {
+	if binary {
+		return " WITH (FORMAT binary)"
+	}
+	return ""
+}
+
+// stageValue is staging column i.
+func stageValue(i int) string { return fmt.Sprintf("s.c%d", i) }
 
 // keyMatch matches target row t to staging row s on the key columns.
-func keyMatch(names, types []string, keyPos []int) string {
+func keyMatch(names []string, keyPos []int) string {
 	match := make([]string, len(keyPos))
 	for j, k := range keyPos {
-		match[j] = "t." + change.QuoteIdent(names[k]) + " = " + stageValue(k, types[k])
+		match[j] = "t." + change.QuoteIdent(names[k]) + " = " + stageValue(k)
 	}
 	return strings.Join(match, " AND ")
 }
 
 // deleteSQL deletes the target rows whose key a staging row with op 'd' holds.
-func deleteSQL(target change.TableName, stage string, names, types []string, keyPos []int) string {
-	return "DELETE FROM " + target.Quoted() + " AS t USING " + stageRef(stage) + " AS s WHERE s.op = 'd' AND " + keyMatch(names, types, keyPos)
+func deleteSQL(target change.TableName, stage string, names []string, keyPos []int) string {
+	return "DELETE FROM " + target.Quoted() + " AS t USING " + stageRef(stage) + " AS s WHERE s.op = 'd' AND " + keyMatch(names, keyPos)
 }
 
 // insertSQL inserts the rows staged with op: for opInsert, every row with
@@ -65,12 +79,12 @@ func deleteSQL(target change.TableName, stage string, names, types []string, key
 // upsert); for opUpdate, the complete rows (mask ”) whose key does not
 // exist, leaving those that do alone (the follow-up of updateSQL for rows
 // the destination lacks).
-func insertSQL(target change.TableName, stage string, names, types []string, keyPos []int, op byte) string {
+func insertSQL(target change.TableName, stage string, names []string, keyPos []int, op byte) string {
 	isKey := positions(len(names), keyPos)
 	var sel, keys, sets []string
 	for i, n := range names {
 		q := change.QuoteIdent(n)
-		sel = append(sel, stageValue(i, types[i]))
+		sel = append(sel, stageValue(i))
 		if isKey[i] {
 			keys = append(keys, q)
 		} else {
@@ -93,7 +107,7 @@ func insertSQL(target change.TableName, stage string, names, types []string, key
 // unchanged positions given: with none, the complete rows (mask ”); else
 // the rows whose mask is parameter $1, leaving the unchanged columns alone.
 // The key is never set. It returns "" when no column is left to set.
-func updateSQL(target change.TableName, stage string, names, types []string, keyPos []int, unchanged []int) string {
+func updateSQL(target change.TableName, stage string, names []string, keyPos []int, unchanged []int) string {
 	skip := positions(len(names), keyPos)
 	for _, i := range unchanged {
 		skip[i] = true
@@ -101,7 +115,7 @@ func updateSQL(target change.TableName, stage string, names, types []string, key
 	var sets []string
 	for i, n := range names {
 		if !skip[i] {
-			sets = append(sets, change.QuoteIdent(n)+" = "+stageValue(i, types[i]))
+			sets = append(sets, change.QuoteIdent(n)+" = "+stageValue(i))
 		}
 	}
 	if len(sets) == 0 {
@@ -112,11 +126,13 @@ func updateSQL(target change.TableName, stage string, names, types []string, key
 		mask = "$1"
 	}
 	return "UPDATE " + target.Quoted() + " AS t SET " + strings.Join(sets, ", ") + " FROM " + stageRef(stage) +
-		" AS s WHERE s.op = 'u' AND s.mask = " + mask + " AND " + keyMatch(names, types, keyPos)
+		" AS s WHERE s.op = 'u' AND s.mask = " + mask + " AND " + keyMatch(names, keyPos)
 }
 
 // moveSQL updates the row whose key columns equal the parameters after
 // those of set to the values given for the set columns ($1, $2, ...).
+// Parameters are cast to the destination types (needed for text
+// parameters sent without a type; a no-op for typed binary ones).
 func moveSQL(target change.TableName, names, types []string, set, keyPos []int) string {
 	var sets, where []string
 	n := 0

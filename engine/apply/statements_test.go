@@ -17,32 +17,35 @@ var (
 
 func TestStageStatements(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, `CREATE TEMP TABLE "s_1" (op text, mask text, c0 text, c1 text) ON COMMIT DELETE ROWS`, createStageSQL("s_1", 2))
+	require.Equal(t, `CREATE TEMP TABLE "s_1" (op text, mask text, c0 bigint, c1 text COLLATE "pg_catalog"."C") ON COMMIT DELETE ROWS`,
+		createStageSQL("s_1", []string{"bigint", `text COLLATE "pg_catalog"."C"`}))
 	require.Equal(t, `TRUNCATE pg_temp."s_1"`, truncateStageSQL("s_1"))
 	require.Equal(t, `DROP TABLE IF EXISTS pg_temp."s_1"`, dropStageSQL("s_1"))
-	require.Equal(t, `COPY pg_temp."s_1" FROM STDIN`, copyStageSQL("s_1"))
-	require.Equal(t, `COPY "app"."Odd""Name" ("id", "region", "v", "big") FROM STDIN`, copyTargetSQL(target, names))
+	require.Equal(t, `COPY pg_temp."s_1" FROM STDIN`, copyStageSQL("s_1", false))
+	require.Equal(t, `COPY pg_temp."s_1" FROM STDIN WITH (FORMAT binary)`, copyStageSQL("s_1", true))
+	require.Equal(t, `COPY "app"."Odd""Name" ("id", "region", "v", "big") FROM STDIN`, copyTargetSQL(target, names, false))
+	require.Equal(t, `COPY "app"."Odd""Name" ("id", "region", "v", "big") FROM STDIN WITH (FORMAT binary)`, copyTargetSQL(target, names, true))
 }
 
 func TestKeyedStatements(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, `DELETE FROM "app"."Odd""Name" AS t USING pg_temp."s" AS s WHERE s.op = 'd' AND t."id" = s.c0::bigint AND t."region" = s.c1::text`,
-		deleteSQL(target, "s", names, types, keyPos))
-	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region", "v", "big") SELECT s.c0::bigint, s.c1::text, s.c2::integer, s.c3::text`+
+	require.Equal(t, `DELETE FROM "app"."Odd""Name" AS t USING pg_temp."s" AS s WHERE s.op = 'd' AND t."id" = s.c0 AND t."region" = s.c1`,
+		deleteSQL(target, "s", names, keyPos))
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region", "v", "big") SELECT s.c0, s.c1, s.c2, s.c3`+
 		` FROM pg_temp."s" AS s WHERE s.op = 'i' ON CONFLICT ("id", "region") DO UPDATE SET "v" = EXCLUDED."v", "big" = EXCLUDED."big"`,
-		insertSQL(target, "s", names, types, keyPos, opInsert))
-	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region") SELECT s.c0::bigint, s.c1::text`+
+		insertSQL(target, "s", names, keyPos, opInsert))
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region") SELECT s.c0, s.c1`+
 		` FROM pg_temp."s" AS s WHERE s.op = 'i' ON CONFLICT ("id", "region") DO NOTHING`,
-		insertSQL(target, "s", names[:2], types[:2], keyPos, opInsert))
-	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region", "v", "big") SELECT s.c0::bigint, s.c1::text, s.c2::integer, s.c3::text`+
+		insertSQL(target, "s", names[:2], keyPos, opInsert))
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region", "v", "big") SELECT s.c0, s.c1, s.c2, s.c3`+
 		` FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = '' ON CONFLICT ("id", "region") DO NOTHING`,
-		insertSQL(target, "s", names, types, keyPos, opUpdate))
-	require.Equal(t, `UPDATE "app"."Odd""Name" AS t SET "v" = s.c2::integer, "big" = s.c3::text FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = '' AND t."id" = s.c0::bigint AND t."region" = s.c1::text`,
-		updateSQL(target, "s", names, types, keyPos, nil))
-	require.Equal(t, `UPDATE "app"."Odd""Name" AS t SET "v" = s.c2::integer FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = $1 AND t."id" = s.c0::bigint AND t."region" = s.c1::text`,
-		updateSQL(target, "s", names, types, keyPos, []int{3}))
-	require.Equal(t, "", updateSQL(target, "s", names, types, keyPos, []int{2, 3}))
-	require.Equal(t, "", updateSQL(target, "s", names[:2], types[:2], keyPos, nil))
+		insertSQL(target, "s", names, keyPos, opUpdate))
+	require.Equal(t, `UPDATE "app"."Odd""Name" AS t SET "v" = s.c2, "big" = s.c3 FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = '' AND t."id" = s.c0 AND t."region" = s.c1`,
+		updateSQL(target, "s", names, keyPos, nil))
+	require.Equal(t, `UPDATE "app"."Odd""Name" AS t SET "v" = s.c2 FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = $1 AND t."id" = s.c0 AND t."region" = s.c1`,
+		updateSQL(target, "s", names, keyPos, []int{3}))
+	require.Equal(t, "", updateSQL(target, "s", names, keyPos, []int{2, 3}))
+	require.Equal(t, "", updateSQL(target, "s", names[:2], keyPos, nil))
 }
 
 func TestRowStatements(t *testing.T) {
