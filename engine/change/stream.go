@@ -8,7 +8,8 @@ package change
 type Column struct {
 	// Name is the column name, unquoted.
 	Name string
-	// TypeOID is the source type's OID (informational: values travel as text).
+	// TypeOID is the source type's OID (it names the format of ValueBinary
+	// values; text values are read by the destination's type input).
 	TypeOID uint32
 	// Key reports whether the column is part of the replica identity.
 	Key bool
@@ -49,12 +50,19 @@ const (
 	// ValueUnchanged marks an unchanged TOASTed value that the source did
 	// not send: the destination keeps what it has.
 	ValueUnchanged
+	// ValueBinary is a value in its type's binary send format (the bytes
+	// the type's send function produces, the same bytes a binary COPY
+	// field carries). The source sends it when the stream asked for
+	// pgoutput binary mode.
+	ValueBinary
 )
 
 // Value is one column value of a row image.
 type Value struct {
 	Kind ValueKind
-	// Text is the text form of the value when Kind is ValueText.
+	// Text holds the value's bytes when Kind is ValueText (the text output
+	// format) or ValueBinary (the binary send format); it is nil otherwise.
+	// The name is kept from the time all values were text.
 	Text []byte
 }
 
