@@ -96,7 +96,7 @@ type Applier struct {
 	plans       map[*change.Relation]*plan
 	current     map[change.TableName]*plan // latest plan per source table
 	dirty       []*plan                    // plans with buffered changes, in first-use order
-	tx          pgx.Tx
+	inBatch     bool                       // a batch transaction is open in the session
 	pending     int
 	pendingSize int
 	counts      map[string]*Counts
@@ -104,10 +104,17 @@ type Applier struct {
 	replicaRole bool
 	lastPlan    *plan // plan of the previous change (ordering without replica role)
 	copy        copyWriter
+	// commitWAL and flushedWAL are the destination's WAL insert and flush
+	// positions read right after the last commit.
+	commitWAL, flushedWAL change.LSN
 }
 
 // New prepares an Applier on conn: it creates the metadata table when
-// absent and sets session_replication_role = replica when allowed.
+// absent, sets session_replication_role = replica when allowed, and sets
+// synchronous_commit = off, as PostgreSQL's own apply worker does: a commit
+// does not wait for its WAL flush. The caller confirms to the source only
+// positions whose commit is flushed (see LastCommitWAL); a commit lost in a
+// destination crash was never confirmed, so the source sends it again.
 func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 	cfg.ChunkSize = cmp.Or(cfg.ChunkSize, 5000)
 	cfg.ChunkBytes = cmp.Or(cfg.ChunkBytes, 64<<20)
@@ -142,22 +149,25 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 	default:
 		return nil, fmt.Errorf("set session_replication_role on destination: %w", err)
 	}
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+		return nil, fmt.Errorf("set synchronous_commit on destination: %w", err)
+	}
 	return a, nil
 }
 
 // InBatch reports whether a batch transaction is open.
-func (a *Applier) InBatch() bool { return a.tx != nil }
+func (a *Applier) InBatch() bool { return a.inBatch }
 
-// Begin opens the batch transaction.
+// Begin opens the batch transaction. The transaction is the session's: every
+// statement of the batch goes on the connection inside it.
 func (a *Applier) Begin(ctx context.Context) error {
-	if a.tx != nil {
+	if a.inBatch {
 		return errors.New("begin batch: a batch is already open")
 	}
-	tx, err := a.conn.Begin(ctx)
-	if err != nil {
+	if _, err := a.conn.PgConn().Exec(ctx, "BEGIN").ReadAll(); err != nil {
 		return fmt.Errorf("begin destination transaction: %w", err)
 	}
-	a.tx = tx
+	a.inBatch = true
 	return nil
 }
 
@@ -165,7 +175,7 @@ func (a *Applier) Begin(ctx context.Context) error {
 // in chunks of Config.ChunkSize; changes to tables without a mapping are
 // ignored.
 func (a *Applier) Apply(ctx context.Context, c *change.Change) error {
-	if a.tx == nil {
+	if !a.inBatch {
 		return errors.New("apply change: no batch open")
 	}
 	if c.Op == change.OpTruncate {
@@ -224,20 +234,30 @@ func (a *Applier) Apply(ctx context.Context, c *change.Change) error {
 }
 
 // Commit writes what is buffered, records lsn and batchID as the mirror's
-// applied position in the same transaction, and commits. It returns the
-// per-table counts of the batch (key: source schema.table).
+// applied position in the same transaction, and commits, reading the
+// destination's WAL positions in the same round trip (see LastCommitWAL).
+// It returns the per-table counts of the batch (key: source schema.table).
+// When writing fails, the batch stays open for Rollback; when the commit
+// itself fails, it is closed (and, unless the connection broke first, not
+// on the destination).
 func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (map[string]Counts, error) {
-	if a.tx == nil {
+	if !a.inBatch {
 		return nil, errors.New("commit batch: no batch open")
 	}
 	if err := a.flush(ctx); err != nil {
 		return nil, err
 	}
-	if err := SetAppliedPosition(ctx, a.tx, a.cfg.MirrorUID, lsn, batchID); err != nil {
+	if err := SetAppliedPosition(ctx, a.conn, a.cfg.MirrorUID, lsn, batchID); err != nil {
 		return nil, err
 	}
-	err := a.tx.Commit(ctx)
-	a.tx = nil
+	results, err := a.conn.PgConn().Exec(ctx, commitSQL).ReadAll()
+	a.inBatch = false
+	switch {
+	case err == nil:
+		a.commitWAL, a.flushedWAL, err = commitPositions(results)
+	case len(results) > 1 && results[0].Err == nil && results[0].CommandTag.String() == "COMMIT":
+		err = fmt.Errorf("committed, but reading the destination's WAL positions failed: %w", err)
+	}
 	if err != nil {
 		a.reset()
 		return nil, classify(fmt.Errorf("commit batch %d at %s: %w", batchID, lsn, err))
@@ -256,32 +276,75 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 // SetTablePositions records, inside the open batch, the per-table positions
 // in set and forgets those in forget (see TablePositions).
 func (a *Applier) SetTablePositions(ctx context.Context, set map[string]change.LSN, forget []string) error {
-	if a.tx == nil {
+	if !a.inBatch {
 		return errors.New("set table positions: no batch open")
 	}
 	for table, lsn := range set {
-		if err := SetTablePosition(ctx, a.tx, a.cfg.MirrorUID, table, lsn); err != nil {
+		if err := SetTablePosition(ctx, a.conn, a.cfg.MirrorUID, table, lsn); err != nil {
 			return err
 		}
 	}
 	if len(forget) > 0 {
-		return DeleteTablePositions(ctx, a.tx, a.cfg.MirrorUID, forget)
+		return DeleteTablePositions(ctx, a.conn, a.cfg.MirrorUID, forget)
 	}
 	return nil
 }
 
 // Rollback abandons the open batch (nothing of it reaches the destination).
 func (a *Applier) Rollback(ctx context.Context) error {
-	if a.tx == nil {
+	if !a.inBatch {
 		return nil
 	}
-	err := a.tx.Rollback(ctx)
-	a.tx = nil
+	_, err := a.conn.PgConn().Exec(ctx, "ROLLBACK").ReadAll()
+	a.inBatch = false
 	a.reset()
 	if err != nil {
 		return fmt.Errorf("roll back destination transaction: %w", err)
 	}
 	return nil
+}
+
+// LastCommitWAL returns the destination's WAL positions read right after the
+// last successful Commit: commit is the WAL insert position (the batch's
+// commit record is at or before it) and flushed the WAL flush position at
+// the same moment. Once the destination's flush position reaches commit,
+// the batch survives a destination crash (with synchronous_commit = off a
+// commit returns before its WAL is flushed). Both are zero before the first
+// commit.
+func (a *Applier) LastCommitWAL() (commit, flushed change.LSN) {
+	return a.commitWAL, a.flushedWAL
+}
+
+// commitSQL commits the batch and reads the destination's WAL positions in
+// the same round trip.
+const commitSQL = "COMMIT; SELECT pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text"
+
+// commitPositions checks the results of commitSQL and returns the WAL
+// insert and flush positions it read.
+func commitPositions(results []*pgconn.Result) (commit, flushed change.LSN, err error) {
+	if len(results) != 2 {
+		return 0, 0, fmt.Errorf("commit answered %d results, want 2", len(results))
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			return 0, 0, r.Err
+		}
+	}
+	if tag := results[0].CommandTag.String(); tag != "COMMIT" {
+		// COMMIT of a transaction that failed answers ROLLBACK.
+		return 0, 0, fmt.Errorf("the destination rolled the transaction back (it answered %s to COMMIT)", tag)
+	}
+	if len(results[1].Rows) != 1 || len(results[1].Rows[0]) != 2 {
+		return 0, 0, errors.New("read WAL positions after commit: unexpected answer")
+	}
+	row := results[1].Rows[0]
+	if commit, err = change.ParseLSN(string(row[0])); err != nil {
+		return 0, 0, fmt.Errorf("read WAL insert position after commit: %w", err)
+	}
+	if flushed, err = change.ParseLSN(string(row[1])); err != nil {
+		return 0, 0, fmt.Errorf("read WAL flush position after commit: %w", err)
+	}
+	return commit, flushed, nil
 }
 
 // reset forgets everything tied to the session's transaction state: a
@@ -330,7 +393,7 @@ func (a *Applier) truncate(ctx context.Context, c *change.Change) error {
 	if len(names) == 0 {
 		return nil
 	}
-	if _, err := a.tx.Exec(ctx, truncateSQL(names, c.RestartIdentity, c.Cascade)); err != nil {
+	if _, err := a.conn.Exec(ctx, truncateSQL(names, c.RestartIdentity, c.Cascade)); err != nil {
 		return classify(fmt.Errorf("truncate %s: %w", joinNames(names), err))
 	}
 	return nil

@@ -259,3 +259,104 @@ func TestStagingTypes(t *testing.T) {
 	require.ErrorContains(t, err, "pos")
 	require.NoError(t, a.Rollback(ctx))
 }
+
+// TestCommitWAL: the session commits without waiting for the WAL flush,
+// and Commit reads where the destination's WAL stands right after it.
+func TestCommitWAL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, fkDDL)
+	conn := connect(t, dst)
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()})
+	require.NoError(t, err)
+	commit, flushed := a.LastCommitWAL()
+	require.Zero(t, commit)
+	require.Zero(t, flushed)
+	var setting string
+	require.NoError(t, conn.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&setting))
+	require.Equal(t, "off", setting)
+
+	var before string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&before))
+	require.NoError(t, a.Begin(ctx))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: parentRel, New: []change.Value{text("1")}}))
+	require.NoError(t, a.SetTablePositions(ctx, map[string]change.LSN{"public.parent": 0x50}, nil))
+	_, err = a.Commit(ctx, 0x100, 1)
+	require.NoError(t, err)
+	commit, flushed = a.LastCommitWAL()
+	start, err := change.ParseLSN(before)
+	require.NoError(t, err)
+	require.Greater(t, commit, start)
+	require.LessOrEqual(t, flushed, commit)
+	// The batch and its positions are committed.
+	lsn, batch, found, err := apply.AppliedPosition(ctx, conn, "m")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, change.LSN(0x100), lsn)
+	require.Equal(t, int64(1), batch)
+	positions, err := apply.TablePositions(ctx, conn, "m")
+	require.NoError(t, err)
+	require.Equal(t, map[string]change.LSN{"public.parent": 0x50}, positions)
+
+	// A rolled back batch leaves nothing and keeps the last positions.
+	require.NoError(t, a.Begin(ctx))
+	require.True(t, a.InBatch())
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: parentRel, New: []change.Value{text("2")}}))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("2"), text("2"), null}}))
+	require.NoError(t, a.Rollback(ctx))
+	require.False(t, a.InBatch())
+	c2, f2 := a.LastCommitWAL()
+	require.Equal(t, commit, c2)
+	require.Equal(t, flushed, f2)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM parent) + (SELECT count(*) FROM child)`).Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+// TestCommitFails: a deferred foreign key fails the COMMIT itself; the
+// error is typed, the batch is closed and left nothing, and the applier
+// goes on.
+func TestCommitFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	role := fmt.Sprintf("applier_%d_%d", os.Getpid(), seq.Add(1))
+	pgtest.Exec(t, dst, `CREATE TABLE public.parent (id int PRIMARY KEY);
+		CREATE TABLE public.child (id int PRIMARY KEY, parent_id int REFERENCES public.parent DEFERRABLE INITIALLY DEFERRED, note text);
+		CREATE ROLE `+role+` LOGIN PASSWORD 'pw';
+		GRANT CREATE ON DATABASE `+pgx.Identifier{dbName(t, dst)}.Sanitize()+` TO `+role+`;
+		GRANT ALL ON ALL TABLES IN SCHEMA public TO `+role)
+	t.Cleanup(func() {
+		pgtest.Exec(t, dst, `DROP OWNED BY `+role+` CASCADE; DROP ROLE `+role)
+	})
+	u, err := url.Parse(dst)
+	require.NoError(t, err)
+	u.User = url.UserPassword(role, "pw")
+	conn := connect(t, u.String())
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()})
+	require.NoError(t, err)
+
+	require.NoError(t, a.Begin(ctx))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("1"), text("9"), null}}))
+	_, err = a.Commit(ctx, 0x100, 1)
+	require.ErrorIs(t, err, apply.ErrForeignKeyViolation)
+	require.False(t, a.InBatch())
+	require.NoError(t, a.Rollback(ctx))
+	commit, _ := a.LastCommitWAL()
+	require.Zero(t, commit)
+
+	require.NoError(t, a.Begin(ctx))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: childRel, New: []change.Value{text("1"), text("9"), null}}))
+	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: parentRel, New: []change.Value{text("9")}}))
+	_, err = a.Commit(ctx, 0x200, 2)
+	require.NoError(t, err)
+	commit, _ = a.LastCommitWAL()
+	require.NotZero(t, commit)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM child`).Scan(&n))
+	require.Equal(t, 1, n)
+	lsn, _, _, err := apply.AppliedPosition(ctx, conn, "m")
+	require.NoError(t, err)
+	require.Equal(t, change.LSN(0x200), lsn)
+}

@@ -4,7 +4,13 @@
 // each change, Commit: one destination transaction that also records the
 // mirror's applied position in _pgmirror.applied (EnsureMeta,
 // AppliedPosition, SetAppliedPosition), so a batch is either wholly on the
-// destination with its position, or not at all.
+// destination with its position, or not at all. The transaction is the
+// session's (BEGIN, statements on the connection, then COMMIT in the same
+// round trip as reading the destination's WAL positions). The session runs
+// with synchronous_commit = off, as PostgreSQL's apply worker does: Commit
+// does not wait for the WAL flush, and LastCommitWAL tells the caller which
+// WAL position must be flushed on the destination before the batch's
+// source position may be confirmed.
 //
 // Changes are buffered in chunks (Config.ChunkSize) and written into the
 // open transaction chunk by chunk, so memory stays bounded whatever the

@@ -98,7 +98,7 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	}
 	updated := int64(0)
 	if len(what) > 0 {
-		br := a.tx.SendBatch(ctx, batch)
+		br := a.conn.SendBatch(ctx, batch)
 		for i, w := range what {
 			tag, err := br.Exec()
 			if err != nil {
@@ -116,7 +116,7 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	if updated < int64(updates) {
 		// Updated rows the destination lacks: insert them as they are now
 		// on the source.
-		if _, err := a.tx.Exec(ctx, insertSQL(p.dest.name, p.stage, p.names, p.keyPos, opUpdate)); err != nil {
+		if _, err := a.conn.Exec(ctx, insertSQL(p.dest.name, p.stage, p.names, p.keyPos, opUpdate)); err != nil {
 			return classify(fmt.Errorf("insert updated rows missing from %s: %w", p.dest.name, err))
 		}
 	}
@@ -127,7 +127,7 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 func (a *Applier) prepareStage(ctx context.Context, p *plan) error {
 	if p.stage != "" {
 		if p.stageUsed {
-			if _, err := a.tx.Exec(ctx, truncateStageSQL(p.stage)); err != nil {
+			if _, err := a.conn.Exec(ctx, truncateStageSQL(p.stage)); err != nil {
 				return fmt.Errorf("empty staging table for %s: %w", p.dest.name, err)
 			}
 			p.stageUsed = false
@@ -136,7 +136,7 @@ func (a *Applier) prepareStage(ctx context.Context, p *plan) error {
 	}
 	a.stageSeq++
 	name := fmt.Sprintf("pgmirror_stage_%d", a.stageSeq)
-	if _, err := a.tx.Exec(ctx, createStageSQL(name, p.stageTypes)); err != nil {
+	if _, err := a.conn.Exec(ctx, createStageSQL(name, p.stageTypes)); err != nil {
 		return fmt.Errorf("create staging table for %s: %w", p.dest.name, err)
 	}
 	p.stage = name

@@ -177,7 +177,7 @@ func (b *rowBatch) queue(p *plan, op, sql string, args []change.Value, cols []in
 func (a *Applier) sendRows(ctx context.Context, p *plan, b *rowBatch) ([]int64, error) {
 	affected := make([]int64, 0, len(b.ops))
 	if !b.binary {
-		br := a.tx.SendBatch(ctx, &b.text)
+		br := a.conn.SendBatch(ctx, &b.text)
 		for _, op := range b.ops {
 			tag, err := br.Exec()
 			if err != nil {

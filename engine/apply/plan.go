@@ -58,7 +58,7 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 	if t := a.tables[name]; t != nil {
 		return t, nil
 	}
-	rows, err := a.tx.Query(ctx, destTableSQL, name.Schema, name.Name)
+	rows, err := a.conn.Query(ctx, destTableSQL, name.Schema, name.Name)
 	if err != nil {
 		return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 	}
@@ -163,7 +163,7 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 			return nil, err
 		}
 		if old.stage != "" {
-			if _, err := a.tx.Exec(ctx, dropStageSQL(old.stage)); err != nil {
+			if _, err := a.conn.Exec(ctx, dropStageSQL(old.stage)); err != nil {
 				return nil, fmt.Errorf("drop staging table for %s: %w", old.dest.name, err)
 			}
 		}
@@ -241,7 +241,7 @@ func (a *Applier) relaxUnsent(ctx context.Context, m *change.Mapping, rel *chang
 			continue
 		}
 		stmt := dropNotNullSQL(dest.name, col)
-		if _, err := a.tx.Exec(ctx, stmt); err != nil {
+		if _, err := a.conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("relax destination column the source does not send: %s: %w", stmt, err)
 		}
 		delete(dest.required, col)
