@@ -26,8 +26,9 @@ var ErrForeignKeyViolation = errors.New("foreign key violation on the destinatio
 var ErrMissingColumn = errors.New("destination table lacks a replicated column")
 
 // ErrBinaryMismatch matches (errors.Is) a column that the source sends in
-// binary whose type was not checked: its type changed on the source, or it
-// is new. The stream must be restarted in a format decided anew.
+// binary whose type was not checked (Config.BinaryTypes): its type changed
+// on the source, or it is new; also a text value among binary ones. The
+// stream must be restarted in a format decided anew.
 var ErrBinaryMismatch = errors.New("the source sends a column in binary whose type was not checked; restart the stream in a format decided anew")
 
 // Counts are the changes received for one source table: every source change
