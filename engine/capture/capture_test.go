@@ -2,6 +2,7 @@ package capture_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
@@ -253,4 +255,86 @@ func TestStreamDecodes(t *testing.T) {
 	require.Equal(t, change.OpTruncate, trunc.Op)
 	require.Len(t, trunc.Truncated, 1)
 	require.Equal(t, capture.EventCommit, evs[11].Kind)
+}
+
+// TestStreamBinary streams an insert, an update of the key and a delete in
+// pgoutput binary mode, where values arrive in their types' binary send
+// format, and in text mode, where they still arrive as text.
+func TestStreamBinary(t *testing.T) {
+	t.Parallel()
+	b := setup(t, `CREATE TABLE public.a (id int8 PRIMARY KEY, n int4, v text, d bytea)`)
+	ctx := context.Background()
+	pub := uniqueName("pub")
+	_, err := capture.EnsurePublication(ctx, b.conn, pub, []change.TableName{tn("public", "a")})
+	require.NoError(t, err)
+	type mode struct {
+		binary bool
+		repl   *pgconn.PgConn
+		slot   string
+		start  change.LSN
+	}
+	var modes []*mode
+	for _, binary := range []bool{true, false} {
+		repl, err := capture.ConnectReplication(ctx, b.url)
+		require.NoError(t, err)
+		defer repl.Close(ctx)
+		slot := uniqueName("slot")
+		info, err := capture.CreateSlot(ctx, repl, slot, false)
+		require.NoError(t, err)
+		modes = append(modes, &mode{binary: binary, repl: repl, slot: slot, start: info.ConsistentPoint})
+	}
+	pgtest.Exec(t, b.url, `INSERT INTO a VALUES (1, -2, 'x', '\xdead')`)
+	pgtest.Exec(t, b.url, `UPDATE a SET id = 300, n = NULL`)
+	pgtest.Exec(t, b.url, `DELETE FROM a`)
+
+	int8v := func(v int64) change.Value {
+		return change.Value{Kind: change.ValueBinary, Text: binary.BigEndian.AppendUint64(nil, uint64(v))}
+	}
+	int4v := func(v int32) change.Value {
+		return change.Value{Kind: change.ValueBinary, Text: binary.BigEndian.AppendUint32(nil, uint32(v))}
+	}
+	bin := func(b ...byte) change.Value { return change.Value{Kind: change.ValueBinary, Text: b} }
+	text := func(s string) change.Value { return change.Value{Kind: change.ValueText, Text: []byte(s)} }
+	null := change.Value{Kind: change.ValueNull}
+	for _, m := range modes {
+		stream, err := capture.StartStream(ctx, m.repl, capture.StreamConfig{Slot: m.slot, Publication: pub, StartLSN: m.start, Binary: m.binary})
+		require.NoError(t, err)
+		defer stream.Close()
+		var changes []*change.Change
+		timeout := time.After(20 * time.Second)
+		for commits := 0; commits < 3; {
+			select {
+			case ev, ok := <-stream.Events():
+				if !ok {
+					t.Fatalf("binary %t: stream ended: %v", m.binary, stream.Err())
+				}
+				if ev.Kind == capture.EventCommit {
+					commits++
+				}
+				if ev.Change != nil {
+					changes = append(changes, ev.Change)
+				}
+			case <-timeout:
+				t.Fatalf("binary %t: %d changes", m.binary, len(changes))
+			}
+		}
+		require.Len(t, changes, 3)
+		ins, upd, del := changes[0], changes[1], changes[2]
+		require.Equal(t, change.OpInsert, ins.Op)
+		require.Equal(t, change.OpUpdate, upd.Op)
+		require.Equal(t, change.OpDelete, del.Op)
+		require.True(t, upd.OldKeyOnly)
+		require.True(t, del.OldKeyOnly)
+		if m.binary {
+			require.Equal(t, []change.Value{int8v(1), int4v(-2), bin('x'), bin(0xde, 0xad)}, ins.New)
+			require.Equal(t, []change.Value{int8v(1), null, null, null}, upd.Old)
+			require.Equal(t, []change.Value{int8v(300), null, bin('x'), bin(0xde, 0xad)}, upd.New)
+			require.Equal(t, []change.Value{int8v(300), null, null, null}, del.Old)
+		} else {
+			require.Equal(t, []change.Value{text("1"), text("-2"), text("x"), text(`\xdead`)}, ins.New)
+			require.Equal(t, []change.Value{text("1"), null, null, null}, upd.Old)
+			require.Equal(t, []change.Value{text("300"), null, text("x"), text(`\xdead`)}, upd.New)
+			require.Equal(t, []change.Value{text("300"), null, null, null}, del.Old)
+		}
+	}
 }

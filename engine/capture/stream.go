@@ -75,6 +75,10 @@ type StreamConfig struct {
 	// yet released (see Stream.Release). Default 64 MiB. A single larger
 	// change is still handed over when nothing else is outstanding.
 	MaxBufferedBytes int
+	// Binary requests pgoutput binary 'true' (PostgreSQL 14+): values arrive
+	// as change.ValueBinary in their type's binary send format (a type
+	// without a send function still arrives as change.ValueText).
+	Binary bool
 	// Logger receives debug messages. Default: discard.
 	Logger *slog.Logger
 }
@@ -91,6 +95,8 @@ type Stream struct {
 	err    error
 
 	confirmed atomic.Uint64 // set by the consumer (Confirm)
+	reported  atomic.Uint64 // confirmed position last sent to the source
+	statusDue atomic.Bool   // ConfirmNow asked for a status update at once
 	buffered  atomic.Int64  // bytes handed over and not yet released
 	space     chan struct{} // signalled by Release
 
@@ -129,7 +135,7 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 	}
 	err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(cfg.StartLSN), pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + cfg.Publication + "'"},
+		PluginArgs: pluginArgs(cfg),
 	})
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -196,6 +202,24 @@ func (s *Stream) Confirm(lsn change.LSN) {
 	}
 }
 
+// ConfirmNow confirms lsn like Confirm and, when that moves the confirmed
+// position past what the source was last told, has the stream send a
+// standby status update at once instead of at the next StatusInterval: the
+// source frees its WAL and sees the mirror caught up without delay. It wakes
+// the reader goroutine by moving the socket's read deadline to now; the
+// reader sends the update and waits again.
+func (s *Stream) ConfirmNow(lsn change.LSN) {
+	s.Confirm(lsn)
+	if s.cfg.HoldConfirmed || s.confirmed.Load() <= s.reported.Load() {
+		return
+	}
+	// The flag is set before the deadline moves and the reader reads it
+	// after setting its own deadline: either the reader sees the flag, or
+	// this deadline comes after the reader's and interrupts its read.
+	s.statusDue.Store(true)
+	_ = s.conn.Conn().SetReadDeadline(time.Now())
+}
+
 // Release tells the stream that ev's memory is no longer needed (the
 // change was written to the destination or dropped), so more changes may be
 // handed over. Releasing an event more than once over-counts free memory.
@@ -260,12 +284,21 @@ func (s *Stream) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if s.statusDue.Swap(false) {
+			if err := s.sendStatus(false); err != nil {
+				return err
+			}
+			continue
+		}
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			if pgconn.Timeout(err) {
+				// ConfirmNow may have moved the socket's deadline: set ours
+				// again on the next round.
+				readDeadline = time.Time{}
 				continue
 			}
 			return fmt.Errorf("receive from slot %s: %w", s.cfg.Slot, err)
@@ -325,6 +358,7 @@ func (s *Stream) sendStatus(replyRequested bool) error {
 	if err != nil {
 		return fmt.Errorf("send standby status to slot %s: %w", s.cfg.Slot, err)
 	}
+	s.reported.Store(uint64(confirmed))
 	s.lastStatus = time.Now()
 	return nil
 }
@@ -403,123 +437,4 @@ func (s *Stream) emit(ctx context.Context, ticker *time.Ticker, ev Event) error 
 			return ctx.Err()
 		}
 	}
-}
-
-// decode turns one pgoutput message into an event; ok is false for
-// messages that only update state (relations, types, origins).
-func (s *Stream) decode(walData []byte) (Event, bool, error) {
-	msg, err := pglogrepl.Parse(walData)
-	if err != nil {
-		return Event{}, false, fmt.Errorf("decode pgoutput message: %w", err)
-	}
-	switch m := msg.(type) {
-	case *pglogrepl.BeginMessage:
-		s.inTx = true
-		return Event{Kind: EventBegin, LSN: change.LSN(m.FinalLSN), Xid: m.Xid, CommitTime: m.CommitTime}, true, nil
-	case *pglogrepl.CommitMessage:
-		s.inTx = false
-		end := change.LSN(m.TransactionEndLSN)
-		s.lastCommitEnd = end
-		s.received = max(s.received, end)
-		return Event{Kind: EventCommit, LSN: end, CommitTime: m.CommitTime}, true, nil
-	case *pglogrepl.RelationMessage:
-		rel := &change.Relation{
-			ID:              m.RelationID,
-			Table:           change.TableName{Schema: m.Namespace, Name: m.RelationName},
-			ReplicaIdentity: m.ReplicaIdentity,
-			Columns:         make([]change.Column, len(m.Columns)),
-		}
-		for i, c := range m.Columns {
-			rel.Columns[i] = change.Column{Name: c.Name, TypeOID: c.DataType, Key: c.Flags&1 != 0}
-		}
-		s.relations[m.RelationID] = rel
-		return Event{}, false, nil
-	case *pglogrepl.InsertMessage:
-		rel, err := s.relation(m.RelationID)
-		if err != nil {
-			return Event{}, false, err
-		}
-		vals, err := values(rel, m.Tuple)
-		if err != nil {
-			return Event{}, false, err
-		}
-		return Event{Kind: EventChange, Change: &change.Change{Op: change.OpInsert, Relation: rel, New: vals}}, true, nil
-	case *pglogrepl.UpdateMessage:
-		rel, err := s.relation(m.RelationID)
-		if err != nil {
-			return Event{}, false, err
-		}
-		c := &change.Change{Op: change.OpUpdate, Relation: rel}
-		if c.New, err = values(rel, m.NewTuple); err != nil {
-			return Event{}, false, err
-		}
-		if m.OldTuple != nil {
-			if c.Old, err = values(rel, m.OldTuple); err != nil {
-				return Event{}, false, err
-			}
-			c.OldKeyOnly = m.OldTupleType == pglogrepl.UpdateMessageTupleTypeKey
-		}
-		return Event{Kind: EventChange, Change: c}, true, nil
-	case *pglogrepl.DeleteMessage:
-		rel, err := s.relation(m.RelationID)
-		if err != nil {
-			return Event{}, false, err
-		}
-		c := &change.Change{Op: change.OpDelete, Relation: rel, OldKeyOnly: m.OldTupleType == pglogrepl.DeleteMessageTupleTypeKey}
-		if c.Old, err = values(rel, m.OldTuple); err != nil {
-			return Event{}, false, err
-		}
-		return Event{Kind: EventChange, Change: c}, true, nil
-	case *pglogrepl.TruncateMessage:
-		c := &change.Change{
-			Op:              change.OpTruncate,
-			Cascade:         m.Option&pglogrepl.TruncateOptionCascade != 0,
-			RestartIdentity: m.Option&pglogrepl.TruncateOptionRestartIdentity != 0,
-		}
-		for _, id := range m.RelationIDs {
-			rel, err := s.relation(id)
-			if err != nil {
-				return Event{}, false, err
-			}
-			c.Truncated = append(c.Truncated, rel)
-		}
-		return Event{Kind: EventChange, Change: c}, true, nil
-	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage, *pglogrepl.LogicalDecodingMessage:
-		return Event{}, false, nil
-	default:
-		s.log.Debug("ignoring pgoutput message", "type", msg.Type().String())
-		return Event{}, false, nil
-	}
-}
-
-func (s *Stream) relation(id uint32) (*change.Relation, error) {
-	rel, ok := s.relations[id]
-	if !ok {
-		return nil, fmt.Errorf("change for relation %d before its description", id)
-	}
-	return rel, nil
-}
-
-// values converts a pgoutput tuple into change values.
-func values(rel *change.Relation, t *pglogrepl.TupleData) ([]change.Value, error) {
-	if t == nil {
-		return nil, fmt.Errorf("relation %s: missing tuple", rel.Table)
-	}
-	if len(t.Columns) != len(rel.Columns) {
-		return nil, fmt.Errorf("relation %s: tuple has %d columns, relation %d", rel.Table, len(t.Columns), len(rel.Columns))
-	}
-	vals := make([]change.Value, len(t.Columns))
-	for i, c := range t.Columns {
-		switch c.DataType {
-		case pglogrepl.TupleDataTypeNull:
-			vals[i] = change.Value{Kind: change.ValueNull}
-		case pglogrepl.TupleDataTypeToast:
-			vals[i] = change.Value{Kind: change.ValueUnchanged}
-		case pglogrepl.TupleDataTypeText:
-			vals[i] = change.Value{Kind: change.ValueText, Text: c.Data}
-		default:
-			return nil, fmt.Errorf("relation %s column %s: unsupported tuple data type %q", rel.Table, rel.Columns[i].Name, c.DataType)
-		}
-	}
-	return vals, nil
 }
