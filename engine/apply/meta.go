@@ -30,11 +30,16 @@ CREATE TABLE IF NOT EXISTS _pgmirror.table_positions (
 	source_table text NOT NULL,
 	lsn pg_lsn NOT NULL,
 	PRIMARY KEY (mirror_uid, source_table)
+);
+CREATE TABLE IF NOT EXISTS _pgmirror.flushes (
+	mirror_uid text PRIMARY KEY,
+	flushed_at timestamptz NOT NULL
 )`
 
 // EnsureMeta creates the destination metadata schema _pgmirror and its
 // tables when they are absent: _pgmirror.applied (one row per mirror: the
-// end LSN of the last source transaction applied, and the last batch id) and
+// end LSN of the last source transaction applied, and the last batch id),
+// _pgmirror.flushes (one row per mirror, rewritten by FlushWAL) and
 // _pgmirror.table_positions (per mirror and source table whose data stands
 // at another position than the mirror's, after a table was copied on its own:
 // changes of that table are applied only from that position on).
@@ -136,4 +141,27 @@ func DeleteTablePositions(ctx context.Context, conn DB, mirrorUID string, tables
 		return fmt.Errorf("forget table positions of mirror %s: %w", mirrorUID, err)
 	}
 	return nil
+}
+
+// FlushWAL makes the destination flush its WAL up to now and returns the
+// flush position. Batches commit with synchronous_commit = off; a
+// transaction that writes WAL and commits with synchronous_commit = on
+// flushes all WAL before its commit record, other sessions' asynchronous
+// commits included. (A transaction that only takes an xid is not enough:
+// PostgreSQL commits it asynchronously when it wrote no WAL before its
+// commit record.) It writes the mirror's row in _pgmirror.flushes, which no
+// batch touches, so it never waits for an open batch.
+func FlushWAL(ctx context.Context, conn *pgx.Conn, mirrorUID string) (change.LSN, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = on")
+	b.Queue(`INSERT INTO _pgmirror.flushes (mirror_uid, flushed_at) VALUES ($1, now())
+		ON CONFLICT (mirror_uid) DO UPDATE SET flushed_at = EXCLUDED.flushed_at`, mirrorUID)
+	b.Queue("COMMIT")
+	var text string
+	b.Queue("SELECT pg_current_wal_flush_lsn()::text").QueryRow(func(row pgx.Row) error { return row.Scan(&text) })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return 0, fmt.Errorf("flush the destination's WAL for mirror %s: %w", mirrorUID, err)
+	}
+	return change.ParseLSN(text)
 }

@@ -104,7 +104,8 @@ type Batch struct {
 // Reporter receives the outcome of each batch.
 type Reporter interface {
 	// BatchApplied is called after the batch committed on the destination
-	// and its LSN was handed to the source as confirmed. An error ends Run
+	// (its LSN is confirmed to the source once that commit is flushed on the
+	// destination, see the package documentation). An error ends Run
 	// (the batch itself stays applied).
 	BatchApplied(ctx context.Context, b Batch) error
 }
@@ -130,8 +131,24 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	logger = logger.With("mirror", cfg.MirrorUID, "slot", cfg.SlotName)
+	cfg.Logger = logger.With("mirror", cfg.MirrorUID, "slot", cfg.SlotName)
+	// A source column whose type was not checked for binary transfer ends a
+	// run with apply.ErrBinaryMismatch (DDL on the source); nothing of the
+	// open batch was kept or confirmed, so the next run decides the format
+	// again and starts at the applied position.
+	for attempt := 1; ; attempt++ {
+		err := runOnce(ctx, cfg, rep, stop, attempt > 3)
+		if !errors.Is(err, apply.ErrBinaryMismatch) {
+			return err
+		}
+		cfg.Logger.Info("a source column type changed; restarting the stream with its format decided again", "error", err.Error())
+	}
+}
 
+// runOnce is one CDC run: connections, positions, stream and loop. With
+// textOnly it does not ask the source for binary values.
+func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}, textOnly bool) error {
+	logger := cfg.Logger
 	destCfg, err := pgx.ParseConfig(cfg.DestConnString)
 	if err != nil {
 		return fmt.Errorf("parse destination connection string: %w", err)
@@ -144,9 +161,26 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 		return connectError("destination", err)
 	}
 	defer closeQuietly(dest)
+	flushConn, err := pgx.ConnectConfig(ctx, destCfg)
+	if err != nil {
+		return connectError("destination", err)
+	}
+	defer closeQuietly(flushConn)
+	src, err := pgx.Connect(ctx, cfg.SourceConnString)
+	if err != nil {
+		return connectError("source", err)
+	}
+	defer closeQuietly(src)
 
+	var types map[change.TableName]map[string]uint32
+	if !textOnly {
+		if types, err = binaryTypes(ctx, src, dest, cfg.Tables); err != nil {
+			return netError(err)
+		}
+	}
 	applyCfg := apply.Config{
 		MirrorUID: cfg.MirrorUID, Mappings: cfg.Tables, ChunkSize: cfg.ChunkSize, ChunkBytes: cfg.MaxBufferedBytes, Logger: logger,
+		Binary: types != nil, BinaryTypes: types,
 	}
 	if sr, ok := rep.(SchemaReporter); ok {
 		applyCfg.OnColumnsDropped = sr.ColumnsDropped
@@ -166,11 +200,12 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	if !found {
 		// No position recorded yet: the slot's confirmed position is the
 		// start (the slot never sends anything before it anyway).
-		if applied, err = slotConfirmed(ctx, cfg); err != nil {
+		if applied, err = slotConfirmed(ctx, src, cfg.SlotName); err != nil {
 			return err
 		}
 		logger.Info("no applied position on the destination; starting at the slot's confirmed position", "lsn", applied.String())
 	}
+	closeQuietly(src)
 
 	repl, err := capture.ConnectReplication(ctx, cfg.SourceConnString)
 	if err != nil {
@@ -190,14 +225,17 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
+		Binary: types != nil,
 	})
 	if err != nil {
 		return netError(err)
 	}
 	defer stream.Close()
 	r.stream = stream
+	r.flush = startFlushWatcher(ctx, flushConn, cfg.MirrorUID)
+	defer r.flush.stop()
 	logger.Info("CDC started", "lsn", applied.String(), "start_lsn", r.floor.String(), "batch_id", batchID,
-		"table_positions", len(positions), "skipped_tables", len(cfg.SkipTables))
+		"table_positions", len(positions), "skipped_tables", len(cfg.SkipTables), "binary", types != nil)
 	return r.loop(ctx, stop)
 }
 
@@ -238,6 +276,12 @@ type runner struct {
 	rep     Reporter
 	applier *apply.Applier
 	stream  *capture.Stream
+	flush   *flushWatcher
+
+	// unflushed are committed batches (and transactions after them with
+	// nothing of ours) not yet confirmed: their destination commit is not
+	// known to be flushed yet. In commit order.
+	unflushed []pendingConfirm
 
 	applied change.LSN // end LSN of the last transaction on the destination
 	batchID int64
@@ -265,6 +309,11 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 		case <-ctx.Done():
 			r.abandon()
 			return ctx.Err()
+		case flushed := <-r.flush.flushed:
+			r.confirmFlushed(flushed)
+		case err := <-r.flush.errs:
+			r.abandon()
+			return netError(err)
 		case ev, ok := <-events:
 			if !ok {
 				r.abandon()
@@ -326,8 +375,8 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 		}
 		if !r.applier.InBatch() {
 			// Nothing of ours in this transaction and nothing pending: the
-			// source may forget it.
-			r.stream.Confirm(ev.LSN)
+			// source may forget it once the batches before it are durable.
+			r.confirmAfterUnflushed(ev.LSN)
 			return nil
 		}
 		r.batchEnd = ev.LSN
@@ -422,7 +471,12 @@ func (r *runner) commit(ctx context.Context) error {
 	r.batchID = id
 	r.applied = applied
 	r.floor = r.lowest()
-	r.stream.Confirm(end)
+	commitWAL, flushedWAL := r.applier.LastCommitWAL()
+	r.unflushed = append(r.unflushed, pendingConfirm{dest: commitWAL, src: end})
+	r.confirmFlushed(flushedWAL)
+	if len(r.unflushed) > 0 {
+		r.flush.want(commitWAL)
+	}
 	b := Batch{
 		ID: id, LSN: applied, Changes: r.changes, Tables: make(map[string]TableCounts, len(counts)),
 		Duration: time.Since(r.started), FetchedAt: r.started,
@@ -439,8 +493,37 @@ func (r *runner) commit(ctx context.Context) error {
 	return nil
 }
 
+// confirmFlushed confirms the source position of every committed batch
+// whose destination commit lies at or before flushed, and has the stream
+// tell the source at once.
+func (r *runner) confirmFlushed(flushed change.LSN) {
+	n := 0
+	for n < len(r.unflushed) && r.unflushed[n].dest <= flushed {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	src := r.unflushed[n-1].src
+	r.unflushed = slices.Delete(r.unflushed, 0, n)
+	r.stream.ConfirmNow(src)
+}
+
+// confirmAfterUnflushed confirms src, the end of a transaction with nothing
+// to apply, at once when every batch before it is durable, else together
+// with the last of them.
+func (r *runner) confirmAfterUnflushed(src change.LSN) {
+	if n := len(r.unflushed); n > 0 {
+		r.unflushed[n-1].src = src
+		return
+	}
+	r.stream.Confirm(src)
+}
+
 // finish ends the run on stop: a batch that ends on a transaction boundary
-// is committed, one in the middle of a transaction is abandoned.
+// is committed, one in the middle of a transaction is abandoned. Committed
+// batches are then flushed on the destination and confirmed, so the source
+// learns the final position before the stream closes.
 func (r *runner) finish(ctx context.Context) error {
 	if r.applier.InBatch() {
 		if r.inTx && !r.skipping {
@@ -449,6 +532,19 @@ func (r *runner) finish(ctx context.Context) error {
 			r.abandon()
 			return netError(cerr)
 		}
+	}
+	if len(r.unflushed) > 0 {
+		r.flush.stop()
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		flushed, err := apply.FlushWAL(fctx, r.flush.conn, r.cfg.MirrorUID)
+		if err != nil {
+			// Not confirmed: the next run starts at the applied position on
+			// the destination and skips what this one applied.
+			r.log.Warn("could not flush the destination's WAL at stop; the last batches stay unconfirmed until the next run", "error", err.Error())
+			return nil
+		}
+		r.confirmFlushed(flushed)
 	}
 	return nil
 }
@@ -467,18 +563,13 @@ func (r *runner) abandon() {
 }
 
 // slotConfirmed reads the slot's confirmed position on the source.
-func slotConfirmed(ctx context.Context, cfg Config) (change.LSN, error) {
-	conn, err := pgx.Connect(ctx, cfg.SourceConnString)
-	if err != nil {
-		return 0, connectError("source", err)
-	}
-	defer closeQuietly(conn)
-	st, err := capture.SlotState(ctx, conn, cfg.SlotName)
+func slotConfirmed(ctx context.Context, conn *pgx.Conn, slot string) (change.LSN, error) {
+	st, err := capture.SlotState(ctx, conn, slot)
 	if err != nil {
 		return 0, netError(err)
 	}
 	if !st.Exists {
-		return 0, fmt.Errorf("slot %s: %w", cfg.SlotName, ErrSlotMissing)
+		return 0, fmt.Errorf("slot %s: %w", slot, ErrSlotMissing)
 	}
 	return st.ConfirmedFlush, nil
 }

@@ -690,3 +690,34 @@ func watchHeap(t *testing.T) *atomic.Uint64 {
 }
 
 var testLogLevel = slog.LevelWarn
+
+// TestConfirmedPromptly: once a batch's commit is flushed on the
+// destination, the slot is confirmed at once, not at the next standby status
+// interval (set to a minute here).
+func TestConfirmedPromptly(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY, v text)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	b.cfg.StatusInterval = time.Minute
+	r := b.start(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for round := range 3 {
+		_, err := conn.Exec(ctx, `INSERT INTO t VALUES ($1, 'x')`, round)
+		require.NoError(t, err)
+		var walText string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walText))
+		wal, err := change.ParseLSN(walText)
+		require.NoError(t, err)
+		b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+		applied := time.Now()
+		require.Eventually(t, func() bool {
+			st, err := capture.SlotState(ctx, conn, b.cfg.SlotName)
+			return err == nil && st.ConfirmedFlush >= wal
+		}, 5*time.Second, 10*time.Millisecond, "round %d: the slot was not confirmed to %s within 5 s of the destination commit", round, wal)
+		t.Logf("round %d: slot confirmed %s after the row was visible on the destination", round, time.Since(applied).Round(time.Millisecond))
+	}
+	require.NoError(t, r.halt(t))
+}

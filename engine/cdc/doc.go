@@ -30,15 +30,33 @@
 // load every transaction is applied at once, under high load batches grow by
 // themselves. Closing a batch records the end LSN of its last transaction
 // and the next batch id in _pgmirror.applied inside the same destination
-// transaction, and commits. Only then is that LSN handed to the stream as
-// confirmed (reported as flushed to the source), and then
-// Reporter.BatchApplied is called.
+// transaction, and commits, with synchronous_commit = off as PostgreSQL's
+// own apply worker does: the loop never waits for the destination's disk.
+// Reporter.BatchApplied is called right after the commit. The batch's LSN is
+// confirmed to the source (reported as flushed) only once the destination's
+// WAL is flushed past the commit: a flush watcher with its own destination
+// connection polls pg_current_wal_flush_lsn() for a few milliseconds and then
+// forces a flush with a tiny synchronous commit, and the stream sends the
+// standby status update at once (Stream.ConfirmNow), so the slot is confirmed
+// within milliseconds of the commit, not at the next status interval.
+//
+// # Binary values
+//
+// When the source runs PostgreSQL 14 or later and every replicated column
+// has the identical, portable type on both sides (schemasync.BinaryCompatible;
+// no arrays or composites of user-defined types), the run asks pgoutput for
+// binary 'true' and the applier carries the values' bytes untouched into a
+// binary COPY. Otherwise values travel as text. A column whose type was not
+// checked at the start (DDL on the source) ends the run's attempt with
+// apply.ErrBinaryMismatch and Run starts again with the format decided anew.
 //
 // # Guarantees
 //
 //   - Nothing is lost: the source keeps every transaction after the
 //     confirmed LSN, and the LSN is confirmed only after the destination
-//     commit that holds it.
+//     commit that holds it is flushed to the destination's disk. A commit
+//     lost in a destination crash takes its applied position with it, so
+//     the source sends it again and nothing skips it.
 //   - Nothing is applied twice: the applied position commits atomically with
 //     the data, replication restarts there, and any transaction the source
 //     re-sends that ends at or before it is skipped. This holds for tables

@@ -1,0 +1,67 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
+)
+
+// minBinaryServer is the first PostgreSQL version (server_version_num)
+// whose pgoutput accepts binary 'true'.
+const minBinaryServer = 140000
+
+// binaryTypes decides whether the run can ask pgoutput for binary values
+// and carry them untouched into binary COPY on the destination: the source
+// runs PostgreSQL 14 or later, every column the source sends (excluded ones
+// too) has a portable binary form, and every replicated column has the
+// identical type on both sides (schemasync.BinaryCompatible). It returns the
+// checked source type OID of every replicated column, or nil when the run
+// must use text. The applier stops the run (apply.ErrBinaryMismatch) when a
+// column arrives whose type was not checked here, and the next run decides
+// again.
+func binaryTypes(ctx context.Context, src, dst *pgx.Conn, tables []change.Mapping) (map[change.TableName]map[string]uint32, error) {
+	var version string
+	if err := src.QueryRow(ctx, "SHOW server_version_num").Scan(&version); err != nil {
+		return nil, fmt.Errorf("read source server version: %w", err)
+	}
+	if n, err := strconv.Atoi(version); err != nil || n < minBinaryServer {
+		return nil, nil
+	}
+	out := make(map[change.TableName]map[string]uint32, len(tables))
+	for _, m := range tables {
+		st, err := schemasync.Describe(ctx, src, m.Source)
+		if errors.Is(err, schemasync.ErrTableNotFound) {
+			return nil, nil // the apply reports a missing table itself
+		}
+		if err != nil {
+			return nil, fmt.Errorf("choose stream format: source: %w", err)
+		}
+		dt, err := schemasync.Describe(ctx, dst, m.Destination)
+		if errors.Is(err, schemasync.ErrTableNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("choose stream format: destination: %w", err)
+		}
+		for _, c := range st.Columns {
+			if !c.Generated && !c.BinarySafe {
+				return nil, nil
+			}
+		}
+		if !schemasync.BinaryCompatible(st, dt, m) {
+			return nil, nil
+		}
+		cols := map[string]uint32{}
+		for _, c := range st.Replicated(m) {
+			cols[c.Name] = c.TypeOID
+		}
+		out[m.Source] = cols
+	}
+	return out, nil
+}
