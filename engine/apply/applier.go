@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,12 @@ type Config struct {
 	// ChunkBytes also ends a chunk once the buffered values hold this many
 	// bytes (for rows with large values). Default 64 MiB.
 	ChunkBytes int
+	// RowStatementsUpTo: a chunk of a keyed table with at most this many
+	// keys is written with one statement per key, pipelined in one round
+	// trip, instead of COPY into a staging table and set-based statements
+	// (cheaper for the few rows of a batch under light load). Default 8;
+	// negative: always stage.
+	RowStatementsUpTo int
 	// Binary says that the stream sends binary values; every column's
 	// source type OID must be in BinaryTypes. A relation with a replicated
 	// column that is not, or has another type OID, fails Apply with an
@@ -119,6 +126,7 @@ type Applier struct {
 func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 	cfg.ChunkSize = cmp.Or(cfg.ChunkSize, 5000)
 	cfg.ChunkBytes = cmp.Or(cfg.ChunkBytes, 64<<20)
+	cfg.RowStatementsUpTo = cmp.Or(cfg.RowStatementsUpTo, defaultRowStatementsUpTo)
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -248,15 +256,23 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 	if err := a.flush(ctx); err != nil {
 		return nil, err
 	}
-	if err := SetAppliedPosition(ctx, a.conn, a.cfg.MirrorUID, lsn, batchID); err != nil {
-		return nil, err
+	// One round trip: the applied position, COMMIT, the WAL positions.
+	b := &pgconn.Batch{}
+	b.ExecParams(setAppliedSQL, [][]byte{[]byte(a.cfg.MirrorUID), []byte(lsn.String()), []byte(strconv.FormatInt(batchID, 10))}, nil, nil, nil)
+	b.ExecParams("COMMIT", nil, nil, nil, nil)
+	b.ExecParams(walPositionsSQL, nil, nil, nil, nil)
+	results, err := a.conn.PgConn().ExecBatch(ctx, b).ReadAll()
+	if err != nil && (len(results) == 0 || results[0].Err != nil) {
+		// The applied position was not written, so COMMIT did not run: the
+		// transaction is still open (and failed). Leave the batch open for
+		// Rollback, as when writing the changes fails.
+		return nil, classify(fmt.Errorf("record applied position %s of mirror %s: %w", lsn, a.cfg.MirrorUID, err))
 	}
-	results, err := a.conn.PgConn().Exec(ctx, commitSQL).ReadAll()
 	a.inBatch = false
 	switch {
 	case err == nil:
-		a.commitWAL, a.flushedWAL, err = commitPositions(results)
-	case len(results) > 1 && results[0].Err == nil && results[0].CommandTag.String() == "COMMIT":
+		a.commitWAL, a.flushedWAL, err = commitPositions(results[1:])
+	case len(results) > 2 && results[1].Err == nil && results[1].CommandTag.String() == "COMMIT":
 		err = fmt.Errorf("committed, but reading the destination's WAL positions failed: %w", err)
 	}
 	if err != nil {
@@ -316,12 +332,12 @@ func (a *Applier) LastCommitWAL() (commit, flushed change.LSN) {
 	return a.commitWAL, a.flushedWAL
 }
 
-// commitSQL commits the batch and reads the destination's WAL positions in
-// the same round trip.
-const commitSQL = "COMMIT; SELECT pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text"
+// walPositionsSQL reads the destination's WAL insert and flush positions;
+// Commit runs it right after COMMIT in the same round trip.
+const walPositionsSQL = "SELECT pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text"
 
-// commitPositions checks the results of commitSQL and returns the WAL
-// insert and flush positions it read.
+// commitPositions checks the results of COMMIT and walPositionsSQL and
+// returns the WAL insert and flush positions read.
 func commitPositions(results []*pgconn.Result) (commit, flushed change.LSN, err error) {
 	if len(results) != 2 {
 		return 0, 0, fmt.Errorf("commit answered %d results, want 2", len(results))

@@ -190,13 +190,24 @@ func dbName(t *testing.T, u string) string {
 // as an insert of a row it has updates it.
 func TestKeyedStates(t *testing.T) {
 	t.Parallel()
+	// Once with staging and set-based statements, once with a statement per
+	// key (Config.RowStatementsUpTo): the outcome is the same.
+	for _, rowsUpTo := range []int{-1, 100} {
+		t.Run(fmt.Sprintf("row statements up to %d keys", rowsUpTo), func(t *testing.T) {
+			t.Parallel()
+			testKeyedStates(t, rowsUpTo)
+		})
+	}
+}
+
+func testKeyedStates(t *testing.T, rowsUpTo int) {
 	ctx := context.Background()
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
 	pgtest.Exec(t, dst, fkDDL+`;
 		INSERT INTO parent VALUES (1), (2);
 		INSERT INTO child VALUES (1, 1, 'one'), (2, 1, 'two'), (3, 1, 'three'), (4, 1, 'four')`)
 	conn := connect(t, dst)
-	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()})
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings(), RowStatementsUpTo: rowsUpTo})
 	require.NoError(t, err)
 	require.NoError(t, a.Begin(ctx))
 	for _, c := range []*change.Change{

@@ -41,6 +41,17 @@ const typesRows = `
 // row).
 func TestBinaryEqualsText(t *testing.T) {
 	t.Parallel()
+	// Once through staging tables and set-based statements, once with a
+	// statement per key (Config.RowStatementsUpTo).
+	for _, rowsUpTo := range []int{-1, 100} {
+		t.Run(fmt.Sprintf("row statements up to %d keys", rowsUpTo), func(t *testing.T) {
+			t.Parallel()
+			testBinaryEqualsText(t, rowsUpTo)
+		})
+	}
+}
+
+func testBinaryEqualsText(t *testing.T, rowsUpTo int) {
 	ctx := context.Background()
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
 	pgtest.Exec(t, dst, fmt.Sprintf(`CREATE TABLE src `+typesDDL+`; CREATE TABLE src2 `+typesDDL, "PRIMARY KEY", "PRIMARY KEY")+";"+typesRows+";"+
@@ -54,7 +65,7 @@ func TestBinaryEqualsText(t *testing.T) {
 		src2 := readImages(t, conn, "src2", format)
 		keyed := &change.Relation{ID: 1, Table: change.TableName{Schema: "public", Name: "src"}, ReplicaIdentity: change.IdentityDefault, Columns: src.columns}
 		ordered := &change.Relation{ID: 2, Table: change.TableName{Schema: "public", Name: "src_o"}, ReplicaIdentity: change.IdentityFull, Columns: src.columns}
-		cfg := apply.Config{MirrorUID: prefix, Mappings: []change.Mapping{
+		cfg := apply.Config{MirrorUID: prefix, RowStatementsUpTo: rowsUpTo, Mappings: []change.Mapping{
 			{Source: keyed.Table, Destination: change.TableName{Schema: "public", Name: prefix + "_k"}},
 			{Source: ordered.Table, Destination: change.TableName{Schema: "public", Name: prefix + "_o"}},
 		}}

@@ -79,14 +79,17 @@ func AppliedPosition(ctx context.Context, conn DB, mirrorUID string) (lsn change
 	return lsn, batchID, true, nil
 }
 
+// setAppliedSQL records the applied position: $1 mirror uid, $2 LSN as
+// text, $3 batch id.
+const setAppliedSQL = `INSERT INTO _pgmirror.applied (mirror_uid, lsn, batch_id, updated_at)
+	VALUES ($1, $2::text::pg_lsn, $3::bigint, now())
+	ON CONFLICT (mirror_uid) DO UPDATE SET lsn = EXCLUDED.lsn, batch_id = EXCLUDED.batch_id, updated_at = EXCLUDED.updated_at`
+
 // SetAppliedPosition records the mirror's applied position (used after the
 // snapshot, with the slot's consistent point and batch 0, and by every
 // batch inside its own transaction).
 func SetAppliedPosition(ctx context.Context, conn DB, mirrorUID string, lsn change.LSN, batchID int64) error {
-	_, err := conn.Exec(ctx, `INSERT INTO _pgmirror.applied (mirror_uid, lsn, batch_id, updated_at)
-		VALUES ($1, $2::text::pg_lsn, $3, now())
-		ON CONFLICT (mirror_uid) DO UPDATE SET lsn = EXCLUDED.lsn, batch_id = EXCLUDED.batch_id, updated_at = EXCLUDED.updated_at`,
-		mirrorUID, lsn.String(), batchID)
+	_, err := conn.Exec(ctx, setAppliedSQL, mirrorUID, lsn.String(), batchID)
 	if err != nil {
 		return fmt.Errorf("record applied position %s of mirror %s: %w", lsn, mirrorUID, err)
 	}

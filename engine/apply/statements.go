@@ -221,3 +221,37 @@ func positions(n int, pos []int) []bool {
 	}
 	return out
 }
+
+// deleteRowSQL deletes the row whose key columns equal the parameters
+// ($1, $2, ... in key order), cast to the destination types.
+func deleteRowSQL(target change.TableName, names, types []string, keyPos []int) string {
+	where := make([]string, len(keyPos))
+	for j, k := range keyPos {
+		where[j] = fmt.Sprintf("%s = $%d::%s", change.QuoteIdent(names[k]), j+1, types[k])
+	}
+	return "DELETE FROM " + target.Quoted() + " WHERE " + strings.Join(where, " AND ")
+}
+
+// insertRowSQL inserts one row from the parameters ($1, $2, ... in column
+// order), cast to the destination types. When the key exists, update sets
+// its non-key columns (an upsert); otherwise the row is left alone.
+func insertRowSQL(target change.TableName, names, types []string, keyPos []int, update bool) string {
+	isKey := positions(len(names), keyPos)
+	vals := make([]string, len(names))
+	var keys, sets []string
+	for i, n := range names {
+		q := change.QuoteIdent(n)
+		vals[i] = fmt.Sprintf("$%d::%s", i+1, types[i])
+		if isKey[i] {
+			keys = append(keys, q)
+		} else {
+			sets = append(sets, q+" = EXCLUDED."+q)
+		}
+	}
+	conflict := "DO NOTHING"
+	if update && len(sets) > 0 {
+		conflict = "DO UPDATE SET " + strings.Join(sets, ", ")
+	}
+	return "INSERT INTO " + target.Quoted() + " (" + strings.Join(quoteAll(names), ", ") + ") VALUES (" + strings.Join(vals, ", ") +
+		") ON CONFLICT (" + strings.Join(keys, ", ") + ") " + conflict
+}

@@ -59,6 +59,20 @@ func TestRowStatements(t *testing.T) {
 	require.Equal(t, "SELECT 1", rowSQL(target, false, false, names, types, nil, []int{0}))
 }
 
+func TestKeyedRowStatements(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, `DELETE FROM "app"."Odd""Name" WHERE "id" = $1::bigint AND "region" = $2::text`,
+		deleteRowSQL(target, names, types, keyPos))
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" ("id", "region", "v", "big") VALUES ($1::bigint, $2::text, $3::integer, $4::text)`+
+		` ON CONFLICT ("id", "region") DO UPDATE SET "v" = EXCLUDED."v", "big" = EXCLUDED."big"`,
+		insertRowSQL(target, names, types, keyPos, true))
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" ("id", "region", "v", "big") VALUES ($1::bigint, $2::text, $3::integer, $4::text)`+
+		` ON CONFLICT ("id", "region") DO NOTHING`,
+		insertRowSQL(target, names, types, keyPos, false))
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" ("id", "region") VALUES ($1::bigint, $2::text) ON CONFLICT ("id", "region") DO NOTHING`,
+		insertRowSQL(target, names[:2], types[:2], keyPos, true))
+}
+
 func TestOtherStatements(t *testing.T) {
 	t.Parallel()
 	other := change.TableName{Schema: "public", Name: "b"}
