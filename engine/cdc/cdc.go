@@ -282,6 +282,7 @@ type runner struct {
 	// nothing of ours) not yet confirmed: their destination commit is not
 	// known to be flushed yet. In commit order.
 	unflushed []pendingConfirm
+	dry       bool // nothing was waiting in the stream after the last event
 
 	applied change.LSN // end LSN of the last transaction on the destination
 	batchID int64
@@ -323,7 +324,8 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 				}
 				return netError(fmt.Errorf("replication stream: %w", err))
 			}
-			err := r.handle(ctx, ev, len(events) == 0)
+			r.dry = len(events) == 0
+			err := r.handle(ctx, ev, r.dry)
 			// The applier bounds what it buffers itself (ChunkBytes).
 			r.stream.Release(ev)
 			if err != nil {
@@ -475,7 +477,7 @@ func (r *runner) commit(ctx context.Context) error {
 	r.unflushed = append(r.unflushed, pendingConfirm{dest: commitWAL, src: end})
 	r.confirmFlushed(flushedWAL)
 	if len(r.unflushed) > 0 {
-		r.flush.want(commitWAL)
+		r.flush.want(commitWAL, r.dry)
 	}
 	b := Batch{
 		ID: id, LSN: applied, Changes: r.changes, Tables: make(map[string]TableCounts, len(counts)),
@@ -494,8 +496,10 @@ func (r *runner) commit(ctx context.Context) error {
 }
 
 // confirmFlushed confirms the source position of every committed batch
-// whose destination commit lies at or before flushed, and has the stream
-// tell the source at once.
+// whose destination commit lies at or before flushed; when the stream is
+// dry, the stream tells the source at once, else with its next regular
+// status update (a status message per batch would cost the source more than
+// it tells it while changes keep coming).
 func (r *runner) confirmFlushed(flushed change.LSN) {
 	n := 0
 	for n < len(r.unflushed) && r.unflushed[n].dest <= flushed {
@@ -506,7 +510,11 @@ func (r *runner) confirmFlushed(flushed change.LSN) {
 	}
 	src := r.unflushed[n-1].src
 	r.unflushed = slices.Delete(r.unflushed, 0, n)
-	r.stream.ConfirmNow(src)
+	if r.dry {
+		r.stream.ConfirmNow(src)
+	} else {
+		r.stream.Confirm(src)
+	}
 }
 
 // confirmAfterUnflushed confirms src, the end of a transaction with nothing

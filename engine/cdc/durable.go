@@ -23,18 +23,27 @@ import (
 //
 // The flush watcher runs in its own goroutine with its own destination
 // connection, off the apply path. When a commit is not yet flushed it polls
-// the flush position for a short while (the WAL writer flushes on its own
-// every wal_writer_delay, or as WAL pages fill under load), then forces a
-// flush with a tiny synchronous commit, which flushes all WAL before it
-// (apply.FlushWAL).
+// the flush position (the WAL writer flushes on its own every
+// wal_writer_delay, or as WAL pages fill under load) and reports every
+// advance; when that takes longer than its patience it forces a flush with a
+// tiny synchronous commit, which flushes all WAL before it
+// (apply.FlushWAL). It is patient (1 s) while changes keep coming and
+// impatient (20 ms) once the stream is dry, so a caught-up mirror is
+// confirmed within milliseconds without adding flushes under load.
 
 const (
-	// flushPoll is how often the watcher reads the flush position while it
-	// waits for the WAL writer.
-	flushPoll = 5 * time.Millisecond
-	// flushPatience is how long the watcher waits for the WAL writer before
-	// it forces a flush itself.
-	flushPatience = 20 * time.Millisecond
+	// urgentPoll and urgentPatience apply when the stream is dry (the
+	// source sent everything it has): the watcher reads the flush position
+	// every urgentPoll and forces a flush after urgentPatience, so the slot
+	// is confirmed promptly once the mirror is caught up.
+	urgentPoll     = 5 * time.Millisecond
+	urgentPatience = 20 * time.Millisecond
+	// busyPoll and busyPatience apply while changes keep coming: the WAL
+	// writer flushes on its own (every wal_writer_delay, or as pages fill),
+	// so the watcher only reads the flush position every busyPoll and
+	// forces a flush after busyPatience.
+	busyPoll     = 50 * time.Millisecond
+	busyPatience = time.Second
 )
 
 // pendingConfirm is a source position that may be confirmed once the
@@ -44,14 +53,21 @@ type pendingConfirm struct {
 	src  change.LSN // source end LSN to confirm then
 }
 
+// flushTarget is a destination WAL position the runner waits to see
+// flushed; urgent when the stream is dry.
+type flushTarget struct {
+	lsn    change.LSN
+	urgent bool
+}
+
 // flushWatcher reports how far the destination's WAL is flushed, forcing a
 // flush when the WAL writer is slow to do it.
 type flushWatcher struct {
 	conn    *pgx.Conn
-	mirror  string          // the mirror's uid, for apply.FlushWAL
-	targets chan change.LSN // latest destination position wanted flushed (capacity 1)
-	flushed chan change.LSN // latest flushed position seen (capacity 1)
-	errs    chan error      // the watcher's failure (capacity 1)
+	mirror  string           // the mirror's uid, for apply.FlushWAL
+	targets chan flushTarget // latest target (capacity 1)
+	flushed chan change.LSN  // latest flushed position seen (capacity 1)
+	errs    chan error       // the watcher's failure (capacity 1)
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -62,7 +78,7 @@ func startFlushWatcher(ctx context.Context, conn *pgx.Conn, mirrorUID string) *f
 	w := &flushWatcher{
 		conn:    conn,
 		mirror:  mirrorUID,
-		targets: make(chan change.LSN, 1),
+		targets: make(chan flushTarget, 1),
 		flushed: make(chan change.LSN, 1),
 		errs:    make(chan error, 1),
 		cancel:  cancel,
@@ -78,20 +94,26 @@ func startFlushWatcher(ctx context.Context, conn *pgx.Conn, mirrorUID string) *f
 }
 
 // want asks the watcher to report once the destination WAL is flushed to
-// at least lsn. It never blocks: a newer target replaces an older one.
-func (w *flushWatcher) want(lsn change.LSN) {
+// at least lsn; urgent when the stream is dry. It never blocks: a newer
+// target is merged with one not yet taken.
+func (w *flushWatcher) want(lsn change.LSN, urgent bool) {
+	t := flushTarget{lsn: lsn, urgent: urgent}
 	for {
 		select {
-		case w.targets <- lsn:
+		case w.targets <- t:
 			return
 		default:
 		}
 		select {
 		case old := <-w.targets:
-			lsn = max(lsn, old)
+			t = merge(t, old)
 		default:
 		}
 	}
+}
+
+func merge(a, b flushTarget) flushTarget {
+	return flushTarget{lsn: max(a.lsn, b.lsn), urgent: a.urgent || b.urgent}
 }
 
 // stop ends the watcher's goroutine and waits for it; the connection stays
@@ -101,43 +123,54 @@ func (w *flushWatcher) stop() {
 	<-w.done
 }
 
+// run waits for targets and reports every advance of the flush position
+// until the target is reached, polling and, when the WAL writer takes
+// longer than the patience allows, forcing a flush.
 func (w *flushWatcher) run(ctx context.Context) error {
+	var (
+		target    flushTarget
+		since     time.Time  // when the oldest unreached target came
+		published change.LSN // last flush position reported
+	)
 	for {
-		var target change.LSN
-		select {
-		case <-ctx.Done():
-			return nil
-		case target = <-w.targets:
+		if target.lsn == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case target = <-w.targets:
+				since = time.Now()
+			}
 		}
-		flushed, err := w.wait(ctx, target)
+		poll, patience := busyPoll, busyPatience
+		if target.urgent {
+			poll, patience = urgentPoll, urgentPatience
+		}
+		flushed, err := flushPosition(ctx, w.conn)
+		if err == nil && flushed < target.lsn && time.Since(since) >= patience {
+			flushed, err = apply.FlushWAL(ctx, w.conn, w.mirror)
+		}
 		if err != nil {
 			return err
 		}
-		// Publish the latest position, replacing one not yet read.
-		select {
-		case <-w.flushed:
-		default:
+		if flushed > published {
+			published = flushed
+			// Replace a position not yet read: the latest covers it.
+			select {
+			case <-w.flushed:
+			default:
+			}
+			w.flushed <- flushed
 		}
-		w.flushed <- flushed
-	}
-}
-
-// wait returns once the destination WAL is flushed to target: it polls for
-// flushPatience, then forces a flush.
-func (w *flushWatcher) wait(ctx context.Context, target change.LSN) (change.LSN, error) {
-	giveUp := time.Now().Add(flushPatience)
-	for {
-		flushed, err := flushPosition(ctx, w.conn)
-		if err != nil || flushed >= target {
-			return flushed, err
-		}
-		if time.Now().After(giveUp) {
-			return apply.FlushWAL(ctx, w.conn, w.mirror)
+		if flushed >= target.lsn {
+			target = flushTarget{}
+			continue
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(flushPoll):
+			return nil
+		case t := <-w.targets:
+			target = merge(target, t)
+		case <-time.After(poll):
 		}
 	}
 }
