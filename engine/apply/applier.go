@@ -105,6 +105,7 @@ type Applier struct {
 	current     map[change.TableName]*plan // latest plan per source table
 	dirty       []*plan                    // plans with buffered changes, in first-use order
 	inBatch     bool                       // a batch transaction is open in the session
+	begun       bool                       // the batch's BEGIN was sent
 	pending     int
 	pendingSize int
 	counts      map[string]*Counts
@@ -168,15 +169,27 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 func (a *Applier) InBatch() bool { return a.inBatch }
 
 // Begin opens the batch transaction. The transaction is the session's: every
-// statement of the batch goes on the connection inside it.
+// statement of the batch goes on the connection inside it. BEGIN itself is
+// sent with the batch's first statements, in the same round trip.
 func (a *Applier) Begin(ctx context.Context) error {
 	if a.inBatch {
 		return errors.New("begin batch: a batch is already open")
 	}
+	a.inBatch = true
+	a.begun = false
+	return nil
+}
+
+// begin sends the batch's BEGIN now, unless it went already: for statements
+// that cannot carry it in their own round trip.
+func (a *Applier) begin(ctx context.Context) error {
+	if a.begun {
+		return nil
+	}
 	if _, err := a.conn.PgConn().Exec(ctx, "BEGIN").ReadAll(); err != nil {
 		return fmt.Errorf("begin destination transaction: %w", err)
 	}
-	a.inBatch = true
+	a.begun = true
 	return nil
 }
 
@@ -256,12 +269,21 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 	if err := a.flush(ctx); err != nil {
 		return nil, err
 	}
-	// One round trip: the applied position, COMMIT, the WAL positions.
+	// One round trip: BEGIN if nothing was sent yet, the applied position,
+	// COMMIT, the WAL positions.
 	b := &pgconn.Batch{}
+	began := !a.begun
+	if began {
+		b.ExecParams("BEGIN", nil, nil, nil, nil)
+	}
 	b.ExecParams(setAppliedSQL, [][]byte{[]byte(a.cfg.MirrorUID), []byte(lsn.String()), []byte(strconv.FormatInt(batchID, 10))}, nil, nil, nil)
 	b.ExecParams("COMMIT", nil, nil, nil, nil)
 	b.ExecParams(walPositionsSQL, nil, nil, nil, nil)
 	results, err := a.conn.PgConn().ExecBatch(ctx, b).ReadAll()
+	if began && len(results) > 0 && results[0].Err == nil {
+		a.begun = true
+		results = results[1:]
+	}
 	if err != nil && (len(results) == 0 || results[0].Err != nil) {
 		// The applied position was not written, so COMMIT did not run: the
 		// transaction is still open (and failed). Leave the batch open for
@@ -296,6 +318,9 @@ func (a *Applier) SetTablePositions(ctx context.Context, set map[string]change.L
 	if !a.inBatch {
 		return errors.New("set table positions: no batch open")
 	}
+	if err := a.begin(ctx); err != nil {
+		return err
+	}
 	for table, lsn := range set {
 		if err := SetTablePosition(ctx, a.conn, a.cfg.MirrorUID, table, lsn); err != nil {
 			return err
@@ -312,7 +337,10 @@ func (a *Applier) Rollback(ctx context.Context) error {
 	if !a.inBatch {
 		return nil
 	}
-	_, err := a.conn.PgConn().Exec(ctx, "ROLLBACK").ReadAll()
+	var err error
+	if a.begun {
+		_, err = a.conn.PgConn().Exec(ctx, "ROLLBACK").ReadAll()
+	}
 	a.inBatch = false
 	a.reset()
 	if err != nil {
@@ -409,6 +437,9 @@ func (a *Applier) truncate(ctx context.Context, c *change.Change) error {
 	}
 	if len(names) == 0 {
 		return nil
+	}
+	if err := a.begin(ctx); err != nil {
+		return err
 	}
 	if _, err := a.conn.Exec(ctx, truncateSQL(names, c.RestartIdentity, c.Cascade)); err != nil {
 		return classify(fmt.Errorf("truncate %s: %w", joinNames(names), err))

@@ -36,6 +36,9 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	if len(p.entries) <= a.cfg.RowStatementsUpTo {
 		return a.flushKeyedRows(ctx, p)
 	}
+	if err := a.begin(ctx); err != nil {
+		return err
+	}
 	if err := a.prepareStage(ctx, p); err != nil {
 		return err
 	}
@@ -162,7 +165,7 @@ func (a *Applier) moveRow(ctx context.Context, p *plan, oldVals, vals []change.V
 	for _, k := range p.keyPos {
 		args = append(args, oldVals[k])
 	}
-	b := newRowBatch(binaryValues(vals) || binaryValues(oldVals))
+	b := a.newRowBatch(binaryValues(vals) || binaryValues(oldVals))
 	if err := b.queue(p, "move", moveSQL(p.dest.name, p.names, p.types, set, p.keyPos), args, append(set, p.keyPos...)); err != nil {
 		return fmt.Errorf("move row of %s to a new key: %w", p.dest.name, err)
 	}
@@ -183,7 +186,7 @@ const defaultRowStatementsUpTo = 8
 // a delete by key, an upsert for new rows, an update by key of the columns
 // the change has (a complete row the destination lacks is then inserted).
 func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
-	b := newRowBatch(p.binaryChunk())
+	b := a.newRowBatch(p.binaryChunk())
 	var missing []*entry // complete updates, in statement order
 	var updateAt []int   // their statements' positions in b
 	all := make([]int, len(p.names))
@@ -230,7 +233,7 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 	}
 	// Updated rows the destination lacks: insert them as they are now on
 	// the source.
-	fix := newRowBatch(b.binary)
+	fix := a.newRowBatch(b.binary)
 	for j, at := range updateAt {
 		if affected[at] == 0 {
 			if err := fix.queue(p, "insert", insertRowSQL(p.dest.name, p.names, p.types, p.keyPos, false), missing[j].vals, all); err != nil {

@@ -19,11 +19,14 @@ import (
 // order: runs of inserts by COPY straight into the table, each update and
 // delete on exactly one matching row.
 func (a *Applier) flushOrdered(ctx context.Context, p *plan) error {
+	if err := a.begin(ctx); err != nil {
+		return err
+	}
 	binary := p.binaryChunk()
 	w := &a.copy
 	w.reset(binary)
 	rows := 0
-	b := newRowBatch(binary)
+	b := a.newRowBatch(binary)
 	copySQL := copyTargetSQL(p.dest.name, p.names, binary)
 	flushInserts := func() error {
 		if rows == 0 {
@@ -53,7 +56,7 @@ func (a *Applier) flushOrdered(ctx context.Context, p *plan) error {
 				a.log.Warn("no destination row matched a replicated change", "table", p.dest.name.String(), "op", b.ops[i])
 			}
 		}
-		b = newRowBatch(binary)
+		b = a.newRowBatch(binary)
 		return nil
 	}
 	for _, c := range p.ops {
@@ -127,12 +130,25 @@ func (p *plan) rowStatement(c *change.Change) (string, []change.Value, []int) {
 // binary parameters typed with the destination column's type OID.
 type rowBatch struct {
 	binary bool
+	begins bool // the first statement is the batch transaction's BEGIN
 	text   pgx.Batch
 	bin    pgconn.Batch
 	ops    []string // what each statement does, for messages
 }
 
-func newRowBatch(binary bool) *rowBatch { return &rowBatch{binary: binary} }
+// newRowBatch starts a row batch; when the batch transaction's BEGIN was
+// not sent yet, it goes first in the same round trip.
+func (a *Applier) newRowBatch(binary bool) *rowBatch {
+	b := &rowBatch{binary: binary, begins: !a.begun}
+	if b.begins {
+		if binary {
+			b.bin.ExecParams("BEGIN", nil, nil, nil, nil)
+		} else {
+			b.text.Queue("BEGIN")
+		}
+	}
+	return b
+}
 
 // queue adds a statement whose parameters are args, the values of p's
 // applied columns cols.
@@ -178,6 +194,13 @@ func (a *Applier) sendRows(ctx context.Context, p *plan, b *rowBatch) ([]int64, 
 	affected := make([]int64, 0, len(b.ops))
 	if !b.binary {
 		br := a.conn.SendBatch(ctx, &b.text)
+		if b.begins {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return nil, fmt.Errorf("begin destination transaction: %w", err)
+			}
+			a.begun = true
+		}
 		for _, op := range b.ops {
 			tag, err := br.Exec()
 			if err != nil {
@@ -192,6 +215,13 @@ func (a *Applier) sendRows(ctx context.Context, p *plan, b *rowBatch) ([]int64, 
 		return affected, nil
 	}
 	results, err := a.conn.PgConn().ExecBatch(ctx, &b.bin).ReadAll()
+	if b.begins && len(results) > 0 {
+		if results[0].Err != nil {
+			return nil, fmt.Errorf("begin destination transaction: %w", results[0].Err)
+		}
+		a.begun = true
+		results = results[1:]
+	}
 	for i, r := range results {
 		if r.Err != nil && i < len(b.ops) {
 			return nil, classify(fmt.Errorf("apply %s to %s: %w", b.ops[i], p.dest.name, r.Err))

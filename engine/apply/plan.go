@@ -163,6 +163,9 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 			return nil, err
 		}
 		if old.stage != "" {
+			if err := a.begin(ctx); err != nil {
+				return nil, err
+			}
 			if _, err := a.conn.Exec(ctx, dropStageSQL(old.stage)); err != nil {
 				return nil, fmt.Errorf("drop staging table for %s: %w", old.dest.name, err)
 			}
@@ -241,6 +244,9 @@ func (a *Applier) relaxUnsent(ctx context.Context, m *change.Mapping, rel *chang
 			continue
 		}
 		stmt := dropNotNullSQL(dest.name, col)
+		if err := a.begin(ctx); err != nil {
+			return err
+		}
 		if _, err := a.conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("relax destination column the source does not send: %s: %w", stmt, err)
 		}
