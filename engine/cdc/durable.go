@@ -132,6 +132,8 @@ func (w *flushWatcher) run(ctx context.Context) error {
 		since     time.Time  // when the oldest unreached target came
 		published change.LSN // last flush position reported
 	)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		if target.lsn == 0 {
 			select {
@@ -165,12 +167,21 @@ func (w *flushWatcher) run(ctx context.Context) error {
 			target = flushTarget{}
 			continue
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case t := <-w.targets:
-			target = merge(target, t)
-		case <-time.After(poll):
+		// Wait for the next poll. Newer targets only merge in: a batch per
+		// transaction must not cost a query each.
+		timer.Reset(poll)
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return nil
+			case t := <-w.targets:
+				if t.urgent && !target.urgent {
+					timer.Reset(urgentPoll)
+				}
+				target = merge(target, t)
+			case <-timer.C:
+				waiting = false
+			}
 		}
 	}
 }
