@@ -379,6 +379,10 @@ func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer 
 		MaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		TablesInParallel:   m.SnapshotNumTablesInParallel,
 		Logger:             r.logger,
+		// The setup's connections are the first copy worker's: no new
+		// connection before the first row moves.
+		SourceConn: src,
+		DestConn:   dst,
 	}, rep)
 	if err != nil {
 		return err

@@ -12,16 +12,20 @@ import (
 )
 
 // replicaRoleAllowed reports whether the destination user may set
-// session_replication_role (superusers only). With it, the copy runs with
-// foreign keys and ordinary triggers off, as PostgreSQL's own table sync
-// does; the source already checked its constraints.
-func replicaRoleAllowed(ctx context.Context, dst *pgx.Conn) (bool, error) {
-	_, err := dst.Exec(ctx, "SET session_replication_role = replica")
+// session_replication_role (superusers only), by setting it on dst, in one
+// round trip: it stays set when keep is true, else it is reset. With it, the
+// copy runs with foreign keys and ordinary triggers off, as PostgreSQL's own
+// table sync does; the source already checked its constraints.
+func replicaRoleAllowed(ctx context.Context, dst *pgx.Conn, keep bool) (bool, error) {
+	sql := "SET session_replication_role = replica"
+	if !keep {
+		sql += "; RESET session_replication_role"
+	}
+	_, err := dst.Exec(ctx, sql)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		_, err = dst.Exec(ctx, "RESET session_replication_role")
-		return err == nil, err
+		return true, nil
 	case errors.As(err, &pgErr) && pgErr.Code == "42501":
 		return false, nil
 	default:

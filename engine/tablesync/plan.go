@@ -21,45 +21,92 @@ const samplePages = 16
 
 // tableJob is one mapping to copy.
 type tableJob struct {
-	m       change.Mapping
-	columns []string // replicated columns, in source attnum order
-	binary  bool
-	parts   []partition
+	m          change.Mapping
+	columns    []string // replicated columns, in source attnum order
+	binary     bool
+	streams    []stream
+	partitions int   // over all streams
+	bytes      int64 // the source table's size, TOAST included
+	writers    int   // streams copied at once
 }
 
-// partition is one slice of one leaf relation: the rows whose ctid lies in
-// blocks [from, to), or from block from to the end when open.
-type partition struct {
+// stream is one source COPY of one leaf relation, committed on the
+// destination in parts partitions: the whole leaf, or (for a table with
+// several writers) the rows whose ctid lies in blocks [from, to), or from
+// block from to the end when open.
+type stream struct {
 	leaf     change.TableName
-	foreign  bool // a foreign table: no ctid, copied whole
+	foreign  bool // a foreign table: no ctid
 	ctid     bool // restrict by ctid
 	from, to uint32
 	open     bool
+	// parts is how many partitions (destination transactions) the stream
+	// is cut into: chunkRows rows each, the last one takes the rest.
+	parts     int
+	chunkRows int64
 }
 
 // leaf is a relation that holds rows of a source table: the table itself, or
 // for a partitioned table each leaf partition.
 type leaf struct {
-	oid     uint32
-	name    change.TableName
-	foreign bool
+	oid         uint32
+	name        change.TableName
+	foreign     bool
+	pages       int64   // heap pages
+	bytes       int64   // heap, TOAST and maps
+	rowsPerPage float64 // from the statistics or a sample; 0 when unknown
 }
 
-// plan describes every table and splits it into partitions. tx reads the
-// source (in the exported snapshot when there is one), dst the destination.
-func plan(ctx context.Context, tx pgx.Tx, dst *pgx.Conn, mappings []change.Mapping, rowsPerPartition int) ([]*tableJob, error) {
-	jobs := make([]*tableJob, 0, len(mappings))
-	for _, m := range mappings {
-		src, err := schemasync.Describe(ctx, tx, m.Source)
+// sourceTable is what planning learns about a source table.
+type sourceTable struct {
+	desc   schemasync.Table
+	leaves []leaf
+}
+
+// planSource describes every source table of mappings and measures its leaf
+// relations, in tx (which sees the exported snapshot when there is one).
+func planSource(ctx context.Context, tx pgx.Tx, mappings []change.Mapping) ([]sourceTable, error) {
+	out := make([]sourceTable, len(mappings))
+	for i, m := range mappings {
+		desc, err := schemasync.Describe(ctx, tx, m.Source)
 		if err != nil {
 			return nil, fmt.Errorf("plan %s: source: %w", m.Source, err)
 		}
+		leaves, err := leavesOf(ctx, tx, desc)
+		if err != nil {
+			return nil, fmt.Errorf("plan %s: %w", m.Source, err)
+		}
+		for j := range leaves {
+			if err := sampleDensity(ctx, tx, &leaves[j]); err != nil {
+				return nil, fmt.Errorf("plan %s: partition %s: %w", m.Source, leaves[j].name, err)
+			}
+		}
+		out[i] = sourceTable{desc: desc, leaves: leaves}
+	}
+	return out, nil
+}
+
+// planDest describes every destination table of mappings.
+func planDest(ctx context.Context, dst *pgx.Conn, mappings []change.Mapping) ([]schemasync.Table, error) {
+	out := make([]schemasync.Table, len(mappings))
+	for i, m := range mappings {
 		dt, err := schemasync.Describe(ctx, dst, m.Destination)
 		if err != nil {
 			return nil, fmt.Errorf("plan %s: destination: %w", m.Source, err)
 		}
-		job := &tableJob{m: m, binary: schemasync.BinaryCompatible(src, dt, m)}
-		for _, c := range src.Replicated(m) {
+		out[i] = dt
+	}
+	return out, nil
+}
+
+// makeJobs matches the source and destination tables of mappings and cuts
+// each table into partitions within l.
+func makeJobs(mappings []change.Mapping, srcs []sourceTable, dsts []schemasync.Table, l limits) ([]*tableJob, error) {
+	jobs := make([]*tableJob, 0, len(mappings))
+	for i, m := range mappings {
+		src, dt := srcs[i], dsts[i]
+		job := &tableJob{m: m, binary: schemasync.BinaryCompatible(src.desc, dt, m)}
+		for _, c := range src.desc.Replicated(m) {
 			if _, ok := dt.Column(c.Name); !ok {
 				return nil, fmt.Errorf("plan %s: destination table %s has no column %s: create or sync the destination schema first",
 					m.Source, m.Destination, change.QuoteIdent(c.Name))
@@ -69,92 +116,95 @@ func plan(ctx context.Context, tx pgx.Tx, dst *pgx.Conn, mappings []change.Mappi
 		if len(job.columns) == 0 {
 			return nil, fmt.Errorf("plan %s: no column to copy", m.Source)
 		}
-		leaves, err := leavesOf(ctx, tx, src)
-		if err != nil {
-			return nil, fmt.Errorf("plan %s: %w", m.Source, err)
+		for _, lf := range src.leaves {
+			job.bytes += lf.bytes
+			job.partitions += len(splitLeaf(lf, l.rowsPerPartition))
 		}
-		for _, l := range leaves {
-			parts, err := splitLeaf(ctx, tx, l, rowsPerPartition)
-			if err != nil {
-				return nil, fmt.Errorf("plan %s: partition %s: %w", m.Source, l.name, err)
+		// A table with one writer reads each leaf in one stream (a plain
+		// COPY, the cheapest scan: a ctid range is a TID range scan, which
+		// costs the source twice the CPU); several writers need ctid ranges.
+		job.writers = tableWriters(job.bytes, job.partitions, l)
+		for _, lf := range src.leaves {
+			if job.writers > 1 {
+				job.streams = append(job.streams, splitLeaf(lf, l.rowsPerPartition)...)
+			} else {
+				job.streams = append(job.streams, wholeLeaf(lf, l.rowsPerPartition))
 			}
-			job.parts = append(job.parts, parts...)
 		}
 		jobs = append(jobs, job)
 	}
 	return jobs, nil
 }
 
+// leavesOf lists the relations that hold t's rows, with their sizes.
 func leavesOf(ctx context.Context, tx pgx.Tx, t schemasync.Table) ([]leaf, error) {
-	if !t.Partitioned {
-		var foreign bool
-		if err := tx.QueryRow(ctx, `SELECT relkind = 'f' FROM pg_catalog.pg_class WHERE oid = $1`, t.OID).Scan(&foreign); err != nil {
-			return nil, fmt.Errorf("read relation kind: %w", err)
-		}
-		return []leaf{{oid: t.OID, name: t.Name, foreign: foreign}}, nil
-	}
-	rows, err := tx.Query(ctx, `
-SELECT c.oid, n.nspname::text, c.relname::text, c.relkind = 'f'
-FROM pg_catalog.pg_partition_tree($1) p
-JOIN pg_catalog.pg_class c ON c.oid = p.relid
+	const q = `
+SELECT c.oid, n.nspname::text, c.relname::text, c.relkind = 'f',
+       CASE WHEN c.relkind = 'f' THEN 0
+            ELSE pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::bigint END,
+       CASE WHEN c.relkind = 'f' THEN 0 ELSE pg_catalog.pg_table_size(c.oid) END,
+       c.reltuples::float8
+FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind IN ('r', 'f')
-ORDER BY n.nspname, c.relname`, t.OID)
+WHERE c.relkind IN ('r', 'f') AND `
+	// A plain table is one leaf, even with inheritance children (COPY of
+	// the parent does not read them either).
+	where := `c.oid = $1`
+	if t.Partitioned {
+		where = `c.oid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1))
+ORDER BY n.nspname, c.relname`
+	}
+	rows, err := tx.Query(ctx, q+where, t.OID)
 	if err != nil {
-		return nil, fmt.Errorf("list partitions: %w", err)
+		return nil, fmt.Errorf("list leaf relations: %w", err)
 	}
 	leaves, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (leaf, error) {
 		var l leaf
-		err := row.Scan(&l.oid, &l.name.Schema, &l.name.Name, &l.foreign)
+		var reltuples float64
+		err := row.Scan(&l.oid, &l.name.Schema, &l.name.Name, &l.foreign, &l.pages, &l.bytes, &reltuples)
+		if l.pages > 0 && reltuples > 0 {
+			l.rowsPerPage = reltuples / float64(l.pages)
+		}
 		return l, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list partitions: %w", err)
+		return nil, fmt.Errorf("list leaf relations: %w", err)
+	}
+	if len(leaves) == 0 && !t.Partitioned {
+		return nil, fmt.Errorf("relation %s is neither a table nor a foreign table", t.Name)
 	}
 	return leaves, nil
 }
 
+// sampleDensity estimates the rows per page of a leaf that has pages but no
+// statistics (never analyzed, or analyzed while empty) by counting the rows
+// of its first pages, a TID range scan that reads only those pages.
+func sampleDensity(ctx context.Context, tx pgx.Tx, l *leaf) error {
+	if l.foreign || l.pages == 0 || l.rowsPerPage > 0 {
+		return nil
+	}
+	n := min(l.pages, samplePages)
+	var count int64
+	q := fmt.Sprintf(`SELECT count(*) FROM ONLY %s WHERE ctid < '(%d,0)'::tid`, l.name.Quoted(), n)
+	if err := tx.QueryRow(ctx, q).Scan(&count); err != nil {
+		return fmt.Errorf("sample rows per page: %w", err)
+	}
+	l.rowsPerPage = float64(count) / float64(n)
+	return nil
+}
+
 // splitLeaf cuts a leaf relation into ctid block ranges of about
-// rowsPerPartition rows. The last range is open-ended, so rows in pages added
-// after planning are still copied.
-func splitLeaf(ctx context.Context, tx pgx.Tx, l leaf, rowsPerPartition int) ([]partition, error) {
-	if l.foreign {
-		return []partition{{leaf: l.name, foreign: true}}, nil
+// rowsPerPartition rows (partitionPages), one partition each. The last range
+// is open-ended, so rows in pages added after planning are still copied.
+func splitLeaf(l leaf, rowsPerPartition int) []stream {
+	if l.foreign || l.pages == 0 {
+		return []stream{{leaf: l.name, foreign: l.foreign, parts: 1}}
 	}
-	var pages int64
-	var reltuples float64
-	err := tx.QueryRow(ctx, `
-SELECT pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::bigint, c.reltuples::float8
-FROM pg_catalog.pg_class c WHERE c.oid = $1`, l.oid).Scan(&pages, &reltuples)
-	if err != nil {
-		return nil, fmt.Errorf("read size: %w", err)
-	}
-	if pages == 0 {
-		return []partition{{leaf: l.name}}, nil
-	}
-	rowsPerPage := reltuples / float64(pages)
-	if reltuples <= 0 {
-		// Never analyzed (-1) or analyzed while empty (0): count the rows of
-		// the first pages, a TID range scan that reads only those pages.
-		n := min(pages, samplePages)
-		var count int64
-		q := fmt.Sprintf(`SELECT count(*) FROM ONLY %s WHERE ctid < '(%d,0)'::tid`, l.name.Quoted(), n)
-		if err := tx.QueryRow(ctx, q).Scan(&count); err != nil {
-			return nil, fmt.Errorf("sample rows per page: %w", err)
-		}
-		rowsPerPage = float64(count) / float64(n)
-	}
-	if rowsPerPage <= 0 {
-		rowsPerPage = defaultRowsPerPage
-	}
-	pagesPer := int64(float64(rowsPerPartition) / rowsPerPage)
-	if pagesPer < 1 {
-		pagesPer = 1
-	}
-	var parts []partition
-	for from := int64(0); from < pages; from += pagesPer {
-		p := partition{leaf: l.name, ctid: true, from: uint32(from), to: uint32(from + pagesPer)}
-		if from+pagesPer >= pages {
+	pagesPer := partitionPages(l.rowsPerPage, rowsPerPartition)
+	var parts []stream
+	for from := int64(0); from < l.pages; from += pagesPer {
+		p := stream{leaf: l.name, ctid: true, from: uint32(from), to: uint32(min(from+pagesPer, maxPartitionPages-1)), parts: 1}
+		if from+pagesPer >= l.pages {
 			p.open = true
 		}
 		parts = append(parts, p)
@@ -162,11 +212,21 @@ FROM pg_catalog.pg_class c WHERE c.oid = $1`, l.oid).Scan(&pages, &reltuples)
 	if len(parts) == 1 {
 		parts[0].ctid = false // the whole relation
 	}
-	return parts, nil
+	return parts
 }
 
-// copyOutSQL is the source side of a partition's COPY.
-func (j *tableJob) copyOutSQL(p partition) string {
+// wholeLeaf is a leaf relation read in one stream and committed in as many
+// partitions as splitLeaf would cut it into, of the same number of rows.
+func wholeLeaf(l leaf, rowsPerPartition int) stream {
+	s := stream{leaf: l.name, foreign: l.foreign, parts: len(splitLeaf(l, rowsPerPartition)), chunkRows: int64(max(rowsPerPartition, 1))}
+	if l.rowsPerPage > 0 {
+		s.chunkRows = max(int64(float64(partitionPages(l.rowsPerPage, rowsPerPartition))*l.rowsPerPage), 1)
+	}
+	return s
+}
+
+// copyOutSQL is the source side of a stream's COPY.
+func (j *tableJob) copyOutSQL(p stream) string {
 	cols := quoteIdents(j.columns)
 	var b strings.Builder
 	if !p.ctid && !p.foreign {

@@ -2,13 +2,17 @@ package tablesync
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
 )
 
 // Defaults for the Config fields left zero; they match the API's defaults.
@@ -26,9 +31,19 @@ const (
 	DefaultTablesInParallel   = 4
 )
 
-// pipeBufferSize is how many COPY bytes a worker gathers before handing them
-// to the destination side: one network write per chunk rather than per row.
-const pipeBufferSize = 256 << 10
+// copyDataSize is the most COPY data pgconn's CopyFrom sends in one CopyData
+// message: it reads into a 64 KiB buffer that starts with the 5-byte message
+// header.
+const copyDataSize = 64<<10 - 5
+
+// pipeBufferSize is how many COPY bytes a stream's source side gathers
+// before handing them to its destination side. pgconn's CopyTo writes one
+// CopyData message, one row, per Write, and its CopyFrom sends one CopyData
+// message per Read: without a buffer in between every row would become a
+// message of its own (3x slower, measured with the bench's COPY pipe, which
+// uses 64 KiB). A multiple of copyDataSize gives full messages only; four
+// of them make the two goroutines trade places four times less often.
+const pipeBufferSize = 4 * copyDataSize
 
 // Config configures one snapshot run.
 type Config struct {
@@ -45,18 +60,33 @@ type Config struct {
 	// Tables are the mappings to copy. Their destination tables must exist
 	// (schemasync.EnsureTables); Run truncates them first.
 	Tables []change.Mapping
-	// RowsPerPartition is the approximate number of rows per partition
-	// (default DefaultRowsPerPartition).
+	// RowsPerPartition is the approximate number of rows per partition, the
+	// rows committed on the destination at once (default
+	// DefaultRowsPerPartition); a partition spans at least 2 MiB of pages.
 	RowsPerPartition int
-	// MaxParallelWorkers bounds the partitions copied at once over all
-	// tables (default DefaultMaxParallelWorkers). Each worker holds one
-	// source and one destination connection.
+	// MaxParallelWorkers bounds the streams copied at once over all tables
+	// (default DefaultMaxParallelWorkers). Each worker holds one source and
+	// one destination connection. It is an upper bound: one table is
+	// copied by one worker unless it is large (see the package
+	// documentation).
 	MaxParallelWorkers int
 	// TablesInParallel bounds the tables being copied at once (default
 	// DefaultTablesInParallel).
 	TablesInParallel int
 	// Logger receives progress at debug and info level (default: discard).
 	Logger *slog.Logger
+	// SourceConn and DestConn, when both set, are the caller's open
+	// connections to the source and the destination (of the same users and
+	// databases as the connection strings), which Run uses as its first
+	// worker: it plans, truncates and copies partitions over them without
+	// opening connections of its own, which saves a connection setup on
+	// each side (a fork and a SCRAM exchange) and catalog reads on fresh
+	// backends before the first row moves. Their session settings stay as
+	// they were: each transaction sets Run's with SET LOCAL. Nothing else
+	// may use them until Run returns; Run leaves them open and idle, or
+	// closed after an error that broke them. Unset, Run connects its first
+	// worker itself.
+	SourceConn, DestConn *pgx.Conn
 }
 
 // Reporter receives the snapshot's progress. Its methods are called from
@@ -74,27 +104,29 @@ type Reporter interface {
 
 var snapshotNameRE = regexp.MustCompile(`^[0-9A-Fa-f]+(-[0-9A-Fa-f]+)+$`)
 
-// errDestinationFailed closes the pipe of a partition whose destination side
+// errDestinationFailed closes the pipe of a stream whose destination side
 // failed, so that the source side stops.
 var errDestinationFailed = errors.New("destination COPY failed")
 
 // Run copies every table of cfg from the source to the destination.
 //
-// It truncates all destination tables of the run (a restarted snapshot
-// starts clean), splits each table into partitions of about
-// cfg.RowsPerPartition rows by ctid block range (per leaf partition for a
-// partitioned table), and copies the partitions in parallel: at most
-// cfg.MaxParallelWorkers at once, from at most cfg.TablesInParallel tables at
-// once. Each partition streams COPY TO STDOUT from the source straight into
-// COPY FROM STDIN on the destination, in binary format when the column types
-// are identical and portable (schemasync.BinaryCompatible), in text format
-// otherwise, and commits on the destination on its own with
-// synchronous_commit off: the caller must record that the snapshot finished
-// only after Run returns nil, and must treat an interrupted snapshot as not
-// done (running it again truncates and starts over).
+// It plans every table (reading the source in the snapshot), truncates all
+// destination tables of the run (a restarted snapshot starts clean), and
+// copies each table in partitions of about cfg.RowsPerPartition rows (per
+// leaf partition of a partitioned table): at most cfg.MaxParallelWorkers
+// streams at once, from at most cfg.TablesInParallel tables at once, and of
+// one table only as many at once as its size warrants (one below 1 GiB; see
+// the package documentation). Each stream pipes COPY TO STDOUT from the
+// source straight into COPY FROM STDIN on the destination, in binary format
+// when the column types are identical and portable
+// (schemasync.BinaryCompatible), in text format otherwise. Each partition
+// commits on the destination on its own with synchronous_commit off: the
+// caller must record that the snapshot finished only after Run returns nil,
+// and must treat an interrupted snapshot as not done (running it again
+// truncates and starts over).
 //
 // The first failure cancels the other workers; the error names the table and
-// partition.
+// partitions.
 func Run(ctx context.Context, cfg Config, rep Reporter) error {
 	cfg.RowsPerPartition = max(cmp.Or(cfg.RowsPerPartition, DefaultRowsPerPartition), 1)
 	cfg.MaxParallelWorkers = max(cmp.Or(cfg.MaxParallelWorkers, DefaultMaxParallelWorkers), 1)
@@ -116,104 +148,178 @@ func Run(ctx context.Context, cfg Config, rep Reporter) error {
 	if err != nil {
 		return fmt.Errorf("snapshot: parse destination connection string: %w", err)
 	}
-	sessionSettings(srcCfg, false)
-	sessionSettings(dstCfg, true)
-	r := &run{cfg: cfg, rep: rep, log: cfg.Logger, srcCfg: srcCfg, dstCfg: dstCfg}
+	r := &run{cfg: cfg, rep: rep, log: cfg.Logger, srcCfg: srcCfg, dstCfg: dstCfg,
+		srcSettings: sessionSettings(false), dstSettings: sessionSettings(true)}
+	applySettings(srcCfg, r.srcSettings)
+	applySettings(dstCfg, r.dstSettings)
 
-	waves, err := r.prepare(ctx)
+	// The worker pool. The first worker is handed out first: it plans, and
+	// copies the first stream without waiting for new connections.
+	first := &worker{}
+	if cfg.SourceConn != nil && cfg.DestConn != nil {
+		first = &worker{src: cfg.SourceConn, dst: cfg.DestConn, borrowed: true}
+	}
+	workers := make(chan *worker, cfg.MaxParallelWorkers)
+	workers <- first
+	for range cfg.MaxParallelWorkers - 1 {
+		workers <- &worker{}
+	}
+	defer func() {
+		for range cfg.MaxParallelWorkers {
+			(<-workers).close(context.WithoutCancel(ctx))
+		}
+	}()
+
+	waves, err := r.prepare(ctx, first)
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	for _, jobs := range waves {
-		if err := r.copyAll(ctx, jobs); err != nil {
+		if err := r.copyAll(ctx, jobs, workers); err != nil {
 			return fmt.Errorf("snapshot: %w", err)
 		}
 	}
 	return nil
 }
 
-// sessionSettings fixes the session parameters that text COPY output and
-// input depend on, and relaxes what is safe to relax for a bulk load.
-func sessionSettings(c *pgx.ConnConfig, dest bool) {
-	if c.RuntimeParams == nil {
-		c.RuntimeParams = map[string]string{}
-	}
-	c.RuntimeParams["DateStyle"] = "ISO, MDY"
-	c.RuntimeParams["IntervalStyle"] = "postgres"
-	c.RuntimeParams["extra_float_digits"] = "3"
-	c.RuntimeParams["bytea_output"] = "hex"
-	c.RuntimeParams["statement_timeout"] = "0"
-	c.RuntimeParams["idle_in_transaction_session_timeout"] = "0"
-	if _, ok := c.RuntimeParams["application_name"]; !ok {
-		c.RuntimeParams["application_name"] = "pgmirror snapshot"
+// sessionSettings returns the session parameters that text COPY output and
+// input depend on, and those that are safe to relax for a bulk load. Own
+// connections start with them; on borrowed connections each transaction
+// sets them with SET LOCAL.
+func sessionSettings(dest bool) map[string]string {
+	p := map[string]string{
+		"DateStyle":                           "ISO, MDY",
+		"IntervalStyle":                       "postgres",
+		"extra_float_digits":                  "3",
+		"bytea_output":                        "hex",
+		"statement_timeout":                   "0",
+		"idle_in_transaction_session_timeout": "0",
 	}
 	if dest {
 		// Safe: the snapshot counts as done only once Run has returned, after
 		// every partition's commit; a crash before that means starting over.
-		c.RuntimeParams["synchronous_commit"] = "off"
+		p["synchronous_commit"] = "off"
+	}
+	return p
+}
+
+func applySettings(c *pgx.ConnConfig, settings map[string]string) {
+	if c.RuntimeParams == nil {
+		c.RuntimeParams = map[string]string{}
+	}
+	maps.Copy(c.RuntimeParams, settings)
+	if _, ok := c.RuntimeParams["application_name"]; !ok {
+		c.RuntimeParams["application_name"] = "pgmirror snapshot"
 	}
 }
 
-type run struct {
-	cfg            Config
-	rep            Reporter
-	log            *slog.Logger
-	srcCfg, dstCfg *pgx.ConnConfig
+// setLocal returns SET LOCAL statements for settings, in a stable order,
+// each after a semicolon: to be appended to a BEGIN.
+func setLocal(settings map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
+		fmt.Fprintf(&b, "; SET LOCAL %s = '%s'", k, strings.ReplaceAll(settings[k], "'", "''"))
+	}
+	return b.String()
 }
 
-// prepare plans every table in the snapshot, truncates the destination
+type run struct {
+	cfg                      Config
+	rep                      Reporter
+	log                      *slog.Logger
+	srcCfg, dstCfg           *pgx.ConnConfig
+	srcSettings, dstSettings map[string]string
+}
+
+// prepare plans every table in the snapshot on first's connections
+// (connecting them unless they are borrowed), truncates the destination
 // tables and returns the tables in waves to copy one after the other: one
 // wave when the copy may run with session_replication_role = replica (the
 // workers then set it), otherwise waves in the order of the destination's
 // foreign keys.
-func (r *run) prepare(ctx context.Context) ([][]*tableJob, error) {
-	src, err := pgx.ConnectConfig(ctx, r.srcCfg.Copy())
-	if err != nil {
-		return nil, fmt.Errorf("connect to source: %w", err)
+//
+// This is the time before the first row moves, so the source is planned
+// (in the snapshot) while the destination is described, and own
+// connections to both open at once.
+func (r *run) prepare(ctx context.Context, first *worker) ([][]*tableJob, error) {
+	start := time.Now()
+	if err := r.connect(ctx, first); err != nil {
+		return nil, err
 	}
-	defer src.Close(context.WithoutCancel(ctx))
-	dst, err := pgx.ConnectConfig(ctx, r.dstCfg.Copy())
-	if err != nil {
-		return nil, fmt.Errorf("connect to destination: %w", err)
-	}
-	defer dst.Close(context.WithoutCancel(ctx))
+	connected := time.Since(start)
 
-	tx, err := r.beginSource(ctx, src)
+	var srcs []sourceTable
+	var dsts []schemasync.Table
+	var cpus int
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		tx, err := r.beginSource(gctx, first.src)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(gctx)) //nolint:errcheck // read-only
+		if first.borrowed {
+			if _, err := tx.Exec(gctx, strings.TrimPrefix(setLocal(r.srcSettings), "; ")); err != nil {
+				return fmt.Errorf("set up planning transaction: %w", err)
+			}
+		}
+		if srcs, err = planSource(gctx, tx, r.cfg.Tables); err != nil {
+			return err
+		}
+		if err := tx.Rollback(gctx); err != nil {
+			return fmt.Errorf("end planning transaction: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		var err error
+		if dsts, err = planDest(gctx, first.dst, r.cfg.Tables); err != nil {
+			return err
+		}
+		cpus, err = destinationCPUs(gctx, first.dst)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	jobs, err := makeJobs(r.cfg.Tables, srcs, dsts, limits{
+		rowsPerPartition: r.cfg.RowsPerPartition, maxWorkers: r.cfg.MaxParallelWorkers, localCPUs: cpus})
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-	jobs, err := plan(ctx, tx, dst, r.cfg.Tables, r.cfg.RowsPerPartition)
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		return nil, fmt.Errorf("end planning transaction: %w", err)
-	}
+	planned := time.Since(start)
 
 	if len(jobs) > 0 {
 		names := make([]string, len(jobs))
 		for i, j := range jobs {
 			names[i] = j.m.Destination.Quoted()
 		}
-		if _, err := dst.Exec(ctx, "TRUNCATE TABLE "+strings.Join(names, ", ")); err != nil {
+		truncate := "TRUNCATE TABLE " + strings.Join(names, ", ")
+		if first.borrowed { // not under the caller's statement_timeout
+			truncate = "BEGIN" + setLocal(r.dstSettings) + "; " + truncate + "; COMMIT"
+		}
+		if _, err := first.dst.Exec(ctx, truncate); err != nil {
 			return nil, fmt.Errorf("truncate destination tables: %w", err)
 		}
 	}
 	for _, j := range jobs {
 		r.log.InfoContext(ctx, "snapshot planned", "table", j.m.Source.String(), "destination", j.m.Destination.String(),
-			"partitions", len(j.parts), "binary", j.binary)
+			"partitions", j.partitions, "streams", len(j.streams), "writers", j.writers, "bytes", j.bytes, "binary", j.binary)
 	}
-	replica, err := replicaRoleAllowed(ctx, dst)
+	// Own connections keep the role; borrowed ones set it per transaction.
+	replica, err := replicaRoleAllowed(ctx, first.dst, !first.borrowed)
 	if err != nil {
 		return nil, err
 	}
+	r.log.DebugContext(ctx, "snapshot prepared", "tables", len(jobs), "borrowed_connections", first.borrowed,
+		"destination_cpus", cpus, "connected", connected, "planned", planned, "duration", time.Since(start))
 	if replica {
+		r.dstSettings["session_replication_role"] = "replica"
 		r.dstCfg.RuntimeParams["session_replication_role"] = "replica"
 		return [][]*tableJob{jobs}, nil
 	}
 	r.log.WarnContext(ctx, "destination user may not set session_replication_role: copying tables in the order of the destination's foreign keys, with its triggers firing")
-	return foreignKeyWaves(ctx, dst, jobs)
+	return foreignKeyWaves(ctx, first.dst, jobs)
 }
 
 // beginSource starts a repeatable-read, read-only transaction on conn that
@@ -232,18 +338,9 @@ func (r *run) beginSource(ctx context.Context, conn *pgx.Conn) (pgx.Tx, error) {
 	return tx, nil
 }
 
-// copyAll copies the partitions of jobs with the configured parallelism.
-func (r *run) copyAll(ctx context.Context, jobs []*tableJob) error {
-	workers := make(chan *worker, r.cfg.MaxParallelWorkers)
-	for range r.cfg.MaxParallelWorkers {
-		workers <- &worker{}
-	}
-	defer func() {
-		for range r.cfg.MaxParallelWorkers {
-			(<-workers).close(context.WithoutCancel(ctx))
-		}
-	}()
-
+// copyAll copies the streams of jobs with the configured parallelism,
+// taking connections from workers.
+func (r *run) copyAll(ctx context.Context, jobs []*tableJob, workers chan *worker) error {
 	g, gctx := errgroup.WithContext(ctx)
 	tables := make(chan struct{}, r.cfg.TablesInParallel)
 	for _, job := range jobs {
@@ -262,16 +359,29 @@ func (r *run) copyAll(ctx context.Context, jobs []*tableJob) error {
 	return g.Wait()
 }
 
+// copyTable copies the streams of job, at most job.writers at once.
 func (r *run) copyTable(ctx context.Context, job *tableJob, workers chan *worker) error {
 	start := time.Now()
-	total := len(job.parts)
+	total := job.partitions
 	if err := r.rep.TableStarted(ctx, job.m, total); err != nil {
 		return fmt.Errorf("table %s: report start: %w", job.m.Source, err)
 	}
-	r.log.InfoContext(ctx, "snapshot of table started", "table", job.m.Source.String(), "partitions", total)
+	r.log.InfoContext(ctx, "snapshot of table started", "table", job.m.Source.String(), "partitions", total,
+		"streams", len(job.streams), "writers", job.writers)
 	var rows atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
-	for i, part := range job.parts {
+	writers := make(chan struct{}, max(job.writers, 1))
+	next := 1 // the number of the next stream's first partition
+	for _, st := range job.streams {
+		// A writer slot of this table first, then a worker: a table at its
+		// limit leaves the free workers to the other tables.
+		select {
+		case writers <- struct{}{}:
+		case <-gctx.Done():
+		}
+		if gctx.Err() != nil {
+			break
+		}
 		var w *worker
 		select {
 		case w = <-workers:
@@ -280,21 +390,22 @@ func (r *run) copyTable(ctx context.Context, job *tableJob, workers chan *worker
 		if w == nil {
 			break
 		}
+		first := next
+		next += st.parts
 		g.Go(func() error {
-			defer func() { workers <- w }()
-			n := i + 1
-			pstart := time.Now()
-			copied, err := r.copyPartition(gctx, w, job, part)
-			if err != nil {
-				w.close(context.WithoutCancel(gctx))
-				return fmt.Errorf("table %s partition %d/%d: %w", job.m.Source, n, total, err)
+			defer func() { workers <- w; <-writers }()
+			done := func(n int, copied int64, d time.Duration) error {
+				rows.Add(copied)
+				r.log.DebugContext(gctx, "snapshot partition done", "table", job.m.Source.String(),
+					"partition", n, "partitions", total, "rows", copied, "duration", d)
+				if err := r.rep.PartitionDone(gctx, job.m, n, total, copied, d); err != nil {
+					return fmt.Errorf("report: %w", err)
+				}
+				return nil
 			}
-			rows.Add(copied)
-			d := time.Since(pstart)
-			r.log.DebugContext(gctx, "snapshot partition done", "table", job.m.Source.String(),
-				"partition", n, "partitions", total, "rows", copied, "duration", d)
-			if err := r.rep.PartitionDone(gctx, job.m, n, total, copied, d); err != nil {
-				return fmt.Errorf("table %s partition %d/%d: report: %w", job.m.Source, n, total, err)
+			if err := r.copyStream(gctx, w, job, st, first, done); err != nil {
+				w.close(context.WithoutCancel(gctx))
+				return fmt.Errorf("table %s %s: %w", job.m.Source, partitionRange(first, st.parts, total), err)
 			}
 			return nil
 		})
@@ -313,92 +424,298 @@ func (r *run) copyTable(ctx context.Context, job *tableJob, workers chan *worker
 	return nil
 }
 
-// worker is a pair of connections that copies one partition at a time. Its
-// connections are opened on first use and reused for later partitions.
+// partitionRange names the partitions of a stream in an error.
+func partitionRange(first, parts, total int) string {
+	if parts == 1 {
+		return fmt.Sprintf("partition %d/%d", first, total)
+	}
+	return fmt.Sprintf("partitions %d-%d/%d", first, first+parts-1, total)
+}
+
+// worker is a pair of connections that copies one stream at a time. Its
+// connections are opened on first use and reused for later streams.
 type worker struct {
 	src, dst *pgx.Conn
+	// borrowed: the caller's connections (Config.SourceConn and DestConn).
+	// They keep their session settings (each transaction sets tablesync's
+	// with SET LOCAL) and are never closed here unless broken.
+	borrowed bool
 }
 
+// close closes w's connections, or ends the transactions left open on
+// borrowed ones, and leaves w unconnected.
 func (w *worker) close(ctx context.Context) {
-	if w.src != nil {
-		w.src.Close(ctx)
-		w.src = nil
-	}
-	if w.dst != nil {
-		w.dst.Close(ctx)
-		w.dst = nil
-	}
-}
-
-func (r *run) connect(ctx context.Context, w *worker) error {
-	var err error
-	if w.src == nil {
-		if w.src, err = pgx.ConnectConfig(ctx, r.srcCfg.Copy()); err != nil {
-			return fmt.Errorf("connect to source: %w", err)
+	for _, c := range []*pgx.Conn{w.src, w.dst} {
+		switch {
+		case c == nil || c.IsClosed():
+		case w.borrowed:
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if c.PgConn().TxStatus() != 'I' {
+				if _, err := c.Exec(rctx, "ROLLBACK"); err != nil {
+					c.Close(rctx)
+				}
+			}
+			cancel()
+		default:
+			c.Close(ctx)
 		}
 	}
+	*w = worker{}
+}
+
+// connect opens w's missing connections, both at once.
+func (r *run) connect(ctx context.Context, w *worker) error {
+	var g errgroup.Group
+	if w.src == nil {
+		g.Go(func() error {
+			conn, err := pgx.ConnectConfig(ctx, r.srcCfg.Copy())
+			if err != nil {
+				return fmt.Errorf("connect to source: %w", err)
+			}
+			w.src = conn
+			return nil
+		})
+	}
 	if w.dst == nil {
-		if w.dst, err = pgx.ConnectConfig(ctx, r.dstCfg.Copy()); err != nil {
-			return fmt.Errorf("connect to destination: %w", err)
+		g.Go(func() error {
+			conn, err := pgx.ConnectConfig(ctx, r.dstCfg.Copy())
+			if err != nil {
+				return fmt.Errorf("connect to destination: %w", err)
+			}
+			w.dst = conn
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// copyStream copies st from the source to the destination: one COPY in one
+// transaction on the source, and on the destination one COPY and
+// transaction per partition of st (st.chunkRows rows each, the last one
+// takes the rest). The partitions are numbered from first, and each is
+// reported to done once committed; partitions the stream had no rows for
+// are reported with 0 rows at its end.
+func (r *run) copyStream(ctx context.Context, w *worker, job *tableJob, st stream, first int,
+	done func(n int, rows int64, d time.Duration) error) error {
+	if err := r.connect(ctx, w); err != nil {
+		return err
+	}
+	// One round trip: the transaction, the snapshot, and on borrowed
+	// connections the session settings.
+	begin := "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+	if r.cfg.SnapshotName != "" {
+		begin += "; SET TRANSACTION SNAPSHOT '" + r.cfg.SnapshotName + "'"
+	}
+	if w.borrowed {
+		begin += setLocal(r.srcSettings)
+	}
+	if _, err := w.src.Exec(ctx, begin); err != nil {
+		return fmt.Errorf("begin source transaction in snapshot %s: %w", r.cfg.SnapshotName, err)
+	}
+	beginDst := "BEGIN"
+	if w.borrowed {
+		beginDst += setLocal(r.dstSettings)
+	}
+
+	outSQL, inSQL := job.copyOutSQL(st), job.copyInSQL()
+	n := first
+	outRows, inRows, outErr, inErr := pipeCopy(job.binary, st.chunkRows, st.parts,
+		func(out io.Writer) (int64, error) {
+			tag, err := w.src.PgConn().CopyTo(ctx, out, outSQL)
+			return tag.RowsAffected(), err
+		},
+		func(in io.Reader) (int64, error) {
+			start := time.Now()
+			if _, err := w.dst.Exec(ctx, beginDst); err != nil {
+				return 0, fmt.Errorf("begin destination transaction: %w", err)
+			}
+			tag, err := w.dst.PgConn().CopyFrom(ctx, in, inSQL)
+			if err != nil {
+				return 0, fmt.Errorf("copy into destination (%s): %w", inSQL, err)
+			}
+			commit, err := w.dst.Exec(ctx, "COMMIT")
+			if err == nil && commit.String() != "COMMIT" {
+				err = errors.New(commit.String()) // a failed transaction "commits" as ROLLBACK
+			}
+			if err != nil {
+				return 0, fmt.Errorf("commit on destination: %w", err)
+			}
+			if err := done(n, tag.RowsAffected(), time.Since(start)); err != nil {
+				return 0, err
+			}
+			n++
+			return tag.RowsAffected(), nil
+		})
+	switch {
+	case outErr != nil && !errors.Is(outErr, errDestinationFailed):
+		return fmt.Errorf("copy from source (%s): %w", outSQL, outErr)
+	case inErr != nil:
+		return inErr
+	case outRows != inRows:
+		return fmt.Errorf("source sent %d rows but destination took %d", outRows, inRows)
+	}
+	if _, err := w.src.Exec(ctx, "ROLLBACK"); err != nil {
+		return fmt.Errorf("end source transaction: %w", err)
+	}
+	for ; n < first+st.parts; n++ {
+		if err := done(n, 0, 0); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// copyPartition streams one partition from source to destination and commits
-// it on the destination. It returns the number of rows copied.
-func (r *run) copyPartition(ctx context.Context, w *worker, job *tableJob, p partition) (int64, error) {
-	if err := r.connect(ctx, w); err != nil {
-		return 0, err
-	}
-	srcTx, err := r.beginSource(ctx, w.src)
-	if err != nil {
-		return 0, err
-	}
-	dstTx, err := w.dst.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("begin destination transaction: %w", err)
-	}
-
-	outSQL, inSQL := job.copyOutSQL(p), job.copyInSQL()
-	pr, pw := io.Pipe()
+// pipeCopy runs copyTo (the source's COPY TO STDOUT, which writes one
+// CopyData message, one row, per Write into the writer it is given) and
+// copyFrom (a destination COPY FROM STDIN reading the reader it is given)
+// joined by pipes, calling copyFrom once per chunk of chunkRows rows: at
+// most chunks times, the last chunk taking the rest, and not at all without
+// rows. Each chunk is a complete COPY input (in binary format, with its own
+// header and trailer). It returns the rows and the errors of both sides;
+// when copyFrom fails, copyTo's next write fails with errDestinationFailed,
+// so the source side stops too.
+func pipeCopy(binary bool, chunkRows int64, chunks int, copyTo func(io.Writer) (int64, error),
+	copyFrom func(io.Reader) (int64, error)) (outRows, inRows int64, outErr, inErr error) {
+	readers := make(chan *io.PipeReader, 1)
+	stop := make(chan struct{})
+	c := &chunker{binary: binary, chunkRows: max(chunkRows, 1), chunks: max(chunks, 1), readers: readers, stop: stop}
 	type result struct {
 		rows int64
 		err  error
 	}
 	out := make(chan result, 1)
 	go func() {
-		bw := bufio.NewWriterSize(pw, pipeBufferSize)
-		tag, err := w.src.PgConn().CopyTo(ctx, bw, outSQL)
-		if err == nil {
-			err = bw.Flush()
-		}
-		pw.CloseWithError(err) // nil: the reader sees EOF
-		out <- result{tag.RowsAffected(), err}
+		rows, err := copyTo(c)
+		err = c.finish(err)
+		out <- result{rows, err}
 	}()
-	inTag, inErr := w.dst.PgConn().CopyFrom(ctx, pr, inSQL)
-	if inErr != nil {
-		pr.CloseWithError(errDestinationFailed)
-	} else {
+	for pr := range readers {
+		rows, err := copyFrom(pr)
+		if err != nil {
+			inErr = err
+			close(stop)
+			pr.CloseWithError(errDestinationFailed)
+			for pr := range readers { // until the source side gives up
+				pr.CloseWithError(errDestinationFailed)
+			}
+			break
+		}
 		pr.Close()
+		inRows += rows
 	}
 	res := <-out
+	return res.rows, inRows, res.err, inErr
+}
 
-	switch {
-	case res.err != nil && !errors.Is(res.err, errDestinationFailed):
-		return 0, fmt.Errorf("copy from source (%s): %w", outSQL, res.err)
-	case inErr != nil:
-		return 0, fmt.Errorf("copy into destination (%s): %w", inSQL, inErr)
-	case res.rows != inTag.RowsAffected():
-		return 0, fmt.Errorf("source sent %d rows but destination took %d", res.rows, inTag.RowsAffected())
+// The header and trailer of a binary COPY stream: the signature, a 32-bit
+// flags field and a 32-bit header extension length; a field count of -1.
+var (
+	binaryHeader  = []byte("PGCOPY\n\xff\r\n\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00")
+	binaryTrailer = []byte{0xff, 0xff}
+)
+
+// chunker is the writer that pgconn's CopyTo writes a source COPY stream
+// into. It relies on what the protocol guarantees: every CopyData message
+// from the server is one row (in binary format the first one also carries
+// the header, and the trailer comes alone). It cuts the stream into chunks
+// of chunkRows rows, the last of its chunks taking the rest, and hands each
+// to the destination side as a pipe reader on readers, buffered
+// (pipeBufferSize) so that the destination gets full CopyData messages.
+type chunker struct {
+	binary    bool
+	chunkRows int64
+	chunks    int
+	readers   chan<- *io.PipeReader
+	stop      <-chan struct{} // closed when the destination side takes no more chunks
+
+	header bool  // the source's binary header was seen
+	opened int   // chunks opened
+	rows   int64 // rows in the open chunk
+	pw     *io.PipeWriter
+	bw     *bufio.Writer
+}
+
+func (c *chunker) Write(p []byte) (int, error) {
+	n := len(p)
+	if c.binary {
+		if !c.header {
+			if len(p) < len(binaryHeader) || !bytes.Equal(p[:11], binaryHeader[:11]) {
+				return 0, errors.New("binary COPY stream without its header")
+			}
+			ext := int(binary.BigEndian.Uint32(p[15:19]))
+			if len(p) < len(binaryHeader)+ext {
+				return 0, errors.New("binary COPY header cut short")
+			}
+			p = p[len(binaryHeader)+ext:]
+			c.header = true
+		}
+		if len(p) == 0 || bytes.Equal(p, binaryTrailer) {
+			return n, nil // each chunk gets its own trailer
+		}
 	}
-	if err := dstTx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("commit on destination: %w", err)
+	if c.pw == nil {
+		if err := c.open(); err != nil {
+			return 0, err
+		}
 	}
-	if err := srcTx.Rollback(ctx); err != nil {
-		return 0, fmt.Errorf("end source transaction: %w", err)
+	if _, err := c.bw.Write(p); err != nil {
+		return 0, err
 	}
-	return inTag.RowsAffected(), nil
+	c.rows++
+	if c.rows >= c.chunkRows && c.opened < c.chunks {
+		if err := c.closeChunk(nil); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// open starts a chunk and hands its reader to the destination side.
+func (c *chunker) open() error {
+	pr, pw := io.Pipe()
+	select {
+	case c.readers <- pr:
+	case <-c.stop:
+		return errDestinationFailed
+	}
+	c.pw, c.rows = pw, 0
+	c.opened++
+	if c.bw == nil {
+		c.bw = bufio.NewWriterSize(pw, pipeBufferSize)
+	} else {
+		c.bw.Reset(pw)
+	}
+	if c.binary {
+		_, err := c.bw.Write(binaryHeader)
+		return err
+	}
+	return nil
+}
+
+// closeChunk ends the open chunk: complete when err is nil, else failed
+// with err.
+func (c *chunker) closeChunk(err error) error {
+	if err == nil && c.binary {
+		_, err = c.bw.Write(binaryTrailer)
+	}
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	c.pw.CloseWithError(err) // nil: the reader sees EOF
+	c.pw = nil
+	return err
+}
+
+// finish ends the stream after CopyTo returned err, and returns the source
+// side's error.
+func (c *chunker) finish(err error) error {
+	if c.pw != nil {
+		if cerr := c.closeChunk(err); err == nil {
+			err = cerr
+		}
+	}
+	close(c.readers)
+	return err
 }
 
 type nopReporter struct{}
