@@ -106,6 +106,7 @@ type Applier struct {
 	dirty       []*plan                    // plans with buffered changes, in first-use order
 	inBatch     bool                       // a batch transaction is open in the session
 	begun       bool                       // the batch's BEGIN was sent
+	statements  map[string]string          // binary row statements prepared on the connection: SQL -> name
 	pending     int
 	pendingSize int
 	counts      map[string]*Counts
@@ -141,6 +142,8 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 		plans:    map[*change.Relation]*plan{},
 		current:  map[change.TableName]*plan{},
 		counts:   map[string]*Counts{},
+
+		statements: map[string]string{},
 	}
 	for i := range cfg.Mappings {
 		m := cfg.Mappings[i]

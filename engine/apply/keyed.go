@@ -165,7 +165,7 @@ func (a *Applier) moveRow(ctx context.Context, p *plan, oldVals, vals []change.V
 	for _, k := range p.keyPos {
 		args = append(args, oldVals[k])
 	}
-	b := a.newRowBatch(binaryValues(vals) || binaryValues(oldVals))
+	b := a.newRowBatch(ctx, binaryValues(vals) || binaryValues(oldVals))
 	if err := b.queue(p, "move", moveSQL(p.dest.name, p.names, p.types, set, p.keyPos), args, append(set, p.keyPos...)); err != nil {
 		return fmt.Errorf("move row of %s to a new key: %w", p.dest.name, err)
 	}
@@ -186,7 +186,7 @@ const defaultRowStatementsUpTo = 8
 // a delete by key, an upsert for new rows, an update by key of the columns
 // the change has (a complete row the destination lacks is then inserted).
 func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
-	b := a.newRowBatch(p.binaryChunk())
+	b := a.newRowBatch(ctx, p.binaryChunk())
 	var missing []*entry // complete updates, in statement order
 	var updateAt []int   // their statements' positions in b
 	all := make([]int, len(p.names))
@@ -198,9 +198,9 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 		var err error
 		switch e.stageOp() {
 		case opDelete:
-			err = b.queue(p, "delete", deleteRowSQL(p.dest.name, p.names, p.types, p.keyPos), pick(e.vals, p.keyPos), p.keyPos)
+			err = b.queue(p, "delete", p.statement("d", func() string { return deleteRowSQL(p.dest.name, p.names, p.types, p.keyPos) }), pick(e.vals, p.keyPos), p.keyPos)
 		case opInsert:
-			err = b.queue(p, "insert", insertRowSQL(p.dest.name, p.names, p.types, p.keyPos, true), e.vals, all)
+			err = b.queue(p, "insert", p.statement("i", func() string { return insertRowSQL(p.dest.name, p.names, p.types, p.keyPos, true) }), e.vals, all)
 		default:
 			set := p.settable(e.vals)
 			if len(set) == 0 {
@@ -208,7 +208,7 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 					continue // only unchanged values besides the key: nothing to write
 				}
 				// A key-only table: the row exists or is added.
-				err = b.queue(p, "insert", insertRowSQL(p.dest.name, p.names, p.types, p.keyPos, false), e.vals, all)
+				err = b.queue(p, "insert", p.statement("n", func() string { return insertRowSQL(p.dest.name, p.names, p.types, p.keyPos, false) }), e.vals, all)
 				break
 			}
 			cols := append(set, p.keyPos...)
@@ -216,7 +216,7 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 				missing = append(missing, e)
 				updateAt = append(updateAt, len(b.ops))
 			}
-			err = b.queue(p, "update", moveSQL(p.dest.name, p.names, p.types, set, p.keyPos), pick(e.vals, cols), cols)
+			err = b.queue(p, "update", p.statement(fmt.Sprint("u", set), func() string { return moveSQL(p.dest.name, p.names, p.types, set, p.keyPos) }), pick(e.vals, cols), cols)
 		}
 		if err != nil {
 			return fmt.Errorf("apply changes to %s: %w", p.dest.name, err)
@@ -233,10 +233,10 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 	}
 	// Updated rows the destination lacks: insert them as they are now on
 	// the source.
-	fix := a.newRowBatch(b.binary)
+	fix := a.newRowBatch(ctx, b.binary)
 	for j, at := range updateAt {
 		if affected[at] == 0 {
-			if err := fix.queue(p, "insert", insertRowSQL(p.dest.name, p.names, p.types, p.keyPos, false), missing[j].vals, all); err != nil {
+			if err := fix.queue(p, "insert", p.statement("n", func() string { return insertRowSQL(p.dest.name, p.names, p.types, p.keyPos, false) }), missing[j].vals, all); err != nil {
 				return fmt.Errorf("apply changes to %s: %w", p.dest.name, err)
 			}
 		}
@@ -269,4 +269,19 @@ func pick(vals []change.Value, pos []int) []change.Value {
 		out[j] = vals[i]
 	}
 	return out
+}
+
+// statement returns the row statement of p called key, building it with
+// build the first time: a small chunk's statements are the same for every
+// transaction.
+func (p *plan) statement(key string, build func() string) string {
+	if sql, ok := p.rowSQL[key]; ok {
+		return sql
+	}
+	if p.rowSQL == nil {
+		p.rowSQL = map[string]string{}
+	}
+	sql := build()
+	p.rowSQL[key] = sql
+	return sql
 }

@@ -26,7 +26,7 @@ func (a *Applier) flushOrdered(ctx context.Context, p *plan) error {
 	w := &a.copy
 	w.reset(binary)
 	rows := 0
-	b := a.newRowBatch(binary)
+	b := a.newRowBatch(ctx, binary)
 	copySQL := copyTargetSQL(p.dest.name, p.names, binary)
 	flushInserts := func() error {
 		if rows == 0 {
@@ -56,7 +56,7 @@ func (a *Applier) flushOrdered(ctx context.Context, p *plan) error {
 				a.log.Warn("no destination row matched a replicated change", "table", p.dest.name.String(), "op", b.ops[i])
 			}
 		}
-		b = a.newRowBatch(binary)
+		b = a.newRowBatch(ctx, binary)
 		return nil
 	}
 	for _, c := range p.ops {
@@ -129,6 +129,8 @@ func (p *plan) rowStatement(c *change.Change) (string, []change.Value, []int) {
 // through pgx (which prepares each statement once); binary values go as
 // binary parameters typed with the destination column's type OID.
 type rowBatch struct {
+	ctx    context.Context // for preparing statements (binary mode)
+	a      *Applier
 	binary bool
 	begins bool // the first statement is the batch transaction's BEGIN
 	text   pgx.Batch
@@ -138,8 +140,8 @@ type rowBatch struct {
 
 // newRowBatch starts a row batch; when the batch transaction's BEGIN was
 // not sent yet, it goes first in the same round trip.
-func (a *Applier) newRowBatch(binary bool) *rowBatch {
-	b := &rowBatch{binary: binary, begins: !a.begun}
+func (a *Applier) newRowBatch(ctx context.Context, binary bool) *rowBatch {
+	b := &rowBatch{binary: binary, begins: !a.begun, ctx: ctx, a: a}
 	if b.begins {
 		if binary {
 			b.bin.ExecParams("BEGIN", nil, nil, nil, nil)
@@ -183,7 +185,11 @@ func (b *rowBatch) queue(p *plan, op, sql string, args []change.Value, cols []in
 		oids[i] = p.typeOIDs[cols[i]]
 		formats[i] = 1
 	}
-	b.bin.ExecParams(sql, values, oids, formats, nil)
+	name, err := b.a.prepared(b.ctx, sql, oids)
+	if err != nil {
+		return err
+	}
+	b.bin.ExecPrepared(name, values, formats, nil)
 	b.ops = append(b.ops, op)
 	return nil
 }
@@ -232,4 +238,20 @@ func (a *Applier) sendRows(ctx context.Context, p *plan, b *rowBatch) ([]int64, 
 		return nil, classify(fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
 	}
 	return affected, nil
+}
+
+// prepared returns the name of a prepared statement for sql with parameter
+// types oids on the applier's connection, preparing it the first time:
+// binary row statements are parsed and planned once per connection, as pgx
+// does for the text ones.
+func (a *Applier) prepared(ctx context.Context, sql string, oids []uint32) (string, error) {
+	if name, ok := a.statements[sql]; ok {
+		return name, nil
+	}
+	name := fmt.Sprintf("pgmirror_row_%d", len(a.statements)+1)
+	if _, err := a.conn.PgConn().Prepare(ctx, name, sql, oids); err != nil {
+		return "", fmt.Errorf("prepare %s: %w", sql, err)
+	}
+	a.statements[sql] = name
+	return name, nil
 }

@@ -106,6 +106,8 @@ type plan struct {
 	// typeOIDs are the destination type OIDs of the applied columns (the
 	// types of binary parameters).
 	typeOIDs []uint32
+	// rowSQL caches the row statements of small chunks (see statement).
+	rowSQL map[string]string
 	// stageTypes define the staging columns (see destColumn.stage).
 	stageTypes []string
 	keyed      bool  // the destination primary key identifies rows

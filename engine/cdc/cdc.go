@@ -18,6 +18,12 @@ import (
 	"github.com/pgmirror/pgmirror/engine/change"
 )
 
+// gatherWindow is how long a complete batch may wait for more transactions
+// when the stream is momentarily empty but the source had more WAL: long
+// enough to gather a catch-up's small transactions into one destination
+// commit, short enough not to matter for lag.
+const gatherWindow = 2 * time.Millisecond
+
 // Re-exported sentinels, so callers can classify Run's errors with
 // errors.Is without importing the engine's inner packages.
 var (
@@ -283,6 +289,10 @@ type runner struct {
 	// known to be flushed yet. In commit order.
 	unflushed []pendingConfirm
 	dry       bool // nothing was waiting in the stream after the last event
+	// gather fires when a complete batch that waits for more transactions
+	// (see gatherWindow) must be committed; gathering says it is armed.
+	gather    *time.Timer
+	gathering bool
 
 	applied change.LSN // end LSN of the last transaction on the destination
 	batchID int64
@@ -303,8 +313,22 @@ type runner struct {
 
 func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 	events := r.stream.Events()
+	r.gather = time.NewTimer(time.Hour)
+	r.gather.Stop()
+	defer r.gather.Stop()
 	for {
 		select {
+		case <-r.gather.C:
+			r.gathering = false
+			if r.applier.InBatch() && !r.inTx && !r.skipping {
+				if err := r.commit(ctx); err != nil {
+					r.abandon()
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					return netError(err)
+				}
+			}
 		case <-stop:
 			return r.finish(ctx)
 		case <-ctx.Done():
@@ -382,11 +406,36 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 			return nil
 		}
 		r.batchEnd = ev.LSN
-		if dry || r.changes >= int64(r.cfg.BatchSize) || time.Since(r.started) >= r.cfg.SyncInterval {
+		now, wait := r.cfg.closeBatch(r.changes, time.Since(r.started), dry, ev.ServerWALEnd > ev.LSN)
+		if now {
 			return r.commit(ctx)
+		}
+		if wait > 0 {
+			r.gather.Reset(wait)
+			r.gathering = true
 		}
 	}
 	return nil
+}
+
+// closeBatch decides, at the commit of a source transaction, whether the
+// open batch (changes in it, open for age) is committed now. dry says that
+// nothing more waits in the stream, behind that the source had more WAL when
+// it sent this commit. Otherwise wait > 0 says how long the batch may wait
+// for more transactions before it is committed anyway: a batch per
+// transaction costs the destination a commit each and, during a catch-up,
+// competes with the source for the CPU, so while the source has more WAL the
+// batch gathers for up to gatherWindow.
+func (cfg Config) closeBatch(changes int64, age time.Duration, dry, behind bool) (now bool, wait time.Duration) {
+	switch {
+	case changes >= int64(cfg.BatchSize) || age >= cfg.SyncInterval:
+		return true, 0
+	case !dry:
+		return false, 0 // the next transaction is already here
+	case !behind || age >= gatherWindow:
+		return true, 0 // caught up with the source, or gathered long enough
+	}
+	return false, gatherWindow - age
 }
 
 // filter returns c without the tables whose changes in the open
@@ -439,6 +488,10 @@ func (r *runner) lowest() change.LSN {
 
 // commit commits the open batch, confirms its LSN and reports it.
 func (r *runner) commit(ctx context.Context) error {
+	if r.gathering {
+		r.gather.Stop()
+		r.gathering = false
+	}
 	id := r.batchID + 1
 	end := r.batchEnd
 	// Tables with their own position: the batch covered every transaction

@@ -721,3 +721,43 @@ func TestConfirmedPromptly(t *testing.T) {
 	}
 	require.NoError(t, r.halt(t))
 }
+
+// TestBacklogGathered: a backlog of small source transactions is applied
+// in batches of many transactions (gathered while the source has more WAL),
+// not in one destination commit each, and a lone transaction on a caught-up
+// mirror is still applied at once.
+func TestBacklogGathered(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY, v text)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	const txs = 2000
+	conn, err := pgx.Connect(context.Background(), b.src)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	for i := range txs {
+		_, err := conn.Exec(context.Background(), `INSERT INTO t VALUES ($1, 'x')`, i)
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, txs, queryCount(t, conn, `SELECT count(*) FROM t`))
+
+	r := b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	n := b.rep.count()
+	t.Logf("%d single-row transactions applied in %d batches", txs, n)
+	require.Less(t, n, txs/4, "the backlog was applied almost a transaction per batch")
+
+	// Caught up: a lone transaction is applied without waiting.
+	start := time.Now()
+	_, err = conn.Exec(context.Background(), `INSERT INTO t VALUES (-1, 'lone')`)
+	require.NoError(t, err)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	t.Logf("a lone transaction was applied %s after its commit", time.Since(start).Round(time.Millisecond))
+	require.NoError(t, r.halt(t))
+}
+
+func queryCount(t *testing.T, conn *pgx.Conn, sql string) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, conn.QueryRow(context.Background(), sql).Scan(&n))
+	return n
+}
