@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
 )
@@ -97,17 +96,8 @@ func appliedLSN(t *testing.T, dbURL string) pglogrepl.LSN {
 
 func readLSN(t *testing.T, dbURL, sql string) pglogrepl.LSN {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	var text string
-	if err := conn.QueryRow(ctx, sql).Scan(&text); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	queryOne(t, dbURL, &text, sql)
 	lsn, err := pglogrepl.ParseLSN(text)
 	if err != nil {
 		t.Fatal(err)

@@ -132,6 +132,14 @@ func restartCluster(t *testing.T, c *localpg.Cluster) {
 // queryInt64 runs a query that returns one integer.
 func queryInt64(t *testing.T, dbURL, sql string, args ...any) int64 {
 	t.Helper()
+	var n int64
+	queryOne(t, dbURL, &n, sql, args...)
+	return n
+}
+
+// queryOne runs a query that returns one value and scans it into dest.
+func queryOne(t *testing.T, dbURL string, dest any, sql string, args ...any) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -139,11 +147,9 @@ func queryInt64(t *testing.T, dbURL, sql string, args ...any) int64 {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var n int64
-	if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, sql, args...).Scan(dest); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-	return n
 }
 
 // noDuplicates fails the test when the table has two rows with the same key.
