@@ -2,7 +2,7 @@
 GO ?= go
 PORT ?= 8112
 
-.PHONY: run test build vet bench deps clean
+.PHONY: run test build vet bench fuzz deps clean
 
 ## run: start the service on :8112 (embedded PostgreSQL under ./.pgmirror unless SERVICE_DATABASE_URL is set)
 run: deps
@@ -23,6 +23,11 @@ vet:
 ## bench: compare pgmirror with a COPY pipe and native logical replication (prints ratios)
 bench: deps
 	$(GO) run ./cmd/pgmirror-bench
+
+## fuzz: fuzz the pgoutput decoder for a while (make test runs only the seed corpus)
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test ./engine/capture/ -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
 
 ## deps: install the PostgreSQL server binaries when initdb is missing (Debian/Ubuntu)
 deps:
