@@ -100,19 +100,7 @@ func TestReplicaRoleSkipsForeignKeys(t *testing.T) {
 func TestForeignKeyViolationIsTyped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	role := fmt.Sprintf("applier_%d_%d", os.Getpid(), seq.Add(1))
-	pgtest.Exec(t, dst, fkDDL+`;
-		CREATE ROLE `+role+` LOGIN PASSWORD 'pw';
-		GRANT CREATE ON DATABASE `+pgx.Identifier{dbName(t, dst)}.Sanitize()+` TO `+role+`;
-		GRANT ALL ON ALL TABLES IN SCHEMA public TO `+role)
-	t.Cleanup(func() {
-		pgtest.Exec(t, dst, `DROP OWNED BY `+role+` CASCADE; DROP ROLE `+role)
-	})
-	u, err := url.Parse(dst)
-	require.NoError(t, err)
-	u.User = url.UserPassword(role, "pw")
-	conn := connect(t, u.String())
+	conn := connectUnprivileged(t, fkDDL)
 
 	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()})
 	require.NoError(t, err)
@@ -331,20 +319,8 @@ func TestCommitWAL(t *testing.T) {
 func TestCommitFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	role := fmt.Sprintf("applier_%d_%d", os.Getpid(), seq.Add(1))
-	pgtest.Exec(t, dst, `CREATE TABLE public.parent (id int PRIMARY KEY);
-		CREATE TABLE public.child (id int PRIMARY KEY, parent_id int REFERENCES public.parent DEFERRABLE INITIALLY DEFERRED, note text);
-		CREATE ROLE `+role+` LOGIN PASSWORD 'pw';
-		GRANT CREATE ON DATABASE `+pgx.Identifier{dbName(t, dst)}.Sanitize()+` TO `+role+`;
-		GRANT ALL ON ALL TABLES IN SCHEMA public TO `+role)
-	t.Cleanup(func() {
-		pgtest.Exec(t, dst, `DROP OWNED BY `+role+` CASCADE; DROP ROLE `+role)
-	})
-	u, err := url.Parse(dst)
-	require.NoError(t, err)
-	u.User = url.UserPassword(role, "pw")
-	conn := connect(t, u.String())
+	conn := connectUnprivileged(t, `CREATE TABLE public.parent (id int PRIMARY KEY);
+		CREATE TABLE public.child (id int PRIMARY KEY, parent_id int REFERENCES public.parent DEFERRABLE INITIALLY DEFERRED, note text)`)
 	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()})
 	require.NoError(t, err)
 
@@ -370,4 +346,24 @@ func TestCommitFails(t *testing.T) {
 	lsn, _, _, err := apply.AppliedPosition(ctx, conn, "m")
 	require.NoError(t, err)
 	require.Equal(t, change.LSN(0x200), lsn)
+}
+
+// connectUnprivileged creates a destination database with ddl and connects
+// to it as a new role that may use its tables but is no superuser (so it may
+// not set session_replication_role).
+func connectUnprivileged(t *testing.T, ddl string) *pgx.Conn {
+	t.Helper()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	role := fmt.Sprintf("applier_%d_%d", os.Getpid(), seq.Add(1))
+	pgtest.Exec(t, dst, ddl+`;
+		CREATE ROLE `+role+` LOGIN PASSWORD 'pw';
+		GRANT CREATE ON DATABASE `+pgx.Identifier{dbName(t, dst)}.Sanitize()+` TO `+role+`;
+		GRANT ALL ON ALL TABLES IN SCHEMA public TO `+role)
+	t.Cleanup(func() {
+		pgtest.Exec(t, dst, `DROP OWNED BY `+role+` CASCADE; DROP ROLE `+role)
+	})
+	u, err := url.Parse(dst)
+	require.NoError(t, err)
+	u.User = url.UserPassword(role, "pw")
+	return connect(t, u.String())
 }

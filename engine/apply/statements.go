@@ -134,17 +134,20 @@ func updateSQL(target change.TableName, stage string, names []string, keyPos []i
 // Parameters are cast to the destination types (needed for text
 // parameters sent without a type; a no-op for typed binary ones).
 func moveSQL(target change.TableName, names, types []string, set, keyPos []int) string {
-	var sets, where []string
-	n := 0
-	for _, i := range set {
-		n++
-		sets = append(sets, fmt.Sprintf("%s = $%d::%s", change.QuoteIdent(names[i]), n, types[i]))
-	}
-	for _, k := range keyPos {
-		n++
-		where = append(where, fmt.Sprintf("%s = $%d::%s", change.QuoteIdent(names[k]), n, types[k]))
-	}
+	sets := paramTerms("%s = $%d::%s", names, types, set, 1)
+	where := paramTerms("%s = $%d::%s", names, types, keyPos, len(set)+1)
 	return "UPDATE " + target.Quoted() + " SET " + strings.Join(sets, ", ") + " WHERE " + strings.Join(where, " AND ")
+}
+
+// paramTerms formats one term per column position in cols with format
+// (quoted column name, parameter number, destination type), numbering the
+// parameters from first.
+func paramTerms(format string, names, types []string, cols []int, first int) []string {
+	terms := make([]string, len(cols))
+	for j, i := range cols {
+		terms[j] = fmt.Sprintf(format, change.QuoteIdent(names[i]), first+j, types[i])
+	}
+	return terms
 }
 
 // rowSQL deletes (del) or updates exactly one target row whose where
@@ -157,16 +160,8 @@ func rowSQL(target change.TableName, partitioned, del bool, names, types []strin
 	if !del && len(set) == 0 {
 		return "SELECT 1"
 	}
-	var sets, conds []string
-	n := 0
-	for _, i := range set {
-		n++
-		sets = append(sets, fmt.Sprintf("%s = $%d::%s", change.QuoteIdent(names[i]), n, types[i]))
-	}
-	for _, i := range where {
-		n++
-		conds = append(conds, fmt.Sprintf("%s::text IS NOT DISTINCT FROM $%d::%s::text", change.QuoteIdent(names[i]), n, types[i]))
-	}
+	sets := paramTerms("%s = $%d::%s", names, types, set, 1)
+	conds := paramTerms("%s::text IS NOT DISTINCT FROM $%d::%s::text", names, types, where, len(set)+1)
 	if len(conds) == 0 {
 		conds = append(conds, "false")
 	}
@@ -225,10 +220,7 @@ func positions(n int, pos []int) []bool {
 // deleteRowSQL deletes the row whose key columns equal the parameters
 // ($1, $2, ... in key order), cast to the destination types.
 func deleteRowSQL(target change.TableName, names, types []string, keyPos []int) string {
-	where := make([]string, len(keyPos))
-	for j, k := range keyPos {
-		where[j] = fmt.Sprintf("%s = $%d::%s", change.QuoteIdent(names[k]), j+1, types[k])
-	}
+	where := paramTerms("%s = $%d::%s", names, types, keyPos, 1)
 	return "DELETE FROM " + target.Quoted() + " WHERE " + strings.Join(where, " AND ")
 }
 
