@@ -21,21 +21,10 @@ import (
 // row) are exactly equal.
 func TestDestinationCrash(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
 	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
 	dstCluster := pgtest.NewCluster(t, false)
 	dst := pgtest.NewDatabase(t, dstCluster)
-	exec1(t, src, loadTables)
-
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
-	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "crash", "source_peer": "src", "destination_peer": "dst",
-		"table_mappings": loadMappings(),
-	}, 201, nil)
-	s.dumpOnFailure("crash")
-	s.waitStatus("crash", "running", 60*time.Second)
+	s := startLoadMirror(t, "crash", src, dst)
 	checkLoadEqual(t, src, dst, 30*time.Second)
 
 	l := startLoad(src)

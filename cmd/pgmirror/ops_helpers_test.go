@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/db/localpg"
+	"github.com/pgmirror/pgmirror/db/pgtest"
 )
 
 // Helpers of the control, outage and slot health tests.
@@ -173,6 +174,24 @@ INSERT INTO public.events SELECT g % 100, 'init' FROM generate_series(1, 1000) g
 // loadMappings maps the load tables onto the same names.
 func loadMappings() []any {
 	return []any{mapping("public", "items", "public", "items"), mapping("public", "events", "public", "events")}
+}
+
+// startLoadMirror creates the load tables on src, starts a service on a new
+// catalog database with the peers "src" and "dst", and a mirror called name
+// of the load tables (1 s sync interval), and waits until it runs.
+func startLoadMirror(t *testing.T, name, src, dst string) *service {
+	t.Helper()
+	exec1(t, src, loadTables)
+	s := startService(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)))
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": name, "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": loadMappings(),
+	}, 201, nil)
+	s.dumpOnFailure(name)
+	s.waitStatus(name, "running", 60*time.Second)
+	return s
 }
 
 // checkLoadEqual waits until both load tables are equal on both sides and

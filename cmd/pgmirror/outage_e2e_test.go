@@ -53,21 +53,10 @@ func nextRetryAt(t *testing.T, e logEntry) time.Time {
 // error_count after 30 s of streaming.
 func TestDestinationOutage(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
 	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
 	dstCluster := pgtest.NewCluster(t, false)
 	dst := pgtest.NewDatabase(t, dstCluster)
-	exec1(t, src, loadTables)
-
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
-	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "dout", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
-		"table_mappings": loadMappings(),
-	}, 201, nil)
-	s.dumpOnFailure("dout")
-	s.waitStatus("dout", "running", 60*time.Second)
+	s := startLoadMirror(t, "dout", src, dst)
 	checkLoadEqual(t, src, dst, 30*time.Second)
 
 	l := startLoad(src)
@@ -139,21 +128,10 @@ func TestDestinationOutage(t *testing.T) {
 // ends exactly equal (count and checksum), nothing lost or doubled.
 func TestSourceOutage(t *testing.T) {
 	t.Parallel()
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
 	srcCluster := pgtest.NewCluster(t, true)
 	src := pgtest.NewDatabase(t, srcCluster)
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	exec1(t, src, loadTables)
-
-	s := startService(t, catalog)
-	s.createPeer("src", src)
-	s.createPeer("dst", dst)
-	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "sout", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
-		"table_mappings": loadMappings(),
-	}, 201, nil)
-	s.dumpOnFailure("sout")
-	s.waitStatus("sout", "running", 60*time.Second)
+	s := startLoadMirror(t, "sout", src, dst)
 
 	l := startLoad(src)
 	time.Sleep(2 * time.Second)
