@@ -84,15 +84,21 @@ type execer interface {
 // LogInsert appends a log entry to a mirror's log. details is marshalled to
 // JSON; nil gives {}.
 func (s *Store) LogInsert(ctx context.Context, mirrorID int64, level, message string, details any) error {
-	return logInsert(ctx, s.pool, mirrorID, level, message, details)
+	return logInsert(ctx, s.pool, mirrorID, time.Time{}, level, message, details)
+}
+
+// LogInsertAt is LogInsert for an entry that happened at at (written late,
+// for example after a catalog outage); a zero at means now.
+func (s *Store) LogInsertAt(ctx context.Context, mirrorID int64, at time.Time, level, message string, details any) error {
+	return logInsert(ctx, s.pool, mirrorID, at, level, message, details)
 }
 
 // LogInsertTx is LogInsert inside tx.
 func (s *Store) LogInsertTx(ctx context.Context, tx pgx.Tx, mirrorID int64, level, message string, details any) error {
-	return logInsert(ctx, tx, mirrorID, level, message, details)
+	return logInsert(ctx, tx, mirrorID, time.Time{}, level, message, details)
 }
 
-func logInsert(ctx context.Context, q execer, mirrorID int64, level, message string, details any) error {
+func logInsert(ctx context.Context, q execer, mirrorID int64, at time.Time, level, message string, details any) error {
 	raw := []byte("{}")
 	if details != nil {
 		b, err := json.Marshal(details)
@@ -104,8 +110,13 @@ func logInsert(ctx context.Context, q execer, mirrorID int64, level, message str
 		}
 	}
 	var id int64
-	err := q.QueryRow(ctx, `INSERT INTO mirror_logs (mirror_id, level, message, details) VALUES ($1, $2, $3, $4::jsonb) RETURNING id`,
-		mirrorID, level, message, string(raw)).Scan(&id)
+	var created *time.Time
+	if !at.IsZero() {
+		created = &at
+	}
+	err := q.QueryRow(ctx, `INSERT INTO mirror_logs (mirror_id, level, message, details, created_at)
+		VALUES ($1, $2, $3, $4::jsonb, coalesce($5::timestamptz, now())) RETURNING id`,
+		mirrorID, level, message, string(raw), created).Scan(&id)
 	if err != nil {
 		return fmt.Errorf("insert log for mirror %d: %w", mirrorID, translate(err))
 	}

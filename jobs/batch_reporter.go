@@ -47,6 +47,8 @@ type batchReporter struct {
 	lastIdleLog time.Time
 	slowBatch   bool // a batch took longer than logEvery: log it at once
 
+	progressFailing bool // the last progress write failed (only loop and close touch it)
+
 	done chan struct{}
 	wg   sync.WaitGroup
 }
@@ -148,8 +150,18 @@ func (b *batchReporter) flushProgress(ctx context.Context) {
 	lsn, batch := b.lastLSN, b.lastBatch
 	b.dirty = false
 	b.mu.Unlock()
-	if err := b.run.store.MirrorRecordProgress(ctx, b.mirror.ID, lsn.String(), batch, pending); err != nil {
-		b.run.logger.Warn("record CDC progress", "error", err)
+	err := b.run.store.MirrorRecordProgress(ctx, b.mirror.ID, lsn.String(), batch, pending)
+	if err == nil && b.progressFailing {
+		b.progressFailing = false
+		b.run.logger.Info("CDC progress written to the catalog again")
+		b.run.writePendingLogs(ctx)
+	}
+	if err != nil {
+		if !b.progressFailing {
+			// Once per outage: the flush is retried every progressEvery.
+			b.progressFailing = true
+			b.run.logger.Warn("record CDC progress; keeping it until the catalog answers", "error", err)
+		}
 		// Keep the counts for the next flush.
 		b.mu.Lock()
 		for id, c := range pending {

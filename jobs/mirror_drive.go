@@ -522,7 +522,16 @@ func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db
 		return err
 	}
 	stop := r.beginCDC()
-	budget := time.AfterFunc(r.cfg.RunBudget, func() { r.stopCDC(reasonBudget) })
+	// The budget hands the mirror back to the queue now and then; not while
+	// the catalog is unreachable, since the queue lives there.
+	var budget *time.Timer
+	budget = time.AfterFunc(r.cfg.RunBudget, func() {
+		if r.catalogLost() {
+			budget.Reset(10 * time.Second)
+			return
+		}
+		r.stopCDC(reasonBudget)
+	})
 	defer budget.Stop()
 	healthy := time.AfterFunc(30*time.Second, func() {
 		resetCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -532,7 +541,7 @@ func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db
 	defer healthy.Stop()
 
 	rep := newBatchReporter(r, m, mappings)
-	err := cdc.Run(ctx, r.cdcConfig(m, srcPeer, dstPeer, mappings, nil), rep, stop)
+	err := streamHandingOver(ctx, r.cdcConfig(m, srcPeer, dstPeer, mappings, nil), rep, stop)
 	rep.close(ctx)
 	reason := r.endCDC()
 	if err != nil {
@@ -545,8 +554,37 @@ func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db
 		return nil
 	case reasonBudget:
 		return errRunBudget
+	case reasonLostLock:
+		return errLostLock
 	}
 	return errAgain
+}
+
+// slotHandoverWait is how long a run waits for the slot's previous consumer
+// to let go (a run of this mirror on a replica that was cut off from the
+// catalog stops at its next batch boundary; a walsender of a dead connection
+// exits when the source notices) before the slot in use counts as a failure.
+const slotHandoverWait = 20 * time.Second
+
+// streamHandingOver runs CDC, waiting up to slotHandoverWait while the slot
+// is still in use by its previous consumer. Nothing is applied before the
+// stream starts, so starting again is safe.
+func streamHandingOver(ctx context.Context, cfg cdc.Config, rep cdc.Reporter, stop <-chan struct{}) error {
+	deadline := time.Now().Add(slotHandoverWait)
+	for {
+		err := cdc.Run(ctx, cfg, rep, stop)
+		if !errors.Is(err, cdc.ErrSlotInUse) || time.Now().After(deadline) {
+			return err
+		}
+		cfg.Logger.Info("replication slot still in use by its previous consumer; waiting for it to let go", "slot", cfg.SlotName)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-stop:
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // cdcConfig is the configuration of the mirror's CDC phase; skip are tables
@@ -659,12 +697,6 @@ func Backoff(n int) time.Duration {
 		d *= 2
 	}
 	return min(d, 5*time.Minute)
-}
-
-func (r *mirrorRun) log(ctx context.Context, level, message string, details any) {
-	if err := r.store.LogInsert(ctx, r.mirrorID, level, message, details); err != nil {
-		r.logger.Warn("write mirror log entry", "message", message, "error", err)
-	}
 }
 
 func toMappings(tables []db.MirrorTable) []change.Mapping {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -57,10 +58,9 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 		w.cfg.Logger.Debug("mirror is run by another worker", "mirror", m.Name)
 		return nil
 	}
-	defer lock.Release()
-
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, lock: lock,
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id)}
+	defer r.releaseLock()
 	return r.work(ctx)
 }
 
@@ -75,8 +75,14 @@ type mirrorRun struct {
 	cfg      Config
 	store    *db.Store
 	mirrorID int64
-	lock     *db.MirrorLock
 	logger   *slog.Logger
+
+	// lock is the mirror's catalog lock; it is replaced when the run takes
+	// it back after a catalog outage (catalog_outage.go).
+	lockMu   sync.Mutex
+	lock     *db.MirrorLock
+	lockLost atomic.Bool // CDC goes on without the lock while the catalog is unreachable
+	logs     logKeeper   // log entries the catalog could not take yet
 
 	// operation names the phase for error reports: setup, snapshot, cdc.
 	operation string
@@ -129,7 +135,7 @@ func (r *mirrorRun) work(ctx context.Context) error {
 		return nil
 	case errors.Is(cause, errStopPaused):
 		return r.store.MirrorSetPausedIfRequested(ctx, r.mirrorID)
-	case errors.Is(cause, errLostLock):
+	case errors.Is(cause, errLostLock) || errors.Is(err, errLostLock):
 		r.logger.Warn("lost the catalog connection that holds the mirror lock; stopping the run")
 		return river.JobSnooze(time.Second)
 	}
@@ -149,6 +155,9 @@ const (
 	reasonDeleted = "deleted"
 	reasonAction  = "action"
 	reasonBudget  = "budget"
+	// reasonLostLock: another worker took the mirror over while this run
+	// was cut off from the catalog.
+	reasonLostLock = "lost_lock"
 )
 
 // beginCDC returns the stop channel of a new CDC phase.
@@ -158,6 +167,13 @@ func (r *mirrorRun) beginCDC() chan struct{} {
 	r.cdcStop = make(chan struct{})
 	r.stopReason = ""
 	return r.cdcStop
+}
+
+// inCDC reports whether the CDC phase runs.
+func (r *mirrorRun) inCDC() bool {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	return r.cdcStop != nil
 }
 
 // endCDC ends the CDC phase and returns why it was stopped ("" if it was not).
@@ -186,14 +202,30 @@ func (r *mirrorRun) stopCDC(reason string) bool {
 // watchControl listens for control notifications on the lock's connection
 // and also polls every two seconds, so that a pause, delete or control
 // request reaches the run within about a second even if a notification is
-// lost. When the lock connection dies, the run is cancelled: another worker
-// may take the mirror over.
+// lost. When the lock connection dies during CDC, the run goes on and takes
+// the lock back once the catalog answers (catalog_outage.go); in other
+// phases the run is cancelled: another worker may take the mirror over.
 func (r *mirrorRun) watchControl(ctx context.Context, cancel context.CancelCauseFunc) {
-	conn := r.lock.Conn()
-	if _, err := conn.Exec(ctx, `LISTEN pgmirror_mirror_control`); err != nil {
-		if ctx.Err() == nil {
-			cancel(errLostLock)
+	for ctx.Err() == nil {
+		r.listenControl(ctx, cancel)
+		if ctx.Err() != nil {
+			return
 		}
+		if !r.inCDC() {
+			cancel(errLostLock)
+			return
+		}
+		if !r.regainLock(ctx, cancel) {
+			return
+		}
+	}
+}
+
+// listenControl follows control requests on the lock's connection until
+// that connection dies or ctx ends.
+func (r *mirrorRun) listenControl(ctx context.Context, cancel context.CancelCauseFunc) {
+	conn := r.currentLock().Conn()
+	if _, err := conn.Exec(ctx, `LISTEN pgmirror_mirror_control`); err != nil {
 		return
 	}
 	for ctx.Err() == nil {
@@ -204,7 +236,6 @@ func (r *mirrorRun) watchControl(ctx context.Context, cancel context.CancelCause
 			return
 		}
 		if err != nil && conn.PgConn().IsClosed() {
-			cancel(errLostLock)
 			return
 		}
 		r.checkControl(ctx, cancel)

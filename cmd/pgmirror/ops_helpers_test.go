@@ -181,8 +181,14 @@ func loadMappings() []any {
 // of the load tables (1 s sync interval), and waits until it runs.
 func startLoadMirror(t *testing.T, name, src, dst string) *service {
 	t.Helper()
+	return startLoadMirrorOn(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)), name, src, dst)
+}
+
+// startLoadMirrorOn is startLoadMirror with the given catalog database.
+func startLoadMirrorOn(t *testing.T, catalog, name, src, dst string) *service {
+	t.Helper()
 	exec1(t, src, loadTables)
-	s := startService(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)))
+	s := startService(t, catalog)
 	s.createPeer("src", src)
 	s.createPeer("dst", dst)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/db/localpg"
 	"github.com/pgmirror/pgmirror/db/pgtest"
 )
@@ -284,4 +288,114 @@ func TestUnansweringPeer(t *testing.T) {
 	waitEqual(t, src, dst, "public.u", "public.u", "id, v", 30*time.Second)
 	exec1(t, src, `UPDATE public.u SET v = 'after' WHERE id <= 10`)
 	waitEqual(t, src, dst, "public.u", "public.u", "id, v", 30*time.Second)
+}
+
+// TestCatalogOutage stops the catalog database for 15 s under a write load:
+// the mirror keeps replicating meanwhile (the destination advances), the log
+// entries of that time are written once the catalog is back, with their
+// times, and the destination ends exactly equal.
+func TestCatalogOutage(t *testing.T) {
+	t.Parallel()
+	catalogCluster := pgtest.NewCluster(t, false)
+	catalog := pgtest.NewDatabase(t, catalogCluster)
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	s := startLoadMirrorOn(t, catalog, "cout", src, dst)
+	checkLoadEqual(t, src, dst, 30*time.Second)
+
+	l := startLoad(src)
+	time.Sleep(2 * time.Second)
+	stopCluster(t, catalogCluster)
+	stoppedAt := time.Now()
+	time.Sleep(2 * time.Second)
+	before := queryInt64(t, dst, `SELECT coalesce(max(id), 0) FROM public.items`)
+	time.Sleep(8 * time.Second)
+	after := queryInt64(t, dst, `SELECT coalesce(max(id), 0) FROM public.items`)
+	if after <= before {
+		t.Errorf("the destination did not advance while the catalog was down: max(id) %d, then %d 8 s later", before, after)
+	}
+	time.Sleep(time.Until(stoppedAt.Add(15 * time.Second)))
+	restartCluster(t, catalogCluster)
+	restartedAt := time.Now()
+	time.Sleep(2 * time.Second)
+	if n := l.end(); n < 100 {
+		t.Fatalf("the load committed only %d transactions", n)
+	}
+	checkLoadEqual(t, src, dst, 60*time.Second)
+	m := s.waitMirror("cout", "running after the outage", 30*time.Second, func(m fullStatus) bool { return m.Status == "running" })
+	if m.ErrorCount != 0 || m.ErrorMessage != "" {
+		t.Errorf("the outage was counted as a failure: error_count %d, error_message %q", m.ErrorCount, m.ErrorMessage)
+	}
+	// The batch log entries of the outage were kept and written afterwards
+	// with the times they happened.
+	waitFor(t, "the log entries of the outage", 20*time.Second, func() bool {
+		return queryInt64(t, catalog, `SELECT count(*) FROM mirror_logs WHERE message = $1 AND created_at > $2 AND created_at < $3`,
+			db.MsgCDCBatchApplied, stoppedAt, restartedAt) > 0
+	})
+	// The same process went on: the run took its lock back instead of
+	// ending (no second "mirror failed" or takeover).
+	if strings.Contains(s.output.String(), "mirror failed") {
+		t.Errorf("the run failed during the catalog outage:\n%s", tail(s.output.String(), 40))
+	}
+	if !strings.Contains(s.output.String(), "mirror lock taken back") {
+		t.Errorf("no \"mirror lock taken back\" in the process log:\n%s", tail(s.output.String(), 40))
+	}
+}
+
+// TestLockTakenWhileCutOff: the catalog connection holding a mirror's lock
+// dies and, before the run can take the lock back, someone else holds it
+// (as another replica's worker would after this one was cut off). The run
+// stops streaming and frees the slot instead of competing, without counting
+// a failure; once the lock is free again the mirror runs and ends equal.
+func TestLockTakenWhileCutOff(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	s := startLoadMirrorOn(t, catalog, "takeover", src, dst)
+	l := startLoad(src)
+	time.Sleep(time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	other, err := pgx.Connect(ctx, catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	var id int64
+	if err := other.QueryRow(ctx, `SELECT id FROM mirrors WHERE name = 'takeover'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	const lockClass = 0x70676d // db.mirrorLockClass
+	if _, err := other.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND granted`, lockClass, id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the test to hold the mirror lock", 10*time.Second, func() bool {
+		var ok bool
+		if err := other.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, int32(lockClass), int32(id)).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
+	waitFor(t, "the run to give the mirror up", 15*time.Second, func() bool {
+		return strings.Contains(s.output.String(), "another worker took the mirror over")
+	})
+	waitFor(t, "the slot to be free", 15*time.Second, func() bool {
+		return queryInt64(t, src, `SELECT count(*) FROM pg_replication_slots WHERE active AND database = current_database()`) == 0
+	})
+	if m := s.full("takeover"); m.Status == "error" || m.ErrorCount != 0 {
+		t.Errorf("giving the mirror up counted as a failure: status %s, error_count %d, error %q", m.Status, m.ErrorCount, m.ErrorMessage)
+	}
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock($1, $2)`, int32(lockClass), int32(id)); err != nil {
+		t.Fatal(err)
+	}
+	if n := l.end(); n < 50 {
+		t.Fatalf("the load committed only %d transactions", n)
+	}
+	checkLoadEqual(t, src, dst, 60*time.Second)
+	if m := s.full("takeover"); m.Status != "running" {
+		t.Errorf("status %q after the lock was free again, want running (error %q)", m.Status, m.ErrorMessage)
+	}
 }
