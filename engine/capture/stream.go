@@ -45,10 +45,6 @@ type Event struct {
 	CommitTime time.Time
 	// Change is set for EventChange.
 	Change *change.Change
-	// ServerWALEnd is, for EventCommit, the end of the source's WAL when the
-	// server sent the commit: beyond LSN, more WAL (maybe more changes) was
-	// already there.
-	ServerWALEnd change.LSN
 	// Size is the memory the event holds; pass the event to Stream.Release
 	// once it is no longer needed.
 	Size int
@@ -400,9 +396,6 @@ func (s *Stream) handleCopyData(ctx context.Context, ticker *time.Ticker, data [
 		}
 		if !ok {
 			return nil
-		}
-		if ev.Kind == EventCommit {
-			ev.ServerWALEnd = change.LSN(xld.ServerWALEnd)
 		}
 		return s.emit(ctx, ticker, ev)
 	}

@@ -24,6 +24,17 @@ import (
 // commit, short enough not to matter for lag.
 const gatherWindow = 2 * time.Millisecond
 
+// During a catch-up (the source's WAL ends at least catchUpBehind bytes
+// past the commit just read) a batch gathers for up to catchUpWindow
+// instead: the stream runs dry there because the source's walsender decodes
+// more slowly than pgmirror applies, and each destination commit, flush
+// check and status update then costs CPU that the walsender needs. Lag is
+// not at stake: the mirror is that far behind anyway.
+const (
+	catchUpBehind = 1 << 20
+	catchUpWindow = 20 * time.Millisecond
+)
+
 // Re-exported sentinels, so callers can classify Run's errors with
 // errors.Is without importing the engine's inner packages.
 var (
@@ -211,8 +222,6 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		}
 		logger.Info("no applied position on the destination; starting at the slot's confirmed position", "lsn", applied.String())
 	}
-	closeQuietly(src)
-
 	repl, err := capture.ConnectReplication(ctx, cfg.SourceConnString)
 	if err != nil {
 		return connectError("source", err)
@@ -222,8 +231,10 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		defer cancel()
 		_ = repl.Close(cctx)
 	}()
+	source := watchSourcePosition(ctx, src)
+	defer source.stop()
 	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, applied: applied, batchID: batchID,
-		positions: positions, skip: map[change.TableName]bool{}}
+		positions: positions, skip: map[change.TableName]bool{}, source: source}
 	for _, t := range cfg.SkipTables {
 		r.skip[t] = true
 	}
@@ -283,6 +294,7 @@ type runner struct {
 	applier *apply.Applier
 	stream  *capture.Stream
 	flush   *flushWatcher
+	source  *sourcePosition
 
 	// unflushed are committed batches (and transactions after them with
 	// nothing of ours) not yet confirmed: their destination commit is not
@@ -406,7 +418,7 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 			return nil
 		}
 		r.batchEnd = ev.LSN
-		now, wait := r.cfg.closeBatch(r.changes, time.Since(r.started), dry, ev.ServerWALEnd > ev.LSN)
+		now, wait := r.cfg.closeBatch(r.changes, time.Since(r.started), dry, r.source.behind(ev.LSN))
 		if now {
 			return r.commit(ctx)
 		}
@@ -420,22 +432,27 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 
 // closeBatch decides, at the commit of a source transaction, whether the
 // open batch (changes in it, open for age) is committed now. dry says that
-// nothing more waits in the stream, behind that the source had more WAL when
-// it sent this commit. Otherwise wait > 0 says how long the batch may wait
-// for more transactions before it is committed anyway: a batch per
-// transaction costs the destination a commit each and, during a catch-up,
-// competes with the source for the CPU, so while the source has more WAL the
-// batch gathers for up to gatherWindow.
-func (cfg Config) closeBatch(changes int64, age time.Duration, dry, behind bool) (now bool, wait time.Duration) {
+// nothing more waits in the stream, behind how many bytes of WAL the source
+// had past this commit when it sent it. Otherwise wait > 0 says how long the
+// batch may wait for more transactions before it is committed anyway: a
+// batch per transaction costs the destination a commit each and, during a
+// catch-up, competes with the source for the CPU, so while the source has
+// more WAL the batch gathers for up to gatherWindow, or catchUpWindow when
+// the mirror is catchUpBehind or more behind.
+func (cfg Config) closeBatch(changes int64, age time.Duration, dry bool, behind uint64) (now bool, wait time.Duration) {
+	window := gatherWindow
+	if behind >= catchUpBehind {
+		window = catchUpWindow
+	}
 	switch {
 	case changes >= int64(cfg.BatchSize) || age >= cfg.SyncInterval:
 		return true, 0
 	case !dry:
 		return false, 0 // the next transaction is already here
-	case !behind || age >= gatherWindow:
+	case behind == 0 || age >= window:
 		return true, 0 // caught up with the source, or gathered long enough
 	}
-	return false, gatherWindow - age
+	return false, window - age
 }
 
 // filter returns c without the tables whose changes in the open
