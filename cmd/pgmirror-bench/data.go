@@ -23,7 +23,7 @@ const sourceDDL = `CREATE TABLE public.bench (
   c    integer NOT NULL,
   note text NOT NULL,
   ts   timestamptz NOT NULL DEFAULT clock_timestamp()
-)`
+) WITH (autovacuum_enabled = false)`
 
 // The destination table: the source's columns and applied_at, filled when
 // the row is written on the destination. Autovacuum is off on it too: the
@@ -39,7 +39,7 @@ const destinationDDL = `CREATE TABLE public.bench (
   note text NOT NULL,
   ts   timestamptz NOT NULL DEFAULT clock_timestamp(),
   applied_at timestamptz DEFAULT clock_timestamp()
-)`
+) WITH (autovacuum_enabled = false)`
 
 // benchColumns are the replicated columns, in order.
 const benchColumns = "id, a, b, c, note, ts"

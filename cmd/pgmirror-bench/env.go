@@ -48,7 +48,6 @@ type bench struct {
 var sharedSettings = map[string]string{
 	"max_wal_size":       "'16GB'",
 	"checkpoint_timeout": "'1h'",
-	"log_autovacuum_min_duration": "0",
 }
 
 func (b *bench) logf(format string, args ...any) {
