@@ -207,10 +207,13 @@ func TestStreamDecodes(t *testing.T) {
 	timeout := time.After(20 * time.Second)
 	for commits := 0; commits < 2; {
 		select {
-		case ev := <-stream.Events():
-			evs = append(evs, ev)
-			if ev.Kind == capture.EventCommit {
-				commits++
+		case got := <-stream.Events():
+			require.NotEmpty(t, got, "an empty hand-over")
+			for _, ev := range got {
+				evs = append(evs, ev)
+				if ev.Kind == capture.EventCommit {
+					commits++
+				}
 			}
 		case <-timeout:
 			for _, e := range evs {
@@ -304,15 +307,17 @@ func TestStreamBinary(t *testing.T) {
 		timeout := time.After(20 * time.Second)
 		for commits := 0; commits < 3; {
 			select {
-			case ev, ok := <-stream.Events():
+			case got, ok := <-stream.Events():
 				if !ok {
 					t.Fatalf("binary %t: stream ended: %v", m.binary, stream.Err())
 				}
-				if ev.Kind == capture.EventCommit {
-					commits++
-				}
-				if ev.Change != nil {
-					changes = append(changes, ev.Change)
+				for _, ev := range got {
+					if ev.Kind == capture.EventCommit {
+						commits++
+					}
+					if ev.Change != nil {
+						changes = append(changes, ev.Change)
+					}
 				}
 			case <-timeout:
 				t.Fatalf("binary %t: %d changes", m.binary, len(changes))

@@ -64,7 +64,8 @@ type StreamConfig struct {
 	// StatusInterval is the longest time between two standby status updates.
 	// Default 3 s.
 	StatusInterval time.Duration
-	// Buffer is the capacity of the event channel. Default 4096.
+	// Buffer is the capacity of the event channel, in hand-overs of up to
+	// handOverMax events each (see Events). Default 64.
 	Buffer int
 	// HoldConfirmed keeps the confirmed position at StartLSN for the whole
 	// stream: Confirm and idle keepalives do not move it, so the source keeps
@@ -89,16 +90,22 @@ type Stream struct {
 	conn   *pgconn.PgConn
 	cfg    StreamConfig
 	log    *slog.Logger
-	events chan Event
+	events chan []Event
+	// pending are decoded events not handed over yet: the reader hands them
+	// over as one slice when the socket has nothing more for it (or there
+	// are handOverMax of them), so a catch-up wakes the consumer once per
+	// read instead of once per change.
+	pending []Event
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error
 
-	confirmed atomic.Uint64 // set by the consumer (Confirm)
-	reported  atomic.Uint64 // confirmed position last sent to the source
-	statusDue atomic.Bool   // ConfirmNow asked for a status update at once
-	buffered  atomic.Int64  // bytes handed over and not yet released
-	space     chan struct{} // signalled by Release
+	confirmed  atomic.Uint64 // set by the consumer (Confirm)
+	reported   atomic.Uint64 // confirmed position last sent to the source
+	statusDue  atomic.Bool   // ConfirmNow asked for a status update at once
+	catchingUp atomic.Bool   // SetCatchingUp: read in gulps (see readGulp)
+	buffered   atomic.Int64  // bytes handed over and not yet released
+	space      chan struct{} // signalled by Release
 
 	// Owned by the reader goroutine.
 	relations      map[uint32]*change.Relation
@@ -127,7 +134,7 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 	}
 	cfg.HeartbeatTimeout = cmp.Or(cfg.HeartbeatTimeout, 120*time.Second)
 	cfg.StatusInterval = cmp.Or(cfg.StatusInterval, 3*time.Second)
-	cfg.Buffer = cmp.Or(cfg.Buffer, 4096)
+	cfg.Buffer = cmp.Or(cfg.Buffer, 64)
 	cfg.MaxBufferedBytes = cmp.Or(cfg.MaxBufferedBytes, 64<<20)
 	logger := cfg.Logger
 	if logger == nil {
@@ -154,7 +161,7 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 		conn:           conn,
 		cfg:            cfg,
 		log:            logger.With("slot", cfg.Slot),
-		events:         make(chan Event, cfg.Buffer),
+		events:         make(chan []Event, cfg.Buffer),
 		cancel:         cancel,
 		done:           make(chan struct{}),
 		space:          make(chan struct{}, 1),
@@ -172,9 +179,11 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 	return s, nil
 }
 
-// Events returns the channel of decoded events. It is closed when the
-// stream ends; Err then tells why.
-func (s *Stream) Events() <-chan Event { return s.events }
+// Events returns the channel of decoded events, in order, handed over in
+// slices (never empty): everything the stream read and decoded while more
+// was already waiting in the socket. It is closed when the stream ends; Err
+// then tells why.
+func (s *Stream) Events() <-chan []Event { return s.events }
 
 // Done is closed when the stream's goroutine has ended.
 func (s *Stream) Done() <-chan struct{} { return s.done }
@@ -199,6 +208,28 @@ func (s *Stream) Confirm(lsn change.LSN) {
 		if uint64(lsn) <= old || s.confirmed.CompareAndSwap(old, uint64(lsn)) {
 			return
 		}
+	}
+}
+
+// While the consumer catches up, a read that had to wait for the
+// walsender (longer than blockedRead) is followed by a pause of readGulp:
+// the walsender then decodes more slowly than the stream reads, and reading
+// each of its small messages as it comes costs a wake-up, an epoll wait and a
+// read per message (most of a catch-up's CPU in the pgmirror process for
+// single-row transactions). After the pause one read takes what gathered in
+// the socket's buffer. The walsender does not wait meanwhile (the buffer
+// holds far more than it sends in readGulp), and the consumer is behind by
+// more than that anyway.
+const (
+	blockedRead = 100 * time.Microsecond
+	readGulp    = time.Millisecond
+)
+
+// SetCatchingUp tells the stream whether its consumer is far behind the
+// source (see readGulp). The consumer calls it as it learns it.
+func (s *Stream) SetCatchingUp(on bool) {
+	if s.catchingUp.Load() != on {
+		s.catchingUp.Store(on)
 	}
 }
 
@@ -262,6 +293,7 @@ func (s *Stream) run(ctx context.Context) error {
 	// CPU of a busy stream. Close interrupts a waiting read by moving the
 	// deadline to now.
 	var readDeadline time.Time
+	timedOut := false // the last read ended at the deadline
 	defer func() { _ = s.conn.Conn().SetReadDeadline(time.Time{}) }()
 	for {
 		if err := s.maybeSendStatus(); err != nil {
@@ -290,12 +322,29 @@ func (s *Stream) run(ctx context.Context) error {
 			}
 			continue
 		}
+		// Hand the decoded events over before a read that may wait: when
+		// pgconn has no more bytes buffered. (After a timeout pgconn may
+		// still be reading in the background: then do not ask it.)
+		if len(s.pending) > 0 && (timedOut || s.conn.Frontend().ReadBufferLen() == 0) {
+			if err := s.handOver(ctx, ticker); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		}
+		before := time.Now()
 		msg, err := s.conn.ReceiveMessage(context.Background())
+		timedOut = false
+		if err == nil && s.catchingUp.Load() && time.Since(before) > blockedRead {
+			time.Sleep(readGulp)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			if pgconn.Timeout(err) {
+				timedOut = true
 				// ConfirmNow may have moved the socket's deadline: set ours
 				// again on the next round.
 				readDeadline = time.Time{}
@@ -402,12 +451,18 @@ func (s *Stream) handleCopyData(ctx context.Context, ticker *time.Ticker, data [
 	return nil
 }
 
-// emit hands ev to the consumer, sending status updates while it waits
-// (for room in the channel, or for memory to be released).
+// emit queues ev for the consumer, first waiting (and sending status
+// updates meanwhile) while the changes handed over and not released exceed
+// MaxBufferedBytes.
 func (s *Stream) emit(ctx context.Context, ticker *time.Ticker, ev Event) error {
 	if ev.Change != nil {
 		ev.Size = ev.Change.Size()
 		for s.buffered.Load() > 0 && s.buffered.Load()+int64(ev.Size) > int64(s.cfg.MaxBufferedBytes) {
+			// What waits for memory is not handed over yet: hand it over,
+			// so that the consumer can work on it and release memory.
+			if err := s.handOver(ctx, ticker); err != nil {
+				return err
+			}
 			select {
 			case <-s.space:
 			case <-ticker.C:
@@ -420,14 +475,32 @@ func (s *Stream) emit(ctx context.Context, ticker *time.Ticker, ev Event) error 
 		}
 		s.buffered.Add(int64(ev.Size))
 	}
+	s.pending = append(s.pending, ev)
+	if len(s.pending) >= handOverMax {
+		return s.handOver(ctx, ticker)
+	}
+	return nil
+}
+
+// handOverMax bounds the events handed over in one slice.
+const handOverMax = 256
+
+// handOver gives the pending events to the consumer, sending status updates
+// while the channel is full.
+func (s *Stream) handOver(ctx context.Context, ticker *time.Ticker) error {
+	if len(s.pending) == 0 {
+		return nil
+	}
+	evs := s.pending
+	s.pending = make([]Event, 0, min(2*len(evs), handOverMax))
 	select {
-	case s.events <- ev:
+	case s.events <- evs:
 		return nil
 	default:
 	}
 	for {
 		select {
-		case s.events <- ev:
+		case s.events <- evs:
 			return nil
 		case <-ticker.C:
 			if err := s.maybeSendStatus(); err != nil {

@@ -351,7 +351,7 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 		case err := <-r.flush.errs:
 			r.abandon()
 			return netError(err)
-		case ev, ok := <-events:
+		case evs, ok := <-events:
 			if !ok {
 				r.abandon()
 				err := r.stream.Err()
@@ -360,16 +360,18 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 				}
 				return netError(fmt.Errorf("replication stream: %w", err))
 			}
-			r.dry = len(events) == 0
-			err := r.handle(ctx, ev, r.dry)
-			// The applier bounds what it buffers itself (ChunkBytes).
-			r.stream.Release(ev)
-			if err != nil {
-				r.abandon()
-				if ctx.Err() != nil {
-					return ctx.Err()
+			for i, ev := range evs {
+				r.dry = i == len(evs)-1 && len(events) == 0
+				err := r.handle(ctx, ev, r.dry)
+				// The applier bounds what it buffers itself (ChunkBytes).
+				r.stream.Release(ev)
+				if err != nil {
+					r.abandon()
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					return netError(err)
 				}
-				return netError(err)
 			}
 		}
 	}
@@ -418,7 +420,9 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 			return nil
 		}
 		r.batchEnd = ev.LSN
-		now, wait := r.cfg.closeBatch(r.changes, time.Since(r.started), dry, r.source.behind(ev.LSN))
+		behind := r.source.behind(ev.LSN)
+		r.stream.SetCatchingUp(behind >= catchUpBehind)
+		now, wait := r.cfg.closeBatch(r.changes, time.Since(r.started), dry, behind)
 		if now {
 			return r.commit(ctx)
 		}
