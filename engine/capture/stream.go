@@ -96,9 +96,9 @@ type Stream struct {
 	// are handOverMax of them), so a catch-up wakes the consumer once per
 	// read instead of once per change.
 	pending []Event
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error
+	cancel  context.CancelFunc
+	done    chan struct{}
+	err     error
 
 	confirmed  atomic.Uint64 // set by the consumer (Confirm)
 	reported   atomic.Uint64 // confirmed position last sent to the source

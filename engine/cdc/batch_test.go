@@ -9,13 +9,13 @@ func TestCloseBatch(t *testing.T) {
 	t.Parallel()
 	cfg := Config{BatchSize: 100, SyncInterval: time.Second}
 	for _, tc := range []struct {
-		name        string
-		changes     int64
-		age         time.Duration
-		dry         bool
-		behind      uint64
-		now         bool
-		wait        time.Duration
+		name    string
+		changes int64
+		age     time.Duration
+		dry     bool
+		behind  uint64
+		now     bool
+		wait    time.Duration
 	}{
 		{name: "full batch", changes: 100, age: 0, now: true},
 		{name: "full batch while more waits", changes: 150, dry: false, now: true},
