@@ -87,6 +87,8 @@ func (h *handlers) createUser(ctx context.Context, in *userCreateInput) (*userCr
 	if err := checkPasswordLength("password", in.Body.Password); err != nil {
 		return nil, err
 	}
+	setAuditTarget(ctx, in.Body.Username)
+	setAuditDetails(ctx, map[string]any{"role": in.Body.Role})
 	hash, err := db.HashPassword(in.Body.Password)
 	if err != nil {
 		return nil, h.internal(ctx, "hash the password", err)

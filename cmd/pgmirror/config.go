@@ -25,6 +25,11 @@ type config struct {
 	MirrorWorkers    int
 	LogRetention     time.Duration
 	ShutdownTimeout  time.Duration
+	TokenTTL         time.Duration
+	// Login throttling (httpapi.LoginLimits).
+	LoginUserFailures    int
+	LoginAddressFailures int
+	LoginFailureWindow   time.Duration
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -51,6 +56,18 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return cfg, err
 	}
 	if cfg.ShutdownTimeout, err = durationVar(getenv, "SERVICE_SHUTDOWN_TIMEOUT", 30*time.Second); err != nil {
+		return cfg, err
+	}
+	if cfg.TokenTTL, err = boundedDurationVar(getenv, "SERVICE_TOKEN_TTL", 12*time.Hour, time.Minute, 30*24*time.Hour); err != nil {
+		return cfg, err
+	}
+	if cfg.LoginUserFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES", 5, 1, 1000); err != nil {
+		return cfg, err
+	}
+	if cfg.LoginAddressFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, 1, 100000); err != nil {
+		return cfg, err
+	}
+	if cfg.LoginFailureWindow, err = boundedDurationVar(getenv, "SERVICE_LOGIN_FAILURE_WINDOW", 15*time.Minute, time.Second, 24*time.Hour); err != nil {
 		return cfg, err
 	}
 	switch strings.ToLower(cmp.Or(getenv("SERVICE_LOG_LEVEL"), "info")) {
@@ -84,6 +101,26 @@ func intVar(getenv func(string) string, name string, def, lo, hi int) (int, erro
 		return 0, fmt.Errorf("%s=%q: want a whole number from %d to %d", name, s, lo, hi)
 	}
 	return n, nil
+}
+
+// boundedDurationVar is durationVar with bounds lo..hi (inclusive).
+func boundedDurationVar(getenv func(string) string, name string, def, lo, hi time.Duration) (time.Duration, error) {
+	d, err := durationVar(getenv, name, def)
+	if err != nil {
+		return 0, err
+	}
+	if d < lo || d > hi {
+		return 0, fmt.Errorf("%s=%q: want a duration from %s to %s", name, getenv(name), formatDuration(lo), formatDuration(hi))
+	}
+	return d, nil
+}
+
+// formatDuration writes whole days as "30d", anything else as time.Duration does.
+func formatDuration(d time.Duration) string {
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	}
+	return d.String()
 }
 
 func durationVar(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
