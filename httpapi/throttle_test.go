@@ -1,0 +1,150 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/httpapi"
+)
+
+// loginFrom logs in from the loopback address ip (127.0.0.1, 127.0.0.2, ...)
+// and returns the status, the Retry-After header and the error message ("" on
+// success).
+func (b *bundle) loginFrom(ip, username, password string) (int, string, string) {
+	b.t.Helper()
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	defer client.CloseIdleConnections()
+	body, err := json.Marshal(map[string]string{"username": username, "password": password})
+	require.NoError(b.t, err)
+	resp, err := client.Post(b.server.URL+"/v1/auth/login", "application/json", bytes.NewReader(body))
+	require.NoError(b.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(b.t, err)
+	if resp.StatusCode == http.StatusOK {
+		return resp.StatusCode, resp.Header.Get("Retry-After"), ""
+	}
+	requireErrorShape(b.t, raw)
+	var e struct{ Error string }
+	require.NoError(b.t, json.Unmarshal(raw, &e))
+	return resp.StatusCode, resp.Header.Get("Retry-After"), e.Error
+}
+
+// requireThrottled requires a 429 whose Retry-After is within the window
+// and whose message contains fragment.
+func (b *bundle) requireThrottled(ip, username, password, fragment string, window time.Duration) {
+	b.t.Helper()
+	status, retryAfter, msg := b.loginFrom(ip, username, password)
+	require.Equal(b.t, http.StatusTooManyRequests, status, "login of %s from %s: %s", username, ip, msg)
+	require.Contains(b.t, msg, fragment)
+	require.Contains(b.t, msg, "try again in")
+	secs, err := strconv.Atoi(retryAfter)
+	require.NoError(b.t, err, "Retry-After %q is whole seconds", retryAfter)
+	require.Positive(b.t, secs)
+	require.LessOrEqual(b.t, secs, int(window.Seconds()))
+}
+
+func TestLoginThrottling(t *testing.T) {
+	t.Parallel()
+	const window = time.Hour
+	b := setupWith(t, func(cfg *httpapi.Config) {
+		cfg.Login = httpapi.LoginLimits{UserFailures: 3, AddressFailures: 6, Window: window}
+	})
+	ok := func(ip, username, password string) {
+		t.Helper()
+		status, _, msg := b.loginFrom(ip, username, password)
+		require.Equal(t, http.StatusOK, status, "login of %s from %s: %s", username, ip, msg)
+	}
+	bad := func(ip, username string) {
+		t.Helper()
+		status, _, msg := b.loginFrom(ip, username, "wrong-password")
+		require.Equal(t, http.StatusUnauthorized, status)
+		require.Equal(t, "Invalid credentials", msg)
+	}
+
+	// Per user name: three failures, then even the right password is refused,
+	// from any address; other users are unaffected.
+	for range 3 {
+		bad("127.0.0.1", "viewer")
+	}
+	b.requireThrottled("127.0.0.1", "viewer", "viewer-password", `user "viewer"`, window)
+	b.requireThrottled("127.0.0.2", "viewer", "viewer-password", `user "viewer"`, window)
+	ok("127.0.0.1", "admin", "admin-password")
+	// change-password checks the current password under the same limit.
+	b.requireError(http.MethodPost, "/v1/auth/change-password", b.viewerToken,
+		map[string]any{"current_password": "viewer-password", "new_password": "another"}, http.StatusTooManyRequests, `user "viewer"`)
+
+	// Per client address: failures for any user names (unknown ones too) add
+	// up; the address is refused for every user, other addresses are not.
+	for _, name := range []string{"ghost-1", "ghost-2", "admin"} {
+		bad("127.0.0.3", name)
+		bad("127.0.0.3", name+"-again")
+	}
+	b.requireThrottled("127.0.0.3", "ghost-new", "whatever", "your address 127.0.0.3", window)
+	b.requireThrottled("127.0.0.3", "admin", "admin-password", "your address 127.0.0.3", window)
+	ok("127.0.0.4", "admin", "admin-password")
+	// admin failed once from 127.0.0.3 but succeeded since: below its limit.
+	ok("127.0.0.1", "admin", "admin-password")
+
+	// Refused attempts are not failures: they do not extend the lockout. Once
+	// the window has passed (here: the failures are moved an hour back), the
+	// right password works again, from the throttled address too.
+	b.exec(`UPDATE login_failures SET failed_at = failed_at - $1 * interval '1 second'`, window.Seconds()+1)
+	ok("127.0.0.3", "viewer", "viewer-password")
+	ok("127.0.0.2", "viewer", "viewer-password")
+
+	// The failures are in the catalog, where every replica sees them.
+	var n int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM login_failures WHERE failed_at > now() - interval '1 minute'`).Scan(&n))
+	require.Zero(t, n)
+	bad("127.0.0.1", "viewer")
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM login_failures WHERE failed_at > now() - interval '1 minute'`).Scan(&n))
+	require.Equal(t, 2, n, "one row for the user name, one for the address")
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM login_failures`).Scan(&n))
+	require.Equal(t, 2, n, "failures older than the window are deleted")
+}
+
+func TestLoginConcurrencyIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, func(cfg *httpapi.Config) {
+		cfg.Login = httpapi.LoginLimits{Concurrency: 1, Wait: 50 * time.Millisecond}
+	})
+	const n = 16
+	var wg sync.WaitGroup
+	statuses := make([]int, n)
+	retryAfters := make([]string, n)
+	msgs := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i], retryAfters[i], msgs[i] = b.loginFrom("127.0.0.1", "admin", "admin-password")
+		}()
+	}
+	wg.Wait()
+	var accepted, refused int
+	for i, status := range statuses {
+		switch status {
+		case http.StatusOK:
+			accepted++
+		case http.StatusTooManyRequests:
+			refused++
+			require.Equal(t, "1", retryAfters[i])
+			require.Contains(t, msgs[i], "Too many logins at once")
+		default:
+			t.Fatalf("login %d: status %d: %s", i, status, msgs[i])
+		}
+	}
+	require.Positive(t, accepted, "the first password check always gets the slot")
+	require.Positive(t, refused, "%d parallel password checks cannot all run within 50 ms on one slot", n)
+}
