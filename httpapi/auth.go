@@ -79,7 +79,15 @@ func currentUser(ctx context.Context) db.User {
 // address for login throttling and records audited operations.
 func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
-		ctx = huma.WithValue(ctx, clientAddrKey{}, hostOf(ctx.RemoteAddr()))
+		var forwardedFor []string
+		if len(h.logins.limits.TrustedProxies) > 0 {
+			ctx.EachHeader(func(name, value string) {
+				if strings.EqualFold(name, "X-Forwarded-For") {
+					forwardedFor = append(forwardedFor, value)
+				}
+			})
+		}
+		ctx = huma.WithValue(ctx, clientAddrKey{}, clientAddress(ctx.RemoteAddr(), forwardedFor, h.logins.limits.TrustedProxies))
 		perm, _ := ctx.Operation().Metadata["permission"].(permission)
 		if perm == open {
 			next(ctx)

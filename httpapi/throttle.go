@@ -6,8 +6,10 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -23,8 +25,9 @@ type LoginLimits struct {
 	// Window before further logins of that user are refused with 429.
 	// Defaults to 5.
 	UserFailures int
-	// AddressFailures is the same limit per client address (the TCP peer
-	// address; X-Forwarded-For is not trusted). Defaults to 20.
+	// AddressFailures is the same limit per client address: the TCP peer,
+	// or the X-Forwarded-For client of a request from a TrustedProxies
+	// address. Defaults to 20.
 	AddressFailures int
 	// Window is the sliding window failures are counted in. Defaults to 15
 	// minutes.
@@ -35,6 +38,9 @@ type LoginLimits struct {
 	// Wait is how long a password check waits for a free slot before the
 	// request is refused with 429. Defaults to 2 seconds.
 	Wait time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For header is
+	// believed. Empty (the default): the header is ignored.
+	TrustedProxies []netip.Prefix
 }
 
 func (l LoginLimits) withDefaults() LoginLimits {
@@ -134,17 +140,59 @@ func tooManyRequests(retryAfter int, format string, args ...any) error {
 
 type clientAddrKey struct{}
 
-// clientAddr returns the request's client address (the TCP peer, without
-// the port), as the auth middleware stored it.
+// clientAddr returns the request's client address, as the auth middleware
+// stored it (see clientAddress).
 func clientAddr(ctx context.Context) string {
 	addr, _ := ctx.Value(clientAddrKey{}).(string)
 	return addr
 }
 
-// hostOf strips the port from a RemoteAddr.
-func hostOf(remoteAddr string) string {
-	if host, _, err := net.SplitHostPort(remoteAddr); err == nil {
+// clientAddress returns the address failed logins of a request are counted
+// by: the TCP peer of the connection, or, when that peer is one of the
+// trusted proxies, the rightmost X-Forwarded-For address that is not a
+// trusted proxy. An IPv6 address counts as its /64 network, since one client
+// usually holds a whole /64.
+func clientAddress(remoteAddr string, forwardedFor []string, trusted []netip.Prefix) string {
+	host := remoteAddr
+	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		host = h
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
 		return host
 	}
-	return remoteAddr
+	addr = addr.Unmap()
+	if isTrusted(addr, trusted) {
+		// X-Forwarded-For may be sent several times and lists client, proxy1,
+		// proxy2, ...: walk it from the right, past our own proxies.
+		var hops []string
+		for _, header := range forwardedFor {
+			for _, hop := range strings.Split(header, ",") {
+				hops = append(hops, strings.TrimSpace(hop))
+			}
+		}
+		for i := len(hops) - 1; i >= 0; i-- {
+			hop, err := netip.ParseAddr(hops[i])
+			if err != nil {
+				break
+			}
+			addr = hop.Unmap()
+			if !isTrusted(addr, trusted) {
+				break
+			}
+		}
+	}
+	if addr.Is6() {
+		return netip.PrefixFrom(addr, 64).Masked().String()
+	}
+	return addr.String()
+}
+
+func isTrusted(addr netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }

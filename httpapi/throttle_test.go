@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"testing"
@@ -21,12 +22,24 @@ import (
 // success).
 func (b *bundle) loginFrom(ip, username, password string) (int, string, string) {
 	b.t.Helper()
+	return b.loginVia(ip, "", username, password)
+}
+
+// loginVia is loginFrom with an X-Forwarded-For header (unless "").
+func (b *bundle) loginVia(ip, forwardedFor, username, password string) (int, string, string) {
+	b.t.Helper()
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
 	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
 	defer client.CloseIdleConnections()
 	body, err := json.Marshal(map[string]string{"username": username, "password": password})
 	require.NoError(b.t, err)
-	resp, err := client.Post(b.server.URL+"/v1/auth/login", "application/json", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, b.server.URL+"/v1/auth/login", bytes.NewReader(body))
+	require.NoError(b.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if forwardedFor != "" {
+		req.Header.Set("X-Forwarded-For", forwardedFor)
+	}
+	resp, err := client.Do(req)
 	require.NoError(b.t, err)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
@@ -92,6 +105,9 @@ func TestLoginThrottling(t *testing.T) {
 	}
 	b.requireThrottled("127.0.0.3", "ghost-new", "whatever", "your address 127.0.0.3", window)
 	b.requireThrottled("127.0.0.3", "admin", "admin-password", "your address 127.0.0.3", window)
+	// X-Forwarded-For is not believed unless the peer is a trusted proxy.
+	status, _, msg := b.loginVia("127.0.0.3", "198.51.100.9", "admin", "admin-password")
+	require.Equal(t, http.StatusTooManyRequests, status, msg)
 	ok("127.0.0.4", "admin", "admin-password")
 	// admin failed once from 127.0.0.3 but succeeded since: below its limit.
 	ok("127.0.0.1", "admin", "admin-password")
@@ -147,4 +163,26 @@ func TestLoginConcurrencyIsBounded(t *testing.T) {
 	}
 	require.Positive(t, accepted, "the first password check always gets the slot")
 	require.Positive(t, refused, "%d parallel password checks cannot all run within 50 ms on one slot", n)
+}
+
+func TestLoginThrottlingBehindTrustedProxy(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, func(cfg *httpapi.Config) {
+		cfg.Login = httpapi.LoginLimits{UserFailures: 100, AddressFailures: 2, Window: time.Hour,
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	})
+	// Two clients behind the proxy at 127.0.0.1 are counted apart.
+	for range 2 {
+		status, _, _ := b.loginVia("127.0.0.1", "198.51.100.1", "admin", "wrong")
+		require.Equal(t, http.StatusUnauthorized, status)
+	}
+	status, _, msg := b.loginVia("127.0.0.1", "198.51.100.1", "admin", "admin-password")
+	require.Equal(t, http.StatusTooManyRequests, status)
+	require.Contains(t, msg, "your address 198.51.100.1")
+	// A client cannot escape by prepending a forged hop: the proxy appends
+	// the real one, and that is the one counted.
+	status, _, _ = b.loginVia("127.0.0.1", "203.0.113.5, 198.51.100.1", "admin", "admin-password")
+	require.Equal(t, http.StatusTooManyRequests, status)
+	status, _, msg = b.loginVia("127.0.0.1", "198.51.100.2", "admin", "admin-password")
+	require.Equal(t, http.StatusOK, status, msg)
 }

@@ -102,17 +102,27 @@ func TestDefaultAdminPassword(t *testing.T) {
 	}
 }
 
-func TestTokenTTLBounds(t *testing.T) {
+func TestAuthSettingsRejected(t *testing.T) {
 	t.Parallel()
-	for _, value := range []string{"30s", "31d", "forever", "-1h"} {
+	for _, c := range []struct{ setting, want string }{
+		{"SERVICE_TOKEN_TTL=30s", "from 1m to 30d"},
+		{"SERVICE_TOKEN_TTL=31d", "from 1m to 30d"},
+		{"SERVICE_TOKEN_TTL=forever", "duration"},
+		{"SERVICE_TOKEN_TTL=-1h", "duration"},
+		{"SERVICE_LOGIN_MAX_FAILURES=0", "whole number"},
+		{"SERVICE_LOGIN_MAX_FAILURES_PER_ADDRESS=many", "whole number"},
+		{"SERVICE_LOGIN_FAILURE_WINDOW=2d", "from 1s to 1d"},
+		{"SERVICE_TRUSTED_PROXIES=10.0.0.0/8,proxy.local", "neither an IP address nor a network"},
+	} {
 		cmd := exec.Command(binary, "serve")
-		cmd.Env = append(os.Environ(), "SERVICE_TOKEN_TTL="+value, "SERVICE_DATABASE_URL=postgres://127.0.0.1:1/none")
+		cmd.Env = append(os.Environ(), c.setting, "SERVICE_DATABASE_URL=postgres://127.0.0.1:1/none")
 		out, err := cmd.CombinedOutput()
 		if err == nil {
-			t.Fatalf("SERVICE_TOKEN_TTL=%s: the service started", value)
+			t.Fatalf("%s: the service started", c.setting)
 		}
-		if !strings.Contains(string(out), "SERVICE_TOKEN_TTL=") || !strings.Contains(string(out), "duration") {
-			t.Fatalf("SERVICE_TOKEN_TTL=%s: unclear error: %s", value, out)
+		name, _, _ := strings.Cut(c.setting, "=")
+		if !strings.Contains(string(out), name) || !strings.Contains(string(out), c.want) {
+			t.Fatalf("%s: the error does not name the variable and say %q: %s", c.setting, c.want, out)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,7 @@ type config struct {
 	LoginUserFailures    int
 	LoginAddressFailures int
 	LoginFailureWindow   time.Duration
+	TrustedProxies       []netip.Prefix
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -82,6 +84,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	default:
 		return cfg, fmt.Errorf("SERVICE_LOG_LEVEL=%q: use debug, info, warn or error", getenv("SERVICE_LOG_LEVEL"))
 	}
+	if cfg.TrustedProxies, err = prefixesVar(getenv, "SERVICE_TRUSTED_PROXIES"); err != nil {
+		return cfg, err
+	}
 	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
 		return cfg, fmt.Errorf("SERVICE_LOG_FORMAT=%q: use text or json", cfg.LogFormat)
 	}
@@ -103,6 +108,28 @@ func intVar(getenv func(string) string, name string, def, lo, hi int) (int, erro
 	return n, nil
 }
 
+// prefixesVar reads a comma-separated list of IP networks (10.0.0.0/8) or
+// single addresses (10.1.2.3).
+func prefixesVar(getenv func(string) string, name string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, item := range strings.Split(getenv(name), ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(item); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		addr, err := netip.ParseAddr(item)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is neither an IP address nor a network such as 10.0.0.0/8", name, item)
+		}
+		out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+	}
+	return out, nil
+}
+
 // boundedDurationVar is durationVar with bounds lo..hi (inclusive).
 func boundedDurationVar(getenv func(string) string, name string, def, lo, hi time.Duration) (time.Duration, error) {
 	d, err := durationVar(getenv, name, def)
@@ -115,10 +142,16 @@ func boundedDurationVar(getenv func(string) string, name string, def, lo, hi tim
 	return d, nil
 }
 
-// formatDuration writes whole days as "30d", anything else as time.Duration does.
+// formatDuration writes a duration the way the variables are written: 30d,
+// 12h, 15m, 30s.
 func formatDuration(d time.Duration) string {
-	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
-		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	for _, u := range []struct {
+		unit   time.Duration
+		suffix string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d >= u.unit && d%u.unit == 0 {
+			return strconv.FormatInt(int64(d/u.unit), 10) + u.suffix
+		}
 	}
 	return d.String()
 }

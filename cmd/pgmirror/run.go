@@ -237,7 +237,8 @@ func serve(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Log
 
 	handler, err := httpapi.New(httpapi.Config{
 		Store: store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version, TokenTTL: cfg.TokenTTL,
-		Login: httpapi.LoginLimits{UserFailures: cfg.LoginUserFailures, AddressFailures: cfg.LoginAddressFailures, Window: cfg.LoginFailureWindow},
+		Login: httpapi.LoginLimits{UserFailures: cfg.LoginUserFailures, AddressFailures: cfg.LoginAddressFailures,
+			Window: cfg.LoginFailureWindow, TrustedProxies: cfg.TrustedProxies},
 	})
 	if err != nil {
 		return fmt.Errorf("create HTTP API: %w", err)
