@@ -121,7 +121,7 @@ func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Con
 		}
 		if c.Version != u.TokenVersion {
 			_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "Token revoked: the password or role of user "+strconv.Quote(u.Username)+
-				" changed after it was issued; log in again with POST /v1/auth/login")
+				" changed (or an operator revoked its tokens) after it was issued; log in again with POST /v1/auth/login")
 			return
 		}
 		ctx = huma.WithValue(ctx, userKey{}, u)

@@ -57,6 +57,10 @@ func TestTokenExpiry(t *testing.T) {
 	msg := b.requireError(http.MethodGet, "/v1/auth/me", b.resign(expired), nil, http.StatusUnauthorized, "token expired: log in again")
 	require.NotContains(t, msg, "Invalid")
 	b.requireError(http.MethodGet, "/v1/peers", b.resign(expired), nil, http.StatusUnauthorized, "token expired")
+	// Expired and forged: the signature is checked first, so it is just invalid.
+	forged, err := jwt.NewWithClaims(jwt.SigningMethodHS256, expired).SignedString([]byte("not-the-secret-not-the-secret-not-the-secret"))
+	require.NoError(t, err)
+	b.requireError(http.MethodGet, "/v1/auth/me", forged, nil, http.StatusUnauthorized, "Invalid token")
 
 	// A token without exp (as issued before tokens expired) is no longer accepted.
 	noExp := jwt.MapClaims{}
