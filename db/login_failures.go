@@ -23,11 +23,7 @@ type LoginSubject struct {
 // within the last window, newest first, and the catalog's clock (so every
 // replica measures the window by one clock).
 func (s *Store) LoginFailures(ctx context.Context, window time.Duration, subjects ...LoginSubject) (map[LoginSubject][]time.Time, time.Time, error) {
-	kinds := make([]string, len(subjects))
-	values := make([]string, len(subjects))
-	for i, sub := range subjects {
-		kinds[i], values[i] = sub.Kind, sub.Value
-	}
+	kinds, values := splitSubjects(subjects)
 	var now time.Time
 	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return nil, time.Time{}, fmt.Errorf("count failed logins: %w", err)
@@ -58,11 +54,7 @@ func (s *Store) LoginFailures(ctx context.Context, window time.Duration, subject
 // LoginFailureRecord records one failed login for each subject, and deletes
 // failures older than window (of any subject) so the table stays small.
 func (s *Store) LoginFailureRecord(ctx context.Context, window time.Duration, subjects ...LoginSubject) error {
-	kinds := make([]string, len(subjects))
-	values := make([]string, len(subjects))
-	for i, sub := range subjects {
-		kinds[i], values[i] = sub.Kind, sub.Value
-	}
+	kinds, values := splitSubjects(subjects)
 	if _, err := s.pool.Exec(ctx, `WITH expired AS (
 			DELETE FROM login_failures WHERE failed_at < now() - $3 * interval '1 second'
 		)
@@ -80,4 +72,15 @@ func (s *Store) LoginFailuresClear(ctx context.Context, sub LoginSubject) error 
 		return fmt.Errorf("clear failed logins of %s %q: %w", sub.Kind, sub.Value, err)
 	}
 	return nil
+}
+
+// splitSubjects returns the kinds and values of subjects as two arrays, for
+// unnest.
+func splitSubjects(subjects []LoginSubject) (kinds, values []string) {
+	kinds = make([]string, len(subjects))
+	values = make([]string, len(subjects))
+	for i, sub := range subjects {
+		kinds[i], values[i] = sub.Kind, sub.Value
+	}
+	return kinds, values
 }
