@@ -121,7 +121,16 @@ func (s *Store) ReconcileAdminPassword(ctx context.Context, username, configured
 // UserCreate creates a user with an already hashed password. A taken
 // username gives ErrConflict.
 func (s *Store) UserCreate(ctx context.Context, username, passwordHash, role string) (User, error) {
-	u, err := scanUser(s.pool.QueryRow(ctx, `INSERT INTO users (username, password_hash, role) VALUES ($1, $2, $3) RETURNING `+userColumns,
+	return userCreate(ctx, s.pool, username, passwordHash, role)
+}
+
+// UserCreateTx is UserCreate inside tx.
+func (s *Store) UserCreateTx(ctx context.Context, tx pgx.Tx, username, passwordHash, role string) (User, error) {
+	return userCreate(ctx, tx, username, passwordHash, role)
+}
+
+func userCreate(ctx context.Context, q execer, username, passwordHash, role string) (User, error) {
+	u, err := scanUser(q.QueryRow(ctx, `INSERT INTO users (username, password_hash, role) VALUES ($1, $2, $3) RETURNING `+userColumns,
 		username, passwordHash, role))
 	if err != nil {
 		return User{}, fmt.Errorf("create user %q: %w", username, translate(err))
@@ -160,11 +169,11 @@ func (s *Store) UserList(ctx context.Context) ([]User, error) {
 	return users, nil
 }
 
-// UserSetPasswordHash replaces a user's password hash and returns the
-// user as stored. The catalog increments the user's token version with it,
-// which revokes every token issued before.
-func (s *Store) UserSetPasswordHash(ctx context.Context, id int64, passwordHash string) (User, error) {
-	u, err := scanUser(s.pool.QueryRow(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1 RETURNING `+userColumns, id, passwordHash))
+// UserSetPasswordHashTx replaces a user's password hash inside tx and
+// returns the user as stored. The catalog increments the user's token
+// version with it, which revokes every token issued before.
+func (s *Store) UserSetPasswordHashTx(ctx context.Context, tx pgx.Tx, id int64, passwordHash string) (User, error) {
+	u, err := scanUser(tx.QueryRow(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1 RETURNING `+userColumns, id, passwordHash))
 	if err != nil {
 		return User{}, fmt.Errorf("set password of user %d: %w", id, translate(err))
 	}
@@ -173,12 +182,18 @@ func (s *Store) UserSetPasswordHash(ctx context.Context, id int64, passwordHash 
 
 // UserDelete deletes the user with the given username.
 func (s *Store) UserDelete(ctx context.Context, username string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM users WHERE username = $1`, username)
-	if err != nil {
+	return userDelete(ctx, s.pool, username)
+}
+
+// UserDeleteTx is UserDelete inside tx.
+func (s *Store) UserDeleteTx(ctx context.Context, tx pgx.Tx, username string) error {
+	return userDelete(ctx, tx, username)
+}
+
+func userDelete(ctx context.Context, q execer, username string) error {
+	var id int64
+	if err := q.QueryRow(ctx, `DELETE FROM users WHERE username = $1 RETURNING id`, username).Scan(&id); err != nil {
 		return fmt.Errorf("delete user %q: %w", username, translate(err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("delete user %q: %w", username, ErrNotFound)
 	}
 	return nil
 }

@@ -127,9 +127,11 @@ func TestAuditRecordsEveryChange(t *testing.T) {
 	b.mustDo(http.MethodDelete, "/v1/mirrors/m", b.adminToken, nil, http.StatusOK)
 	requireEntry("delete-mirror", "mirror", "m", http.StatusOK)
 	// Entries written in the change's own transaction are not written again.
-	for _, action := range []string{"create-mirror", "pause-mirror", "resume-mirror", "put-mirror-tables", "retry-mirror", "delete-mirror"} {
+	for _, action := range []string{"create-mirror", "pause-mirror", "resume-mirror", "put-mirror-tables", "retry-mirror", "delete-mirror",
+		"delete-user", "change-password"} {
 		require.EqualValues(t, 1, b.audit(q("action", action)).Total, action)
 	}
+	require.EqualValues(t, 2, b.audit(q("action", "create-user")).Total, "viewer and gone")
 
 	// Refused changes are recorded too, with the status: a viewer's attempt
 	// (403), an admin's conflict (409) and an invalid create (400) whose

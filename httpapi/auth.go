@@ -11,6 +11,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/pgmirror/pgmirror/db"
@@ -327,10 +328,15 @@ func (h *handlers) changePassword(ctx context.Context, in *changePasswordInput) 
 		if err != nil {
 			return nil, h.internal(ctx, "hash the new password", err)
 		}
-		if u, err = h.store.UserSetPasswordHash(ctx, u.ID, hash); err != nil {
+		setAuditDetails(ctx, map[string]any{"changed": true, "fields": []string{"password"}})
+		err = h.auditedTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			u, err = h.store.UserSetPasswordHashTx(ctx, tx, u.ID, hash)
+			return err
+		})
+		if err != nil {
 			return nil, h.internal(ctx, "change the password", err)
 		}
-		setAuditDetails(ctx, map[string]any{"changed": true, "fields": []string{"password"}})
 		out.Body.Message = "Password changed: every token issued before is revoked; use the token in this response or log in again"
 	}
 	token, expires, err := h.issueToken(u)

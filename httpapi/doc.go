@@ -24,8 +24,8 @@
 //
 // Every operation that changes something is recorded in the catalog's audit
 // log with the acting user and the response status (audit.go): in the
-// change's own transaction where the handler has one (mirrors and control
-// operations), otherwise by the middleware once the status is known.
+// change's own transaction where the handler has one (users, mirrors and
+// control operations), otherwise by the middleware once the status is known.
 // GET /v1/audit reads it.
 //
 // /openapi.json describes the API and /docs renders it with an embedded page
