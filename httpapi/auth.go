@@ -160,7 +160,7 @@ func checkPasswordLength(field, password string) error {
 
 type loginInput struct {
 	Body struct {
-		Username string `json:"username" minLength:"1" doc:"Username."`
+		Username string `json:"username" minLength:"1" maxLength:"128" doc:"Username."`
 		Password string `json:"password" minLength:"1" doc:"Password."`
 	}
 }
@@ -236,26 +236,12 @@ func (h *handlers) login(ctx context.Context, in *loginInput) (*loginOutput, err
 	if err := checkPasswordLength("password", in.Body.Password); err != nil {
 		return nil, err
 	}
-	username, addr := in.Body.Username, clientAddr(ctx)
-	who, retryAfter, err := h.logins.throttled(ctx, username, addr)
-	if err != nil {
-		return nil, h.internal(ctx, "log in", err)
-	}
-	if who != "" {
-		return nil, tooManyRequests(retryAfter, "Too many failed logins for %s: try again in %d seconds", who, retryAfter)
-	}
-	u, ok, err := h.checkPassword(ctx, username, in.Body.Password)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		if err := h.logins.fail(ctx, username, addr); err != nil {
-			return nil, h.internal(ctx, "log in", err)
-		}
+	u, err := h.verifyPassword(ctx, in.Body.Username, in.Body.Password, "log in")
+	if errors.Is(err, errWrongPassword) {
 		return nil, errorf(http.StatusUnauthorized, "Invalid credentials")
 	}
-	if err := h.logins.succeed(ctx, username); err != nil {
-		return nil, h.internal(ctx, "log in", err)
+	if err != nil {
+		return nil, err
 	}
 	token, expires, err := h.issueToken(u)
 	if err != nil {
@@ -267,24 +253,60 @@ func (h *handlers) login(ctx context.Context, in *loginInput) (*loginOutput, err
 	return out, nil
 }
 
-// checkPassword loads the user and compares the password with its hash,
-// holding one of the process's password check slots. An unknown user costs
-// as long as a wrong password, so user names cannot be told apart by timing.
-func (h *handlers) checkPassword(ctx context.Context, username, password string) (db.User, bool, error) {
+// errWrongPassword means the user does not exist or the password is wrong.
+var errWrongPassword = errors.New("wrong username or password")
+
+// verifyPassword checks a user's password the one way every password is
+// checked (login, and the current password of change-password):
+//   - refused with 429 while the user name or the client address has used up
+//     its failed attempts; checked again once a password check slot is held,
+//     so parallel attempts overshoot the limit by at most the number of slots;
+//   - the comparison holds one of the process's password check slots, and an
+//     unknown user costs as long as a wrong password (no timing difference);
+//   - a failure is counted for the user name and the address, a success
+//     clears the user name's failures.
+//
+// It returns errWrongPassword for an unknown user or a wrong password, and
+// API errors (429, 500) otherwise; what names the operation in a 500.
+func (h *handlers) verifyPassword(ctx context.Context, username, password, what string) (db.User, error) {
+	addr := clientAddr(ctx)
+	refuseThrottled := func() error {
+		who, retryAfter, err := h.logins.throttled(ctx, username, addr)
+		if err != nil {
+			return h.internal(ctx, what, err)
+		}
+		if who != "" {
+			return tooManyRequests(retryAfter, "Too many failed logins for %s: try again in %d seconds", who, retryAfter)
+		}
+		return nil
+	}
+	if err := refuseThrottled(); err != nil {
+		return db.User{}, err
+	}
 	release, err := h.logins.acquire(ctx)
 	if err != nil {
-		return db.User{}, false, err
+		return db.User{}, err
 	}
 	defer release()
+	if err := refuseThrottled(); err != nil {
+		return db.User{}, err
+	}
 	u, err := h.store.UserGetByUsername(ctx, username)
-	if errors.Is(err, db.ErrNotFound) {
+	switch {
+	case errors.Is(err, db.ErrNotFound):
 		compareDummy(password)
-		return db.User{}, false, nil
+	case err != nil:
+		return db.User{}, h.internal(ctx, what, err)
+	case bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) == nil:
+		if err := h.logins.succeed(ctx, username); err != nil {
+			return db.User{}, h.internal(ctx, what, err)
+		}
+		return u, nil
 	}
-	if err != nil {
-		return db.User{}, false, h.internal(ctx, "log in", err)
+	if err := h.logins.fail(ctx, username, addr); err != nil {
+		return db.User{}, h.internal(ctx, what, err)
 	}
-	return u, bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) == nil, nil
+	return db.User{}, errWrongPassword
 }
 
 func (h *handlers) me(ctx context.Context, _ *struct{}) (*meOutput, error) {
@@ -300,24 +322,13 @@ func (h *handlers) changePassword(ctx context.Context, in *changePasswordInput) 
 	}
 	self := currentUser(ctx)
 	setAuditTarget(ctx, self.Username)
-	// The current password is guessed like a login: same throttling.
-	addr := clientAddr(ctx)
-	who, retryAfter, err := h.logins.throttled(ctx, self.Username, addr)
-	if err != nil {
-		return nil, h.internal(ctx, "change the password", err)
+	// The current password can be guessed like a login: it is checked the same way.
+	u, err := h.verifyPassword(ctx, self.Username, in.Body.CurrentPassword, "change the password")
+	if errors.Is(err, errWrongPassword) {
+		return nil, errorf(http.StatusUnauthorized, "Current password is incorrect")
 	}
-	if who != "" {
-		return nil, tooManyRequests(retryAfter, "Too many failed password checks for %s: try again in %d seconds", who, retryAfter)
-	}
-	u, ok, err := h.checkPassword(ctx, self.Username, in.Body.CurrentPassword)
 	if err != nil {
 		return nil, err
-	}
-	if !ok || u.ID != self.ID {
-		if err := h.logins.fail(ctx, self.Username, addr); err != nil {
-			return nil, h.internal(ctx, "change the password", err)
-		}
-		return nil, errorf(http.StatusUnauthorized, "Current password is incorrect")
 	}
 	out := &changePasswordOutput{}
 	if in.Body.NewPassword == in.Body.CurrentPassword {

@@ -186,3 +186,31 @@ func TestLoginThrottlingBehindTrustedProxy(t *testing.T) {
 	status, _, msg = b.loginVia("127.0.0.1", "198.51.100.2", "admin", "admin-password")
 	require.Equal(t, http.StatusOK, status, msg)
 }
+
+func TestParallelGuessesStopAtTheLimit(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, func(cfg *httpapi.Config) {
+		cfg.Login = httpapi.LoginLimits{UserFailures: 3, Concurrency: 1, Wait: time.Minute, Window: time.Hour}
+	})
+	// Twelve wrong guesses at once all pass the first check; the second one,
+	// made while holding the only password check slot, stops all but three.
+	const n = 12
+	var wg sync.WaitGroup
+	statuses := make([]int, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i], _, _ = b.loginFrom("127.0.0.1", "viewer", "wrong-guess")
+		}()
+	}
+	wg.Wait()
+	count := map[int]int{}
+	for _, s := range statuses {
+		count[s]++
+	}
+	require.Equal(t, map[int]int{http.StatusUnauthorized: 3, http.StatusTooManyRequests: n - 3}, count)
+	var failures int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM login_failures WHERE kind = 'user' AND subject = 'viewer'`).Scan(&failures))
+	require.Equal(t, 3, failures)
+}
