@@ -400,7 +400,8 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	case err != nil:
 		return nil, h.internal(ctx, "create the mirror", err)
 	}
-	h.logger.InfoContext(ctx, "mirror created", "mirror", m.Name, "slot", m.ReplicationSlotName, "publication", m.PublicationName)
+	h.logger.InfoContext(ctx, "mirror created", "mirror", m.Name, "slot", m.ReplicationSlotName, "publication", m.PublicationName,
+		"user", currentUser(ctx).Username)
 	return &mirrorCreateOutput{Body: configResponse(m, tables)}, nil
 }
 
@@ -474,6 +475,6 @@ func (h *handlers) deleteMirror(ctx context.Context, in *mirrorPath) (*deletedOu
 	if err != nil {
 		return nil, h.internal(ctx, "delete the mirror", err)
 	}
-	h.logger.InfoContext(ctx, "mirror deleted", "mirror", in.Name)
+	h.logger.InfoContext(ctx, "mirror deleted", "mirror", in.Name, "user", currentUser(ctx).Username)
 	return deleted(in.Name), nil
 }
