@@ -214,3 +214,22 @@ func TestParallelGuessesStopAtTheLimit(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM login_failures WHERE kind = 'user' AND subject = 'viewer'`).Scan(&failures))
 	require.Equal(t, 3, failures)
 }
+
+func TestLoginThrottlingWindowPasses(t *testing.T) {
+	t.Parallel()
+	const window = 4 * time.Second
+	b := setupWith(t, func(cfg *httpapi.Config) {
+		cfg.Login = httpapi.LoginLimits{UserFailures: 1, Window: window}
+	})
+	status, _, _ := b.loginFrom("127.0.0.1", "viewer", "wrong-password")
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, retryAfter, msg := b.loginFrom("127.0.0.1", "viewer", "viewer-password")
+	require.Equal(t, http.StatusTooManyRequests, status, msg)
+	secs, err := strconv.Atoi(retryAfter)
+	require.NoError(t, err)
+	require.LessOrEqual(t, secs, int(window.Seconds()))
+	// Waiting as long as Retry-After says is enough, in real time.
+	time.Sleep(time.Duration(secs) * time.Second)
+	status, _, msg = b.loginFrom("127.0.0.1", "viewer", "viewer-password")
+	require.Equal(t, http.StatusOK, status, msg)
+}
