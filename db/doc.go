@@ -1,8 +1,10 @@
 // Package db is pgmirror's catalog on PostgreSQL through pgx.
 //
-// The catalog holds users, peers, mirrors, their table mappings with
-// per-table status and counters, structured mirror logs and service-wide
-// settings; River's job tables live beside them. Its schema is the goose
+// The catalog holds users (with the token version that revokes their API
+// tokens), peers, mirrors, their table mappings with per-table status and
+// counters, structured mirror logs, service-wide settings, failed logins
+// (for throttling) and the audit log of API changes; River's job tables live
+// beside them. Its schema is the goose
 // migrations in package migrations; [Migrate] applies them and River's own
 // migrations under one session advisory lock, so any number of replicas may
 // start at the same moment.

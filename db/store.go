@@ -58,12 +58,15 @@ func translate(err error) error {
 // callers (db/worker.go, jobs/) that run their own queries.
 func Translate(err error) error { return translate(err) }
 
-// User is an API account. PasswordHash is a bcrypt hash.
+// User is an API account. PasswordHash is a bcrypt hash. TokenVersion is
+// written into every token issued to the user; the catalog increments it when
+// the password or the role changes, which revokes older tokens.
 type User struct {
 	ID           int64
 	Username     string
 	PasswordHash string
 	Role         string
+	TokenVersion int64
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 }

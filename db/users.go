@@ -30,11 +30,11 @@ func HashPassword(password string) (string, error) {
 	return string(h), nil
 }
 
-const userColumns = `id, username, password_hash, role, created_at, updated_at`
+const userColumns = `id, username, password_hash, role, token_version, created_at, updated_at`
 
 func scanUser(row pgx.Row) (User, error) {
 	var u User
-	err := row.Scan(&u.ID, &u.Username, &u.PasswordHash, &u.Role, &u.CreatedAt, &u.UpdatedAt)
+	err := row.Scan(&u.ID, &u.Username, &u.PasswordHash, &u.Role, &u.TokenVersion, &u.CreatedAt, &u.UpdatedAt)
 	return u, err
 }
 
@@ -53,10 +53,84 @@ func (s *Store) EnsureAdmin(ctx context.Context, username, password string) erro
 	return nil
 }
 
+// DefaultAdminPassword is the default admin's password when
+// SERVICE_ADMIN_PASSWORD is unset. Anyone can guess it.
+const DefaultAdminPassword = "admin"
+
+// AdminPassword says how the default admin's stored password relates to the
+// default and to the configured one; see ReconcileAdminPassword.
+type AdminPassword int
+
+// Outcomes of ReconcileAdminPassword.
+const (
+	// AdminPasswordOK: the stored password is not the default and matches the
+	// configured one (or none is configured).
+	AdminPasswordOK AdminPassword = iota
+	// AdminPasswordDefault: the stored password is still the default "admin"
+	// and no other password is configured.
+	AdminPasswordDefault
+	// AdminPasswordReplaced: the stored password was the default "admin"; it
+	// has just been replaced by the configured one.
+	AdminPasswordReplaced
+	// AdminPasswordKept: the configured password differs from the stored one,
+	// which is not the default; the stored one was kept.
+	AdminPasswordKept
+)
+
+// ReconcileAdminPassword checks the stored password of the admin account
+// username (created by EnsureAdmin) at startup. configured is the password
+// from the environment, "" when none is set. While the stored password is
+// still DefaultAdminPassword and a different one is configured, the stored
+// one is replaced (and with it every token issued under the default
+// password is revoked). Concurrent callers agree: the update only applies
+// to the exact hash that was read, and a caller that loses the race checks
+// again. A stored password that is not the default is never overwritten.
+func (s *Store) ReconcileAdminPassword(ctx context.Context, username, configured string) (AdminPassword, error) {
+	for attempt := 0; ; attempt++ {
+		u, err := s.UserGetByUsername(ctx, username)
+		if err != nil {
+			return 0, fmt.Errorf("check admin password: %w", err)
+		}
+		isDefault := bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(DefaultAdminPassword)) == nil
+		switch {
+		case isDefault && (configured == "" || configured == DefaultAdminPassword):
+			return AdminPasswordDefault, nil
+		case !isDefault && configured != "" && bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(configured)) != nil:
+			return AdminPasswordKept, nil
+		case !isDefault:
+			return AdminPasswordOK, nil
+		}
+		hash, err := HashPassword(configured)
+		if err != nil {
+			return 0, fmt.Errorf("check admin password of %q: %w", username, err)
+		}
+		tag, err := s.pool.Exec(ctx, `UPDATE users SET password_hash = $3 WHERE id = $1 AND password_hash = $2`, u.ID, u.PasswordHash, hash)
+		if err != nil {
+			return 0, fmt.Errorf("replace the default admin password of %q: %w", username, translate(err))
+		}
+		if tag.RowsAffected() == 1 {
+			return AdminPasswordReplaced, nil
+		}
+		if attempt == 3 {
+			return 0, fmt.Errorf("replace the default admin password of %q: the password kept changing under us", username)
+		}
+		// Another replica (or someone else) changed it first: look again.
+	}
+}
+
 // UserCreate creates a user with an already hashed password. A taken
 // username gives ErrConflict.
 func (s *Store) UserCreate(ctx context.Context, username, passwordHash, role string) (User, error) {
-	u, err := scanUser(s.pool.QueryRow(ctx, `INSERT INTO users (username, password_hash, role) VALUES ($1, $2, $3) RETURNING `+userColumns,
+	return userCreate(ctx, s.pool, username, passwordHash, role)
+}
+
+// UserCreateTx is UserCreate inside tx.
+func (s *Store) UserCreateTx(ctx context.Context, tx pgx.Tx, username, passwordHash, role string) (User, error) {
+	return userCreate(ctx, tx, username, passwordHash, role)
+}
+
+func userCreate(ctx context.Context, q execer, username, passwordHash, role string) (User, error) {
+	u, err := scanUser(q.QueryRow(ctx, `INSERT INTO users (username, password_hash, role) VALUES ($1, $2, $3) RETURNING `+userColumns,
 		username, passwordHash, role))
 	if err != nil {
 		return User{}, fmt.Errorf("create user %q: %w", username, translate(err))
@@ -95,26 +169,31 @@ func (s *Store) UserList(ctx context.Context) ([]User, error) {
 	return users, nil
 }
 
-// UserSetPasswordHash replaces a user's password hash.
-func (s *Store) UserSetPasswordHash(ctx context.Context, id int64, passwordHash string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1`, id, passwordHash)
+// UserSetPasswordHashTx replaces a user's password hash inside tx and
+// returns the user as stored. The catalog increments the user's token
+// version with it, which revokes every token issued before.
+func (s *Store) UserSetPasswordHashTx(ctx context.Context, tx pgx.Tx, id int64, passwordHash string) (User, error) {
+	u, err := scanUser(tx.QueryRow(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1 RETURNING `+userColumns, id, passwordHash))
 	if err != nil {
-		return fmt.Errorf("set password of user %d: %w", id, translate(err))
+		return User{}, fmt.Errorf("set password of user %d: %w", id, translate(err))
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("set password of user %d: %w", id, ErrNotFound)
-	}
-	return nil
+	return u, nil
 }
 
 // UserDelete deletes the user with the given username.
 func (s *Store) UserDelete(ctx context.Context, username string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM users WHERE username = $1`, username)
-	if err != nil {
+	return userDelete(ctx, s.pool, username)
+}
+
+// UserDeleteTx is UserDelete inside tx.
+func (s *Store) UserDeleteTx(ctx context.Context, tx pgx.Tx, username string) error {
+	return userDelete(ctx, tx, username)
+}
+
+func userDelete(ctx context.Context, q execer, username string) error {
+	var id int64
+	if err := q.QueryRow(ctx, `DELETE FROM users WHERE username = $1 RETURNING id`, username).Scan(&id); err != nil {
 		return fmt.Errorf("delete user %q: %w", username, translate(err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("delete user %q: %w", username, ErrNotFound)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -31,15 +32,21 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is the service version shown in the OpenAPI document.
 	Version string
+	// TokenTTL is how long a token from login is valid. Defaults to 12 hours.
+	TokenTTL time.Duration
+	// Login throttles password guessing; zero fields take their defaults.
+	Login LoginLimits
 }
 
 // handlers holds the dependencies of every operation.
 type handlers struct {
-	store   *db.Store
-	river   *river.Client[pgx.Tx]
-	secret  []byte
-	logger  *slog.Logger
-	version string
+	store    *db.Store
+	river    *river.Client[pgx.Tx]
+	secret   []byte
+	logger   *slog.Logger
+	version  string
+	tokenTTL time.Duration
+	logins   *loginGuard
 }
 
 // New returns the HTTP handler serving the whole API.
@@ -59,7 +66,11 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	h := &handlers{store: cfg.Store, river: cfg.River, secret: cfg.JWTSecret, logger: cfg.Logger, version: cfg.Version}
+	if cfg.TokenTTL == 0 {
+		cfg.TokenTTL = 12 * time.Hour
+	}
+	h := &handlers{store: cfg.Store, river: cfg.River, secret: cfg.JWTSecret, logger: cfg.Logger, version: cfg.Version,
+		tokenTTL: cfg.TokenTTL, logins: newLoginGuard(cfg.Store, cfg.Login)}
 
 	mux := http.NewServeMux()
 	hcfg := huma.DefaultConfig("pgmirror API", cfg.Version)
@@ -72,7 +83,7 @@ func New(cfg Config) (http.Handler, error) {
 		"and send the token as Authorization: Bearer <token>."
 	hcfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		securityScheme: {Type: "http", Scheme: "bearer", BearerFormat: "JWT",
-			Description: "Token from POST /v1/auth/login. Tokens do not expire."},
+			Description: "Token from POST /v1/auth/login. Tokens expire (expires_at in the login response) and are revoked when the user's password or role changes."},
 	}
 	hcfg.OnAddOperation = append(hcfg.OnAddOperation, documentValidationAs400)
 	api := humago.New(mux, hcfg)
@@ -85,6 +96,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerMirrors(api)
 	h.registerControl(api)
 	h.registerLogs(api)
+	h.registerAudit(api)
 	mux.HandleFunc("GET /docs", serveDocs)
 
 	return &root{mux: mux, logger: cfg.Logger}, nil
@@ -247,6 +259,7 @@ func register[I, O any](api huma.API, perm permission, op huma.Operation, handle
 		op.Description += " Permission: open."
 	}
 	op.Description = strings.TrimSpace(op.Description)
+	checkAudited(op)
 	huma.Register(api, op, handler)
 }
 

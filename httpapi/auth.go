@@ -11,44 +11,58 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/pgmirror/pgmirror/db"
 )
 
-// claims are the contents of an API token. Tokens do not expire; they name
-// the user by id (sub) and username.
+// claims are the contents of an API token: the user by id (sub) and
+// username, the user's token version (ver) and an expiry (exp).
 type claims struct {
 	Username string `json:"username"`
+	// Version is the user's token version when the token was issued; a
+	// password or role change increments the stored one, revoking the token.
+	Version int64 `json:"ver"`
 	jwt.RegisteredClaims
 }
 
-func (h *handlers) issueToken(u db.User) (string, error) {
+func (h *handlers) issueToken(u db.User) (string, time.Time, error) {
+	now := time.Now()
+	expires := now.Add(h.tokenTTL)
 	t := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{
 		Username: u.Username,
+		Version:  u.TokenVersion,
 		RegisteredClaims: jwt.RegisteredClaims{
-			Subject:  strconv.FormatInt(u.ID, 10),
-			IssuedAt: jwt.NewNumericDate(time.Now()),
-			Issuer:   "pgmirror",
+			Subject:   strconv.FormatInt(u.ID, 10),
+			IssuedAt:  jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(expires),
+			Issuer:    "pgmirror",
 		},
 	})
-	return t.SignedString(h.secret)
+	signed, err := t.SignedString(h.secret)
+	return signed, expires, err
 }
 
-// parseToken verifies an HS256 token and returns the user id and username
-// it names.
-func (h *handlers) parseToken(raw string) (int64, string, error) {
+// errTokenSubject means a token's subject is not a user id.
+var errTokenSubject = errors.New("token subject is not a user id")
+
+// parseToken verifies an HS256 token that carries an expiry and returns its
+// claims and the user id it names. An expired token gives an error matching
+// jwt.ErrTokenExpired.
+func (h *handlers) parseToken(raw string) (claims, int64, error) {
 	var c claims
 	_, err := jwt.ParseWithClaims(raw, &c, func(*jwt.Token) (any, error) { return h.secret, nil },
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithIssuer("pgmirror"))
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithIssuer("pgmirror"),
+		jwt.WithExpirationRequired(), jwt.WithLeeway(5*time.Second))
 	if err != nil {
-		return 0, "", err
+		return claims{}, 0, err
 	}
 	id, err := strconv.ParseInt(c.Subject, 10, 64)
 	if err != nil {
-		return 0, "", errors.New("token subject is not a user id")
+		return claims{}, 0, errTokenSubject
 	}
-	return id, c.Username, nil
+	return c, id, nil
 }
 
 type userKey struct{}
@@ -61,9 +75,20 @@ func currentUser(ctx context.Context) db.User {
 
 // authMiddleware enforces each operation's permission level. It loads the
 // token's user from the catalog on every request, so deleted users are
-// rejected and role changes apply at once.
+// rejected and a changed password or role (which increments the user's
+// token version) revokes older tokens at once. It also keeps the client
+// address for login throttling and records audited operations.
 func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
+		var forwardedFor []string
+		if len(h.logins.limits.TrustedProxies) > 0 {
+			ctx.EachHeader(func(name, value string) {
+				if strings.EqualFold(name, "X-Forwarded-For") {
+					forwardedFor = append(forwardedFor, value)
+				}
+			})
+		}
+		ctx = huma.WithValue(ctx, clientAddrKey{}, clientAddress(ctx.RemoteAddr(), forwardedFor, h.logins.limits.TrustedProxies))
 		perm, _ := ctx.Operation().Metadata["permission"].(permission)
 		if perm == open {
 			next(ctx)
@@ -76,13 +101,17 @@ func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Con
 				"Missing bearer token: log in with POST /v1/auth/login and send the header Authorization: Bearer <token>")
 			return
 		}
-		id, username, err := h.parseToken(strings.TrimSpace(raw))
+		c, id, err := h.parseToken(strings.TrimSpace(raw))
+		if errors.Is(err, jwt.ErrTokenExpired) {
+			_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "token expired: log in again with POST /v1/auth/login")
+			return
+		}
 		if err != nil {
 			_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "Invalid token: log in again with POST /v1/auth/login")
 			return
 		}
 		u, err := h.store.UserGetByID(ctx.Context(), id)
-		if err != nil || u.Username != username {
+		if err != nil || u.Username != c.Username {
 			if err != nil && !errors.Is(err, db.ErrNotFound) {
 				h.logger.ErrorContext(ctx.Context(), "load token user", "error", err)
 				_ = huma.WriteErr(api, ctx, http.StatusInternalServerError, "Internal server error while checking the token; the cause is in the server log")
@@ -91,11 +120,20 @@ func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Con
 			_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "Invalid token: its user no longer exists; log in again with POST /v1/auth/login")
 			return
 		}
-		if perm == adminOnly && u.Role != db.RoleAdmin {
-			_ = huma.WriteErr(api, ctx, http.StatusForbidden, "Forbidden: this operation needs the admin role, and user "+strconv.Quote(u.Username)+" is a "+u.Role)
+		if c.Version != u.TokenVersion {
+			_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "Token revoked: the password or role of user "+strconv.Quote(u.Username)+
+				" changed (or an operator revoked its tokens) after it was issued; log in again with POST /v1/auth/login")
 			return
 		}
-		next(huma.WithValue(ctx, userKey{}, u))
+		ctx = huma.WithValue(ctx, userKey{}, u)
+		ctx, finish := h.startAudit(ctx, u)
+		if perm == adminOnly && u.Role != db.RoleAdmin {
+			_ = huma.WriteErr(api, ctx, http.StatusForbidden, "Forbidden: this operation needs the admin role, and user "+strconv.Quote(u.Username)+" is a "+u.Role)
+			finish()
+			return
+		}
+		next(ctx)
+		finish()
 	}
 }
 
@@ -122,16 +160,18 @@ func checkPasswordLength(field, password string) error {
 
 type loginInput struct {
 	Body struct {
-		Username string `json:"username" minLength:"1" doc:"Username."`
+		Username string `json:"username" minLength:"1" maxLength:"128" doc:"Username."`
 		Password string `json:"password" minLength:"1" doc:"Password."`
 	}
 }
 
 type loginOutput struct {
 	Body struct {
-		Token    string `json:"token" doc:"Bearer token (JWT) for the Authorization header. It does not expire."`
-		Username string `json:"username"`
-		Role     string `json:"role" enum:"admin,viewer"`
+		Token     string    `json:"token" doc:"Bearer token (JWT) for the Authorization header. It expires after the service's token lifetime and is revoked when the user's password or role changes."`
+		Username  string    `json:"username"`
+		Role      string    `json:"role" enum:"admin,viewer"`
+		ExpiresAt time.Time `json:"expires_at" doc:"When the token expires."`
+		ExpiresIn int64     `json:"expires_in" doc:"Seconds until the token expires."`
 	}
 }
 
@@ -155,6 +195,15 @@ type messageOutput struct {
 	}
 }
 
+type changePasswordOutput struct {
+	Body struct {
+		Message   string    `json:"message"`
+		Token     string    `json:"token" doc:"A new token for the caller: the change revokes every token issued before it, including the one this request used."`
+		ExpiresAt time.Time `json:"expires_at" doc:"When the new token expires."`
+		ExpiresIn int64     `json:"expires_in" doc:"Seconds until the new token expires."`
+	}
+}
+
 func message(msg string) *messageOutput {
 	out := &messageOutput{}
 	out.Body.Message = msg
@@ -164,8 +213,11 @@ func message(msg string) *messageOutput {
 func (h *handlers) registerAuth(api huma.API) {
 	register(api, open, huma.Operation{
 		OperationID: "login", Method: http.MethodPost, Path: "/v1/auth/login", Tags: []string{"Auth"},
-		Summary: "Log in", Description: "Exchange a username and password for a bearer token.",
-		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized},
+		Summary: "Log in",
+		Description: "Exchange a username and password for a bearer token that expires after the service's token lifetime. " +
+			"Too many failed logins for a user name or from a client address within the throttling window are answered 429 with Retry-After, " +
+			"even when the password is right.",
+		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusTooManyRequests},
 	}, h.login)
 	register(api, authed, huma.Operation{
 		OperationID: "me", Method: http.MethodGet, Path: "/v1/auth/me", Tags: []string{"Auth"},
@@ -173,8 +225,10 @@ func (h *handlers) registerAuth(api huma.API) {
 	}, h.me)
 	register(api, authed, huma.Operation{
 		OperationID: "change-password", Method: http.MethodPost, Path: "/v1/auth/change-password", Tags: []string{"Auth"},
-		Summary: "Change own password", Description: "Existing tokens stay valid; the new password applies to later logins.",
-		Errors: []int{http.StatusBadRequest},
+		Summary: "Change own password",
+		Description: "Revokes every token of the user issued before the change (including the one sent) and returns a new token. " +
+			"Setting the current password again changes nothing and revokes nothing.",
+		Errors: []int{http.StatusBadRequest, http.StatusTooManyRequests},
 	}, h.changePassword)
 }
 
@@ -182,25 +236,77 @@ func (h *handlers) login(ctx context.Context, in *loginInput) (*loginOutput, err
 	if err := checkPasswordLength("password", in.Body.Password); err != nil {
 		return nil, err
 	}
-	invalid := errorf(http.StatusUnauthorized, "Invalid credentials")
-	u, err := h.store.UserGetByUsername(ctx, in.Body.Username)
-	if errors.Is(err, db.ErrNotFound) {
-		compareDummy(in.Body.Password)
-		return nil, invalid
+	u, err := h.verifyPassword(ctx, in.Body.Username, in.Body.Password, "log in")
+	if errors.Is(err, errWrongPassword) {
+		return nil, errorf(http.StatusUnauthorized, "Invalid credentials")
 	}
 	if err != nil {
-		return nil, h.internal(ctx, "log in", err)
+		return nil, err
 	}
-	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(in.Body.Password)) != nil {
-		return nil, invalid
-	}
-	token, err := h.issueToken(u)
+	token, expires, err := h.issueToken(u)
 	if err != nil {
 		return nil, h.internal(ctx, "issue a token", err)
 	}
 	out := &loginOutput{}
 	out.Body.Token, out.Body.Username, out.Body.Role = token, u.Username, u.Role
+	out.Body.ExpiresAt, out.Body.ExpiresIn = expires.UTC(), int64(h.tokenTTL.Seconds())
 	return out, nil
+}
+
+// errWrongPassword means the user does not exist or the password is wrong.
+var errWrongPassword = errors.New("wrong username or password")
+
+// verifyPassword checks a user's password the one way every password is
+// checked (login, and the current password of change-password):
+//   - refused with 429 while the user name or the client address has used up
+//     its failed attempts; checked again once a password check slot is held,
+//     so parallel attempts overshoot the limit by at most the number of slots;
+//   - the comparison holds one of the process's password check slots, and an
+//     unknown user costs as long as a wrong password (no timing difference);
+//   - a failure is counted for the user name and the address, a success
+//     clears the user name's failures.
+//
+// It returns errWrongPassword for an unknown user or a wrong password, and
+// API errors (429, 500) otherwise; what names the operation in a 500.
+func (h *handlers) verifyPassword(ctx context.Context, username, password, what string) (db.User, error) {
+	addr := clientAddr(ctx)
+	refuseThrottled := func() error {
+		who, retryAfter, err := h.logins.throttled(ctx, username, addr)
+		if err != nil {
+			return h.internal(ctx, what, err)
+		}
+		if who != "" {
+			return tooManyRequests(retryAfter, "Too many failed logins for %s: try again in %d seconds", who, retryAfter)
+		}
+		return nil
+	}
+	if err := refuseThrottled(); err != nil {
+		return db.User{}, err
+	}
+	release, err := h.logins.acquire(ctx)
+	if err != nil {
+		return db.User{}, err
+	}
+	defer release()
+	if err := refuseThrottled(); err != nil {
+		return db.User{}, err
+	}
+	u, err := h.store.UserGetByUsername(ctx, username)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		compareDummy(password)
+	case err != nil:
+		return db.User{}, h.internal(ctx, what, err)
+	case bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) == nil:
+		if err := h.logins.succeed(ctx, username); err != nil {
+			return db.User{}, h.internal(ctx, what, err)
+		}
+		return u, nil
+	}
+	if err := h.logins.fail(ctx, username, addr); err != nil {
+		return db.User{}, h.internal(ctx, what, err)
+	}
+	return db.User{}, errWrongPassword
 }
 
 func (h *handlers) me(ctx context.Context, _ *struct{}) (*meOutput, error) {
@@ -210,20 +316,44 @@ func (h *handlers) me(ctx context.Context, _ *struct{}) (*meOutput, error) {
 	return out, nil
 }
 
-func (h *handlers) changePassword(ctx context.Context, in *changePasswordInput) (*messageOutput, error) {
+func (h *handlers) changePassword(ctx context.Context, in *changePasswordInput) (*changePasswordOutput, error) {
 	if err := checkPasswordLength("new_password", in.Body.NewPassword); err != nil {
 		return nil, err
 	}
-	u := currentUser(ctx)
-	if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(in.Body.CurrentPassword)) != nil {
+	self := currentUser(ctx)
+	setAuditTarget(ctx, self.Username)
+	// The current password can be guessed like a login: it is checked the same way.
+	u, err := h.verifyPassword(ctx, self.Username, in.Body.CurrentPassword, "change the password")
+	if errors.Is(err, errWrongPassword) {
 		return nil, errorf(http.StatusUnauthorized, "Current password is incorrect")
 	}
-	hash, err := db.HashPassword(in.Body.NewPassword)
 	if err != nil {
-		return nil, h.internal(ctx, "hash the new password", err)
+		return nil, err
 	}
-	if err := h.store.UserSetPasswordHash(ctx, u.ID, hash); err != nil {
-		return nil, h.internal(ctx, "change the password", err)
+	out := &changePasswordOutput{}
+	if in.Body.NewPassword == in.Body.CurrentPassword {
+		setAuditDetails(ctx, map[string]any{"changed": false})
+		out.Body.Message = "Password unchanged: the new password is the current one; existing tokens stay valid"
+	} else {
+		hash, err := db.HashPassword(in.Body.NewPassword)
+		if err != nil {
+			return nil, h.internal(ctx, "hash the new password", err)
+		}
+		setAuditDetails(ctx, map[string]any{"changed": true, "fields": []string{"password"}})
+		err = h.auditedTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			u, err = h.store.UserSetPasswordHashTx(ctx, tx, u.ID, hash)
+			return err
+		})
+		if err != nil {
+			return nil, h.internal(ctx, "change the password", err)
+		}
+		out.Body.Message = "Password changed: every token issued before is revoked; use the token in this response or log in again"
 	}
-	return message("Password changed; existing tokens stay valid and the new password applies to later logins"), nil
+	token, expires, err := h.issueToken(u)
+	if err != nil {
+		return nil, h.internal(ctx, "issue a token", err)
+	}
+	out.Body.Token, out.Body.ExpiresAt, out.Body.ExpiresIn = token, expires.UTC(), int64(h.tokenTTL.Seconds())
+	return out, nil
 }

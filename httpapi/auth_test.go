@@ -27,6 +27,8 @@ func TestLogin(t *testing.T) {
 	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"password": "x"}, http.StatusBadRequest, "username")
 	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "", "password": "x"}, http.StatusBadRequest, "username")
 	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "admin", "password": strings.Repeat("p", 73)}, http.StatusBadRequest, "72 bytes")
+	// Usernames are at most 128 characters, so a huge one is a 400, not a failed insert into login_failures.
+	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": strings.Repeat("u", 100000), "password": "x"}, http.StatusBadRequest, "username")
 
 	var me struct{ Username, Role string }
 	b.mustDecode(http.MethodGet, "/v1/auth/me", b.viewerToken, nil, http.StatusOK, &me)
@@ -80,9 +82,15 @@ func TestDeletedUserAndRoleChange(t *testing.T) {
 	bob := b.login("bob", "bob-password")
 	b.mustDo(http.MethodGet, "/v1/users", bob, nil, http.StatusOK)
 
-	// Demoted: admin endpoints refuse at once, read endpoints still work.
+	// Demoted (here with SQL; the catalog bumps the token version): the old
+	// token is revoked; a new one has the viewer's rights.
 	b.exec(`UPDATE users SET role = 'viewer' WHERE username = 'bob'`)
+	b.requireError(http.MethodGet, "/v1/peers", bob, nil, http.StatusUnauthorized, "Token revoked", "log in again")
+	bob = b.login("bob", "bob-password")
 	b.requireError(http.MethodGet, "/v1/users", bob, nil, http.StatusForbidden, "admin")
+	b.mustDo(http.MethodGet, "/v1/peers", bob, nil, http.StatusOK)
+	// An update that changes neither password nor role revokes nothing.
+	b.exec(`UPDATE users SET username = username WHERE username = 'bob'`)
 	b.mustDo(http.MethodGet, "/v1/peers", bob, nil, http.StatusOK)
 
 	// Deleted: the token stops working, even if a user of the same name comes back.
@@ -102,12 +110,29 @@ func TestChangePassword(t *testing.T) {
 	b.requireError(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password", "new_password": strings.Repeat("é", 40)}, http.StatusBadRequest, "72 bytes")
 	b.requireError(http.MethodPost, "/v1/auth/change-password", "", map[string]any{"current_password": "a", "new_password": "b"}, http.StatusUnauthorized)
 
-	var out struct{ Message string }
-	b.mustDecode(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password", "new_password": "brand-new"}, http.StatusOK, &out)
-	require.NotEmpty(t, out.Message)
+	// Setting the current password again changes nothing: tokens stay valid.
+	var same struct{ Message, Token string }
+	b.mustDecode(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password", "new_password": "viewer-password"}, http.StatusOK, &same)
+	require.Contains(t, same.Message, "unchanged")
 	b.mustDo(http.MethodGet, "/v1/auth/me", old, nil, http.StatusOK)
+	other := b.login("viewer", "viewer-password") // a second session of the same user
+
+	var out struct {
+		Message, Token string
+		ExpiresIn      int64 `json:"expires_in"`
+	}
+	b.mustDecode(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password", "new_password": "brand-new"}, http.StatusOK, &out)
+	require.Contains(t, out.Message, "revoked")
+	require.Equal(t, int64(12*3600), out.ExpiresIn)
+	// Every earlier token of the user is revoked, the caller's and the other session's.
+	for _, token := range []string{old, other, same.Token} {
+		b.requireError(http.MethodGet, "/v1/auth/me", token, nil, http.StatusUnauthorized, "Token revoked", "log in again")
+	}
+	// The token in the response works, and so does a new login; other users are unaffected.
+	b.mustDo(http.MethodGet, "/v1/auth/me", out.Token, nil, http.StatusOK)
 	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "viewer", "password": "viewer-password"}, http.StatusUnauthorized, "Invalid credentials")
-	b.login("viewer", "brand-new")
+	b.mustDo(http.MethodGet, "/v1/auth/me", b.login("viewer", "brand-new"), nil, http.StatusOK)
+	b.mustDo(http.MethodGet, "/v1/auth/me", b.adminToken, nil, http.StatusOK)
 }
 
 func TestUsers(t *testing.T) {

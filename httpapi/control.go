@@ -94,10 +94,10 @@ func (h *handlers) registerControl(api huma.API) {
 	}, h.availableTables)
 }
 
-// controlTx runs fn in a transaction holding the live mirror's row lock.
-// A missing mirror is a 404.
+// controlTx runs fn in a transaction holding the live mirror's row lock,
+// and writes the request's audit entry in it. A missing mirror is a 404.
 func (h *handlers) controlTx(ctx context.Context, name string, fn func(tx pgx.Tx, m db.Mirror) error) error {
-	err := pgx.BeginFunc(ctx, h.store.Pool(), func(tx pgx.Tx) error {
+	err := h.auditedTx(ctx, func(tx pgx.Tx) error {
 		m, err := h.store.MirrorGetByNameForUpdate(ctx, tx, name)
 		if err != nil {
 			return err
@@ -162,7 +162,7 @@ func (h *handlers) pause(ctx context.Context, in *mirrorPath) (*statusMessageOut
 		if err := h.store.MirrorPauseTx(ctx, tx, m.ID); err != nil {
 			return err
 		}
-		return h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorPaused, nil)
+		return h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorPaused, actor(ctx, nil))
 	})
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func (h *handlers) resume(ctx context.Context, in *mirrorPath) (*statusMessageOu
 		if err := h.store.MirrorResumeTx(ctx, tx, m.ID); err != nil {
 			return err
 		}
-		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorResumed, nil); err != nil {
+		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorResumed, actor(ctx, nil)); err != nil {
 			return err
 		}
 		return h.enqueueRun(ctx, tx, m.ID)
@@ -210,12 +210,12 @@ func (h *handlers) requestAction(ctx context.Context, name, action, what, logMsg
 			return err
 		}
 		if wasPaused {
-			if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorResumed, map[string]string{"reason": what}); err != nil {
+			if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorResumed, actor(ctx, map[string]string{"reason": what})); err != nil {
 				return err
 			}
 		}
 		if logMsg != "" {
-			if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, logMsg, nil); err != nil {
+			if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, logMsg, actor(ctx, nil)); err != nil {
 				return err
 			}
 		}
@@ -275,7 +275,8 @@ func (h *handlers) resyncTable(ctx context.Context, in *tableResyncInput) (*tabl
 		if err := h.store.MirrorTableRequestResyncTx(ctx, tx, m.ID, src); err != nil {
 			return err
 		}
-		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgTableResyncStarted, map[string]string{"table": src.String()}); err != nil {
+		setAuditDetails(ctx, map[string]any{"table": src.String()})
+		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgTableResyncStarted, actor(ctx, map[string]string{"table": src.String()})); err != nil {
 			return err
 		}
 		return h.enqueueRun(ctx, tx, m.ID)
@@ -301,7 +302,7 @@ func (h *handlers) retry(ctx context.Context, in *mirrorPath) (*messageOutput, e
 		if err := h.store.MirrorRequestRetryTx(ctx, tx, m.ID); err != nil {
 			return err
 		}
-		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgRetrySignal, nil); err != nil {
+		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgRetrySignal, actor(ctx, nil)); err != nil {
 			return err
 		}
 		return h.enqueueRun(ctx, tx, m.ID)
@@ -344,6 +345,7 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 	if err != nil {
 		return nil, err
 	}
+	setAuditDetails(ctx, map[string]any{"tables": len(mappings)})
 	if err := h.checkSource(ctx, source, mappings); err != nil {
 		return nil, err
 	}

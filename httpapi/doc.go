@@ -1,6 +1,6 @@
 // Package httpapi is pgmirror's REST API: Huma v2 operations on an
 // http.ServeMux, one file per resource (auth, users, peers, mirrors, mirror
-// control, logs, health).
+// control, logs, audit, health).
 //
 // Handlers write desired state to the catalog (package db) and, in the same
 // transaction, enqueue the River job that acts on it; they never run
@@ -14,9 +14,19 @@
 //
 // Operations carry one of three permission levels: open, authed (any valid
 // token) and adminOnly. One middleware enforces them from each operation's
-// security metadata. Tokens are HS256 JWTs without expiry that name the
-// user; the user is loaded from the catalog on every request, so deleting a
-// user or changing a role takes effect at once.
+// security metadata. Tokens are HS256 JWTs that name the user, expire
+// (Config.TokenTTL) and carry the user's token version; the user is loaded
+// from the catalog on every request, so deleting a user revokes its tokens
+// at once, and so does a password or role change (the catalog increments the
+// token version). Logins are throttled per user name and client address
+// with counts kept in the catalog, and password checks are bounded per
+// process (throttle.go).
+//
+// Every operation that changes something is recorded in the catalog's audit
+// log with the acting user and the response status (audit.go): in the
+// change's own transaction where the handler has one (users, mirrors and
+// control operations), otherwise by the middleware once the status is known.
+// GET /v1/audit reads it.
 //
 // /openapi.json describes the API and /docs renders it with an embedded page
 // that needs no network access.

@@ -60,6 +60,12 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	return setupWith(t, nil)
+}
+
+// setupWith is setup with a change to the API's configuration.
+func setupWith(t *testing.T, configure func(*httpapi.Config)) *bundle {
+	t.Helper()
 	ctx := context.Background()
 	pool := pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)))
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -70,7 +76,11 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	handler, err := httpapi.New(httpapi.Config{Store: store, River: client, JWTSecret: secret, Logger: logger, Version: "test"})
+	cfg := httpapi.Config{Store: store, River: client, JWTSecret: secret, Logger: logger, Version: "test"}
+	if configure != nil {
+		configure(&cfg)
+	}
+	handler, err := httpapi.New(cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)

@@ -322,6 +322,8 @@ func generatedName(prefix, mirror string) string {
 
 func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mirrorCreateOutput, error) {
 	b := in.Body
+	setAuditTarget(ctx, b.Name)
+	setAuditDetails(ctx, map[string]any{"source_peer": b.SourcePeer, "destination_peer": b.DestinationPeer, "tables": len(b.TableMappings)})
 	source, err := h.store.PeerGetByName(ctx, b.SourcePeer)
 	if errors.Is(err, db.ErrNotFound) {
 		return nil, errorf(http.StatusBadRequest, "Invalid request: source peer %q does not exist: create it with POST /v1/peers first", b.SourcePeer)
@@ -362,7 +364,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 
 	var m db.Mirror
 	var tables []db.MirrorTable
-	err = pgx.BeginFunc(ctx, h.store.Pool(), func(tx pgx.Tx) error {
+	err = h.auditedTx(ctx, func(tx pgx.Tx) error {
 		// Under this lock no other mirror can take the names between the
 		// check and the insert.
 		if err := h.store.LockMirrorNamesTx(ctx, tx); err != nil {
@@ -398,7 +400,8 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	case err != nil:
 		return nil, h.internal(ctx, "create the mirror", err)
 	}
-	h.logger.InfoContext(ctx, "mirror created", "mirror", m.Name, "slot", m.ReplicationSlotName, "publication", m.PublicationName)
+	h.logger.InfoContext(ctx, "mirror created", "mirror", m.Name, "slot", m.ReplicationSlotName, "publication", m.PublicationName,
+		"user", currentUser(ctx).Username)
 	return &mirrorCreateOutput{Body: configResponse(m, tables)}, nil
 }
 
@@ -453,7 +456,7 @@ func (h *handlers) enqueueRun(ctx context.Context, tx pgx.Tx, mirrorID int64) er
 }
 
 func (h *handlers) deleteMirror(ctx context.Context, in *mirrorPath) (*deletedOutput, error) {
-	err := pgx.BeginFunc(ctx, h.store.Pool(), func(tx pgx.Tx) error {
+	err := h.auditedTx(ctx, func(tx pgx.Tx) error {
 		m, err := h.store.MirrorGetByNameForUpdate(ctx, tx, in.Name)
 		if err != nil {
 			return err
@@ -472,6 +475,6 @@ func (h *handlers) deleteMirror(ctx context.Context, in *mirrorPath) (*deletedOu
 	if err != nil {
 		return nil, h.internal(ctx, "delete the mirror", err)
 	}
-	h.logger.InfoContext(ctx, "mirror deleted", "mirror", in.Name)
+	h.logger.InfoContext(ctx, "mirror deleted", "mirror", in.Name, "user", currentUser(ctx).Username)
 	return deleted(in.Name), nil
 }

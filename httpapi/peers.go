@@ -140,6 +140,7 @@ func (h *handlers) listPeers(ctx context.Context, _ *struct{}) (*peerListOutput,
 
 func (h *handlers) createPeer(ctx context.Context, in *peerCreateInput) (*peerOutput, error) {
 	b := in.Body
+	setAuditTarget(ctx, b.Name)
 	p, err := h.store.PeerCreate(ctx, db.PeerCreateParams{Name: b.Name, Host: b.Host, Port: b.Port, User: b.User,
 		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode})
 	if errors.Is(err, db.ErrConflict) {
@@ -173,6 +174,8 @@ func (h *handlers) getPeer(ctx context.Context, in *peerPath) (*peerOutput, erro
 
 func (h *handlers) updatePeer(ctx context.Context, in *peerUpdateInput) (*peerOutput, error) {
 	b := in.Body
+	setAuditDetails(ctx, map[string]any{"fields": changedFields(map[string]bool{"host": b.Host != nil, "port": b.Port != nil,
+		"user": b.User != nil, "password": b.Password != nil, "database": b.Database != nil, "ssl_mode": b.SSLMode != nil})})
 	p, err := h.store.PeerUpdate(ctx, in.Name, db.PeerUpdateParams{Host: b.Host, Port: b.Port, User: b.User,
 		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode})
 	if errors.Is(err, db.ErrNotFound) {

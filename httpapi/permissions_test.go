@@ -75,6 +75,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{http.MethodGet, "/v1/mirrors/{name}/tables", "/v1/mirrors/m/tables", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/mirrors/{name}/available-tables", "/v1/mirrors/m/available-tables", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/mirrors/{name}/logs", "/v1/mirrors/m/logs", "authed", nil, http.StatusOK},
+		{http.MethodGet, "/v1/audit", "/v1/audit", "adminOnly", nil, http.StatusOK},
 	}
 
 	// The matrix covers every operation the server offers, and nothing else.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/db"
 )
@@ -87,11 +88,18 @@ func (h *handlers) createUser(ctx context.Context, in *userCreateInput) (*userCr
 	if err := checkPasswordLength("password", in.Body.Password); err != nil {
 		return nil, err
 	}
+	setAuditTarget(ctx, in.Body.Username)
+	setAuditDetails(ctx, map[string]any{"role": in.Body.Role})
 	hash, err := db.HashPassword(in.Body.Password)
 	if err != nil {
 		return nil, h.internal(ctx, "hash the password", err)
 	}
-	u, err := h.store.UserCreate(ctx, in.Body.Username, hash, in.Body.Role)
+	var u db.User
+	err = h.auditedTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		u, err = h.store.UserCreateTx(ctx, tx, in.Body.Username, hash, in.Body.Role)
+		return err
+	})
 	if errors.Is(err, db.ErrConflict) {
 		return nil, errorf(http.StatusConflict, "User %q already exists: choose another username", in.Body.Username)
 	}
@@ -107,7 +115,7 @@ func (h *handlers) deleteUser(ctx context.Context, in *usernamePath) (*deletedOu
 	if in.Username == currentUser(ctx).Username {
 		return nil, errorf(http.StatusBadRequest, "You cannot delete your own account: log in as another admin to delete %q", in.Username)
 	}
-	err := h.store.UserDelete(ctx, in.Username)
+	err := h.auditedTx(ctx, func(tx pgx.Tx) error { return h.store.UserDeleteTx(ctx, tx, in.Username) })
 	if errors.Is(err, db.ErrNotFound) {
 		return nil, errorf(http.StatusNotFound, "User %q does not exist", in.Username)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,12 @@ type config struct {
 	MirrorWorkers    int
 	LogRetention     time.Duration
 	ShutdownTimeout  time.Duration
+	TokenTTL         time.Duration
+	// Login throttling (httpapi.LoginLimits).
+	LoginUserFailures    int
+	LoginAddressFailures int
+	LoginFailureWindow   time.Duration
+	TrustedProxies       []netip.Prefix
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -53,6 +60,18 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.ShutdownTimeout, err = durationVar(getenv, "SERVICE_SHUTDOWN_TIMEOUT", 30*time.Second); err != nil {
 		return cfg, err
 	}
+	if cfg.TokenTTL, err = boundedDurationVar(getenv, "SERVICE_TOKEN_TTL", 12*time.Hour, time.Minute, 30*24*time.Hour); err != nil {
+		return cfg, err
+	}
+	if cfg.LoginUserFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES", 5, 1, 1000); err != nil {
+		return cfg, err
+	}
+	if cfg.LoginAddressFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, 1, 100000); err != nil {
+		return cfg, err
+	}
+	if cfg.LoginFailureWindow, err = boundedDurationVar(getenv, "SERVICE_LOGIN_FAILURE_WINDOW", 15*time.Minute, time.Second, 24*time.Hour); err != nil {
+		return cfg, err
+	}
 	switch strings.ToLower(cmp.Or(getenv("SERVICE_LOG_LEVEL"), "info")) {
 	case "debug":
 		cfg.LogLevel = slog.LevelDebug
@@ -64,6 +83,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		cfg.LogLevel = slog.LevelError
 	default:
 		return cfg, fmt.Errorf("SERVICE_LOG_LEVEL=%q: use debug, info, warn or error", getenv("SERVICE_LOG_LEVEL"))
+	}
+	if cfg.TrustedProxies, err = prefixesVar(getenv, "SERVICE_TRUSTED_PROXIES"); err != nil {
+		return cfg, err
 	}
 	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
 		return cfg, fmt.Errorf("SERVICE_LOG_FORMAT=%q: use text or json", cfg.LogFormat)
@@ -84,6 +106,54 @@ func intVar(getenv func(string) string, name string, def, lo, hi int) (int, erro
 		return 0, fmt.Errorf("%s=%q: want a whole number from %d to %d", name, s, lo, hi)
 	}
 	return n, nil
+}
+
+// prefixesVar reads a comma-separated list of IP networks (10.0.0.0/8) or
+// single addresses (10.1.2.3).
+func prefixesVar(getenv func(string) string, name string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, item := range strings.Split(getenv(name), ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(item); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		addr, err := netip.ParseAddr(item)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is neither an IP address nor a network such as 10.0.0.0/8", name, item)
+		}
+		out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+	}
+	return out, nil
+}
+
+// boundedDurationVar is durationVar with bounds lo..hi (inclusive).
+func boundedDurationVar(getenv func(string) string, name string, def, lo, hi time.Duration) (time.Duration, error) {
+	d, err := durationVar(getenv, name, def)
+	if err != nil {
+		return 0, err
+	}
+	if d < lo || d > hi {
+		return 0, fmt.Errorf("%s=%q: want a duration from %s to %s", name, getenv(name), formatDuration(lo), formatDuration(hi))
+	}
+	return d, nil
+}
+
+// formatDuration writes a duration the way the variables are written: 30d,
+// 12h, 15m, 30s.
+func formatDuration(d time.Duration) string {
+	for _, u := range []struct {
+		unit   time.Duration
+		suffix string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d >= u.unit && d%u.unit == 0 {
+			return strconv.FormatInt(int64(d/u.unit), 10) + u.suffix
+		}
+	}
+	return d.String()
 }
 
 func durationVar(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {

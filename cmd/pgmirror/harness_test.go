@@ -121,6 +121,17 @@ func launchService(t *testing.T, catalogURL string, env ...string) *service {
 // waitReady waits until the service answers /health and logs in as admin.
 func (s *service) waitReady() {
 	s.t.Helper()
+	s.waitHealthy()
+	var login struct {
+		Token string `json:"token"`
+	}
+	s.mustDo("POST", "/v1/auth/login", map[string]string{"username": "admin", "password": testAdminPassword}, 200, &login)
+	s.token = login.Token
+}
+
+// waitHealthy waits until the service answers /health.
+func (s *service) waitHealthy() {
+	s.t.Helper()
 	t := s.t
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -141,11 +152,6 @@ func (s *service) waitReady() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var login struct {
-		Token string `json:"token"`
-	}
-	s.mustDo("POST", "/v1/auth/login", map[string]string{"username": "admin", "password": testAdminPassword}, 200, &login)
-	s.token = login.Token
 }
 
 func tail(s string, n int) string {

@@ -177,13 +177,45 @@ func ensureDatabase(ctx context.Context, adminURL, name string) error {
 	return nil
 }
 
+// checkAdminPassword warns at every start while the default admin still has
+// the default password, replaces that default by SERVICE_ADMIN_PASSWORD when
+// one is set, and warns when SERVICE_ADMIN_PASSWORD differs from a stored
+// password that is not the default (the stored one is kept).
+func checkAdminPassword(ctx context.Context, store *db.Store, cfg config, logger *slog.Logger) error {
+	configured := ""
+	if cfg.adminPasswordSet {
+		configured = cfg.AdminPassword
+	}
+	state, err := store.ReconcileAdminPassword(ctx, cfg.AdminUser, configured)
+	if errors.Is(err, db.ErrNotFound) {
+		// Deleted between EnsureAdmin and now: nothing to check.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("check the default admin password: %w", err)
+	}
+	switch state {
+	case db.AdminPasswordDefault:
+		logger.Warn("SECURITY: the admin account still has the default password \"admin\", which anyone can guess: "+
+			"change it now with POST /v1/auth/change-password (or set SERVICE_ADMIN_PASSWORD and restart)", "user", cfg.AdminUser)
+	case db.AdminPasswordReplaced:
+		logger.Warn("the admin account's default password \"admin\" was replaced by SERVICE_ADMIN_PASSWORD; tokens issued under the default are revoked",
+			"user", cfg.AdminUser)
+	case db.AdminPasswordKept:
+		logger.Warn("SERVICE_ADMIN_PASSWORD differs from the admin account's stored password: the stored password was kept "+
+			"(the variable only sets the password of a new account, or replaces the default \"admin\"); "+
+			"change it with POST /v1/auth/change-password, or unset SERVICE_ADMIN_PASSWORD", "user", cfg.AdminUser)
+	}
+	return nil
+}
+
 func serve(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
 	store := db.New(pool)
 	if err := store.EnsureAdmin(ctx, cfg.AdminUser, cfg.AdminPassword); err != nil {
 		return fmt.Errorf("create default admin: %w", err)
 	}
-	if !cfg.adminPasswordSet {
-		logger.Warn("SERVICE_ADMIN_PASSWORD is unset: the default admin account uses the default password; change it with POST /v1/auth/change-password", "user", cfg.AdminUser)
+	if err := checkAdminPassword(ctx, store, cfg, logger); err != nil {
+		return err
 	}
 	secret := []byte(cfg.JWTSecret)
 	if len(secret) == 0 {
@@ -203,7 +235,11 @@ func serve(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Log
 		return fmt.Errorf("create job client: %w", err)
 	}
 
-	handler, err := httpapi.New(httpapi.Config{Store: store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version})
+	handler, err := httpapi.New(httpapi.Config{
+		Store: store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version, TokenTTL: cfg.TokenTTL,
+		Login: httpapi.LoginLimits{UserFailures: cfg.LoginUserFailures, AddressFailures: cfg.LoginAddressFailures,
+			Window: cfg.LoginFailureWindow, TrustedProxies: cfg.TrustedProxies},
+	})
 	if err != nil {
 		return fmt.Errorf("create HTTP API: %w", err)
 	}

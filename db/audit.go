@@ -1,0 +1,122 @@
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Results of audited requests.
+const (
+	AuditSuccess = "success"
+	AuditFailure = "failure"
+)
+
+// Target types of audit entries.
+const (
+	AuditTargetUser   = "user"
+	AuditTargetPeer   = "peer"
+	AuditTargetMirror = "mirror"
+)
+
+// AuditEntry is one change made (or refused) through the API. Details never
+// hold a secret value: they name changed fields, not their values.
+type AuditEntry struct {
+	ID         int64
+	CreatedAt  time.Time
+	UserID     int64
+	Username   string
+	Action     string
+	TargetType string
+	// TargetName is "" when the request was refused before its target was
+	// known.
+	TargetName string
+	Result     string
+	Status     int
+	Details    json.RawMessage
+}
+
+// AuditInsert appends an entry to the audit log. ID and CreatedAt are
+// ignored; a nil Details gives {}.
+func (s *Store) AuditInsert(ctx context.Context, e AuditEntry) error {
+	return auditInsert(ctx, s.pool, e)
+}
+
+// AuditInsertTx is AuditInsert inside tx, the transaction that makes the
+// change, so that the entry exists exactly when the change does.
+func (s *Store) AuditInsertTx(ctx context.Context, tx pgx.Tx, e AuditEntry) error {
+	return auditInsert(ctx, tx, e)
+}
+
+func auditInsert(ctx context.Context, q execer, e AuditEntry) error {
+	details := e.Details
+	if len(details) == 0 {
+		details = json.RawMessage(`{}`)
+	}
+	var id int64
+	err := q.QueryRow(ctx, `INSERT INTO audit_log (user_id, username, action, target_type, target_name, result, status, details)
+		VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, $7, $8::jsonb) RETURNING id`,
+		e.UserID, e.Username, e.Action, e.TargetType, e.TargetName, e.Result, e.Status, string(details)).Scan(&id)
+	if err != nil {
+		return fmt.Errorf("insert audit entry %s of %s %q: %w", e.Action, e.TargetType, e.TargetName, translate(err))
+	}
+	return nil
+}
+
+// AuditQuery filters the audit log. Zero values mean no filter; Limit must be
+// set by the caller.
+type AuditQuery struct {
+	Username   string
+	Action     string
+	TargetType string
+	TargetName string
+	Result     string
+	Limit      int
+	Offset     int
+}
+
+// AuditList returns a page of audit entries newest first, and the number of
+// entries matching the filter.
+func (s *Store) AuditList(ctx context.Context, q AuditQuery) ([]AuditEntry, int64, error) {
+	where := `TRUE`
+	var args []any
+	for _, f := range []struct{ column, value string }{
+		{"username", q.Username}, {"action", q.Action}, {"target_type", q.TargetType},
+		{"target_name", q.TargetName}, {"result", q.Result},
+	} {
+		if f.value != "" {
+			args = append(args, f.value)
+			where += fmt.Sprintf(` AND %s = $%d`, f.column, len(args))
+		}
+	}
+	var total int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE `+where, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count audit entries: %w", err)
+	}
+	args = append(args, q.Limit, q.Offset)
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT id, created_at, user_id, username, action, target_type, coalesce(target_name, ''),
+			result, status, details::text
+		FROM audit_log WHERE %s ORDER BY id DESC LIMIT $%d OFFSET $%d`, where, len(args)-1, len(args)), args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list audit entries: %w", err)
+	}
+	defer rows.Close()
+	out := []AuditEntry{}
+	for rows.Next() {
+		var e AuditEntry
+		var details string
+		if err := rows.Scan(&e.ID, &e.CreatedAt, &e.UserID, &e.Username, &e.Action, &e.TargetType, &e.TargetName,
+			&e.Result, &e.Status, &details); err != nil {
+			return nil, 0, fmt.Errorf("list audit entries: %w", err)
+		}
+		e.Details = json.RawMessage(details)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("list audit entries: %w", err)
+	}
+	return out, total, nil
+}
