@@ -28,16 +28,21 @@ import (
 // advance; when that takes longer than its patience it forces a flush with a
 // tiny synchronous commit, which flushes all WAL before it
 // (apply.FlushWAL). It is patient (1 s) while changes keep coming and
-// impatient (20 ms) once the stream is dry, so a caught-up mirror is
-// confirmed within milliseconds without adding flushes under load.
+// impatient (100 ms) once the stream is dry, so a caught-up mirror is
+// confirmed within about a tenth of a second without adding flushes under
+// load.
 
 const (
 	// urgentPoll and urgentPatience apply when the stream is dry (the
 	// source sent everything it has): the watcher reads the flush position
 	// every urgentPoll and forces a flush after urgentPatience, so the slot
-	// is confirmed promptly once the mirror is caught up.
-	urgentPoll     = 5 * time.Millisecond
-	urgentPatience = 20 * time.Millisecond
+	// is confirmed within about a tenth of a second once the mirror is
+	// caught up (the target is half a second, native's pace). Shorter
+	// cadences cost a live stream of small transactions, which is dry
+	// after almost every one, a query every few milliseconds, a forced
+	// (durable: fsynced) flush every few tens and a status update each.
+	urgentPoll     = 25 * time.Millisecond
+	urgentPatience = 100 * time.Millisecond
 	// busyPoll and busyPatience apply while changes keep coming: the WAL
 	// writer flushes on its own (every wal_writer_delay, or as pages fill),
 	// so the watcher only reads the flush position every busyPoll and
