@@ -106,6 +106,12 @@ type Applier struct {
 	dirty       []*plan                    // plans with buffered changes, in first-use order
 	inBatch     bool                       // a batch transaction is open in the session
 	begun       bool                       // the batch's BEGIN was sent
+	// While Commit flushes, the last plan's row statements may wait for
+	// the commit's round trip instead of taking their own (see
+	// flushKeyedRows): tailAllowed says the plan being flushed may, tail
+	// holds them.
+	tailAllowed bool
+	tail        *tailRows
 	statements  map[string]string          // binary row statements prepared on the connection: SQL -> name
 	pending     int
 	pendingSize int
@@ -269,14 +275,18 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 	if !a.inBatch {
 		return nil, errors.New("commit batch: no batch open")
 	}
-	if err := a.flush(ctx); err != nil {
+	if err := a.flushAll(ctx, true); err != nil {
 		return nil, err
 	}
-	// One round trip: BEGIN if nothing was sent yet, the applied position,
-	// COMMIT, the WAL positions.
-	b := &pgconn.Batch{}
-	began := !a.begun
-	if began {
+	// One round trip: BEGIN if nothing was sent yet, or the last row
+	// statements (with BEGIN if they start the transaction), the applied
+	// position, COMMIT, the WAL positions.
+	b, began, tail := &pgconn.Batch{}, !a.begun, a.tail
+	a.tail = nil
+	switch {
+	case tail != nil:
+		b, began = &tail.rows.bin, tail.rows.begins
+	case began:
 		b.ExecParams("BEGIN", nil, nil, nil, nil)
 	}
 	b.ExecParams(setAppliedSQL, [][]byte{[]byte(a.cfg.MirrorUID), []byte(lsn.String()), []byte(strconv.FormatInt(batchID, 10))}, nil, nil, nil)
@@ -286,6 +296,19 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 	if began && len(results) > 0 && results[0].Err == nil {
 		a.begun = true
 		results = results[1:]
+	}
+	if tail != nil {
+		// A failed row statement (its result is the error, or missing):
+		// COMMIT did not run, so leave the batch open for Rollback.
+		for i, op := range tail.rows.ops {
+			switch {
+			case i < len(results) && results[i].Err != nil:
+				return nil, classify(fmt.Errorf("apply %s to %s: %w", op, tail.plan.dest.name, results[i].Err))
+			case i >= len(results) && err != nil:
+				return nil, classify(fmt.Errorf("apply %s to %s: %w", op, tail.plan.dest.name, err))
+			}
+		}
+		results = results[len(tail.rows.ops):]
 	}
 	if err != nil && (len(results) == 0 || results[0].Err != nil) {
 		// The applied position was not written, so COMMIT did not run: the
@@ -406,12 +429,22 @@ func (a *Applier) reset() {
 	a.pending = 0
 	a.pendingSize = 0
 	a.counts = map[string]*Counts{}
+	a.tail = nil
 }
 
 // flush writes every buffered change into the open transaction.
 func (a *Applier) flush(ctx context.Context) error {
-	for _, p := range a.dirty {
-		if err := a.flushPlan(ctx, p); err != nil {
+	return a.flushAll(ctx, false)
+}
+
+// flushAll is flush; with keepTail (Commit) the last plan's row statements
+// may be left in a.tail for the commit's round trip.
+func (a *Applier) flushAll(ctx context.Context, keepTail bool) error {
+	for i, p := range a.dirty {
+		a.tailAllowed = keepTail && i == len(a.dirty)-1
+		err := a.flushPlan(ctx, p)
+		a.tailAllowed = false
+		if err != nil {
 			return err
 		}
 	}

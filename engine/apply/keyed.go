@@ -227,6 +227,12 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 	if len(b.ops) == 0 {
 		return nil
 	}
+	if a.tailAllowed && b.binary && len(updateAt) == 0 {
+		// Nothing to check before COMMIT: the statements go in the
+		// commit's round trip (a small batch costs one round trip).
+		a.tail = &tailRows{plan: p, rows: b}
+		return nil
+	}
 	affected, err := a.sendRows(ctx, p, b)
 	if err != nil {
 		return err

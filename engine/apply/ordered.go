@@ -138,6 +138,13 @@ type rowBatch struct {
 	ops    []string // what each statement does, for messages
 }
 
+// tailRows are the row statements of a batch's last plan, left for the
+// commit's round trip (Applier.Commit).
+type tailRows struct {
+	plan *plan
+	rows *rowBatch
+}
+
 // newRowBatch starts a row batch; when the batch transaction's BEGIN was
 // not sent yet, it goes first in the same round trip.
 func (a *Applier) newRowBatch(ctx context.Context, binary bool) *rowBatch {
