@@ -96,23 +96,23 @@ type Config struct {
 // (Within one table, collapsing by key still reorders changes, so a
 // self-referencing foreign key can fail in that mode.)
 type Applier struct {
-	conn        *pgx.Conn
-	cfg         Config
-	log         *slog.Logger
-	mappings    map[change.TableName]*change.Mapping
-	tables      map[change.TableName]*destTable
-	plans       map[*change.Relation]*plan
-	current     map[change.TableName]*plan // latest plan per source table
-	dirty       []*plan                    // plans with buffered changes, in first-use order
-	inBatch     bool                       // a batch transaction is open in the session
-	begun       bool                       // the batch's BEGIN was sent
+	conn     *pgx.Conn
+	cfg      Config
+	log      *slog.Logger
+	mappings map[change.TableName]*change.Mapping
+	tables   map[change.TableName]*destTable
+	plans    map[*change.Relation]*plan
+	current  map[change.TableName]*plan // latest plan per source table
+	dirty    []*plan                    // plans with buffered changes, in first-use order
+	inBatch  bool                       // a batch transaction is open in the session
+	begun    bool                       // the batch's BEGIN was sent
 	// While Commit flushes, the last plan's row statements may wait for
 	// the commit's round trip instead of taking their own (see
 	// flushKeyedRows): tailAllowed says the plan being flushed may, tail
 	// holds them.
 	tailAllowed bool
 	tail        *tailRows
-	statements  map[string]string          // binary row statements prepared on the connection: SQL -> name
+	statements  map[string]string // binary row statements prepared on the connection: SQL -> name
 	pending     int
 	pendingSize int
 	counts      map[string]*Counts
