@@ -233,3 +233,13 @@ func FindText(tb testing.TB, pool *pgxpool.Pool, needle string) []string {
 	}
 	return found
 }
+
+// ConnConfig parses url into a connection configuration.
+func ConnConfig(tb testing.TB, url string) *pgx.ConnConfig {
+	tb.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		tb.Fatalf("pgtest: parse %s: %v", url, err)
+	}
+	return cfg
+}
