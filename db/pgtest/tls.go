@@ -82,10 +82,10 @@ func (ca *CA) ServerFiles(tb testing.TB, dnsNames ...string) map[string][]byte {
 	}
 }
 
-// NewTLSCluster starts a private cluster with ssl = on whose server
+// NewTLSCluster starts a private logical cluster with ssl = on whose server
 // certificate, signed by ca, names only the given DNS names (not the IP
 // address 127.0.0.1). It is stopped when the test ends.
 func NewTLSCluster(tb testing.TB, ca *CA, dnsNames ...string) *localpg.Cluster {
 	tb.Helper()
-	return newPrivateCluster(tb, localpg.Config{Settings: map[string]string{"ssl": "on"}, Files: ca.ServerFiles(tb, dnsNames...)})
+	return newPrivateCluster(tb, localpg.Config{Logical: true, Settings: map[string]string{"ssl": "on"}, Files: ca.ServerFiles(tb, dnsNames...)})
 }
