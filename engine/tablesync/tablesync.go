@@ -77,7 +77,7 @@ type Config struct {
 	Logger *slog.Logger
 	// SourceConn and DestConn, when both set, are the caller's open
 	// connections to the source and the destination (of the same users and
-	// databases as the connection strings), which Run uses as its first
+	// databases as Source and Dest), which Run uses as its first
 	// worker: it plans, truncates and copies partitions over them without
 	// opening connections of its own, which saves a connection setup on
 	// each side (a fork and a SCRAM exchange) and catalog reads on fresh
