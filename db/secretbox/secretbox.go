@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"golang.org/x/crypto/chacha20poly1305"
@@ -159,6 +160,7 @@ func (k *Keyring) LogValue() slog.Value {
 	for id := range k.byID {
 		ids = append(ids, id)
 	}
+	slices.Sort(ids)
 	return slog.GroupValue(slog.String("current", k.current.id), slog.Any("keys", ids))
 }
 
