@@ -30,7 +30,7 @@ func newStore(t *testing.T) *db.Store {
 	t.Helper()
 	pool := pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)))
 	require.NoError(t, db.Migrate(context.Background(), pool, discard()))
-	return db.New(pool)
+	return db.New(pool, pgtest.Keyring(t))
 }
 
 func TestMigrateConcurrently(t *testing.T) {
@@ -133,11 +133,28 @@ func TestSentinels(t *testing.T) {
 	require.ErrorIs(t, store.UserDelete(ctx, "nobody"), db.ErrNotFound)
 }
 
-func TestPeerConnString(t *testing.T) {
+func TestPeerConnConfig(t *testing.T) {
 	t.Parallel()
-	p := db.Peer{Host: "db.example", Port: 6543, User: "us@r", Password: "p:w/d?#", Database: "my db", SSLMode: "require"}
-	got := p.ConnString()
-	require.Equal(t, "postgres://us%40r:p%3Aw%2Fd%3F%23@db.example:6543/my%20db?connect_timeout=10&sslmode=require", got)
+	ctx := context.Background()
+	store := newStore(t)
+	_, err := store.PeerCreate(ctx, db.PeerCreateParams{Name: "odd", Host: "db.example", Port: 6543, User: "us@r",
+		Password: "p:w/d?#", Database: "my db", SSLMode: "require"})
+	require.NoError(t, err)
+	p, err := store.PeerGetByName(ctx, "odd")
+	require.NoError(t, err)
+	cfg, err := p.ConnConfig()
+	require.NoError(t, err)
+	require.Equal(t, "db.example", cfg.Host)
+	require.Equal(t, uint16(6543), cfg.Port)
+	require.Equal(t, "us@r", cfg.User)
+	require.Equal(t, "p:w/d?#", cfg.Password)
+	require.Equal(t, "my db", cfg.Database)
+	require.Equal(t, 10*time.Second, cfg.ConnectTimeout)
+	require.NotNil(t, cfg.TLSConfig, "require must use TLS")
+	require.Empty(t, cfg.Fallbacks, "require must not fall back to plain text")
+
+	_, err = db.Peer{Name: "hand-made"}.ConnConfig()
+	require.ErrorContains(t, err, "not loaded from the catalog")
 }
 
 func createMirror(t *testing.T, store *db.Store, name string, tables ...change.Mapping) db.Mirror {

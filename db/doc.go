@@ -16,5 +16,12 @@
 // store was doing. Methods that must run in a caller's transaction (so that
 // a River job can be enqueued with InsertTx in the same commit) take a pgx.Tx.
 //
+// Secrets (peer passwords and CA certificates, the generated JWT secret) are
+// stored encrypted with the Store's keyring (package db/secretbox). A [Peer]
+// keeps them encrypted; [Peer.ConnConfig] decrypts them only when a
+// connection to the peer is about to be opened. [Store.EncryptSecrets]
+// encrypts clear-text rows of older versions and moves values to the
+// current key.
+//
 // Callers name their variables store, pool and tx, never db.
 package db

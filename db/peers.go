@@ -7,17 +7,52 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const peerColumns = `id, name, host, port, "user", password, database, ssl_mode, created_at, updated_at`
+const peerColumns = `id, name, host, port, "user", password, ssl_root_cert, database, ssl_mode, created_at, updated_at`
 
-func scanPeer(row pgx.Row) (Peer, error) {
+// scanPeer reads a peer row; the store's keyring goes with it so that
+// ConnConfig can decrypt its secrets when it connects.
+func (s *Store) scanPeer(row pgx.Row) (Peer, error) {
 	var p Peer
-	err := row.Scan(&p.ID, &p.Name, &p.Host, &p.Port, &p.User, &p.Password, &p.Database, &p.SSLMode, &p.CreatedAt, &p.UpdatedAt)
+	var rootCert *string
+	err := row.Scan(&p.ID, &p.Name, &p.Host, &p.Port, &p.User, &p.sealedPassword, &rootCert, &p.Database, &p.SSLMode, &p.CreatedAt, &p.UpdatedAt)
+	if rootCert != nil {
+		p.sealedRootCert, p.HasSSLRootCert = *rootCert, true
+	}
+	p.keys = s.keys
 	return p, err
+}
+
+// Places the peer secrets are bound to (the associated data of their
+// encryption): a value copied to another peer or column does not decrypt.
+func peerPasswordPlace(peer string) string { return "peers.password:" + peer }
+func peerRootCertPlace(peer string) string { return "peers.ssl_root_cert:" + peer }
+
+// sealPeerSecrets encrypts the password and CA certificate given for the
+// named peer; a nil input stays nil and an empty CA certificate becomes
+// the empty string (which clears it).
+func (s *Store) sealPeerSecrets(peer string, password, rootCert *string) (sealedPassword, sealedRootCert *string, err error) {
+	if password != nil {
+		v, err := s.keys.Seal([]byte(*password), peerPasswordPlace(peer))
+		if err != nil {
+			return nil, nil, err
+		}
+		sealedPassword = &v
+	}
+	if rootCert != nil {
+		v := ""
+		if *rootCert != "" {
+			if v, err = s.keys.Seal([]byte(*rootCert), peerRootCertPlace(peer)); err != nil {
+				return nil, nil, err
+			}
+		}
+		sealedRootCert = &v
+	}
+	return sealedPassword, sealedRootCert, nil
 }
 
 // PeerGetByID returns the peer with the given id.
 func (s *Store) PeerGetByID(ctx context.Context, id int64) (Peer, error) {
-	p, err := scanPeer(s.pool.QueryRow(ctx, `SELECT `+peerColumns+` FROM peers WHERE id = $1`, id))
+	p, err := s.scanPeer(s.pool.QueryRow(ctx, `SELECT `+peerColumns+` FROM peers WHERE id = $1`, id))
 	if err != nil {
 		return Peer{}, fmt.Errorf("get peer %d: %w", id, translate(err))
 	}
@@ -26,7 +61,7 @@ func (s *Store) PeerGetByID(ctx context.Context, id int64) (Peer, error) {
 
 // PeerGetByName returns the peer with the given name.
 func (s *Store) PeerGetByName(ctx context.Context, name string) (Peer, error) {
-	p, err := scanPeer(s.pool.QueryRow(ctx, `SELECT `+peerColumns+` FROM peers WHERE name = $1`, name))
+	p, err := s.scanPeer(s.pool.QueryRow(ctx, `SELECT `+peerColumns+` FROM peers WHERE name = $1`, name))
 	if err != nil {
 		return Peer{}, fmt.Errorf("get peer %q: %w", name, translate(err))
 	}
@@ -41,13 +76,21 @@ type PeerCreateParams struct {
 	Password   string
 	Database   string
 	SSLMode    string
+	// SSLRootCert is PEM CA certificates for verify-ca / verify-full; ""
+	// means none. Check it with ParseRootCerts first.
+	SSLRootCert string
 }
 
-// PeerCreate creates a peer. A taken name gives ErrConflict.
+// PeerCreate creates a peer, its password and CA certificate encrypted with
+// the current key. A taken name gives ErrConflict.
 func (s *Store) PeerCreate(ctx context.Context, p PeerCreateParams) (Peer, error) {
-	peer, err := scanPeer(s.pool.QueryRow(ctx, `INSERT INTO peers (name, host, port, "user", password, database, ssl_mode)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+peerColumns,
-		p.Name, p.Host, p.Port, p.User, p.Password, p.Database, p.SSLMode))
+	password, rootCert, err := s.sealPeerSecrets(p.Name, &p.Password, &p.SSLRootCert)
+	if err != nil {
+		return Peer{}, fmt.Errorf("create peer %q: %w", p.Name, err)
+	}
+	peer, err := s.scanPeer(s.pool.QueryRow(ctx, `INSERT INTO peers (name, host, port, "user", password, ssl_root_cert, database, ssl_mode)
+		VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7, $8) RETURNING `+peerColumns,
+		p.Name, p.Host, p.Port, p.User, *password, *rootCert, p.Database, p.SSLMode))
 	if err != nil {
 		return Peer{}, fmt.Errorf("create peer %q: %w", p.Name, translate(err))
 	}
@@ -60,7 +103,7 @@ func (s *Store) PeerList(ctx context.Context) ([]Peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list peers: %w", err)
 	}
-	peers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Peer, error) { return scanPeer(r) })
+	peers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Peer, error) { return s.scanPeer(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list peers: %w", err)
 	}
@@ -75,15 +118,23 @@ type PeerUpdateParams struct {
 	Password *string
 	Database *string
 	SSLMode  *string
+	// SSLRootCert replaces the CA certificates; "" removes them.
+	SSLRootCert *string
 }
 
-// PeerUpdate changes the given fields of the named peer and returns it.
+// PeerUpdate changes the given fields of the named peer and returns it. A
+// new password or CA certificate is encrypted with the current key.
 func (s *Store) PeerUpdate(ctx context.Context, name string, p PeerUpdateParams) (Peer, error) {
-	peer, err := scanPeer(s.pool.QueryRow(ctx, `UPDATE peers SET
+	password, rootCert, err := s.sealPeerSecrets(name, p.Password, p.SSLRootCert)
+	if err != nil {
+		return Peer{}, fmt.Errorf("update peer %q: %w", name, err)
+	}
+	peer, err := s.scanPeer(s.pool.QueryRow(ctx, `UPDATE peers SET
 			host = COALESCE($2, host), port = COALESCE($3, port), "user" = COALESCE($4, "user"),
-			password = COALESCE($5, password), database = COALESCE($6, database), ssl_mode = COALESCE($7, ssl_mode)
+			password = COALESCE($5, password), database = COALESCE($6, database), ssl_mode = COALESCE($7, ssl_mode),
+			ssl_root_cert = CASE WHEN $8::text IS NULL THEN ssl_root_cert ELSE NULLIF($8, '') END
 		WHERE name = $1 RETURNING `+peerColumns,
-		name, p.Host, p.Port, p.User, p.Password, p.Database, p.SSLMode))
+		name, p.Host, p.Port, p.User, password, p.Database, p.SSLMode, rootCert))
 	if err != nil {
 		return Peer{}, fmt.Errorf("update peer %q: %w", name, translate(err))
 	}

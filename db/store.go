@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgmirror/pgmirror/db/secretbox"
 )
 
 // ErrNotFound means the row asked for does not exist (or the mirror has been
@@ -24,10 +24,12 @@ var ErrConflict = errors.New("conflict")
 // Store is the catalog. It is safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+	keys *secretbox.Keyring
 }
 
-// New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+// New returns a Store on pool that encrypts and decrypts the catalog's
+// secrets (peer passwords and CA certificates, the JWT secret) with keys.
+func New(pool *pgxpool.Pool, keys *secretbox.Keyring) *Store { return &Store{pool: pool, keys: keys} }
 
 // Pool returns the store's connection pool (for transactions that also
 // enqueue River jobs).
@@ -77,47 +79,25 @@ const (
 	RoleViewer = "viewer"
 )
 
-// Peer is a configured PostgreSQL database. Password is never returned by
-// the API.
+// Peer is a configured PostgreSQL database. Its password and CA
+// certificate stay encrypted in the Peer; ConnConfig decrypts them when a
+// connection is about to be opened.
 type Peer struct {
-	ID        int64
-	Name      string
-	Host      string
-	Port      int
-	User      string
-	Password  string
-	Database  string
-	SSLMode   string
-	CreatedAt time.Time
-	UpdatedAt time.Time
-}
+	ID       int64
+	Name     string
+	Host     string
+	Port     int
+	User     string
+	Database string
+	SSLMode  string
+	// HasSSLRootCert reports whether a CA certificate is stored for the peer.
+	HasSSLRootCert bool
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 
-// ConnString returns a postgres:// URL for the peer with its SSL mode and a
-// 10 second connect timeout. It contains the password: never log it.
-func (p Peer) ConnString() string {
-	u := url.URL{
-		Scheme: "postgres",
-		User:   url.UserPassword(p.User, p.Password),
-		Host:   p.Host + ":" + strconv.Itoa(p.Port),
-		Path:   "/" + p.Database,
-	}
-	if isIPv6(p.Host) {
-		u.Host = "[" + p.Host + "]:" + strconv.Itoa(p.Port)
-	}
-	q := url.Values{}
-	q.Set("sslmode", p.SSLMode)
-	q.Set("connect_timeout", "10")
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-func isIPv6(host string) bool {
-	for i := 0; i < len(host); i++ {
-		if host[i] == ':' {
-			return true
-		}
-	}
-	return false
+	sealedPassword string
+	sealedRootCert string // "" when the peer has none
+	keys           *secretbox.Keyring
 }
 
 // Mirror statuses.

@@ -46,8 +46,8 @@ func TestTokenAttacks(t *testing.T) {
 
 	none, err := jwt.NewWithClaims(jwt.SigningMethodNone, claims).SignedString(jwt.UnsafeAllowNoneSignatureType)
 	require.NoError(t, err)
-	var secret []byte
-	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT decode(value, 'base64') FROM settings WHERE key = 'jwt_secret'`).Scan(&secret))
+	secret, err := b.store.JWTSecret(t.Context()) // stored encrypted: decrypt it as the service does
+	require.NoError(t, err)
 	hs384, err := jwt.NewWithClaims(jwt.SigningMethodHS384, claims).SignedString(secret)
 	require.NoError(t, err)
 	wrongSecret, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte("another-secret-another-secret-another-secret"))

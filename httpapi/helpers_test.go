@@ -70,7 +70,7 @@ func setupWith(t *testing.T, configure func(*httpapi.Config)) *bundle {
 	pool := pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)))
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	require.NoError(t, db.Migrate(ctx, pool, logger))
-	store := db.New(pool)
+	store := db.New(pool, pgtest.Keyring(t))
 	require.NoError(t, store.EnsureAdmin(ctx, "admin", "admin-password"))
 	secret, err := store.JWTSecret(ctx)
 	require.NoError(t, err)

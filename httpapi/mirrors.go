@@ -291,7 +291,7 @@ func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []c
 	case errors.As(err, &f):
 		return errorf(http.StatusBadRequest, "Source peer %q is not ready: %s", source.Name, f.Message)
 	default:
-		return errorf(http.StatusBadRequest, "Could not check the source peer %q: %s", source.Name, scrub(err.Error(), source.Password))
+		return errorf(http.StatusBadRequest, "Could not check the source peer %q: %s", source.Name, scrub(err.Error(), conn.Config().Password))
 	}
 }
 

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -20,19 +22,39 @@ import (
 const connectTimeout = 10 * time.Second
 
 type peerBody struct {
-	Name      string    `json:"name"`
-	Host      string    `json:"host"`
-	Port      int       `json:"port"`
-	User      string    `json:"user"`
-	Database  string    `json:"database"`
-	SSLMode   string    `json:"ssl_mode" enum:"disable,require,verify-ca,verify-full,prefer"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Name     string `json:"name"`
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	User     string `json:"user"`
+	Database string `json:"database"`
+	SSLMode  string `json:"ssl_mode" enum:"disable,require,verify-ca,verify-full,prefer"`
+	// HasSSLRootCert tells whether a CA certificate is set; the certificate
+	// itself is write-only.
+	HasSSLRootCert bool      `json:"has_ssl_root_cert" doc:"Whether a CA certificate (ssl_root_cert) is set for the peer."`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
 }
 
 func peerResponse(p db.Peer) peerBody {
 	return peerBody{Name: p.Name, Host: p.Host, Port: p.Port, User: p.User, Database: p.Database,
-		SSLMode: p.SSLMode, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+		SSLMode: p.SSLMode, HasSSLRootCert: p.HasSSLRootCert, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+}
+
+// sslRootCertDoc documents the ssl_root_cert field of create and update.
+const sslRootCertDoc = "PEM CA certificate(s) that verify the server's certificate with ssl_mode verify-ca or verify-full " +
+	"(and require, which then acts as verify-ca) instead of the system's trust store. Stored encrypted; write-only: " +
+	"responses only say has_ssl_root_cert. On update, an empty string removes it."
+
+// checkRootCert answers 400 unless pemText is empty or parseable CA
+// certificates.
+func checkRootCert(pemText *string) error {
+	if pemText == nil || *pemText == "" {
+		return nil
+	}
+	if _, err := db.ParseRootCerts(*pemText); err != nil {
+		return errorf(http.StatusBadRequest, "ssl_root_cert is not usable: %s", err)
+	}
+	return nil
 }
 
 type peerOutput struct {
@@ -45,25 +67,27 @@ type peerListOutput struct {
 
 type peerCreateInput struct {
 	Body struct {
-		Name     string `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique peer name, used in paths."`
-		Host     string `json:"host" minLength:"1" maxLength:"255" doc:"Hostname or IP address."`
-		Port     int    `json:"port" minimum:"1" maximum:"65535"`
-		User     string `json:"user" minLength:"1" maxLength:"128"`
-		Password string `json:"password" maxLength:"1024" doc:"Write-only: never returned."`
-		Database string `json:"database" minLength:"1" maxLength:"128"`
-		SSLMode  string `json:"ssl_mode,omitempty" enum:"disable,require,verify-ca,verify-full,prefer" default:"prefer"`
+		Name        string `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique peer name, used in paths."`
+		Host        string `json:"host" minLength:"1" maxLength:"255" doc:"Hostname or IP address."`
+		Port        int    `json:"port" minimum:"1" maximum:"65535"`
+		User        string `json:"user" minLength:"1" maxLength:"128"`
+		Password    string `json:"password" maxLength:"1024" doc:"Write-only: never returned."`
+		Database    string `json:"database" minLength:"1" maxLength:"128"`
+		SSLMode     string `json:"ssl_mode,omitempty" enum:"disable,require,verify-ca,verify-full,prefer" default:"prefer"`
+		SSLRootCert string `json:"ssl_root_cert,omitempty" maxLength:"65536" doc:"PEM CA certificate(s); see the description of create-peer."`
 	}
 }
 
 type peerUpdateInput struct {
 	Name string `path:"name"`
 	Body struct {
-		Host     *string `json:"host,omitempty" minLength:"1" maxLength:"255"`
-		Port     *int    `json:"port,omitempty" minimum:"1" maximum:"65535"`
-		User     *string `json:"user,omitempty" minLength:"1" maxLength:"128"`
-		Password *string `json:"password,omitempty" maxLength:"1024" doc:"Write-only: never returned."`
-		Database *string `json:"database,omitempty" minLength:"1" maxLength:"128"`
-		SSLMode  *string `json:"ssl_mode,omitempty" enum:"disable,require,verify-ca,verify-full,prefer"`
+		Host        *string `json:"host,omitempty" minLength:"1" maxLength:"255"`
+		Port        *int    `json:"port,omitempty" minimum:"1" maximum:"65535"`
+		User        *string `json:"user,omitempty" minLength:"1" maxLength:"128"`
+		Password    *string `json:"password,omitempty" maxLength:"1024" doc:"Write-only: never returned."`
+		Database    *string `json:"database,omitempty" minLength:"1" maxLength:"128"`
+		SSLMode     *string `json:"ssl_mode,omitempty" enum:"disable,require,verify-ca,verify-full,prefer"`
+		SSLRootCert *string `json:"ssl_root_cert,omitempty" maxLength:"65536" doc:"PEM CA certificate(s); an empty string removes them."`
 	}
 }
 
@@ -96,7 +120,8 @@ func (h *handlers) registerPeers(api huma.API) {
 	register(api, adminOnly, huma.Operation{
 		OperationID: "create-peer", Method: http.MethodPost, Path: "/v1/peers", Tags: []string{"Peers"},
 		Summary: "Create a peer", DefaultStatus: http.StatusCreated,
-		Errors: []int{http.StatusBadRequest, http.StatusConflict},
+		Description: "The password is stored encrypted and never returned. ssl_root_cert: " + sslRootCertDoc,
+		Errors:      []int{http.StatusBadRequest, http.StatusConflict},
 	}, h.createPeer)
 	register(api, authed, huma.Operation{
 		OperationID: "get-peer", Method: http.MethodGet, Path: "/v1/peers/{name}", Tags: []string{"Peers"},
@@ -105,7 +130,7 @@ func (h *handlers) registerPeers(api huma.API) {
 	register(api, adminOnly, huma.Operation{
 		OperationID: "update-peer", Method: http.MethodPut, Path: "/v1/peers/{name}", Tags: []string{"Peers"},
 		Summary:     "Update a peer",
-		Description: "Changes the given fields only. Mirrors using the peer pick the change up when they next connect; pause them first.",
+		Description: "Changes the given fields only. Mirrors using the peer pick the change up when they next connect; pause them first. ssl_root_cert: " + sslRootCertDoc,
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 	}, h.updatePeer)
 	register(api, adminOnly, huma.Operation{
@@ -141,8 +166,11 @@ func (h *handlers) listPeers(ctx context.Context, _ *struct{}) (*peerListOutput,
 func (h *handlers) createPeer(ctx context.Context, in *peerCreateInput) (*peerOutput, error) {
 	b := in.Body
 	setAuditTarget(ctx, b.Name)
+	if err := checkRootCert(&b.SSLRootCert); err != nil {
+		return nil, err
+	}
 	p, err := h.store.PeerCreate(ctx, db.PeerCreateParams{Name: b.Name, Host: b.Host, Port: b.Port, User: b.User,
-		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode})
+		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode, SSLRootCert: b.SSLRootCert})
 	if errors.Is(err, db.ErrConflict) {
 		return nil, errorf(http.StatusConflict, "Peer %q already exists: choose another name or update it with PUT /v1/peers/%s", b.Name, b.Name)
 	}
@@ -175,9 +203,13 @@ func (h *handlers) getPeer(ctx context.Context, in *peerPath) (*peerOutput, erro
 func (h *handlers) updatePeer(ctx context.Context, in *peerUpdateInput) (*peerOutput, error) {
 	b := in.Body
 	setAuditDetails(ctx, map[string]any{"fields": changedFields(map[string]bool{"host": b.Host != nil, "port": b.Port != nil,
-		"user": b.User != nil, "password": b.Password != nil, "database": b.Database != nil, "ssl_mode": b.SSLMode != nil})})
+		"user": b.User != nil, "password": b.Password != nil, "database": b.Database != nil, "ssl_mode": b.SSLMode != nil,
+		"ssl_root_cert": b.SSLRootCert != nil})})
+	if err := checkRootCert(b.SSLRootCert); err != nil {
+		return nil, err
+	}
 	p, err := h.store.PeerUpdate(ctx, in.Name, db.PeerUpdateParams{Host: b.Host, Port: b.Port, User: b.User,
-		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode})
+		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode, SSLRootCert: b.SSLRootCert})
 	if errors.Is(err, db.ErrNotFound) {
 		return nil, errorf(http.StatusNotFound, "Peer %q does not exist", in.Name)
 	}
@@ -207,20 +239,38 @@ func (h *handlers) deletePeer(ctx context.Context, in *peerPath) (*deletedOutput
 }
 
 // connectPeer opens a connection to p with its settings and a 10 second
-// timeout. The error text is safe to show: it never holds the password.
+// timeout. The error text is safe to show: it never holds the password. A
+// server certificate that does not verify gets a hint about ssl_root_cert.
 func connectPeer(ctx context.Context, p db.Peer) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(p.ConnString())
+	cfg, err := p.ConnConfig()
 	if err != nil {
-		return nil, errors.New(scrub(err.Error(), p.Password))
+		return nil, err
 	}
 	cfg.ConnectTimeout = connectTimeout
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	if err != nil {
-		return nil, errors.New(scrub(err.Error(), p.Password))
+		return nil, errors.New(scrub(err.Error(), cfg.Password) + certificateHint(err, p))
 	}
 	return conn, nil
+}
+
+// certificateHint says what to do when err is a failed check of the peer's
+// server certificate.
+func certificateHint(err error, p db.Peer) string {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	switch {
+	case errors.As(err, &hostname):
+		return fmt.Sprintf(" (the server certificate does not name host %q: connect with the host name it names, or use ssl_mode verify-ca to check the CA only)", p.Host)
+	case errors.As(err, &unknown) && !p.HasSSLRootCert:
+		return " (the server certificate is not signed by a trusted CA: set ssl_root_cert to the PEM certificate of the CA that signed it)"
+	case errors.As(err, &verify) || errors.As(err, &unknown):
+		return " (the server certificate does not verify: check that ssl_root_cert holds the CA that signed it)"
+	}
+	return ""
 }
 
 // scrub removes a password from an error text, in case a driver ever
@@ -258,7 +308,7 @@ func (h *handlers) listPeerTables(ctx context.Context, p db.Peer) ([]change.Tabl
 	defer cancel()
 	tables, err := preflight.UserTables(qctx, conn)
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "Could not list the tables of peer %q: %s", p.Name, scrub(err.Error(), p.Password))
+		return nil, errorf(http.StatusBadRequest, "Could not list the tables of peer %q: %s", p.Name, scrub(err.Error(), conn.Config().Password))
 	}
 	return tables, nil
 }
@@ -278,7 +328,7 @@ func (h *handlers) testPeer(ctx context.Context, in *peerPath) (*peerTestOutput,
 	qctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := conn.QueryRow(qctx, `SHOW server_version`).Scan(&out.Body.Version); err != nil {
-		out.Body.Error = fmt.Sprintf("connected, but could not read the server version: %s", scrub(err.Error(), p.Password))
+		out.Body.Error = fmt.Sprintf("connected, but could not read the server version: %s", scrub(err.Error(), conn.Config().Password))
 		out.Body.Version = ""
 		return out, nil
 	}

@@ -127,9 +127,13 @@ func (e *peerConnectError) Error() string {
 func (e *peerConnectError) Unwrap() error { return e.err }
 
 func connectPeer(ctx context.Context, role string, p db.Peer) (*pgx.Conn, error) {
+	cfg, err := p.ConnConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%s peer: %w", role, err)
+	}
 	connectCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(connectCtx, p.ConnString())
+	conn, err := pgx.ConnectConfig(connectCtx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -370,9 +374,13 @@ func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer 
 	for _, t := range tables {
 		rep.tables[t.SourceSchema+"."+t.SourceTable] = t
 	}
+	srcCfg, dstCfg, err := peerConfigs(srcPeer, dstPeer)
+	if err != nil {
+		return err
+	}
 	err = tablesync.Run(ctx, tablesync.Config{
-		SourceConnString:   srcPeer.ConnString(),
-		DestConnString:     dstPeer.ConnString(),
+		Source:             srcCfg,
+		Dest:               dstCfg,
 		SnapshotName:       info.SnapshotName,
 		Tables:             toMappings(tables),
 		RowsPerPartition:   m.SnapshotNumRowsPerPartition,
@@ -448,7 +456,11 @@ func (r *mirrorRun) createSlotWithoutSnapshot(ctx context.Context, m db.Mirror, 
 
 // openReplication opens a replication connection to the source peer.
 func openReplication(ctx context.Context, srcPeer db.Peer) (*pgconn.PgConn, error) {
-	repl, err := capture.ConnectReplication(ctx, srcPeer.ConnString())
+	cfg, err := srcPeer.ConnConfig()
+	if err != nil {
+		return nil, fmt.Errorf("source peer: %w", err)
+	}
+	repl, err := capture.ConnectReplication(ctx, &cfg.Config)
 	if err != nil {
 		return nil, &peerConnectError{role: "source", peer: srcPeer.Name, err: err}
 	}
@@ -518,6 +530,10 @@ func nonNil(s []string) []string {
 // runCDC streams changes until the phase is asked to stop or fails.
 func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, mappings []change.Mapping) error {
 	r.operation = opCDC
+	cfg, err := r.cdcConfig(m, srcPeer, dstPeer, mappings, nil)
+	if err != nil {
+		return err
+	}
 	if err := r.store.MirrorMarkRunning(ctx, m.ID); err != nil {
 		return err
 	}
@@ -541,7 +557,7 @@ func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db
 	defer healthy.Stop()
 
 	rep := newBatchReporter(r, m, mappings)
-	err := streamHandingOver(ctx, r.cdcConfig(m, srcPeer, dstPeer, mappings, nil), rep, stop)
+	err = streamHandingOver(ctx, cfg, rep, stop)
 	rep.close(ctx)
 	reason := r.endCDC()
 	if err != nil {
@@ -589,11 +605,15 @@ func streamHandingOver(ctx context.Context, cfg cdc.Config, rep cdc.Reporter, st
 
 // cdcConfig is the configuration of the mirror's CDC phase; skip are tables
 // being copied meanwhile.
-func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []change.Mapping, skip []change.TableName) cdc.Config {
+func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []change.Mapping, skip []change.TableName) (cdc.Config, error) {
+	srcCfg, dstCfg, err := peerConfigs(srcPeer, dstPeer)
+	if err != nil {
+		return cdc.Config{}, err
+	}
 	return cdc.Config{
 		MirrorUID:        m.UID,
-		SourceConnString: srcPeer.ConnString(),
-		DestConnString:   dstPeer.ConnString(),
+		Source:           srcCfg,
+		Dest:             dstCfg,
 		SlotName:         m.ReplicationSlotName,
 		PublicationName:  m.PublicationName,
 		Tables:           mappings,
@@ -602,7 +622,19 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		SyncInterval:     time.Duration(m.CDCSyncIntervalSeconds) * time.Second,
 		HeartbeatTimeout: r.cfg.HeartbeatTimeout,
 		Logger:           r.logger,
+	}, nil
+}
+
+// peerConfigs returns the connection configurations of a mirror's source
+// and destination peers (their passwords decrypted).
+func peerConfigs(srcPeer, dstPeer db.Peer) (src, dst *pgx.ConnConfig, err error) {
+	if src, err = srcPeer.ConnConfig(); err != nil {
+		return nil, nil, fmt.Errorf("source peer: %w", err)
 	}
+	if dst, err = dstPeer.ConnConfig(); err != nil {
+		return nil, nil, fmt.Errorf("destination peer: %w", err)
+	}
+	return src, dst, nil
 }
 
 // fail records a failed run on the mirror and schedules the retry.

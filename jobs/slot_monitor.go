@@ -132,7 +132,11 @@ func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watch
 func readSlots(ctx context.Context, peer db.Peer, watches []db.SlotWatch) (map[string]slotRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, slotCheckTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, peer.ConnString())
+	cfg, err := peer.ConnConfig()
+	if err != nil {
+		return nil, fmt.Errorf("source peer: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to source peer %q: %w", peer.Name, err)
 	}

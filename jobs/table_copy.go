@@ -65,7 +65,12 @@ func (r *mirrorRun) copyTablesDuringCDC(ctx context.Context, m db.Mirror, srcPee
 	rep := newBatchReporter(r, m, mappings)
 	cdcDone := make(chan error, 1)
 	go func() {
-		cdcDone <- cdc.Run(ctx, r.cdcConfig(m, srcPeer, dstPeer, mappings, skip), rep, stop)
+		cfg, err := r.cdcConfig(m, srcPeer, dstPeer, mappings, skip)
+		if err != nil {
+			cdcDone <- err
+			return
+		}
+		cdcDone <- cdc.Run(ctx, cfg, rep, stop)
 	}()
 	copyCtx, cancelCopy := context.WithCancel(ctx)
 	defer cancelCopy()
@@ -127,9 +132,13 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 		defer dstMu.Unlock()
 		return apply.SetTablePosition(ctx, dst, m.UID, t.Source.String(), info.ConsistentPoint)
 	}
+	srcCfg, dstCfg, err := peerConfigs(srcPeer, dstPeer)
+	if err != nil {
+		return err
+	}
 	return tablesync.Run(ctx, tablesync.Config{
-		SourceConnString:   srcPeer.ConnString(),
-		DestConnString:     dstPeer.ConnString(),
+		Source:             srcCfg,
+		Dest:               dstCfg,
 		SnapshotName:       info.SnapshotName,
 		Tables:             toMappings(targets),
 		RowsPerPartition:   m.SnapshotNumRowsPerPartition,

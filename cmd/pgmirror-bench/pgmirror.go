@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pgmirror/pgmirror/db/localpg"
+	"github.com/pgmirror/pgmirror/db/secretbox"
 )
 
 const mirrorName = "bench"
@@ -65,6 +66,10 @@ func startService(ctx context.Context, bin, catalogURL, dir string) (*service, e
 		return nil, fmt.Errorf("generate admin password: %w", err)
 	}
 	password := hex.EncodeToString(secret)
+	key, err := secretbox.GenerateKey()
+	if err != nil {
+		return nil, err
+	}
 	s := &service{
 		logPath: filepath.Join(dir, "pgmirror.log"),
 		baseURL: "http://127.0.0.1:" + strconv.Itoa(port),
@@ -77,6 +82,7 @@ func startService(ctx context.Context, bin, catalogURL, dir string) (*service, e
 	s.cmd = exec.Command(bin, "serve")
 	s.cmd.Env = append(os.Environ(),
 		"SERVICE_DATABASE_URL="+catalogURL,
+		"SERVICE_ENCRYPTION_KEY="+secretbox.EncodeKey(key),
 		"SERVICE_PORT="+strconv.Itoa(port),
 		"SERVICE_ADMIN_USER=admin",
 		"SERVICE_ADMIN_PASSWORD="+password,

@@ -19,14 +19,19 @@ type config struct {
 	AdminPassword    string
 	adminPasswordSet bool
 	JWTSecret        string
-	LogLevel         slog.Level
-	LogFormat        string
-	DataDir          string
-	EmbeddedPort     int
-	MirrorWorkers    int
-	LogRetention     time.Duration
-	ShutdownTimeout  time.Duration
-	TokenTTL         time.Duration
+	// EncryptionKey, EncryptionKeyFile and EncryptionOldKeys configure the
+	// catalog encryption keys (keys.go). Never log them.
+	EncryptionKey     string
+	EncryptionKeyFile string
+	EncryptionOldKeys string
+	LogLevel          slog.Level
+	LogFormat         string
+	DataDir           string
+	EmbeddedPort      int
+	MirrorWorkers     int
+	LogRetention      time.Duration
+	ShutdownTimeout   time.Duration
+	TokenTTL          time.Duration
 	// Login throttling (httpapi.LoginLimits).
 	LoginUserFailures    int
 	LoginAddressFailures int
@@ -40,8 +45,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 		AdminUser:     cmp.Or(getenv("SERVICE_ADMIN_USER"), "admin"),
 		AdminPassword: cmp.Or(getenv("SERVICE_ADMIN_PASSWORD"), "admin"),
 		JWTSecret:     getenv("SERVICE_JWT_SECRET"),
-		LogFormat:     cmp.Or(getenv("SERVICE_LOG_FORMAT"), "text"),
-		DataDir:       cmp.Or(getenv("SERVICE_DATA_DIR"), ".pgmirror"),
+
+		EncryptionKey:     getenv("SERVICE_ENCRYPTION_KEY"),
+		EncryptionKeyFile: getenv("SERVICE_ENCRYPTION_KEY_FILE"),
+		EncryptionOldKeys: getenv("SERVICE_ENCRYPTION_OLD_KEYS"),
+		LogFormat:         cmp.Or(getenv("SERVICE_LOG_FORMAT"), "text"),
+		DataDir:           cmp.Or(getenv("SERVICE_DATA_DIR"), ".pgmirror"),
 	}
 	cfg.adminPasswordSet = getenv("SERVICE_ADMIN_PASSWORD") != ""
 	var err error
@@ -92,6 +101,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if cfg.JWTSecret != "" && len(cfg.JWTSecret) < 32 {
 		return cfg, fmt.Errorf("SERVICE_JWT_SECRET is too short: use at least 32 characters, or leave it unset to have one generated and stored in the catalog")
+	}
+	if cfg.EncryptionKey != "" && cfg.EncryptionKeyFile != "" {
+		return cfg, fmt.Errorf("SERVICE_ENCRYPTION_KEY and SERVICE_ENCRYPTION_KEY_FILE are both set: use one of them")
 	}
 	return cfg, nil
 }

@@ -49,6 +49,10 @@ func TestMain(m *testing.M) {
 
 const testAdminPassword = "admin-password-for-tests"
 
+// testEncryptionKey is the catalog encryption key of every service the tests
+// start (base64 of 32 bytes), so that a restarted service reads its secrets.
+const testEncryptionKey = "cGdtaXJyb3ItdGVzdC1lbmNyeXB0aW9uLWtleS0zMmI="
+
 // service is one running `pgmirror serve` process.
 type service struct {
 	t       *testing.T
@@ -94,6 +98,7 @@ func launchService(t *testing.T, catalogURL string, env ...string) *service {
 	cmd := exec.Command(binary, "serve")
 	cmd.Env = append(os.Environ(),
 		"SERVICE_DATABASE_URL="+catalogURL,
+		"SERVICE_ENCRYPTION_KEY="+testEncryptionKey,
 		"SERVICE_PORT="+strconv.Itoa(port),
 		"SERVICE_ADMIN_PASSWORD="+testAdminPassword,
 		"SERVICE_LOG_LEVEL=debug",

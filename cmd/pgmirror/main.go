@@ -1,9 +1,11 @@
 // Command pgmirror runs the pgmirror service: the REST API and the River
 // workers that replicate PostgreSQL databases.
 //
-//	pgmirror serve    run the API and the workers (the default)
-//	pgmirror migrate  apply the catalog migrations and exit
-//	pgmirror version  print the version and exit
+//	pgmirror serve       run the API and the workers (the default)
+//	pgmirror migrate     apply the catalog migrations and exit
+//	pgmirror rotate-key  re-encrypt the catalog's secrets with the current key
+//	pgmirror gen-key     print a new catalog encryption key
+//	pgmirror version     print the version and exit
 //
 // Configuration comes from the environment; see docs/configuration.md.
 package main

@@ -33,12 +33,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "pgmirror", version)
 		return nil
-	case "serve", "migrate":
+	case "gen-key":
+		return genKey(stdout)
+	case "serve", "migrate", "rotate-key":
 	case "help", "--help", "-h":
-		fmt.Fprintln(stdout, "usage: pgmirror [serve|migrate|version]\nConfiguration comes from SERVICE_* environment variables; see docs/configuration.md.")
+		fmt.Fprintln(stdout, "usage: pgmirror [serve|migrate|rotate-key|gen-key|version]\nConfiguration comes from SERVICE_* environment variables; see docs/configuration.md.")
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate or version", command)
+		return fmt.Errorf("unknown command %q: use serve, migrate, rotate-key, gen-key or version", command)
 	}
 
 	cfg, err := loadConfig(getenv)
@@ -46,6 +48,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	logger := newLogger(cfg, stdout)
+	keys, err := loadKeyring(cfg, logger)
+	if err != nil {
+		return err
+	}
 
 	databaseURL := cfg.DatabaseURL
 	if databaseURL == "" {
@@ -74,11 +80,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := db.Migrate(ctx, pool, logger); err != nil {
 		return fmt.Errorf("migrate catalog: %w", err)
 	}
-	if command == "migrate" {
+	store := db.New(pool, keys)
+	res, err := prepareSecrets(ctx, store, keys, command == "rotate-key", logger)
+	if err != nil {
+		return fmt.Errorf("encrypt catalog secrets: %w", err)
+	}
+	switch command {
+	case "migrate":
 		logger.Info("catalog migrations applied")
 		return nil
+	case "rotate-key":
+		logger.Info("catalog secrets re-encrypted with the current key", "key_id", keys.CurrentID(),
+			"reencrypted", res.Reencrypted, "encrypted", res.Encrypted)
+		return nil
 	}
-	return serve(ctx, cfg, pool, logger)
+	return serve(ctx, cfg, store, logger)
 }
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
@@ -209,8 +225,8 @@ func checkAdminPassword(ctx context.Context, store *db.Store, cfg config, logger
 	return nil
 }
 
-func serve(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Logger) error {
-	store := db.New(pool)
+func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger) error {
+	pool := store.Pool()
 	if err := store.EnsureAdmin(ctx, cfg.AdminUser, cfg.AdminPassword); err != nil {
 		return fmt.Errorf("create default admin: %w", err)
 	}

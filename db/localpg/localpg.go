@@ -46,6 +46,10 @@ type Config struct {
 	BinDir string
 	// Settings are extra postgresql.conf lines, name to value.
 	Settings map[string]string
+	// Files are extra files written into the data directory before every
+	// start (mode 0600, owned by the cluster's user), name to content: for
+	// example server.crt and server.key with Settings ssl = on.
+	Files map[string][]byte
 }
 
 // Cluster is a running local PostgreSQL cluster.
@@ -246,6 +250,12 @@ func (c *Cluster) writeConf() error {
 	b.WriteString("# written by pgmirror localpg on every start\n")
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s = %s\n", k, settings[k])
+	}
+	for name, body := range c.cfg.Files {
+		path := filepath.Join(c.cfg.DataDir, filepath.Base(name))
+		if err := os.WriteFile(path, body, 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
 	}
 	path := filepath.Join(c.cfg.DataDir, "postgresql.localpg.conf")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {

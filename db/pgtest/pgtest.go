@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgmirror/pgmirror/db/localpg"
+	"github.com/pgmirror/pgmirror/db/secretbox"
 )
 
 var (
@@ -58,13 +59,21 @@ func StopAll() {
 // restart or crash the server). It is stopped when the test ends.
 func NewCluster(tb testing.TB, logical bool) *localpg.Cluster {
 	tb.Helper()
+	return newPrivateCluster(tb, localpg.Config{Logical: logical})
+}
+
+// newPrivateCluster starts a cluster with cfg in a new temporary directory
+// and stops it when the test ends.
+func newPrivateCluster(tb testing.TB, cfg localpg.Config) *localpg.Cluster {
+	tb.Helper()
 	dir, err := os.MkdirTemp("", "pgmirror-test-")
 	if err != nil {
 		tb.Fatalf("pgtest: create temp dir: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := localpg.Start(ctx, localpg.Config{DataDir: dir + "/data", Logical: logical})
+	cfg.DataDir = dir + "/data"
+	c, err := localpg.Start(ctx, cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		tb.Fatalf("pgtest: start cluster: %v", err)
@@ -173,4 +182,64 @@ func Exec(tb testing.TB, url string, sql string, args ...any) {
 	if _, err := conn.Exec(ctx, sql, args...); err != nil {
 		tb.Fatalf("pgtest: exec %q: %v", sql, err)
 	}
+}
+
+// Keyring returns a keyring with a new random key, for a catalog store
+// (db.New) in a test.
+func Keyring(tb testing.TB) *secretbox.Keyring {
+	tb.Helper()
+	raw, err := secretbox.GenerateKey()
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	keys, err := secretbox.NewKeyring(raw)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	return keys
+}
+
+// FindText returns "table.column" for every column of every table in the
+// public schema whose text (text, varchar, json, jsonb, arrays of them: any
+// column cast to text) contains needle. Tests use it to show that a secret
+// is stored nowhere in clear text.
+func FindText(tb testing.TB, pool *pgxpool.Pool, needle string) []string {
+	tb.Helper()
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `SELECT table_name, column_name FROM information_schema.columns
+		WHERE table_schema = 'public' ORDER BY table_name, ordinal_position`)
+	if err != nil {
+		tb.Fatalf("pgtest: list columns: %v", err)
+	}
+	type column struct{ table, name string }
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (column, error) {
+		var c column
+		return c, r.Scan(&c.table, &c.name)
+	})
+	if err != nil {
+		tb.Fatalf("pgtest: list columns: %v", err)
+	}
+	var found []string
+	for _, c := range cols {
+		var hit bool
+		q := fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE strpos(%s::text, $1) > 0)`,
+			pgx.Identifier{"public", c.table}.Sanitize(), pgx.Identifier{c.name}.Sanitize())
+		if err := pool.QueryRow(ctx, q, needle).Scan(&hit); err != nil {
+			tb.Fatalf("pgtest: search %s.%s: %v", c.table, c.name, err)
+		}
+		if hit {
+			found = append(found, c.table+"."+c.name)
+		}
+	}
+	return found
+}
+
+// ConnConfig parses url into a connection configuration.
+func ConnConfig(tb testing.TB, url string) *pgx.ConnConfig {
+	tb.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		tb.Fatalf("pgtest: parse %s: %v", url, err)
+	}
+	return cfg
 }

@@ -107,7 +107,7 @@ func TestSlotLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, st.Exists)
 
-	repl, err := capture.ConnectReplication(ctx, b.url)
+	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, b.url).Config)
 	require.NoError(t, err)
 	defer repl.Close(ctx)
 	info, err := capture.CreateSlot(ctx, repl, slot, true)
@@ -122,7 +122,7 @@ func TestSlotLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
 
-	repl2, err := capture.ConnectReplication(ctx, b.url)
+	repl2, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, b.url).Config)
 	require.NoError(t, err)
 	defer repl2.Close(ctx)
 	_, err = capture.CreateSlot(ctx, repl2, slot, false)
@@ -151,7 +151,7 @@ func TestDropSlotWithConsumer(t *testing.T) {
 	slot, pub := uniqueName("slot"), uniqueName("pub")
 	_, err := capture.EnsurePublication(ctx, b.conn, pub, []change.TableName{tn("public", "a")})
 	require.NoError(t, err)
-	repl, err := capture.ConnectReplication(ctx, b.url)
+	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, b.url).Config)
 	require.NoError(t, err)
 	defer repl.Close(ctx)
 	info, err := capture.CreateSlot(ctx, repl, slot, false)
@@ -161,7 +161,7 @@ func TestDropSlotWithConsumer(t *testing.T) {
 	defer stream.Close()
 
 	// A second consumer is refused with a typed error.
-	repl2, err := capture.ConnectReplication(ctx, b.url)
+	repl2, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, b.url).Config)
 	require.NoError(t, err)
 	defer repl2.Close(ctx)
 	_, err = capture.StartStream(ctx, repl2, capture.StreamConfig{Slot: slot, Publication: pub, StartLSN: info.ConsistentPoint})
@@ -191,7 +191,7 @@ func TestStreamDecodes(t *testing.T) {
 	slot, pub := uniqueName("slot"), uniqueName("pub")
 	_, err := capture.EnsurePublication(ctx, b.conn, pub, []change.TableName{tn("public", "a"), tn("public", "f")})
 	require.NoError(t, err)
-	repl, err := capture.ConnectReplication(ctx, b.url)
+	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, b.url).Config)
 	require.NoError(t, err)
 	defer repl.Close(ctx)
 	info, err := capture.CreateSlot(ctx, repl, slot, false)
@@ -278,7 +278,7 @@ func TestStreamBinary(t *testing.T) {
 	}
 	var modes []*mode
 	for _, binary := range []bool{true, false} {
-		repl, err := capture.ConnectReplication(ctx, b.url)
+		repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, b.url).Config)
 		require.NoError(t, err)
 		defer repl.Close(ctx)
 		slot := uniqueName("slot")

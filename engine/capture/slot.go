@@ -33,14 +33,11 @@ type SlotInfo struct {
 }
 
 // ConnectReplication opens a replication connection (replication=database)
-// to the database in connString. It sets DateStyle, IntervalStyle,
+// to the database that source configures (a copy; source is not changed). It sets DateStyle, IntervalStyle,
 // extra_float_digits and bytea_output so that values in the stream have one
 // unambiguous text form.
-func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn, error) {
-	cfg, err := pgconn.ParseConfig(connString)
-	if err != nil {
-		return nil, fmt.Errorf("parse source connection string: %w", err)
-	}
+func ConnectReplication(ctx context.Context, source *pgconn.Config) (*pgconn.PgConn, error) {
+	cfg := source.Copy()
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["DateStyle"] = "ISO, YMD"
 	cfg.RuntimeParams["IntervalStyle"] = "postgres"

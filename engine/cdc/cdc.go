@@ -62,9 +62,10 @@ var (
 type Config struct {
 	// MirrorUID identifies the mirror's applied position on the destination.
 	MirrorUID string
-	// SourceConnString and DestConnString are plain connection URLs (Run adds
-	// replication=database to the source's replication connection itself).
-	SourceConnString, DestConnString string
+	// Source and Dest are the connection configurations of the source and
+	// destination databases (Run adds replication=database to the source's
+	// replication connection itself). Run works on copies.
+	Source, Dest *pgx.ConnConfig
 	// SlotName and PublicationName name the source slot and publication.
 	SlotName, PublicationName string
 	// Tables are the replicated tables.
@@ -166,10 +167,7 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 // textOnly it does not ask the source for binary values.
 func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}, textOnly bool) error {
 	logger := cfg.Logger
-	destCfg, err := pgx.ParseConfig(cfg.DestConnString)
-	if err != nil {
-		return fmt.Errorf("parse destination connection string: %w", err)
-	}
+	destCfg := cfg.Dest.Copy()
 	destCfg.RuntimeParams["application_name"] = "pgmirror"
 	destCfg.RuntimeParams["DateStyle"] = "ISO, YMD"
 	destCfg.RuntimeParams["IntervalStyle"] = "postgres"
@@ -183,7 +181,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		return connectError("destination", err)
 	}
 	defer closeQuietly(flushConn)
-	src, err := pgx.Connect(ctx, cfg.SourceConnString)
+	src, err := pgx.ConnectConfig(ctx, cfg.Source.Copy())
 	if err != nil {
 		return connectError("source", err)
 	}
@@ -222,7 +220,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		}
 		logger.Info("no applied position on the destination; starting at the slot's confirmed position", "lsn", applied.String())
 	}
-	repl, err := capture.ConnectReplication(ctx, cfg.SourceConnString)
+	repl, err := capture.ConnectReplication(ctx, &cfg.Source.Config)
 	if err != nil {
 		return connectError("source", err)
 	}

@@ -92,7 +92,7 @@ func setup(t testing.TB, srcDDL, dstDDL string, mappings ...change.Mapping) *tes
 	}
 	_, err = capture.EnsurePublication(ctx, conn, pub, tables)
 	require.NoError(t, err)
-	repl, err := capture.ConnectReplication(ctx, src)
+	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, src).Config)
 	require.NoError(t, err)
 	_, err = capture.CreateSlot(ctx, repl, slot, false)
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ func setup(t testing.TB, srcDDL, dstDDL string, mappings ...change.Mapping) *tes
 	return &testBundle{
 		src: src, dst: dst, rep: &recorder{},
 		cfg: cdc.Config{
-			MirrorUID: fmt.Sprintf("mirror-%d", n), SourceConnString: src, DestConnString: dst,
+			MirrorUID: fmt.Sprintf("mirror-%d", n), Source: pgtest.ConnConfig(t, src), Dest: pgtest.ConnConfig(t, dst),
 			SlotName: slot, PublicationName: pub, Tables: mappings,
 			BatchSize: 1000, SyncInterval: time.Second, HeartbeatTimeout: 30 * time.Second,
 			StatusInterval: time.Second,
@@ -472,8 +472,8 @@ func TestMissingSlotIsTyped(t *testing.T) {
 
 func TestConnectionRefusedIsTyped(t *testing.T) {
 	t.Parallel()
-	cfg := cdc.Config{MirrorUID: "m", SourceConnString: "postgres://u:secretpw@127.0.0.1:1/x?sslmode=disable",
-		DestConnString: "postgres://u:secretpw@127.0.0.1:1/x?sslmode=disable", SlotName: "s", PublicationName: "p"}
+	refused := pgtest.ConnConfig(t, "postgres://u:secretpw@127.0.0.1:1/x?sslmode=disable")
+	cfg := cdc.Config{MirrorUID: "m", Source: refused, Dest: refused, SlotName: "s", PublicationName: "p"}
 	err := cdc.Run(context.Background(), cfg, &recorder{}, make(chan struct{}))
 	require.ErrorIs(t, err, cdc.ErrConnect)
 	require.NotContains(t, err.Error(), "secretpw")

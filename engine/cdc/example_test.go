@@ -24,13 +24,20 @@ func (r logReporter) BatchApplied(_ context.Context, b cdc.Batch) error {
 // snapshot position) and a CDC run.
 func Example() {
 	ctx := context.Background()
-	src, dst := "postgres://app:pw@source/db", "postgres://app:pw@dest/db"
+	src, err := pgx.ParseConfig("postgres://app:pw@source/db")
+	if err != nil {
+		return
+	}
+	dst, err := pgx.ParseConfig("postgres://app:pw@dest/db")
+	if err != nil {
+		return
+	}
 	mappings := []change.Mapping{{
 		Source:      change.TableName{Schema: "public", Name: "orders"},
 		Destination: change.TableName{Schema: "public", Name: "orders"},
 	}}
 
-	conn, err := pgx.Connect(ctx, src)
+	conn, err := pgx.ConnectConfig(ctx, src)
 	if err != nil {
 		return
 	}
@@ -38,7 +45,7 @@ func Example() {
 	if _, err := capture.EnsurePublication(ctx, conn, "pgmirror_orders", []change.TableName{mappings[0].Source}); err != nil {
 		return
 	}
-	repl, err := capture.ConnectReplication(ctx, src)
+	repl, err := capture.ConnectReplication(ctx, &src.Config)
 	if err != nil {
 		return
 	}
@@ -49,7 +56,7 @@ func Example() {
 	// ... snapshot every table with SET TRANSACTION SNAPSHOT slot.SnapshotName
 	// while repl stays idle, then close repl and record where CDC starts:
 	_ = repl.Close(ctx)
-	dconn, err := pgx.Connect(ctx, dst)
+	dconn, err := pgx.ConnectConfig(ctx, dst)
 	if err != nil {
 		return
 	}
@@ -63,7 +70,7 @@ func Example() {
 
 	stop := make(chan struct{}) // closed on pause
 	_ = cdc.Run(ctx, cdc.Config{
-		MirrorUID: "mirror-uid", SourceConnString: src, DestConnString: dst,
+		MirrorUID: "mirror-uid", Source: src, Dest: dst,
 		SlotName: "pgmirror_orders", PublicationName: "pgmirror_orders", Tables: mappings,
 		BatchSize: 10000, SyncInterval: 60 * time.Second, Logger: slog.Default(),
 	}, logReporter{slog.Default()}, stop)

@@ -47,9 +47,9 @@ const pipeBufferSize = 4 * copyDataSize
 
 // Config configures one snapshot run.
 type Config struct {
-	// SourceConnString and DestConnString are libpq-style connection strings
-	// (URLs or key=value) of the source and destination databases.
-	SourceConnString, DestConnString string
+	// Source and Dest are the connection configurations of the source and
+	// destination databases. Run works on copies and never changes them.
+	Source, Dest *pgx.ConnConfig
 	// SnapshotName is the snapshot exported by CREATE_REPLICATION_SLOT ...
 	// EXPORT_SNAPSHOT; every reading transaction imports it, so the copy
 	// shows the source exactly as of the slot's consistent point. The
@@ -77,7 +77,7 @@ type Config struct {
 	Logger *slog.Logger
 	// SourceConn and DestConn, when both set, are the caller's open
 	// connections to the source and the destination (of the same users and
-	// databases as the connection strings), which Run uses as its first
+	// databases as Source and Dest), which Run uses as its first
 	// worker: it plans, truncates and copies partitions over them without
 	// opening connections of its own, which saves a connection setup on
 	// each side (a fork and a SCRAM exchange) and catalog reads on fresh
@@ -140,14 +140,7 @@ func Run(ctx context.Context, cfg Config, rep Reporter) error {
 	if cfg.SnapshotName != "" && !snapshotNameRE.MatchString(cfg.SnapshotName) {
 		return fmt.Errorf("snapshot: invalid snapshot name %q", cfg.SnapshotName)
 	}
-	srcCfg, err := pgx.ParseConfig(cfg.SourceConnString)
-	if err != nil {
-		return fmt.Errorf("snapshot: parse source connection string: %w", err)
-	}
-	dstCfg, err := pgx.ParseConfig(cfg.DestConnString)
-	if err != nil {
-		return fmt.Errorf("snapshot: parse destination connection string: %w", err)
-	}
+	srcCfg, dstCfg := cfg.Source.Copy(), cfg.Dest.Copy()
 	r := &run{cfg: cfg, rep: rep, log: cfg.Logger, srcCfg: srcCfg, dstCfg: dstCfg,
 		srcSettings: sessionSettings(false), dstSettings: sessionSettings(true)}
 	applySettings(srcCfg, r.srcSettings)

@@ -135,7 +135,7 @@ func testRun(t *testing.T, borrow bool) string {
 
 	var log syncBuffer
 	cfg := Config{
-		SourceConnString: srcURL, DestConnString: dstURL, SnapshotName: snapshot,
+		Source: pgtest.ConnConfig(t, srcURL), Dest: pgtest.ConnConfig(t, dstURL), SnapshotName: snapshot,
 		Tables:           testMappings("big", "parted", "empty", "small"),
 		RowsPerPartition: 5000, MaxParallelWorkers: 3, TablesInParallel: 2,
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, &log), &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -282,7 +282,7 @@ func TestRunBorrowedSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := settings(t, src, dst)
-	err := Run(ctx, Config{SourceConnString: srcURL, DestConnString: dstURL, Tables: testMappings("d"),
+	err := Run(ctx, Config{Source: pgtest.ConnConfig(t, srcURL), Dest: pgtest.ConnConfig(t, dstURL), Tables: testMappings("d"),
 		MaxParallelWorkers: 1, SourceConn: src, DestConn: dst}, nil)
 	if err != nil {
 		t.Fatal(err)
