@@ -14,8 +14,8 @@ import (
 // resign signs claims with the catalog's JWT secret, as only the service can.
 func (b *bundle) resign(claims jwt.MapClaims) string {
 	b.t.Helper()
-	var secret []byte
-	require.NoError(b.t, b.pool.QueryRow(b.t.Context(), `SELECT decode(value, 'base64') FROM settings WHERE key = 'jwt_secret'`).Scan(&secret))
+	secret, err := b.store.JWTSecret(b.t.Context()) // stored encrypted: decrypt it as the service does
+	require.NoError(b.t, err)
 	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 	require.NoError(b.t, err)
 	return token
