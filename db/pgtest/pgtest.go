@@ -58,7 +58,7 @@ func StopAll() {
 // restart or crash the server). It is stopped when the test ends.
 func NewCluster(tb testing.TB, logical bool) *localpg.Cluster {
 	tb.Helper()
-	dir, err := os.MkdirTemp("", "pgmirror-test-")
+	dir, err := localpg.TempDir("", "pgmirror-test-")
 	if err != nil {
 		tb.Fatalf("pgtest: create temp dir: %v", err)
 	}
@@ -86,7 +86,7 @@ func shared(tb testing.TB, role string) *localpg.Cluster {
 	if c, ok := clusters[role]; ok {
 		return c
 	}
-	dir, err := os.MkdirTemp("", "pgmirror-"+role+"-")
+	dir, err := localpg.TempDir("", "pgmirror-"+role+"-")
 	if err != nil {
 		tb.Fatalf("pgtest: create temp dir: %v", err)
 	}
