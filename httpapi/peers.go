@@ -140,6 +140,10 @@ func (h *handlers) listPeers(ctx context.Context, _ *struct{}) (*peerListOutput,
 
 func (h *handlers) createPeer(ctx context.Context, in *peerCreateInput) (*peerOutput, error) {
 	b := in.Body
+	if err := h.refuseCatalogPeer(ctx, db.Peer{Name: b.Name, Host: b.Host, Port: b.Port, User: b.User,
+		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode}); err != nil {
+		return nil, err
+	}
 	p, err := h.store.PeerCreate(ctx, db.PeerCreateParams{Name: b.Name, Host: b.Host, Port: b.Port, User: b.User,
 		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode})
 	if errors.Is(err, db.ErrConflict) {
@@ -173,8 +177,16 @@ func (h *handlers) getPeer(ctx context.Context, in *peerPath) (*peerOutput, erro
 
 func (h *handlers) updatePeer(ctx context.Context, in *peerUpdateInput) (*peerOutput, error) {
 	b := in.Body
-	p, err := h.store.PeerUpdate(ctx, in.Name, db.PeerUpdateParams{Host: b.Host, Port: b.Port, User: b.User,
-		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode})
+	upd := db.PeerUpdateParams{Host: b.Host, Port: b.Port, User: b.User,
+		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode}
+	current, err := h.peer(ctx, in.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.refuseCatalogPeer(ctx, updatedPeer(current, upd)); err != nil {
+		return nil, err
+	}
+	p, err := h.store.PeerUpdate(ctx, in.Name, upd)
 	if errors.Is(err, db.ErrNotFound) {
 		return nil, errorf(http.StatusNotFound, "Peer %q does not exist", in.Name)
 	}
@@ -182,6 +194,25 @@ func (h *handlers) updatePeer(ctx context.Context, in *peerUpdateInput) (*peerOu
 		return nil, h.internal(ctx, "update the peer", err)
 	}
 	return &peerOutput{Body: peerResponse(p)}, nil
+}
+
+// updatedPeer is p with the fields that u sets changed, as PeerUpdate
+// stores it.
+func updatedPeer(p db.Peer, u db.PeerUpdateParams) db.Peer {
+	set := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&p.Host, u.Host)
+	set(&p.User, u.User)
+	set(&p.Password, u.Password)
+	set(&p.Database, u.Database)
+	set(&p.SSLMode, u.SSLMode)
+	if u.Port != nil {
+		p.Port = *u.Port
+	}
+	return p
 }
 
 func (h *handlers) deletePeer(ctx context.Context, in *peerPath) (*deletedOutput, error) {
@@ -204,8 +235,24 @@ func (h *handlers) deletePeer(ctx context.Context, in *peerPath) (*deletedOutput
 }
 
 // connectPeer opens a connection to p with its settings and a 10 second
+// timeout, and refuses a peer that is the catalog database itself with an
+// *apiError (400) to return as it is. The text of any other error, a
+// connection failure, is safe to show: it never holds the password.
+func (h *handlers) connectPeer(ctx context.Context, p db.Peer) (*pgx.Conn, error) {
+	conn, err := dialPeer(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.refuseCatalog(ctx, p, conn); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
+// dialPeer opens a connection to p with its settings and a 10 second
 // timeout. The error text is safe to show: it never holds the password.
-func connectPeer(ctx context.Context, p db.Peer) (*pgx.Conn, error) {
+func dialPeer(ctx context.Context, p db.Peer) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(p.ConnString())
 	if err != nil {
 		return nil, errors.New(scrub(err.Error(), p.Password))
@@ -246,7 +293,10 @@ func (h *handlers) peerTables(ctx context.Context, in *peerPath) (*tableListOutp
 }
 
 func (h *handlers) listPeerTables(ctx context.Context, p db.Peer) ([]change.TableName, error) {
-	conn, err := connectPeer(ctx, p)
+	conn, err := h.connectPeer(ctx, p)
+	if refused := (*apiError)(nil); errors.As(err, &refused) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, errorf(http.StatusBadRequest, "Could not connect to peer %q: %s", p.Name, err)
 	}
@@ -266,7 +316,10 @@ func (h *handlers) testPeer(ctx context.Context, in *peerPath) (*peerTestOutput,
 		return nil, err
 	}
 	out := &peerTestOutput{}
-	conn, err := connectPeer(ctx, p)
+	conn, err := h.connectPeer(ctx, p)
+	if refused := (*apiError)(nil); errors.As(err, &refused) {
+		return nil, err
+	}
 	if err != nil {
 		out.Body.Error = err.Error()
 		return out, nil
