@@ -46,8 +46,7 @@ func (h *handlers) refuseCatalogPeer(ctx context.Context, p db.Peer) error {
 	cctx, cancel := context.WithTimeout(ctx, catalogCheckTimeout)
 	defer cancel()
 	conn, err := h.connectPeer(cctx, p)
-	var refused *apiError
-	if errors.As(err, &refused) {
+	if isRefusal(err) {
 		return err
 	}
 	if err != nil {
@@ -56,4 +55,12 @@ func (h *handlers) refuseCatalogPeer(ctx context.Context, p db.Peer) error {
 	}
 	conn.Close(context.WithoutCancel(ctx))
 	return nil
+}
+
+// isRefusal reports whether an error of connectPeer is an answer for the
+// client as it is (an *apiError, such as the catalog refusal) rather than a
+// connection failure to describe.
+func isRefusal(err error) bool {
+	var e *apiError
+	return errors.As(err, &e)
 }

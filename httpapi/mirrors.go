@@ -273,7 +273,7 @@ func validateMappings(in []tableMapping, samePeer bool) ([]change.Mapping, error
 // the mapped tables. Every failure is a 400 that says what to do.
 func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []change.Mapping) error {
 	conn, err := h.connectPeer(ctx, source)
-	if refused := (*apiError)(nil); errors.As(err, &refused) {
+	if isRefusal(err) {
 		return err
 	}
 	if err != nil {

@@ -294,7 +294,7 @@ func (h *handlers) peerTables(ctx context.Context, in *peerPath) (*tableListOutp
 
 func (h *handlers) listPeerTables(ctx context.Context, p db.Peer) ([]change.TableName, error) {
 	conn, err := h.connectPeer(ctx, p)
-	if refused := (*apiError)(nil); errors.As(err, &refused) {
+	if isRefusal(err) {
 		return nil, err
 	}
 	if err != nil {
@@ -317,7 +317,7 @@ func (h *handlers) testPeer(ctx context.Context, in *peerPath) (*peerTestOutput,
 	}
 	out := &peerTestOutput{}
 	conn, err := h.connectPeer(ctx, p)
-	if refused := (*apiError)(nil); errors.As(err, &refused) {
+	if isRefusal(err) {
 		return nil, err
 	}
 	if err != nil {
