@@ -97,6 +97,40 @@ func (s *Store) PeerCreate(ctx context.Context, p PeerCreateParams) (Peer, error
 	return peer, nil
 }
 
+// DraftPeer returns the peer that PeerCreate would store for p, without
+// storing it: for checks that connect to a peer before it is saved.
+func (s *Store) DraftPeer(p PeerCreateParams) (Peer, error) {
+	return s.DraftPeerUpdate(Peer{Name: p.Name, Host: p.Host, Port: p.Port, User: p.User, Database: p.Database, SSLMode: p.SSLMode},
+		PeerUpdateParams{Password: &p.Password, SSLRootCert: &p.SSLRootCert})
+}
+
+// DraftPeerUpdate returns cur with the changes u applied as PeerUpdate
+// would store them, without storing them.
+func (s *Store) DraftPeerUpdate(cur Peer, u PeerUpdateParams) (Peer, error) {
+	password, rootCert, err := s.sealPeerSecrets(cur.Name, u.Password, u.SSLRootCert)
+	if err != nil {
+		return Peer{}, fmt.Errorf("peer %q: %w", cur.Name, err)
+	}
+	set := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&cur.Host, u.Host)
+	set(&cur.User, u.User)
+	set(&cur.Database, u.Database)
+	set(&cur.SSLMode, u.SSLMode)
+	if u.Port != nil {
+		cur.Port = *u.Port
+	}
+	set(&cur.sealedPassword, password)
+	if rootCert != nil {
+		cur.sealedRootCert, cur.HasSSLRootCert = *rootCert, *rootCert != ""
+	}
+	cur.keys = s.keys
+	return cur, nil
+}
+
 // PeerList returns every peer ordered by name.
 func (s *Store) PeerList(ctx context.Context) ([]Peer, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+peerColumns+` FROM peers ORDER BY name`)

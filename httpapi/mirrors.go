@@ -272,7 +272,10 @@ func validateMappings(in []tableMapping, samePeer bool) ([]change.Mapping, error
 // checkSource connects to the source peer and runs the preflight checks on
 // the mapped tables. Every failure is a 400 that says what to do.
 func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []change.Mapping) error {
-	conn, err := connectPeer(ctx, source)
+	conn, err := h.connectPeer(ctx, source)
+	if isRefusal(err) {
+		return err
+	}
 	if err != nil {
 		return errorf(http.StatusBadRequest, "Could not reach the source peer %q: %s. Check that it is running and that its settings are right (POST /v1/peers/%s/test)", source.Name, err, source.Name)
 	}
@@ -359,6 +362,11 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	}
 
 	if err := h.checkSource(ctx, source, mappings); err != nil {
+		return nil, err
+	}
+	// A destination peer stored before the catalog check existed (or while
+	// it could not be reached) must not be the catalog either.
+	if err := h.refuseCatalogPeer(ctx, dest); err != nil {
 		return nil, err
 	}
 

@@ -169,6 +169,14 @@ func (h *handlers) createPeer(ctx context.Context, in *peerCreateInput) (*peerOu
 	if err := checkRootCert(&b.SSLRootCert); err != nil {
 		return nil, err
 	}
+	draft, err := h.store.DraftPeer(db.PeerCreateParams{Name: b.Name, Host: b.Host, Port: b.Port, User: b.User,
+		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode, SSLRootCert: b.SSLRootCert})
+	if err != nil {
+		return nil, h.internal(ctx, "encrypt the peer's secrets", err)
+	}
+	if err := h.refuseCatalogPeer(ctx, draft); err != nil {
+		return nil, err
+	}
 	p, err := h.store.PeerCreate(ctx, db.PeerCreateParams{Name: b.Name, Host: b.Host, Port: b.Port, User: b.User,
 		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode, SSLRootCert: b.SSLRootCert})
 	if errors.Is(err, db.ErrConflict) {
@@ -208,8 +216,20 @@ func (h *handlers) updatePeer(ctx context.Context, in *peerUpdateInput) (*peerOu
 	if err := checkRootCert(b.SSLRootCert); err != nil {
 		return nil, err
 	}
-	p, err := h.store.PeerUpdate(ctx, in.Name, db.PeerUpdateParams{Host: b.Host, Port: b.Port, User: b.User,
-		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode, SSLRootCert: b.SSLRootCert})
+	upd := db.PeerUpdateParams{Host: b.Host, Port: b.Port, User: b.User,
+		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode, SSLRootCert: b.SSLRootCert}
+	current, err := h.peer(ctx, in.Name)
+	if err != nil {
+		return nil, err
+	}
+	draft, err := h.store.DraftPeerUpdate(current, upd)
+	if err != nil {
+		return nil, h.internal(ctx, "encrypt the peer's secrets", err)
+	}
+	if err := h.refuseCatalogPeer(ctx, draft); err != nil {
+		return nil, err
+	}
+	p, err := h.store.PeerUpdate(ctx, in.Name, upd)
 	if errors.Is(err, db.ErrNotFound) {
 		return nil, errorf(http.StatusNotFound, "Peer %q does not exist", in.Name)
 	}
@@ -239,9 +259,25 @@ func (h *handlers) deletePeer(ctx context.Context, in *peerPath) (*deletedOutput
 }
 
 // connectPeer opens a connection to p with its settings and a 10 second
+// timeout, and refuses a peer that is the catalog database itself with an
+// *apiError (400) to return as it is. The text of any other error, a
+// connection failure, is safe to show: it never holds the password.
+func (h *handlers) connectPeer(ctx context.Context, p db.Peer) (*pgx.Conn, error) {
+	conn, err := dialPeer(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.refuseCatalog(ctx, p, conn); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
+// dialPeer opens a connection to p with its settings and a 10 second
 // timeout. The error text is safe to show: it never holds the password. A
 // server certificate that does not verify gets a hint about ssl_root_cert.
-func connectPeer(ctx context.Context, p db.Peer) (*pgx.Conn, error) {
+func dialPeer(ctx context.Context, p db.Peer) (*pgx.Conn, error) {
 	cfg, err := p.ConnConfig()
 	if err != nil {
 		return nil, err
@@ -299,7 +335,10 @@ func (h *handlers) peerTables(ctx context.Context, in *peerPath) (*tableListOutp
 }
 
 func (h *handlers) listPeerTables(ctx context.Context, p db.Peer) ([]change.TableName, error) {
-	conn, err := connectPeer(ctx, p)
+	conn, err := h.connectPeer(ctx, p)
+	if isRefusal(err) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, errorf(http.StatusBadRequest, "Could not connect to peer %q: %s", p.Name, err)
 	}
@@ -319,7 +358,10 @@ func (h *handlers) testPeer(ctx context.Context, in *peerPath) (*peerTestOutput,
 		return nil, err
 	}
 	out := &peerTestOutput{}
-	conn, err := connectPeer(ctx, p)
+	conn, err := h.connectPeer(ctx, p)
+	if isRefusal(err) {
+		return nil, err
+	}
 	if err != nil {
 		out.Body.Error = err.Error()
 		return out, nil

@@ -39,6 +39,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pgmirror/pgmirror/db/localpg"
 )
 
 func main() {
@@ -182,9 +184,9 @@ func run(ctx context.Context, args []string) error {
 	defer cancel()
 	start := time.Now()
 
-	root, err := os.MkdirTemp(o.workDir, "pgmirror-bench-")
+	root, err := localpg.TempDir(o.workDir, "pgmirror-bench-")
 	if err != nil {
-		return fmt.Errorf("create temporary directory: %w", err)
+		return err
 	}
 	defer func() {
 		if o.keep {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/pgmirror/pgmirror/db/localpg"
 )
 
 const (
@@ -40,7 +38,7 @@ func (b *bench) measureNative(ctx context.Context) error {
 	defer closeConn(src)
 
 	b.logf("native: CREATE SUBSCRIPTION with copy_data")
-	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s dbname=%s", b.src.Port(), localpg.Password, srcNative)
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s dbname=%s", b.src.Port(), b.src.Password(), srcNative)
 	c0, t0 := b.cpuNow(), time.Now()
 	if _, err := dst.Exec(ctx, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (copy_data = true)", nativeSub, conninfo, nativePub)); err != nil {
 		return fmt.Errorf("create subscription: %w", err)

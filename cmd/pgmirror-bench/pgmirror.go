@@ -199,7 +199,7 @@ func (s *service) call(ctx context.Context, method, path string, body, out any) 
 func (s *service) peer(ctx context.Context, name string, c *localpg.Cluster, db string) error {
 	return s.call(ctx, "POST", "/v1/peers", map[string]any{
 		"name": name, "host": "127.0.0.1", "port": c.Port(), "user": "postgres",
-		"password": localpg.Password, "database": db, "ssl_mode": "disable",
+		"password": c.Password(), "database": db, "ssl_mode": "disable",
 	}, nil)
 }
 

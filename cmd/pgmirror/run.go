@@ -10,16 +10,13 @@ import (
 	"net"
 	"net/http"
 
-	"path/filepath"
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgmirror/pgmirror/db"
-	"github.com/pgmirror/pgmirror/db/localpg"
 	"github.com/pgmirror/pgmirror/httpapi"
 	"github.com/pgmirror/pgmirror/jobs"
 )
@@ -142,55 +139,6 @@ func redact(err error) error {
 		return errors.New("the URL is malformed; use postgres://user:password@host:port/database")
 	}
 	return err
-}
-
-// startEmbedded starts (or reuses) the local PostgreSQL cluster under
-// cfg.DataDir that serves as catalog when SERVICE_DATABASE_URL is unset. It
-// runs with wal_level=logical so it can also be a demo mirror source.
-func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger) (*localpg.Cluster, string, error) {
-	dataDir, err := filepath.Abs(filepath.Join(cfg.DataDir, "data"))
-	if err != nil {
-		return nil, "", fmt.Errorf("embedded PostgreSQL data directory: %w", err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.EmbeddedPort))
-	var cluster *localpg.Cluster
-	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-		c.Close()
-		logger.Info("using the PostgreSQL server already listening on the embedded port", "addr", addr)
-	} else {
-		logger.Info("SERVICE_DATABASE_URL is unset: starting the embedded PostgreSQL cluster", "data_dir", dataDir, "port", cfg.EmbeddedPort)
-		cluster, err = localpg.Start(ctx, localpg.Config{DataDir: dataDir, Port: cfg.EmbeddedPort, Logical: true, Durable: true})
-		if err != nil {
-			return nil, "", fmt.Errorf("start embedded PostgreSQL: %w", err)
-		}
-	}
-	url := fmt.Sprintf("postgres://postgres:%s@%s/pgmirror?sslmode=disable", localpg.Password, addr)
-	if err := ensureDatabase(ctx, fmt.Sprintf("postgres://postgres:%s@%s/postgres?sslmode=disable", localpg.Password, addr), "pgmirror"); err != nil {
-		if cluster != nil {
-			_ = cluster.Stop(context.Background())
-		}
-		return nil, "", err
-	}
-	return cluster, url, nil
-}
-
-func ensureDatabase(ctx context.Context, adminURL, name string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return fmt.Errorf("connect to embedded PostgreSQL: %w", err)
-	}
-	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
-		return fmt.Errorf("look up database %s: %w", name, err)
-	}
-	if exists {
-		return nil
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return fmt.Errorf("create database %s: %w", name, err)
-	}
-	return nil
 }
 
 // checkAdminPassword warns at every start while the default admin still has

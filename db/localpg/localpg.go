@@ -4,7 +4,13 @@
 // It backs the embedded catalog of `pgmirror serve` when no
 // SERVICE_DATABASE_URL is given, the throwaway clusters of the test suite and
 // the benchmark. When the process runs as root, the binaries run as the
-// postgres user (initdb refuses root) and the data directory is handed to it.
+// postgres user (initdb refuses root) and the data directory is handed to it;
+// the directories above it are never chmod-ed: they must let that user
+// through (see TempDir).
+//
+// Every cluster has a random superuser password (see Config.PasswordFile and
+// Cluster.Password) and accepts password (SCRAM) logins only, on 127.0.0.1
+// and on the Unix socket inside its data directory.
 package localpg
 
 import (
@@ -24,10 +30,6 @@ import (
 	"strings"
 	"time"
 )
-
-// Password is the password of the superuser "postgres" in every cluster this
-// package initialises. Clusters listen on loopback only.
-const Password = "postgres"
 
 // Config describes a cluster to start.
 type Config struct {
@@ -50,13 +52,22 @@ type Config struct {
 	// start (mode 0600, owned by the cluster's user), name to content: for
 	// example server.crt and server.key with Settings ssl = on.
 	Files map[string][]byte
+	// PasswordFile keeps the password of the superuser "postgres", readable
+	// by the owner of the process only (mode 0600). Start writes a random
+	// one there before initdb, and gives a cluster created before passwords
+	// were random (password "postgres") a random one on its first start.
+	// Empty: the random password lives only in the Cluster, for throwaway
+	// clusters that this process initialises.
+	PasswordFile string
 }
 
 // Cluster is a running local PostgreSQL cluster.
 type Cluster struct {
-	cfg    Config
-	binDir string
-	asUser string // run binaries as this user (root case), or ""
+	cfg      Config
+	binDir   string
+	asUser   string // run binaries as this user (root case), or ""
+	password string
+	reused   bool
 }
 
 // FindBinDir returns the directory with initdb and pg_ctl, or an error that
@@ -92,6 +103,12 @@ func FreePort() (int, error) {
 }
 
 // Start initialises the data directory if needed and starts the cluster.
+//
+// A cluster of this data directory that is already running on cfg.Port is
+// used as it is (Reused reports it). Start refuses, with a *PortTakenError,
+// a port on which another server listens: it only ever talks to a server
+// through the Unix socket inside the data directory before it trusts it
+// with the password.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	binDir := cfg.BinDir
 	if binDir == "" {
@@ -107,17 +124,46 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		cfg.Port = port
 	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
+	}
+	cfg.DataDir = dataDir
 	c := &Cluster{cfg: cfg, binDir: binDir}
 	if os.Geteuid() == 0 {
 		c.asUser = "postgres"
 	}
-	if err := c.initIfNeeded(ctx); err != nil {
+	if err := c.prepareDirs(ctx); err != nil {
+		return nil, err
+	}
+	legacy, err := c.initIfNeeded(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if err := c.writeConf(); err != nil {
 		return nil, err
 	}
-	if err := c.start(ctx); err != nil {
+	if c.reused, err = c.running(ctx); err != nil {
+		return nil, err
+	}
+	if !c.reused {
+		if err := c.checkPortFree(); err != nil {
+			return nil, err
+		}
+		if err := c.start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if legacy {
+		err = c.replaceLegacyPassword(ctx)
+	}
+	if err == nil {
+		err = c.verifyOwn(ctx)
+	}
+	if err != nil {
+		if !c.reused {
+			_ = c.Stop(context.WithoutCancel(ctx))
+		}
 		return nil, err
 	}
 	return c, nil
@@ -129,11 +175,20 @@ func (c *Cluster) Port() int { return c.cfg.Port }
 // DataDir is the cluster's data directory.
 func (c *Cluster) DataDir() string { return c.cfg.DataDir }
 
-// URL returns a connection URL for the superuser to database dbname.
+// Password is the password of the superuser "postgres". It is a secret:
+// never log it.
+func (c *Cluster) Password() string { return c.password }
+
+// Reused reports whether the cluster was already running when Start was
+// called (a previous process left it running), rather than started by it.
+func (c *Cluster) Reused() bool { return c.reused }
+
+// URL returns a connection URL over TCP (127.0.0.1) for the superuser to
+// database dbname. It holds the password.
 func (c *Cluster) URL(dbname string) string {
 	u := url.URL{
 		Scheme:   "postgres",
-		User:     url.UserPassword("postgres", Password),
+		User:     url.UserPassword("postgres", c.password),
 		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.Port)),
 		Path:     "/" + dbname,
 		RawQuery: "sslmode=disable",
@@ -141,13 +196,40 @@ func (c *Cluster) URL(dbname string) string {
 	return u.String()
 }
 
+// SocketURL returns a connection URL for the superuser to database dbname
+// over the Unix socket in the data directory: only this cluster can answer
+// there, whatever else listens on the TCP port. It holds the password.
+func (c *Cluster) SocketURL(dbname string) string {
+	return c.socketURL(dbname, c.password)
+}
+
+func (c *Cluster) socketURL(dbname, password string) string {
+	q := url.Values{}
+	q.Set("host", c.cfg.DataDir)
+	q.Set("port", strconv.Itoa(c.cfg.Port))
+	q.Set("sslmode", "disable")
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword("postgres", password),
+		Host:     "",
+		Path:     "/" + dbname,
+		RawQuery: q.Encode(),
+	}
+	return u.String()
+}
+
+// command runs one of the server binaries as the cluster's OS user.
 func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	bin := filepath.Join(c.binDir, name)
+	return c.asUserCommand(ctx, filepath.Join(c.binDir, name), args...)
+}
+
+// asUserCommand runs a program as the cluster's OS user.
+func (c *Cluster) asUserCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
 	if c.asUser != "" {
-		args = append([]string{"-u", c.asUser, "--", bin}, args...)
+		args = append([]string{"-u", c.asUser, "--", name}, args...)
 		return exec.CommandContext(ctx, "runuser", args...)
 	}
-	return exec.CommandContext(ctx, bin, args...)
+	return exec.CommandContext(ctx, name, args...)
 }
 
 func run(cmd *exec.Cmd) error {
@@ -178,43 +260,62 @@ func (c *Cluster) chown(path string) error {
 	})
 }
 
-func (c *Cluster) initIfNeeded(ctx context.Context) error {
+// initIfNeeded runs initdb with a new random password when the data
+// directory holds no cluster yet. It reports legacy when the cluster exists
+// but PasswordFile does not: a cluster initialised with the fixed password
+// of earlier versions, which Start replaces.
+func (c *Cluster) initIfNeeded(ctx context.Context) (legacy bool, err error) {
 	dir := c.cfg.DataDir
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
-		return nil
+		return c.loadPassword()
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create data directory %s: %w", dir, err)
+		return false, fmt.Errorf("create data directory %s: %w", dir, err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("chmod data directory %s: %w", dir, err)
+		return false, fmt.Errorf("chmod data directory %s: %w", dir, err)
 	}
-	// The parent must be traversable by the postgres user.
-	if c.asUser != "" {
-		for p := filepath.Dir(dir); p != "/" && p != "."; p = filepath.Dir(p) {
-			if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
-				_ = os.Chmod(p, st.Mode().Perm()|0o011)
-			}
+	if c.password, err = newPassword(); err != nil {
+		return false, err
+	}
+	if c.cfg.PasswordFile != "" {
+		// Written before initdb: a crash in between leaves a file whose
+		// password matches no cluster, and the next start runs initdb again.
+		if err := writeSecretFile(c.cfg.PasswordFile, c.password); err != nil {
+			return false, err
 		}
 	}
 	pwfile := filepath.Join(dir, "..", "."+filepath.Base(dir)+".pw")
-	if err := os.WriteFile(pwfile, []byte(Password+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write password file: %w", err)
+	if err := os.WriteFile(pwfile, []byte(c.password+"\n"), 0o600); err != nil {
+		return false, fmt.Errorf("write password file for initdb: %w", err)
 	}
 	defer os.Remove(pwfile)
 	if err := c.chown(dir); err != nil {
-		return err
+		return false, err
 	}
 	if err := c.chown(pwfile); err != nil {
-		return err
+		return false, err
 	}
 	cmd := c.command(ctx, "initdb", "-D", dir, "-U", "postgres", "--pwfile="+pwfile,
-		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+		"--auth=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
 	if err := run(cmd); err != nil {
-		return fmt.Errorf("initdb %s: %w", dir, err)
+		return false, fmt.Errorf("initdb %s: %w", dir, err)
 	}
-	return nil
+	return false, nil
 }
+
+// hbaConf is the whole pg_hba.conf of every cluster, rewritten on each
+// start: SCRAM password logins only, on the Unix socket in the data
+// directory and on loopback; no trust, no other address.
+const hbaConf = `# written by pgmirror localpg on every start: password (SCRAM) logins only,
+# on the Unix socket in the data directory and on loopback
+local   all           all                  scram-sha-256
+host    all           all   127.0.0.1/32   scram-sha-256
+host    all           all   ::1/128        scram-sha-256
+local   replication   all                  scram-sha-256
+host    replication   all   127.0.0.1/32   scram-sha-256
+host    replication   all   ::1/128        scram-sha-256
+`
 
 func (c *Cluster) writeConf() error {
 	settings := map[string]string{
@@ -260,6 +361,10 @@ func (c *Cluster) writeConf() error {
 	path := filepath.Join(c.cfg.DataDir, "postgresql.localpg.conf")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	hba := filepath.Join(c.cfg.DataDir, "pg_hba.conf")
+	if err := os.WriteFile(hba, []byte(hbaConf), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", hba, err)
 	}
 	main := filepath.Join(c.cfg.DataDir, "postgresql.conf")
 	body, err := os.ReadFile(main)

@@ -66,7 +66,7 @@ func NewCluster(tb testing.TB, logical bool) *localpg.Cluster {
 // and stops it when the test ends.
 func newPrivateCluster(tb testing.TB, cfg localpg.Config) *localpg.Cluster {
 	tb.Helper()
-	dir, err := os.MkdirTemp("", "pgmirror-test-")
+	dir, err := localpg.TempDir("", "pgmirror-test-")
 	if err != nil {
 		tb.Fatalf("pgtest: create temp dir: %v", err)
 	}
@@ -95,7 +95,7 @@ func shared(tb testing.TB, role string) *localpg.Cluster {
 	if c, ok := clusters[role]; ok {
 		return c
 	}
-	dir, err := os.MkdirTemp("", "pgmirror-"+role+"-")
+	dir, err := localpg.TempDir("", "pgmirror-"+role+"-")
 	if err != nil {
 		tb.Fatalf("pgtest: create temp dir: %v", err)
 	}
