@@ -92,7 +92,7 @@ func (h *handlers) createUser(ctx context.Context, in *userCreateInput) (*userCr
 		return nil, h.internal(ctx, "hash the password", err)
 	}
 	u, err := h.store.UserCreate(ctx, in.Body.Username, hash, in.Body.Role)
-	if errors.Is(err, db.ErrConflict) {
+	if db.Violates(err, db.ConstraintUsername) {
 		return nil, errorf(http.StatusConflict, "User %q already exists: choose another username", in.Body.Username)
 	}
 	if err != nil {
