@@ -60,8 +60,15 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	return setupOn(t, pgtest.CatalogCluster(t))
+}
+
+// setupOn is setup with the catalog database on cluster c (a private
+// cluster for tests that stop the catalog).
+func setupOn(t *testing.T, c *localpg.Cluster) *bundle {
+	t.Helper()
 	ctx := context.Background()
-	pool := pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)))
+	pool := pgtest.Pool(t, pgtest.NewDatabase(t, c))
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	require.NoError(t, db.Migrate(ctx, pool, logger))
 	store := db.New(pool)
