@@ -25,6 +25,7 @@ type config struct {
 	MirrorWorkers    int
 	LogRetention     time.Duration
 	ShutdownTimeout  time.Duration
+	HTTP             httpConfig
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -51,6 +52,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return cfg, err
 	}
 	if cfg.ShutdownTimeout, err = durationVar(getenv, "SERVICE_SHUTDOWN_TIMEOUT", 30*time.Second); err != nil {
+		return cfg, err
+	}
+	if cfg.HTTP, err = loadHTTPConfig(getenv); err != nil {
 		return cfg, err
 	}
 	switch strings.ToLower(cmp.Or(getenv("SERVICE_LOG_LEVEL"), "info")) {

@@ -207,11 +207,7 @@ func serve(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Log
 	if err != nil {
 		return fmt.Errorf("create HTTP API: %w", err)
 	}
-	server := &http.Server{
-		Addr:              net.JoinHostPort("", strconv.Itoa(cfg.Port)),
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	server := newHTTPServer(cfg.HTTP, cfg.Port, handler)
 	listener, err := net.Listen("tcp", server.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on port %d: %w", cfg.Port, err)
@@ -222,8 +218,8 @@ func serve(ctx context.Context, cfg config, pool *pgxpool.Pool, logger *slog.Log
 		return fmt.Errorf("start job workers: %w", err)
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- server.Serve(listener) }()
-	logger.Info("pgmirror serving", "addr", listener.Addr().String(), "version", version)
+	go func() { serveErr <- serveHTTP(server, listener) }()
+	logger.Info("pgmirror serving", "addr", listener.Addr().String(), "tls", server.TLSConfig != nil, "version", version)
 
 	select {
 	case <-ctx.Done():
