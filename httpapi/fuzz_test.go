@@ -157,4 +157,3 @@ func FuzzControlWrites(f *testing.F) {
 		{http.MethodPost, "/v1/mirrors/%s/sync-schema"},
 	})
 }
-
