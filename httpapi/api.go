@@ -326,6 +326,10 @@ func register[I, O any](api huma.API, perm permission, op huma.Operation, handle
 	default:
 		op.Description += " Permission: open."
 	}
+	if op.Path != "/health" {
+		// Everything but /health needs the catalog.
+		op.Errors = append(op.Errors, http.StatusServiceUnavailable)
+	}
 	op.Description = strings.TrimSpace(op.Description)
 	huma.Register(api, op, handler)
 }

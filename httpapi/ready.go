@@ -24,7 +24,6 @@ func (h *handlers) registerReady(api huma.API) {
 		Summary: "Readiness check",
 		Description: "200 when the catalog database answers and the job queue (River's tables in the catalog) is usable; " +
 			"503 with Retry-After otherwise. Unlike /health, use it to route traffic and to wait for a catalog outage to end.",
-		Errors: []int{http.StatusServiceUnavailable},
 	}, h.ready)
 }
 
