@@ -110,6 +110,13 @@ func (b *bundle) login(username, password string) string {
 // {"error": "..."} with a non-empty message.
 func (b *bundle) do(method, path, token string, body any) (int, []byte) {
 	b.t.Helper()
+	status, _, raw := b.doHeaders(method, path, token, body)
+	return status, raw
+}
+
+// doHeaders is do that also returns the response headers.
+func (b *bundle) doHeaders(method, path, token string, body any) (int, http.Header, []byte) {
+	b.t.Helper()
 	var rdr io.Reader
 	switch v := body.(type) {
 	case nil:
@@ -142,7 +149,7 @@ func (b *bundle) do(method, path, token string, body any) (int, []byte) {
 	if path != "/docs" {
 		require.True(b.t, json.Valid(raw), "%s %s: body is not JSON: %s", method, path, raw)
 	}
-	return resp.StatusCode, raw
+	return resp.StatusCode, resp.Header, raw
 }
 
 func requireErrorShape(t testing.TB, raw []byte, msgAndArgs ...any) {
