@@ -89,6 +89,10 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// catalogConnectTimeout bounds each new connection to the catalog unless
+// SERVICE_DATABASE_URL sets connect_timeout.
+const catalogConnectTimeout = 5 * time.Second
+
 // openPool connects to the catalog, waiting up to a minute for it to accept
 // connections (a catalog that starts together with the service).
 func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
@@ -98,6 +102,13 @@ func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	if poolCfg.MaxConns < 20 {
 		poolCfg.MaxConns = 20
+	}
+	if poolCfg.ConnConfig.ConnectTimeout == 0 {
+		// Without a bound, a catalog host that drops packets would hold
+		// every API request until the operating system gives up on the
+		// connection (minutes, past the HTTP write timeout); with it they
+		// answer 503 (catalog unavailable).
+		poolCfg.ConnConfig.ConnectTimeout = catalogConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
