@@ -222,16 +222,23 @@ func init() {
 	// before any operation is registered.
 	huma.NewError = newError
 	huma.NewErrorWithContext = func(ctx huma.Context, status int, msg string, errs ...error) huma.StatusError {
-		if status >= 500 && ctx != nil && errors.Is(db.Translate(errors.Join(errs...)), db.ErrUnavailable) {
-			e := errUnavailable()
-			ctx.SetHeader("Retry-After", retryAfter)
-			return e
+		if status < 500 || len(errs) == 0 || ctx == nil {
+			return newError(status, msg, errs...)
 		}
-		if status >= 500 && len(errs) > 0 && ctx != nil {
-			if logger, ok := ctx.Context().Value(loggerKey{}).(*slog.Logger); ok {
-				logger.ErrorContext(ctx.Context(), "request failed", slog.String("method", ctx.Method()),
-					slog.String("path", ctx.URL().Path), slog.Any("error", errors.Join(errs...)))
+		// An error a handler returned without turning it into an apiError.
+		err := db.Translate(errors.Join(errs...))
+		logger, _ := ctx.Context().Value(loggerKey{}).(*slog.Logger)
+		if errors.Is(err, db.ErrUnavailable) {
+			if logger != nil {
+				logger.WarnContext(ctx.Context(), "request failed: catalog unavailable", slog.String("method", ctx.Method()),
+					slog.String("path", ctx.URL().Path), slog.Any("error", err))
 			}
+			ctx.SetHeader("Retry-After", retryAfter)
+			return errUnavailable()
+		}
+		if logger != nil {
+			logger.ErrorContext(ctx.Context(), "request failed", slog.String("method", ctx.Method()),
+				slog.String("path", ctx.URL().Path), slog.Any("error", err))
 		}
 		return newError(status, msg, errs...)
 	}
