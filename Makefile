@@ -24,10 +24,14 @@ vet:
 bench: deps
 	$(GO) run ./cmd/pgmirror-bench
 
-## fuzz: fuzz the pgoutput decoder for a while (make test runs only the seed corpus)
+## fuzz: fuzz the pgoutput decoder and the API's write endpoints, FUZZTIME each (make test runs only the seed corpora)
 FUZZTIME ?= 60s
+API_FUZZ_TARGETS = FuzzUserWrites FuzzPeerWrites FuzzMirrorWrites FuzzControlWrites
 fuzz:
 	$(GO) test ./engine/capture/ -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
+	for target in $(API_FUZZ_TARGETS); do \
+		$(GO) test ./httpapi/ -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
 
 ## deps: install the PostgreSQL server binaries when initdb is missing (Debian/Ubuntu)
 deps:

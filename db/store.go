@@ -1,25 +1,15 @@
 package db
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgmirror/pgmirror/db/secretbox"
 )
-
-// ErrNotFound means the row asked for does not exist (or the mirror has been
-// deleted).
-var ErrNotFound = errors.New("not found")
-
-// ErrConflict means a unique or foreign key constraint rejected the write:
-// the name is taken, or the row is still referenced.
-var ErrConflict = errors.New("conflict")
 
 // Store is the catalog. It is safe for concurrent use.
 type Store struct {
@@ -34,31 +24,6 @@ func New(pool *pgxpool.Pool, keys *secretbox.Keyring) *Store { return &Store{poo
 // Pool returns the store's connection pool (for transactions that also
 // enqueue River jobs).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// translate turns driver errors into the package's sentinels: pgx.ErrNoRows
-// becomes ErrNotFound, unique violations (23505) and foreign key violations
-// (23503) become ErrConflict. The original error stays in the chain's text
-// only; other errors pass through unchanged.
-func translate(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "23505", "23503":
-			return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
-		}
-	}
-	return err
-}
-
-// Translate is the exported form of the store's error translation, for
-// callers (db/worker.go, jobs/) that run their own queries.
-func Translate(err error) error { return translate(err) }
 
 // User is an API account. PasswordHash is a bcrypt hash. TokenVersion is
 // written into every token issued to the user; the catalog increments it when
@@ -193,4 +158,12 @@ type LogEntry struct {
 	Message   string
 	Details   json.RawMessage
 	CreatedAt time.Time
+}
+
+// Ping checks that the catalog answers a query.
+func (s *Store) Ping(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, `SELECT 1`); err != nil {
+		return fmt.Errorf("ping catalog: %w", translate(err))
+	}
+	return nil
 }

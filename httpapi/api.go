@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -87,9 +88,10 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	hcfg.OnAddOperation = append(hcfg.OnAddOperation, documentValidationAs400)
 	api := humago.New(mux, hcfg)
-	api.UseMiddleware(h.authMiddleware(api))
+	api.UseMiddleware(h.authMiddleware(api), strictBody(api))
 
 	h.registerHealth(api)
+	h.registerReady(api)
 	h.registerAuth(api)
 	h.registerUsers(api)
 	h.registerPeers(api)
@@ -102,9 +104,9 @@ func New(cfg Config) (http.Handler, error) {
 	return &root{mux: mux, logger: cfg.Logger}, nil
 }
 
-// root adds the logger to each request's context (for error logging) and
-// answers unknown routes and wrong methods with JSON errors instead of
-// ServeMux's plain text.
+// root adds the logger to each request's context (for error logging),
+// turns a panic into a JSON 500 and a log line, and answers unknown routes
+// and wrong methods with JSON errors instead of ServeMux's plain text.
 type root struct {
 	mux    *http.ServeMux
 	logger *slog.Logger
@@ -112,8 +114,10 @@ type root struct {
 
 func (rt *root) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), loggerKey{}, rt.logger))
+	tw := &trackingWriter{ResponseWriter: w}
+	defer rt.recoverPanic(tw, r)
 	if _, pattern := rt.mux.Handler(r); pattern != "" {
-		rt.mux.ServeHTTP(w, r)
+		rt.mux.ServeHTTP(tw, r)
 		return
 	}
 	// No route matched: let the mux decide between 404 and 405 (and the
@@ -129,8 +133,48 @@ func (rt *root) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if status != http.StatusNotFound {
 		status = http.StatusNotFound
 	}
-	writeJSONError(w, status, msg)
+	writeJSONError(tw, status, msg)
 }
+
+// recoverPanic answers a request whose handler, middleware or validation
+// panicked with a JSON 500 and logs the panic with its stack in one line.
+// When part of the response was already sent, the connection is aborted
+// instead, so that the client never takes a truncated body for a whole one.
+func (rt *root) recoverPanic(w *trackingWriter, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	rt.logger.ErrorContext(r.Context(), "panic while serving a request", slog.String("method", r.Method),
+		slog.String("path", r.URL.Path), slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
+	if w.started {
+		panic(http.ErrAbortHandler)
+	}
+	writeJSONError(w, http.StatusInternalServerError, "Internal server error: the request failed unexpectedly; the cause is in the server log")
+}
+
+// trackingWriter records whether the response has started.
+type trackingWriter struct {
+	http.ResponseWriter
+	started bool
+}
+
+func (w *trackingWriter) WriteHeader(status int) {
+	w.started = true
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *trackingWriter) Write(b []byte) (int, error) {
+	w.started = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController (read deadlines, flushing) the
+// underlying writer.
+func (w *trackingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func writeJSONError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
@@ -144,6 +188,7 @@ type loggerKey struct{}
 // apiError is the body of every error response.
 type apiError struct {
 	status  int
+	headers http.Header
 	Message string `json:"error" doc:"What went wrong and what to do about it." example:"peer \"src\" does not exist"`
 }
 
@@ -154,16 +199,58 @@ type errorBody struct {
 func (e *apiError) Error() string  { return e.Message }
 func (e *apiError) GetStatus() int { return e.status }
 
+// GetHeaders returns headers sent with the error (Retry-After of a 503).
+func (e *apiError) GetHeaders() http.Header { return e.headers }
+
+// retryAfter is the Retry-After (seconds) of the 503 sent while the catalog
+// is unreachable.
+const retryAfter = "5"
+
+// errUnavailable is the answer to any request that needs the catalog while
+// it cannot be reached.
+func errUnavailable() *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, headers: http.Header{"Retry-After": {retryAfter}},
+		Message: "Service unavailable: the catalog database cannot be reached; retry in " + retryAfter +
+			" seconds (GET /ready answers 200 once the service can serve requests again)"}
+}
+
+// writeError sends err, an *apiError or any other error (a 500), from a
+// middleware, with the error's headers.
+func writeError(api huma.API, ctx huma.Context, err error) {
+	var e *apiError
+	if !errors.As(err, &e) {
+		e = &apiError{status: http.StatusInternalServerError, Message: "Internal server error; the cause is in the server log"}
+	}
+	for k, values := range e.headers {
+		for _, v := range values {
+			ctx.AppendHeader(k, v)
+		}
+	}
+	_ = huma.WriteErr(api, ctx, e.status, e.Message)
+}
+
 func init() {
 	// Huma's error constructors are package variables; they must be set
 	// before any operation is registered.
 	huma.NewError = newError
 	huma.NewErrorWithContext = func(ctx huma.Context, status int, msg string, errs ...error) huma.StatusError {
-		if status >= 500 && len(errs) > 0 && ctx != nil {
-			if logger, ok := ctx.Context().Value(loggerKey{}).(*slog.Logger); ok {
-				logger.ErrorContext(ctx.Context(), "request failed", slog.String("method", ctx.Method()),
-					slog.String("path", ctx.URL().Path), slog.Any("error", errors.Join(errs...)))
+		if status < 500 || len(errs) == 0 || ctx == nil {
+			return newError(status, msg, errs...)
+		}
+		// An error a handler returned without turning it into an apiError.
+		err := db.Translate(errors.Join(errs...))
+		logger, _ := ctx.Context().Value(loggerKey{}).(*slog.Logger)
+		if errors.Is(err, db.ErrUnavailable) {
+			if logger != nil {
+				logger.WarnContext(ctx.Context(), "request failed: catalog unavailable", slog.String("method", ctx.Method()),
+					slog.String("path", ctx.URL().Path), slog.Any("error", err))
 			}
+			ctx.SetHeader("Retry-After", retryAfter)
+			return errUnavailable()
+		}
+		if logger != nil {
+			logger.ErrorContext(ctx.Context(), "request failed", slog.String("method", ctx.Method()),
+				slog.String("path", ctx.URL().Path), slog.Any("error", err))
 		}
 		return newError(status, msg, errs...)
 	}
@@ -258,18 +345,38 @@ func register[I, O any](api huma.API, perm permission, op huma.Operation, handle
 	default:
 		op.Description += " Permission: open."
 	}
+	if op.Path != "/health" {
+		// Everything but /health needs the catalog.
+		op.Errors = append(op.Errors, http.StatusServiceUnavailable)
+	}
 	op.Description = strings.TrimSpace(op.Description)
 	checkAudited(op)
 	huma.Register(api, op, handler)
 }
 
-// internal logs err and returns a 500 without internal detail. A request
-// whose text PostgreSQL cannot store (a NUL character, or bytes that are not
-// UTF-8, in a path, query or JSON string) fails in the catalog with SQLSTATE
-// 22021 or 22P05: that is the client's mistake, a 400.
+// internal turns an error the handler did not expect into the API's answer.
+// It is the one place where catalog errors become HTTP errors:
+//   - the catalog cannot be reached: 503 with Retry-After;
+//   - a catalog constraint rejected the write: 409 for unique, foreign key
+//     and exclusion constraints, 400 for check and not-null constraints;
+//   - text PostgreSQL cannot store (a NUL character, or bytes that are not
+//     UTF-8, in a path, query or JSON string; SQLSTATE 22021 or 22P05): 400;
+//   - anything else: logged, and a 500 without internal detail.
+//
+// what says what the request was doing ("create the peer").
 func (h *handlers) internal(ctx context.Context, what string, err error) error {
+	err = db.Translate(err)
+	var ce *db.ConstraintError
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05") {
+	switch {
+	case errors.Is(err, db.ErrUnavailable):
+		h.logger.WarnContext(ctx, "request failed: catalog unavailable", slog.String("operation", what), slog.Any("error", err))
+		return errUnavailable()
+	case errors.As(err, &ce) && errors.Is(ce, db.ErrConflict):
+		return errorf(http.StatusConflict, "Conflict: could not %s because the catalog refused it (%s): the name or value is already used, or still referenced", what, ce.Message)
+	case errors.As(err, &ce):
+		return errorf(http.StatusBadRequest, "Invalid request: could not %s because the catalog refused a value (%s): check the fields against docs/api.md", what, ce.Message)
+	case errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05"):
 		return errorf(http.StatusBadRequest, "Invalid request: text in the path, query or body must be UTF-8 without NUL (\\u0000) characters")
 	}
 	h.logger.ErrorContext(ctx, "request failed", slog.String("operation", what), slog.Any("error", err))

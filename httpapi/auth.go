@@ -113,8 +113,7 @@ func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Con
 		u, err := h.store.UserGetByID(ctx.Context(), id)
 		if err != nil || u.Username != c.Username {
 			if err != nil && !errors.Is(err, db.ErrNotFound) {
-				h.logger.ErrorContext(ctx.Context(), "load token user", "error", err)
-				_ = huma.WriteErr(api, ctx, http.StatusInternalServerError, "Internal server error while checking the token; the cause is in the server log")
+				writeError(api, ctx, h.internal(ctx.Context(), "check the token", err))
 				return
 			}
 			_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "Invalid token: its user no longer exists; log in again with POST /v1/auth/login")

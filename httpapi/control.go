@@ -36,7 +36,7 @@ type tableResyncInput struct {
 type tablesPutInput struct {
 	Name string `path:"name" doc:"Mirror name."`
 	Body struct {
-		TableMappings []tableMapping `json:"table_mappings" minItems:"1" maxItems:"10000" doc:"The complete desired set of mappings."`
+		TableMappings []tableMapping `json:"table_mappings" minItems:"1" maxItems:"1000" doc:"The complete desired set of mappings (at most 1000)."`
 	}
 }
 

@@ -37,7 +37,7 @@ const peerRole = "pgmirror_test_peer"
 var roleOnce sync.Map
 
 // ensurePeerRole creates the login role the tests' peers use on cluster c.
-func ensurePeerRole(t *testing.T, c *localpg.Cluster) {
+func ensurePeerRole(t testing.TB, c *localpg.Cluster) {
 	t.Helper()
 	once, _ := roleOnce.LoadOrStore(c.Port(), &sync.Once{})
 	once.(*sync.Once).Do(func() {
@@ -50,7 +50,7 @@ func ensurePeerRole(t *testing.T, c *localpg.Cluster) {
 
 // bundle is one test's API server on its own catalog.
 type bundle struct {
-	t           *testing.T
+	t           testing.TB
 	server      *httptest.Server
 	store       *db.Store
 	pool        *pgxpool.Pool
@@ -66,8 +66,28 @@ func setup(t *testing.T) *bundle {
 // setupWith is setup with a change to the API's configuration.
 func setupWith(t *testing.T, configure func(*httpapi.Config)) *bundle {
 	t.Helper()
+	return setupCatalogWith(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)), configure)
+}
+
+// setupOn is setup with the catalog database on cluster c (a private
+// cluster for tests that stop the catalog).
+func setupOn(t testing.TB, c *localpg.Cluster) *bundle {
+	t.Helper()
+	return setupCatalog(t, pgtest.NewDatabase(t, c))
+}
+
+// setupCatalog serves the API on the catalog database at url, which may be
+// new or already set up by another bundle (fuzz workers share one).
+func setupCatalog(t testing.TB, url string) *bundle {
+	t.Helper()
+	return setupCatalogWith(t, url, nil)
+}
+
+// setupCatalogWith is setupCatalog with a change to the API's configuration.
+func setupCatalogWith(t testing.TB, url string, configure func(*httpapi.Config)) *bundle {
+	t.Helper()
 	ctx := context.Background()
-	pool := pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)))
+	pool := pgtest.Pool(t, url)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	require.NoError(t, db.Migrate(ctx, pool, logger))
 	store := db.New(pool, pgtest.Keyring(t))
@@ -86,7 +106,9 @@ func setupWith(t *testing.T, configure func(*httpapi.Config)) *bundle {
 	t.Cleanup(srv.Close)
 	b := &bundle{t: t, server: srv, store: store, pool: pool}
 	b.adminToken = b.login("admin", "admin-password")
-	b.mustDo(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "viewer", "password": "viewer-password", "role": "viewer"}, http.StatusCreated)
+	if status, raw := b.do(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "viewer", "password": "viewer-password", "role": "viewer"}); status != http.StatusConflict {
+		require.Equal(t, http.StatusCreated, status, "create the viewer: %s", raw)
+	}
 	b.viewerToken = b.login("viewer", "viewer-password")
 	return b
 }
@@ -103,6 +125,13 @@ func (b *bundle) login(username, password string) string {
 // response must satisfy: no peer password, JSON, and errors shaped
 // {"error": "..."} with a non-empty message.
 func (b *bundle) do(method, path, token string, body any) (int, []byte) {
+	b.t.Helper()
+	status, _, raw := b.doHeaders(method, path, token, body)
+	return status, raw
+}
+
+// doHeaders is do that also returns the response headers.
+func (b *bundle) doHeaders(method, path, token string, body any) (int, http.Header, []byte) {
 	b.t.Helper()
 	var rdr io.Reader
 	switch v := body.(type) {
@@ -136,10 +165,10 @@ func (b *bundle) do(method, path, token string, body any) (int, []byte) {
 	if path != "/docs" {
 		require.True(b.t, json.Valid(raw), "%s %s: body is not JSON: %s", method, path, raw)
 	}
-	return resp.StatusCode, raw
+	return resp.StatusCode, resp.Header, raw
 }
 
-func requireErrorShape(t *testing.T, raw []byte, msgAndArgs ...any) {
+func requireErrorShape(t testing.TB, raw []byte, msgAndArgs ...any) {
 	t.Helper()
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(raw, &m), append([]any{"error body is not a JSON object: %s"}, raw))

@@ -26,7 +26,7 @@ type tableMapping struct {
 	SourceTable       string   `json:"source_table" minLength:"1" maxLength:"63"`
 	DestinationSchema string   `json:"destination_schema" minLength:"1" maxLength:"63"`
 	DestinationTable  string   `json:"destination_table" minLength:"1" maxLength:"63"`
-	ExcludeColumns    []string `json:"exclude_columns,omitempty" doc:"Column names left out of replication." uniqueItems:"true"`
+	ExcludeColumns    []string `json:"exclude_columns,omitempty" maxItems:"1600" minLength:"1" maxLength:"63" uniqueItems:"true" doc:"Column names left out of replication (at most 1600, each 1 to 63 bytes)."`
 }
 
 func mappingResponse(t db.MirrorTable) tableMapping {
@@ -45,9 +45,9 @@ func mappingsResponse(tables []db.MirrorTable) []tableMapping {
 type mirrorCreateInput struct {
 	Body struct {
 		Name                        string         `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique mirror name, used in paths."`
-		SourcePeer                  string         `json:"source_peer" minLength:"1" doc:"Name of an existing peer to read from."`
-		DestinationPeer             string         `json:"destination_peer" minLength:"1" doc:"Name of an existing peer to write to."`
-		TableMappings               []tableMapping `json:"table_mappings" minItems:"1" maxItems:"10000"`
+		SourcePeer                  string         `json:"source_peer" minLength:"1" maxLength:"128" doc:"Name of an existing peer to read from."`
+		DestinationPeer             string         `json:"destination_peer" minLength:"1" maxLength:"128" doc:"Name of an existing peer to write to."`
+		TableMappings               []tableMapping `json:"table_mappings" minItems:"1" maxItems:"1000"`
 		SnapshotNumRowsPerPartition int            `json:"snapshot_num_rows_per_partition,omitempty" minimum:"1" maximum:"100000000" default:"500000"`
 		SnapshotMaxParallelWorkers  int            `json:"snapshot_max_parallel_workers,omitempty" minimum:"1" maximum:"64" default:"4"`
 		SnapshotNumTablesInParallel int            `json:"snapshot_num_tables_in_parallel,omitempty" minimum:"1" maximum:"64" default:"4"`
@@ -258,15 +258,40 @@ func validateMappings(in []tableMapping, samePeer bool) ([]change.Mapping, error
 		if samePeer && m.Source == m.Destination {
 			return nil, errorf(http.StatusBadRequest, "Invalid request: table_mappings[%d] would replicate %s onto itself (source and destination are the same peer): choose another destination table", i, m.Source)
 		}
-		for _, c := range t.ExcludeColumns {
-			if c == "" {
-				return nil, errorf(http.StatusBadRequest, "Invalid request: table_mappings[%d].exclude_columns holds an empty column name", i)
-			}
+		if err := checkIdentifiers(i, t); err != nil {
+			return nil, err
 		}
 		sources[m.Source], dests[m.Destination] = i, i
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// maxIdentifierBytes is PostgreSQL's identifier length (NAMEDATALEN - 1):
+// a longer name is silently truncated by the server, so it would never
+// match the table or column meant.
+const maxIdentifierBytes = 63
+
+// checkIdentifiers checks that the names of mapping i are 1 to 63 bytes
+// long (the schema counts characters; a name of multi-byte characters can
+// pass it and still be too long).
+func checkIdentifiers(i int, t tableMapping) error {
+	names := []struct{ field, value string }{
+		{"source_schema", t.SourceSchema}, {"source_table", t.SourceTable},
+		{"destination_schema", t.DestinationSchema}, {"destination_table", t.DestinationTable},
+	}
+	for j, c := range t.ExcludeColumns {
+		names = append(names, struct{ field, value string }{fmt.Sprintf("exclude_columns[%d]", j), c})
+	}
+	for _, n := range names {
+		if n.value == "" {
+			return errorf(http.StatusBadRequest, "Invalid request: table_mappings[%d].%s is empty", i, n.field)
+		}
+		if len(n.value) > maxIdentifierBytes {
+			return errorf(http.StatusBadRequest, "Invalid request: table_mappings[%d].%s is %d bytes long; PostgreSQL names are at most %d bytes", i, n.field, len(n.value), maxIdentifierBytes)
+		}
+	}
+	return nil
 }
 
 // checkSource connects to the source peer and runs the preflight checks on
@@ -403,7 +428,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	switch {
 	case errors.As(err, &apiErr):
 		return nil, apiErr
-	case errors.Is(err, db.ErrConflict):
+	case db.Violates(err, db.ConstraintMirrorName):
 		return nil, errorf(http.StatusConflict, "Mirror %q already exists: choose another name", b.Name)
 	case err != nil:
 		return nil, h.internal(ctx, "create the mirror", err)

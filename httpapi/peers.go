@@ -179,7 +179,7 @@ func (h *handlers) createPeer(ctx context.Context, in *peerCreateInput) (*peerOu
 	}
 	p, err := h.store.PeerCreate(ctx, db.PeerCreateParams{Name: b.Name, Host: b.Host, Port: b.Port, User: b.User,
 		Password: b.Password, Database: b.Database, SSLMode: b.SSLMode, SSLRootCert: b.SSLRootCert})
-	if errors.Is(err, db.ErrConflict) {
+	if db.Violates(err, db.ConstraintPeerName) {
 		return nil, errorf(http.StatusConflict, "Peer %q already exists: choose another name or update it with PUT /v1/peers/%s", b.Name, b.Name)
 	}
 	if err != nil {

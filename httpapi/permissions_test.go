@@ -44,6 +44,7 @@ func TestPermissionMatrix(t *testing.T) {
 
 	matrix := []endpoint{
 		{http.MethodGet, "/health", "/health", "open", nil, http.StatusOK},
+		{http.MethodGet, "/ready", "/ready", "open", nil, http.StatusOK},
 		{http.MethodPost, "/v1/auth/login", "/v1/auth/login", "open", fixed(map[string]any{"username": "viewer", "password": "viewer-password"}), http.StatusOK},
 		{http.MethodGet, "/v1/auth/me", "/v1/auth/me", "authed", nil, http.StatusOK},
 		{http.MethodPost, "/v1/auth/change-password", "/v1/auth/change-password", "authed", func(role string) any {

@@ -100,7 +100,7 @@ func (h *handlers) createUser(ctx context.Context, in *userCreateInput) (*userCr
 		u, err = h.store.UserCreateTx(ctx, tx, in.Body.Username, hash, in.Body.Role)
 		return err
 	})
-	if errors.Is(err, db.ErrConflict) {
+	if db.Violates(err, db.ConstraintUsername) {
 		return nil, errorf(http.StatusConflict, "User %q already exists: choose another username", in.Body.Username)
 	}
 	if err != nil {

@@ -37,6 +37,7 @@ type config struct {
 	LoginAddressFailures int
 	LoginFailureWindow   time.Duration
 	TrustedProxies       []netip.Prefix
+	HTTP                 httpConfig
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -79,6 +80,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return cfg, err
 	}
 	if cfg.LoginFailureWindow, err = boundedDurationVar(getenv, "SERVICE_LOGIN_FAILURE_WINDOW", 15*time.Minute, time.Second, 24*time.Hour); err != nil {
+		return cfg, err
+	}
+	if cfg.HTTP, err = loadHTTPConfig(getenv); err != nil {
 		return cfg, err
 	}
 	switch strings.ToLower(cmp.Or(getenv("SERVICE_LOG_LEVEL"), "info")) {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -102,6 +101,10 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// catalogConnectTimeout bounds each new connection to the catalog unless
+// SERVICE_DATABASE_URL sets connect_timeout.
+const catalogConnectTimeout = 5 * time.Second
+
 // openPool connects to the catalog, waiting up to a minute for it to accept
 // connections (a catalog that starts together with the service).
 func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
@@ -111,6 +114,13 @@ func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	if poolCfg.MaxConns < 20 {
 		poolCfg.MaxConns = 20
+	}
+	if poolCfg.ConnConfig.ConnectTimeout == 0 {
+		// Without a bound, a catalog host that drops packets would hold
+		// every API request until the operating system gives up on the
+		// connection (minutes, past the HTTP write timeout); with it they
+		// answer 503 (catalog unavailable).
+		poolCfg.ConnConfig.ConnectTimeout = catalogConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
@@ -207,11 +217,7 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	if err != nil {
 		return fmt.Errorf("create HTTP API: %w", err)
 	}
-	server := &http.Server{
-		Addr:              net.JoinHostPort("", strconv.Itoa(cfg.Port)),
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	server := newHTTPServer(cfg.HTTP, cfg.Port, handler)
 	listener, err := net.Listen("tcp", server.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on port %d: %w", cfg.Port, err)
@@ -222,8 +228,8 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 		return fmt.Errorf("start job workers: %w", err)
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- server.Serve(listener) }()
-	logger.Info("pgmirror serving", "addr", listener.Addr().String(), "version", version)
+	go func() { serveErr <- serveHTTP(server, listener) }()
+	logger.Info("pgmirror serving", "addr", listener.Addr().String(), "tls", server.TLSConfig != nil, "version", version)
 
 	select {
 	case <-ctx.Done():
