@@ -199,8 +199,14 @@ type errorBody struct {
 func (e *apiError) Error() string  { return e.Message }
 func (e *apiError) GetStatus() int { return e.status }
 
-// GetHeaders returns headers sent with the error (Retry-After of a 503).
-func (e *apiError) GetHeaders() http.Header { return e.headers }
+// GetHeaders returns headers sent with the error (Retry-After of a 503 or a
+// 429). Never nil: huma.ErrorWithHeaders adds to it.
+func (e *apiError) GetHeaders() http.Header {
+	if e.headers == nil {
+		e.headers = http.Header{}
+	}
+	return e.headers
+}
 
 // retryAfter is the Retry-After (seconds) of the 503 sent while the catalog
 // is unreachable.

@@ -54,6 +54,12 @@ type bodyContext struct {
 
 func (c *bodyContext) BodyReader() io.Reader { return c.body }
 
+// SetReadDeadline does nothing: the body is already read. (A deadline left
+// on the connection after the body is read makes net/http's background read
+// fail when it passes, which cancels the request's context while the
+// handler still works, for example on a slow peer connection.)
+func (c *bodyContext) SetReadDeadline(time.Time) error { return nil }
+
 // strictBody returns the middleware that checks request bodies' keys.
 func strictBody(api huma.API) func(huma.Context, func(huma.Context)) {
 	registry := api.OpenAPI().Components.Schemas
@@ -69,6 +75,7 @@ func strictBody(api huma.API) func(huma.Context, func(huma.Context)) {
 		// Read one byte more than Huma accepts, so that Huma still sees an
 		// oversized body as one and answers 413.
 		raw, err := io.ReadAll(io.LimitReader(ctx.BodyReader(), op.MaxBodyBytes+1))
+		_ = ctx.SetReadDeadline(time.Time{})
 		if err != nil {
 			var netErr interface{ Timeout() bool }
 			if errors.As(err, &netErr) && netErr.Timeout() {

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"net"
 	"net/http"
@@ -11,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/pgmirror/pgmirror/db"
 )
@@ -134,8 +133,8 @@ func (g *loginGuard) acquire(ctx context.Context) (func(), error) {
 
 // tooManyRequests is a 429 with a Retry-After header in seconds.
 func tooManyRequests(retryAfter int, format string, args ...any) error {
-	return huma.ErrorWithHeaders(errorf(http.StatusTooManyRequests, format, args...),
-		http.Header{"Retry-After": []string{strconv.Itoa(retryAfter)}})
+	return &apiError{status: http.StatusTooManyRequests, headers: http.Header{"Retry-After": {strconv.Itoa(retryAfter)}},
+		Message: fmt.Sprintf(format, args...)}
 }
 
 type clientAddrKey struct{}
