@@ -32,12 +32,12 @@ type MirrorLock struct {
 func (s *Store) MirrorTryLock(ctx context.Context, mirrorID int64) (*MirrorLock, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("acquire catalog connection for mirror lock: %w", err)
+		return nil, fmt.Errorf("acquire catalog connection for mirror lock: %w", translate(err))
 	}
 	var ok bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", int32(mirrorLockClass), int32(mirrorID)).Scan(&ok); err != nil {
 		conn.Release()
-		return nil, fmt.Errorf("try lock of mirror %d: %w", mirrorID, err)
+		return nil, fmt.Errorf("try lock of mirror %d: %w", mirrorID, translate(err))
 	}
 	if !ok {
 		conn.Release()

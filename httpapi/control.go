@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/jackc/pgx/v5"
@@ -325,6 +326,10 @@ func (h *handlers) getTables(ctx context.Context, in *mirrorPath) (*tablesOutput
 	return &tablesOutput{Body: mappingsResponse(tables)}, nil
 }
 
+// runStopWait bounds how long PUT tables waits for a paused mirror's run to
+// stop.
+const runStopWait = 30 * time.Second
+
 func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOutput, error) {
 	m, err := h.mirror(ctx, in.Name)
 	if err != nil {
@@ -349,6 +354,18 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 	if err := h.checkSource(ctx, source, mappings); err != nil {
 		return nil, err
 	}
+	// Paused answers at once, but the mirror's run may still be finishing
+	// its last batch: wait until it let go of the mirror (its lock), so
+	// that no change of a removed table is applied with the old tables
+	// after this answers.
+	lock, err := h.store.MirrorLockWait(ctx, m.ID, runStopWait)
+	if errors.Is(err, db.ErrUnavailable) {
+		return nil, h.internal(ctx, "wait for the mirror's run to stop", err)
+	}
+	if err != nil {
+		return nil, errorf(http.StatusConflict, "Mirror %q is still finishing its last batch after the pause: try again in a few seconds", m.Name)
+	}
+	defer lock.Release()
 	var tables []db.MirrorTable
 	err = h.controlTx(ctx, in.Name, func(tx pgx.Tx, locked db.Mirror) error {
 		// The source check took time: the mirror must still be the same and paused.
