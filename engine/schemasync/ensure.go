@@ -44,11 +44,31 @@ type source struct {
 // not exist, is an error. All DDL runs in one destination transaction; the
 // statements executed are returned, so a second run returns none.
 func EnsureTables(ctx context.Context, src, dst Conn, mappings []change.Mapping) ([]string, error) {
+	r, err := EnsureTablesReport(ctx, src, dst, mappings)
+	return r.DDL, err
+}
+
+// Report is what EnsureTablesReport did on the destination.
+type Report struct {
+	// DDL are the statements executed, in order.
+	DDL []string
+	// Existing are the destination tables (qualified, quoted) that existed
+	// already: they were checked and left as they are.
+	Existing []string
+	// Warnings describe what could not be created as on the source (a
+	// generated column or default whose expression the destination cannot
+	// compute, an identity created BY DEFAULT instead of ALWAYS).
+	Warnings []string
+}
+
+// EnsureTablesReport is EnsureTables, and also reports the destination
+// tables that existed and the warnings of the tables it created.
+func EnsureTablesReport(ctx context.Context, src, dst Conn, mappings []change.Mapping) (Report, error) {
 	sources, graph, err := readSources(ctx, src, mappings, true)
 	if err != nil {
-		return nil, err
+		return Report{}, err
 	}
-	return inDestination(ctx, dst, func(tx pgx.Tx, log *ddlLog) error {
+	log, err := inDestination(ctx, dst, func(tx pgx.Tx, log *ddlLog) error {
 		if err := ensureTypes(ctx, tx, graph.creationOrder(typeRoots(sources)), log); err != nil {
 			return err
 		}
@@ -65,10 +85,15 @@ func EnsureTables(ctx context.Context, src, dst Conn, mappings []change.Mapping)
 				if err := checkExisting(s, dt); err != nil {
 					return err
 				}
+				log.existing = append(log.existing, s.m.Destination.Quoted())
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return Report{}, err
+	}
+	return Report{DDL: log.statements, Existing: log.existing, Warnings: log.warnings}, nil
 }
 
 // SyncColumns brings the destination tables of mappings up to their source
@@ -87,7 +112,7 @@ func SyncColumns(ctx context.Context, src, dst Conn, mappings []change.Mapping) 
 	if err != nil {
 		return nil, nil, err
 	}
-	ddl, err = inDestination(ctx, dst, func(tx pgx.Tx, log *ddlLog) error {
+	log, err := inDestination(ctx, dst, func(tx pgx.Tx, log *ddlLog) error {
 		if err := ensureTypes(ctx, tx, graph.creationOrder(typeRoots(sources)), log); err != nil {
 			return err
 		}
@@ -106,14 +131,14 @@ func SyncColumns(ctx context.Context, src, dst Conn, mappings []change.Mapping) 
 			if err != nil {
 				return err
 			}
-			warnings = append(warnings, w...)
+			log.warnings = append(log.warnings, w...)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return ddl, warnings, nil
+	return log.statements, log.warnings, nil
 }
 
 // readSources describes every mapping's source table and loads the types its
@@ -179,9 +204,16 @@ func typeRoots(sources []source) []uint32 {
 	return roots
 }
 
-// ddlLog executes DDL statements and remembers the ones that succeeded.
+// ddlLog executes DDL statements and remembers the ones that succeeded,
+// the destination tables that existed already, and warnings.
 type ddlLog struct {
 	statements []string
+	existing   []string
+	warnings   []string
+}
+
+func (l *ddlLog) warn(format string, args ...any) {
+	l.warnings = append(l.warnings, fmt.Sprintf(format, args...))
 }
 
 func (l *ddlLog) exec(ctx context.Context, tx pgx.Tx, stmt string) error {
@@ -195,7 +227,7 @@ func (l *ddlLog) exec(ctx context.Context, tx pgx.Tx, stmt string) error {
 // inDestination runs fn in one destination transaction, under the schemasync
 // lock and with only pg_catalog on the search path (so qualified names from
 // the source resolve the same way), and commits it.
-func inDestination(ctx context.Context, dst Conn, fn func(tx pgx.Tx, log *ddlLog) error) ([]string, error) {
+func inDestination(ctx context.Context, dst Conn, fn func(tx pgx.Tx, log *ddlLog) error) (*ddlLog, error) {
 	tx, err := dst.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("destination: begin: %w", err)
@@ -222,7 +254,7 @@ func inDestination(ctx context.Context, dst Conn, fn func(tx pgx.Tx, log *ddlLog
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("destination: commit DDL: %w", err)
 	}
-	return log.statements, nil
+	return log, nil
 }
 
 func ensureSchema(ctx context.Context, tx pgx.Tx, schema string, log *ddlLog) error {
@@ -236,48 +268,12 @@ func ensureSchema(ctx context.Context, tx pgx.Tx, schema string, log *ddlLog) er
 	return log.exec(ctx, tx, "CREATE SCHEMA IF NOT EXISTS "+change.QuoteIdent(schema))
 }
 
-// columnDef returns the definition of source column c in CREATE TABLE or ADD
-// COLUMN; notNull keeps its NOT NULL.
-func columnDef(c Column, notNull bool) string {
-	def := change.QuoteIdent(c.Name) + " " + c.Type
-	if c.Generated {
-		return def + " GENERATED ALWAYS AS (" + c.GenerationExpr + ") STORED"
-	}
-	if notNull && c.NotNull {
-		def += " NOT NULL"
-	}
-	return def
-}
-
 func quoteIdents(names []string) string {
 	quoted := make([]string, len(names))
 	for i, n := range names {
 		quoted[i] = change.QuoteIdent(n)
 	}
 	return strings.Join(quoted, ", ")
-}
-
-func createTable(ctx context.Context, tx pgx.Tx, s source, log *ddlLog) error {
-	var defs []string
-	for _, c := range s.table.Columns {
-		if !s.m.Excluded(c.Name) {
-			defs = append(defs, columnDef(c, true))
-		}
-	}
-	if len(defs) == 0 {
-		return fmt.Errorf("create table %s: every column of %s is excluded", s.m.Destination, s.m.Source)
-	}
-	switch {
-	case len(s.table.PrimaryKey) > 0:
-		defs = append(defs, "PRIMARY KEY ("+quoteIdents(s.table.PrimaryKey)+")")
-	case s.table.ReplicaIdentity == ReplicaIdentityIndex && len(s.table.IdentityColumns) > 0:
-		defs = append(defs, "UNIQUE ("+quoteIdents(s.table.IdentityColumns)+")")
-	}
-	if err := ensureSchema(ctx, tx, s.m.Destination.Schema, log); err != nil {
-		return err
-	}
-	stmt := fmt.Sprintf("CREATE TABLE %s (\n  %s\n)", s.m.Destination.Quoted(), strings.Join(defs, ",\n  "))
-	return log.exec(ctx, tx, stmt)
 }
 
 // checkExisting checks that existing destination table dt can take the rows
