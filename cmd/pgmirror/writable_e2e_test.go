@@ -31,7 +31,8 @@ INSERT INTO rich (id, qty, price, code) SELECT g, g % 5, g, 'c' || g FROM genera
 // TestWritableDestinationTables: the tables a mirror creates take writes
 // after a switch-over: identity, serial sequence, defaults and a computed
 // generated column, and after the snapshot the check constraints and
-// indexes; an existing destination table is left as it is.
+// non-unique indexes (unique ones would break CDC of swapped values); an
+// existing destination table is left as it is.
 func TestWritableDestinationTables(t *testing.T) {
 	t.Parallel()
 	_, src, dst, s := newEnv(t, writableSchema)
@@ -54,6 +55,11 @@ func TestWritableDestinationTables(t *testing.T) {
 		INSERT INTO rich (id, code) VALUES (51, 'new');
 		UPDATE rich SET qty = qty + 1, price = price * 2 WHERE id <= 10;
 		INSERT INTO pre VALUES (1, 'p')`)
+	// Two rows swap their unique codes in one transaction: the batch applies
+	// them in one statement, which a unique index on the destination would
+	// reject; unique indexes wait for the cut-over.
+	exec1(t, src, `BEGIN; UPDATE rich SET code = 'tmp' WHERE id = 1; UPDATE rich SET code = 'c1' WHERE id = 2;
+		UPDATE rich SET code = 'c2' WHERE id = 1; COMMIT`)
 	waitEqual(t, src, dst, "public.ident", "public.ident", "id, v", 30*time.Second)
 	waitEqual(t, src, dst, "public.alw", "public.alw", "id, v", 30*time.Second)
 	waitEqual(t, src, dst, "public.ser", "public.ser", "id, v", 30*time.Second)
@@ -90,8 +96,8 @@ func TestWritableDestinationTables(t *testing.T) {
 	var checks, indexes int64
 	pgxConnQuery(t, dst, `SELECT count(*) FROM pg_constraint WHERE conrelid = 'rich'::regclass AND contype = 'c'`, &checks)
 	pgxConnQuery(t, dst, `SELECT count(*) FROM pg_index WHERE indrelid = 'rich'::regclass AND NOT indisprimary`, &indexes)
-	if checks != 1 || indexes != 2 {
-		t.Errorf("rich has %d check constraints and %d secondary indexes on the destination, want 1 and 2", checks, indexes)
+	if checks != 1 || indexes != 1 {
+		t.Errorf("rich has %d check constraints and %d secondary indexes on the destination, want 1 and 1 (the unique index waits for the cut-over)", checks, indexes)
 	}
 	pgxConnQuery(t, dst, `SELECT count(*) FROM pg_constraint WHERE conrelid = 'pre'::regclass AND contype = 'c'`, &checks)
 	pgxConnQuery(t, dst, `SELECT count(*) FROM pg_index WHERE indrelid = 'pre'::regclass AND NOT indisprimary`, &indexes)
@@ -108,8 +114,8 @@ func TestWritableDestinationTables(t *testing.T) {
 	for _, e := range logs {
 		if e.Message == "Constraints and indexes created" && e.Details["table"] == "public.rich" {
 			ddl, _ := e.Details["ddl_statements"].([]any)
-			if len(ddl) != 3 {
-				t.Errorf("constraints and indexes of rich: %v, want 3 statements", ddl)
+			if len(ddl) != 2 {
+				t.Errorf("constraints and indexes of rich: %v, want 2 statements", ddl)
 			}
 		}
 	}
@@ -129,10 +135,8 @@ func TestWritableDestinationTables(t *testing.T) {
 	if queryInt64(t, dst, `SELECT count(*) FROM ident WHERE v = 'after' AND id = 61`) != 1 {
 		t.Error("insert into ident did not take the next identity value 61")
 	}
-	for _, bad := range []string{`INSERT INTO rich (id, price) VALUES (1001, -1)`, `INSERT INTO rich (id, code) VALUES (1002, 'C1')`} {
-		if err := execErr(dst, bad); err == nil {
-			t.Errorf("%s: accepted, want a constraint violation", bad)
-		}
+	if err := execErr(dst, `INSERT INTO rich (id, price) VALUES (1001, -1)`); err == nil {
+		t.Error("a row violating the check constraint was accepted")
 	}
 }
 

@@ -20,7 +20,8 @@ SELECT c.conname::text, pg_catalog.pg_get_constraintdef(c.oid),
        EXISTS (SELECT 1 FROM pg_catalog.unnest(c.conkey) k
                JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k
                WHERE a.attname = ANY ($2::text[])),
-       COALESCE((SELECT i.indisreplident FROM pg_catalog.pg_index i WHERE i.indexrelid = c.conindid), false)
+       COALESCE((SELECT i.indisreplident FROM pg_catalog.pg_index i WHERE i.indexrelid = c.conindid), false),
+       c.contype <> 'c'
 FROM pg_catalog.pg_constraint c
 WHERE c.conrelid = $1 AND c.contype IN ('c', 'u', 'x')
 ORDER BY c.contype, c.conname`
@@ -37,7 +38,7 @@ SELECT ic.relname::text, pg_catalog.pg_get_indexdef(i.indexrelid),
        EXISTS (SELECT 1 FROM pg_catalog.unnest(i.indkey::int2[]) k
                JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k
                WHERE a.attname = ANY ($2::text[])),
-       i.indisreplident
+       i.indisreplident, i.indisunique
 FROM pg_catalog.pg_index i
 JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
 JOIN pg_catalog.pg_class tc ON tc.oid = i.indrelid
@@ -58,14 +59,37 @@ type deferredObject struct {
 	usesExcluded bool
 	// replicaIdentity: its index is the replica identity index.
 	replicaIdentity bool
+	// unique: a unique or exclusion constraint, or a unique index.
+	unique bool
 }
 
-// AddIndexesAndConstraints gives the destination table of m the check,
-// unique and exclusion constraints (NOT VALID ones stay NOT VALID) and the
-// secondary indexes of its source table, under their source names. It is
-// meant to run after the table's snapshot copy, so that they do not slow
-// the copy down, and does nothing for tables that EnsureTables did not
-// create (those are left as they are).
+// DeferredSet selects what AddIndexesAndConstraints creates.
+type DeferredSet int
+
+const (
+	// AfterCopy is what a table gets once its snapshot copy is done: check
+	// constraints and non-unique indexes. Unique and exclusion constraints
+	// and unique indexes are left out while CDC applies changes: a batch is
+	// collapsed to the final state of each key and applied with set-based
+	// statements, so values that rows swap within one batch (a unique
+	// "position" column being reordered) would violate them for a moment,
+	// and PostgreSQL checks a non-deferrable unique index row by row; the
+	// batch would fail the same way on every retry.
+	AfterCopy DeferredSet = iota + 1
+	// AtCutover adds the unique and exclusion constraints and unique
+	// indexes: for the switch-over, once everything is applied and no
+	// further batch comes.
+	AtCutover
+)
+
+// AddIndexesAndConstraints gives the destination table of m the check
+// constraints (NOT VALID ones stay NOT VALID) and secondary indexes of its
+// source table, under their source names, and with set AtCutover also its
+// unique and exclusion constraints and unique indexes (see DeferredSet for
+// why they wait). It is meant to run after the table's snapshot copy
+// (AfterCopy), so that they do not slow the copy down, and does nothing
+// for tables that EnsureTables did not create (those are left as they
+// are).
 //
 // It is idempotent: a constraint of the same name on the table, or a
 // relation of the index's name in the destination schema, is skipped.
@@ -74,7 +98,7 @@ type deferredObject struct {
 // destination rejects (it uses an excluded column, a function the
 // destination lacks, ...) is reported in warnings and the others are still
 // created. It returns the statements executed.
-func AddIndexesAndConstraints(ctx context.Context, src, dst Conn, m change.Mapping) (ddl, warnings []string, err error) {
+func AddIndexesAndConstraints(ctx context.Context, src, dst Conn, m change.Mapping, set DeferredSet) (ddl, warnings []string, err error) {
 	dstOID, created, err := createdByPgmirror(ctx, dst, m.Destination)
 	if err != nil || !created {
 		return nil, nil, err
@@ -86,6 +110,8 @@ func AddIndexesAndConstraints(ctx context.Context, src, dst Conn, m change.Mappi
 	log := &ddlLog{}
 	skip := func(o deferredObject, what string) bool {
 		switch {
+		case o.unique && set != AtCutover:
+			return true
 		case o.usesExcluded:
 			log.warn("%s %s of %s is not created on %s: it uses an excluded column", what, change.QuoteIdent(o.name), m.Source, m.Destination)
 			return true
@@ -180,7 +206,7 @@ func readDeferred(ctx context.Context, src Conn, m change.Mapping) (Table, []def
 		}
 		constraints, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (deferredObject, error) {
 			var o deferredObject
-			return o, row.Scan(&o.name, &o.def, &o.usesExcluded, &o.replicaIdentity)
+			return o, row.Scan(&o.name, &o.def, &o.usesExcluded, &o.replicaIdentity, &o.unique)
 		})
 		if err != nil {
 			return fmt.Errorf("source: read constraints of %s: %w", m.Source, err)
@@ -191,7 +217,7 @@ func readDeferred(ctx context.Context, src Conn, m change.Mapping) (Table, []def
 		}
 		indexes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (deferredObject, error) {
 			var o deferredObject
-			return o, row.Scan(&o.name, &o.def, &o.prefix, &o.usesExcluded, &o.replicaIdentity)
+			return o, row.Scan(&o.name, &o.def, &o.prefix, &o.usesExcluded, &o.replicaIdentity, &o.unique)
 		})
 		if err != nil {
 			return fmt.Errorf("source: read indexes of %s: %w", m.Source, err)

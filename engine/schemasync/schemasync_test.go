@@ -409,13 +409,12 @@ func TestEnsureTablesWritable(t *testing.T) {
 	// Replication writes explicit values into the identity columns.
 	pgtest.Exec(t, b.dstURL, `INSERT INTO app.always (id, v) VALUES (5000, 'b'); TRUNCATE app.rich`)
 
-	ddl, warnings, err := AddIndexesAndConstraints(b.ctx, b.src, b.dst, mappings[3])
+	// After the copy: checks and non-unique indexes.
+	ddl, warnings, err := AddIndexesAndConstraints(b.ctx, b.src, b.dst, mappings[3], AfterCopy)
 	require.NoError(t, err)
 	require.Equal(t, []string{
 		`ALTER TABLE "app"."rich" ADD CONSTRAINT "code_upper" CHECK ((code = upper(code))) NOT VALID`,
 		`ALTER TABLE "app"."rich" ADD CONSTRAINT "rich_price_check" CHECK ((price >= (0)::numeric))`,
-		`ALTER TABLE "app"."rich" ADD CONSTRAINT "code_unique" UNIQUE (code)`,
-		`CREATE UNIQUE INDEX IF NOT EXISTS "Rich Lower" ON "app"."rich" USING btree (lower(code))`,
 		`CREATE INDEX IF NOT EXISTS "rich_created" ON "app"."rich" USING btree (created DESC) WHERE (qty > 0)`,
 	}, ddl)
 	require.Len(t, warnings, 2)
@@ -423,15 +422,25 @@ func TestEnsureTablesWritable(t *testing.T) {
 	require.Contains(t, warnings[1], `index "rich_secret" of app.rich is not created on app.rich: it uses an excluded column`)
 	_, err = b.dst.Exec(b.ctx, `INSERT INTO app.rich (id, price) VALUES (2, -1)`)
 	require.ErrorContains(t, err, "rich_price_check")
-	pgtest.Exec(t, b.dstURL, `INSERT INTO app.rich (id, code) VALUES (3, 'ABC')`)
-	_, err = b.dst.Exec(b.ctx, `INSERT INTO app.rich (id, code) VALUES (4, 'ABC')`)
-	require.ErrorContains(t, err, "code_unique")
 	var validated bool
 	require.NoError(t, b.dst.QueryRow(b.ctx, `SELECT convalidated FROM pg_constraint WHERE conname = 'code_upper'`).Scan(&validated))
 	require.False(t, validated, "a NOT VALID constraint stays NOT VALID")
+	pgtest.Exec(t, b.dstURL, `INSERT INTO app.rich (id, code) VALUES (3, 'ABC'), (4, 'ABC')`) // no unique yet
+	pgtest.Exec(t, b.dstURL, `DELETE FROM app.rich WHERE id = 4`)
+
+	// At the cut-over: the unique ones too.
+	ddl, warnings, err = AddIndexesAndConstraints(b.ctx, b.src, b.dst, mappings[3], AtCutover)
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		`ALTER TABLE "app"."rich" ADD CONSTRAINT "code_unique" UNIQUE (code)`,
+		`CREATE UNIQUE INDEX IF NOT EXISTS "Rich Lower" ON "app"."rich" USING btree (lower(code))`,
+	}, ddl)
+	require.Len(t, warnings, 2)
+	_, err = b.dst.Exec(b.ctx, `INSERT INTO app.rich (id, code) VALUES (4, 'ABC')`)
+	require.ErrorContains(t, err, "code_unique")
 
 	// Idempotent.
-	ddl, warnings, err = AddIndexesAndConstraints(b.ctx, b.src, b.dst, mappings[3])
+	ddl, warnings, err = AddIndexesAndConstraints(b.ctx, b.src, b.dst, mappings[3], AtCutover)
 	require.NoError(t, err)
 	require.Empty(t, ddl)
 	require.Len(t, warnings, 2)
@@ -450,7 +459,7 @@ func TestEnsureTablesLeavesExistingTables(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, r.DDL)
 	require.Equal(t, []string{`"public"."t"`}, r.Existing)
-	ddl, warnings, err := AddIndexesAndConstraints(b.ctx, b.src, b.dst, m)
+	ddl, warnings, err := AddIndexesAndConstraints(b.ctx, b.src, b.dst, m, AtCutover)
 	require.NoError(t, err)
 	require.Empty(t, ddl)
 	require.Empty(t, warnings)

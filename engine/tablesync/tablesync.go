@@ -436,9 +436,10 @@ func (r *run) copyTable(ctx context.Context, job *tableJob, workers chan *worker
 	return nil
 }
 
-// addIndexes creates the source's check constraints and indexes on the
-// destination table of job, which pgmirror created, once its rows are in
-// (schemasync.AddIndexesAndConstraints), over a worker's connections.
+// addIndexes creates the source's check constraints and non-unique indexes
+// on the destination table of job, when pgmirror created it, once its rows
+// are in (schemasync.AddIndexesAndConstraints with AfterCopy), over a
+// worker's connections.
 func (r *run) addIndexes(ctx context.Context, job *tableJob, workers chan *worker) error {
 	var w *worker
 	select {
@@ -451,7 +452,7 @@ func (r *run) addIndexes(ctx context.Context, job *tableJob, workers chan *worke
 		return err
 	}
 	start := time.Now()
-	ddl, warnings, err := schemasync.AddIndexesAndConstraints(ctx, w.src, w.dst, job.m)
+	ddl, warnings, err := schemasync.AddIndexesAndConstraints(ctx, w.src, w.dst, job.m, schemasync.AfterCopy)
 	if err != nil {
 		w.close(context.WithoutCancel(ctx))
 		return fmt.Errorf("add constraints and indexes after the copy: %w", err)
