@@ -26,7 +26,10 @@ CREATE INDEX pre_v ON pre (v);
 INSERT INTO ident (v) SELECT 'i' || g FROM generate_series(1, 50) g;
 INSERT INTO alw (v) SELECT 'a' || g FROM generate_series(1, 50) g;
 INSERT INTO ser (v) SELECT 's' || g FROM generate_series(1, 50) g;
-INSERT INTO rich (id, qty, price, code) SELECT g, g % 5, g, 'c' || g FROM generate_series(1, 50) g;`
+INSERT INTO rich (id, qty, price, code) SELECT g, g % 5, g, 'c' || g FROM generate_series(1, 50) g;
+CREATE TABLE late (id bigserial PRIMARY KEY, n integer NOT NULL DEFAULT 0 CHECK (n >= 0));
+CREATE INDEX late_n ON late (n);
+INSERT INTO late (n) SELECT g FROM generate_series(1, 20) g;`
 
 // TestWritableDestinationTables: the tables a mirror creates take writes
 // after a switch-over: identity, serial sequence, defaults and a computed
@@ -137,6 +140,24 @@ func TestWritableDestinationTables(t *testing.T) {
 	}
 	if err := execErr(dst, `INSERT INTO rich (id, price) VALUES (1001, -1)`); err == nil {
 		t.Error("a row violating the check constraint was accepted")
+	}
+
+	// A table added later, into another schema, is created and indexed the same way.
+	s.mustDo("POST", "/v1/mirrors/writable/pause", nil, 200, nil)
+	s.waitStatus("writable", "paused", 30*time.Second)
+	maps = append(maps, mapping("public", "late", "moved", "late"))
+	s.mustDo("PUT", "/v1/mirrors/writable/tables", map[string]any{"table_mappings": maps}, 200, nil)
+	s.mustDo("POST", "/v1/mirrors/writable/resume", nil, 200, nil)
+	waitEqual(t, src, dst, "public.late", "moved.late", "id, n", 60*time.Second)
+	waitFor(t, "index of the added table", 30*time.Second, func() bool {
+		return queryInt64(t, dst, `SELECT count(*) FROM pg_index WHERE indrelid = 'moved.late'::regclass AND NOT indisprimary`) == 1 &&
+			queryInt64(t, dst, `SELECT count(*) FROM pg_constraint WHERE conrelid = 'moved.late'::regclass AND contype = 'c'`) == 1
+	})
+	if def := columnDefault(t, dst, "moved.late", "id"); def != "nextval('moved.late_id_seq'::regclass)" {
+		t.Errorf("moved.late.id default = %q", def)
+	}
+	if def := columnDefault(t, dst, "moved.late", "n"); def != "0" {
+		t.Errorf("moved.late.n default = %q", def)
 	}
 }
 
