@@ -166,7 +166,8 @@ func TestEnsureTablesPartitionedSource(t *testing.T) {
 	pgtest.Exec(t, b.srcURL, `
 CREATE TABLE events (id bigint NOT NULL, at date NOT NULL, body text, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
 CREATE TABLE events_2025 PARTITION OF events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
-CREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');`)
+CREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
+CREATE INDEX events_body ON events (body);`)
 	src := change.TableName{Schema: "public", Name: "events"}
 	dst := change.TableName{Schema: "archive", Name: "events"}
 
@@ -184,6 +185,12 @@ CREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO (
 	require.Equal(t, []string{"id", "at", "body"}, columnNames(dstT.Columns))
 	require.Equal(t, []string{"id", "at"}, dstT.PrimaryKey)
 	require.True(t, BinaryCompatible(srcT, dstT, change.Mapping{Source: src, Destination: dst}))
+
+	// The partitioned index ("ON ONLY" on the source) becomes a plain one.
+	ddl, warnings, err := AddIndexesAndConstraints(b.ctx, b.src, b.dst, change.Mapping{Source: src, Destination: dst}, AfterCopy)
+	require.NoError(t, err)
+	require.Empty(t, warnings)
+	require.Equal(t, []string{`CREATE INDEX IF NOT EXISTS "events_body" ON "archive"."events" USING btree (body)`}, ddl)
 }
 
 func TestEnsureTablesExistingDestination(t *testing.T) {
