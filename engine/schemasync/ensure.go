@@ -55,7 +55,8 @@ type Report struct {
 	// DDL are the statements executed, in order.
 	DDL []string
 	// Existing are the destination tables (qualified, quoted) that existed
-	// already: they were checked and left as they are.
+	// already and that pgmirror did not create: they were checked and left
+	// as they are.
 	Existing []string
 	// Warnings describe what could not be created as on the source (a
 	// generated column or default whose expression the destination cannot
@@ -87,7 +88,12 @@ func EnsureTablesReport(ctx context.Context, src, dst Conn, mappings []change.Ma
 				if err := checkExisting(s, dt); err != nil {
 					return err
 				}
-				log.existing = append(log.existing, s.m.Destination.Quoted())
+				// A table an earlier attempt created is not the user's.
+				if _, ours, err := createdByPgmirror(ctx, tx, s.m.Destination); err != nil {
+					return err
+				} else if !ours {
+					log.existing = append(log.existing, s.m.Destination.Quoted())
+				}
 			}
 		}
 		return nil

@@ -451,9 +451,10 @@ func TestEnsureTablesWritable(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ddl)
 	require.Len(t, warnings, 2)
-	ddl, err = EnsureTables(b.ctx, b.src, b.dst, mappings)
+	r, err = EnsureTablesReport(b.ctx, b.src, b.dst, mappings)
 	require.NoError(t, err)
-	require.Empty(t, ddl)
+	require.Empty(t, r.DDL)
+	require.Empty(t, r.Existing, "tables pgmirror created are not reported as the user's")
 }
 
 func TestEnsureTablesLeavesExistingTables(t *testing.T) {
