@@ -104,6 +104,24 @@ func (r *mirrorRun) addMissingColumns(ctx context.Context, cause error) (bool, e
 	return true, nil
 }
 
+// logEnsureReport logs what the first setup did to the destination tables:
+// the tables it created (their constraints and indexes follow after each
+// table's copy, "Constraints and indexes created"), those that existed and
+// were left as they are, and what it could not create as on the source.
+func (r *mirrorRun) logEnsureReport(ctx context.Context, tables []db.MirrorTable, report schemasync.Report, d time.Duration) {
+	if len(report.DDL) > 0 {
+		r.log(ctx, db.LevelInfo, "Destination tables created", db.SchemaSyncDetails{
+			Tables: tableNames(tables), DDLStatements: report.DDL, DurationMS: d.Milliseconds()})
+	}
+	if len(report.Existing) > 0 {
+		r.log(ctx, db.LevelInfo, "Existing destination tables used as they are", map[string]any{"tables": report.Existing,
+			"note": "pgmirror checked their columns and changes nothing else: no defaults, identity, sequences, constraints or indexes are added"})
+	}
+	for _, w := range report.Warnings {
+		r.log(ctx, db.LevelWarn, "Destination table differs from the source", map[string]any{"warning": w})
+	}
+}
+
 // logSchemaWarnings logs what a schema sync found but left alone (columns
 // dropped or renamed on the source).
 func (r *mirrorRun) logSchemaWarnings(ctx context.Context, warnings []string) {
@@ -201,14 +219,11 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 	started := time.Now()
 	if effectiveStatus(m) == db.StatusInitializing {
 		// First setup: create what is missing, check what exists.
-		ddl, err := schemasync.EnsureTables(ctx, src, dst, mappings)
+		report, err := schemasync.EnsureTablesReport(ctx, src, dst, mappings)
 		if err != nil {
 			return fmt.Errorf("prepare destination tables: %w", err)
 		}
-		if len(ddl) > 0 {
-			r.log(ctx, db.LevelInfo, "Destination tables created", db.SchemaSyncDetails{
-				Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
-		}
+		r.logEnsureReport(ctx, tables, report, time.Since(started))
 	} else if m.PendingAction == nil || *m.PendingAction != db.ActionSyncSchema {
 		// Later runs: follow source DDL made since (added columns, changed
 		// types, dropped columns relaxed) and create tables added to the
@@ -793,6 +808,14 @@ func (s *snapshotReporter) TableDone(ctx context.Context, t change.Mapping, rows
 	}
 	s.run.log(ctx, db.LevelInfo, db.MsgTableSnapshotCompleted, db.SnapshotDetails{
 		Table: t.Source.String(), RowsSnapshotted: rows, DurationSeconds: d.Seconds()})
+	return nil
+}
+
+// TableIndexed logs the constraints and indexes created on a destination
+// table after its copy (tablesync.IndexReporter).
+func (s *snapshotReporter) TableIndexed(ctx context.Context, t change.Mapping, ddl, warnings []string, d time.Duration) error {
+	s.run.log(ctx, db.LevelInfo, "Constraints and indexes created", map[string]any{"table": t.Destination.String(),
+		"ddl_statements": nonNil(ddl), "warnings": nonNil(warnings), "duration_ms": d.Milliseconds()})
 	return nil
 }
 

@@ -10,6 +10,15 @@
 // there. Each partition commits on the destination on its own; the snapshot
 // counts as done only when Run returns nil.
 //
+// # Constraints and indexes
+//
+// Once every partition of a table is committed, Run gives a destination
+// table that pgmirror created the source's check constraints and non-unique
+// indexes (schemasync.AddIndexesAndConstraints with AfterCopy) over one of
+// its worker connections, before reporting TableDone: the copy writes into
+// a table with nothing but its primary key, and a Reporter that implements
+// IndexReporter learns what was created.
+//
 // # Partitions and parallelism
 //
 // A table's partitions are its units of work and progress: each is

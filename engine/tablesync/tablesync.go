@@ -102,6 +102,15 @@ type Reporter interface {
 	TableDone(ctx context.Context, t change.Mapping, rows int64, d time.Duration) error
 }
 
+// IndexReporter is implemented by Reporters that want to know what was
+// created on a destination table after its copy (see
+// schemasync.AddIndexesAndConstraints): Run calls TableIndexed between the
+// table's last partition and TableDone when it created or skipped
+// something.
+type IndexReporter interface {
+	TableIndexed(ctx context.Context, t change.Mapping, ddl, warnings []string, d time.Duration) error
+}
+
 var snapshotNameRE = regexp.MustCompile(`^[0-9A-Fa-f]+(-[0-9A-Fa-f]+)+$`)
 
 // errDestinationFailed closes the pipe of a stream whose destination side
@@ -409,10 +418,48 @@ func (r *run) copyTable(ctx context.Context, job *tableJob, workers chan *worker
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("table %s: %w", job.m.Source, err)
 	}
+	if err := r.addIndexes(ctx, job, workers); err != nil {
+		return fmt.Errorf("table %s: %w", job.m.Source, err)
+	}
 	d := time.Since(start)
 	r.log.InfoContext(ctx, "snapshot of table done", "table", job.m.Source.String(), "rows", rows.Load(), "duration", d)
 	if err := r.rep.TableDone(ctx, job.m, rows.Load(), d); err != nil {
 		return fmt.Errorf("table %s: report done: %w", job.m.Source, err)
+	}
+	return nil
+}
+
+// addIndexes creates the source's check constraints and non-unique indexes
+// on the destination table of job, when pgmirror created it, once its rows
+// are in (schemasync.AddIndexesAndConstraints with AfterCopy), over a
+// worker's connections.
+func (r *run) addIndexes(ctx context.Context, job *tableJob, workers chan *worker) error {
+	var w *worker
+	select {
+	case w = <-workers:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { workers <- w }()
+	if err := r.connect(ctx, w); err != nil {
+		return err
+	}
+	start := time.Now()
+	ddl, warnings, err := schemasync.AddIndexesAndConstraints(ctx, w.src, w.dst, job.m, schemasync.AfterCopy)
+	if err != nil {
+		w.close(context.WithoutCancel(ctx))
+		return fmt.Errorf("add constraints and indexes after the copy: %w", err)
+	}
+	if len(ddl) == 0 && len(warnings) == 0 {
+		return nil
+	}
+	d := time.Since(start)
+	r.log.InfoContext(ctx, "constraints and indexes created after the copy", "table", job.m.Destination.String(),
+		"ddl", ddl, "warnings", warnings, "duration", d)
+	if ir, ok := r.rep.(IndexReporter); ok {
+		if err := ir.TableIndexed(ctx, job.m, ddl, warnings, d); err != nil {
+			return fmt.Errorf("report constraints and indexes: %w", err)
+		}
 	}
 	return nil
 }

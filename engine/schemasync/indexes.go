@@ -1,0 +1,272 @@
+package schemasync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// sourceConstraintsSQL lists the check, unique and exclusion constraints of
+// table $1 with their definitions, whether they use one of the columns $2
+// (the excluded ones), and whether their index is the replica identity.
+const sourceConstraintsSQL = `
+SELECT c.conname::text, pg_catalog.pg_get_constraintdef(c.oid),
+       EXISTS (SELECT 1 FROM pg_catalog.unnest(c.conkey) k
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k
+               WHERE a.attname = ANY ($2::text[])),
+       COALESCE((SELECT i.indisreplident FROM pg_catalog.pg_index i WHERE i.indexrelid = c.conindid), false),
+       c.contype <> 'c'
+FROM pg_catalog.pg_constraint c
+WHERE c.conrelid = $1 AND c.contype IN ('c', 'u', 'x')
+ORDER BY c.contype, c.conname`
+
+// sourceIndexesSQL lists the indexes of table $1 that back no constraint:
+// name, definition, the prefix of the definition up to USING as
+// pg_get_indexdef prints it, whether they use an excluded column ($2), and
+// whether they are the replica identity.
+const sourceIndexesSQL = `
+SELECT ic.relname::text, pg_catalog.pg_get_indexdef(i.indexrelid),
+       'CREATE ' || CASE WHEN i.indisunique THEN 'UNIQUE ' ELSE '' END || 'INDEX ' ||
+         pg_catalog.quote_ident(ic.relname) || ' ON ' || CASE WHEN tc.relkind = 'p' THEN 'ONLY ' ELSE '' END ||
+         pg_catalog.quote_ident(tn.nspname) || '.' || pg_catalog.quote_ident(tc.relname) || ' USING ',
+       EXISTS (SELECT 1 FROM pg_catalog.unnest(i.indkey::int2[]) k
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k
+               WHERE a.attname = ANY ($2::text[])),
+       i.indisreplident, i.indisunique
+FROM pg_catalog.pg_index i
+JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+JOIN pg_catalog.pg_class tc ON tc.oid = i.indrelid
+JOIN pg_catalog.pg_namespace tn ON tn.oid = tc.relnamespace
+WHERE i.indrelid = $1 AND NOT i.indisprimary
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c
+                  WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid AND c.contype IN ('p', 'u', 'x'))
+ORDER BY ic.relname`
+
+// deferredObject is a constraint or index of a source table that the
+// destination gets after the table's copy.
+type deferredObject struct {
+	name string
+	def  string
+	// prefix is what pg_get_indexdef printed before the access method.
+	prefix string
+	// usesExcluded: it uses a column the mapping excludes.
+	usesExcluded bool
+	// replicaIdentity: its index is the replica identity index.
+	replicaIdentity bool
+	// unique: a unique or exclusion constraint, or a unique index.
+	unique bool
+}
+
+// DeferredSet selects what AddIndexesAndConstraints creates.
+type DeferredSet int
+
+const (
+	// AfterCopy is what a table gets once its snapshot copy is done: check
+	// constraints and non-unique indexes. Unique and exclusion constraints
+	// and unique indexes are left out while CDC applies changes: a batch is
+	// collapsed to the final state of each key and applied with set-based
+	// statements, so values that rows swap within one batch (a unique
+	// "position" column being reordered) would violate them for a moment,
+	// and PostgreSQL checks a non-deferrable unique index row by row; the
+	// batch would fail the same way on every retry.
+	AfterCopy DeferredSet = iota + 1
+	// AtCutover adds the unique and exclusion constraints and unique
+	// indexes: for the switch-over, once everything is applied and no
+	// further batch comes.
+	AtCutover
+)
+
+// AddIndexesAndConstraints gives the destination table of m the check
+// constraints (NOT VALID ones stay NOT VALID) and secondary indexes of its
+// source table, under their source names, and with set AtCutover also its
+// unique and exclusion constraints and unique indexes (see DeferredSet for
+// why they wait). It is meant to run after the table's snapshot copy
+// (AfterCopy), so that they do not slow the copy down, and does nothing
+// for tables that EnsureTables did not create (those are left as they
+// are).
+//
+// It is idempotent: a constraint of the same name on the table, or a
+// relation of the index's name in the destination schema, is skipped.
+// Foreign keys are left out: see docs/operations.md, "Destination foreign
+// keys". Each object is created in a transaction of its own; one that the
+// destination rejects (it uses an excluded column, a function the
+// destination lacks, ...) is reported in warnings and the others are still
+// created. It returns the statements executed.
+func AddIndexesAndConstraints(ctx context.Context, src, dst Conn, m change.Mapping, set DeferredSet) (ddl, warnings []string, err error) {
+	dstOID, created, err := createdByPgmirror(ctx, dst, m.Destination)
+	if err != nil || !created {
+		return nil, nil, err
+	}
+	srcTable, constraints, indexes, err := readDeferred(ctx, src, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	log := &ddlLog{}
+	skip := func(o deferredObject, what string) bool {
+		switch {
+		case o.unique && set != AtCutover:
+			return true
+		case o.usesExcluded:
+			log.warn("%s %s of %s is not created on %s: it uses an excluded column", what, change.QuoteIdent(o.name), m.Source, m.Destination)
+			return true
+		case o.replicaIdentity && len(srcTable.PrimaryKey) == 0:
+			return true // the destination's UNIQUE constraint on the replica identity stands for it
+		}
+		return false
+	}
+	for _, c := range constraints {
+		if skip(c, "constraint") {
+			continue
+		}
+		var exists bool
+		if err := dst.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = $1 AND conname = $2)`,
+			dstOID, c.name).Scan(&exists); err != nil {
+			return nil, nil, fmt.Errorf("destination: look up constraint %s of %s: %w", change.QuoteIdent(c.name), m.Destination, err)
+		}
+		if exists {
+			continue
+		}
+		stmt := fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s", m.Destination.Quoted(), change.QuoteIdent(c.name), c.def)
+		if err := execDeferred(ctx, dst, log, stmt); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, ix := range indexes {
+		if skip(ix, "index") {
+			continue
+		}
+		stmt, ok := rewriteIndexDef(ix, m.Destination)
+		if !ok {
+			log.warn("index %s of %s is not created on %s: its definition %q has an unexpected form", change.QuoteIdent(ix.name), m.Source, m.Destination, ix.def)
+			continue
+		}
+		var onTable *uint32
+		err := dst.QueryRow(ctx, `SELECT i.indrelid FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_index i ON i.indexrelid = c.oid
+WHERE n.nspname = $1 AND c.relname = $2`, m.Destination.Schema, ix.name).Scan(&onTable)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, nil, fmt.Errorf("destination: look up index %s of %s: %w", change.QuoteIdent(ix.name), m.Destination, err)
+		case onTable == nil || *onTable != dstOID:
+			log.warn("index %s of %s is not created on %s: schema %s already has a relation of that name; create the index under another name",
+				change.QuoteIdent(ix.name), m.Source, m.Destination, change.QuoteIdent(m.Destination.Schema))
+			continue
+		default:
+			continue // already there
+		}
+		if err := execDeferred(ctx, dst, log, stmt); err != nil {
+			return nil, nil, err
+		}
+	}
+	return log.statements, log.warnings, nil
+}
+
+// createdByPgmirror returns the OID of destination table name and whether
+// EnsureTables created it.
+func createdByPgmirror(ctx context.Context, dst Conn, name change.TableName) (uint32, bool, error) {
+	var oid uint32
+	var comment string
+	err := dst.QueryRow(ctx, `SELECT c.oid, COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), '')
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'r'`, name.Schema, name.Name).Scan(&oid, &comment)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, fmt.Errorf("destination: look up table %s: %w", name, ErrTableNotFound)
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("destination: look up table %s: %w", name, err)
+	}
+	return oid, strings.HasPrefix(comment, createdComment), nil
+}
+
+// readDeferred describes the source table of m and reads its constraints
+// and indexes.
+func readDeferred(ctx context.Context, src Conn, m change.Mapping) (Table, []deferredObject, []deferredObject, error) {
+	var table Table
+	var constraints, indexes []deferredObject
+	excluded := m.ExcludeColumns
+	if excluded == nil {
+		excluded = []string{}
+	}
+	err := withCatalogPath(ctx, src, func(tx pgx.Tx) error {
+		var err error
+		if table, err = describe(ctx, tx, m.Source); err != nil {
+			return fmt.Errorf("source: %w", err)
+		}
+		rows, err := tx.Query(ctx, sourceConstraintsSQL, table.OID, excluded)
+		if err != nil {
+			return fmt.Errorf("source: read constraints of %s: %w", m.Source, err)
+		}
+		constraints, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (deferredObject, error) {
+			var o deferredObject
+			return o, row.Scan(&o.name, &o.def, &o.usesExcluded, &o.replicaIdentity, &o.unique)
+		})
+		if err != nil {
+			return fmt.Errorf("source: read constraints of %s: %w", m.Source, err)
+		}
+		rows, err = tx.Query(ctx, sourceIndexesSQL, table.OID, excluded)
+		if err != nil {
+			return fmt.Errorf("source: read indexes of %s: %w", m.Source, err)
+		}
+		indexes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (deferredObject, error) {
+			var o deferredObject
+			return o, row.Scan(&o.name, &o.def, &o.prefix, &o.usesExcluded, &o.replicaIdentity, &o.unique)
+		})
+		if err != nil {
+			return fmt.Errorf("source: read indexes of %s: %w", m.Source, err)
+		}
+		return nil
+	})
+	return table, constraints, indexes, err
+}
+
+// rewriteIndexDef turns the source's CREATE INDEX statement of ix into one
+// for destination table dst: IF NOT EXISTS, the destination table's name,
+// and the rest (access method, keys, INCLUDE, WHERE) verbatim.
+func rewriteIndexDef(ix deferredObject, dst change.TableName) (string, bool) {
+	rest, ok := strings.CutPrefix(ix.def, ix.prefix)
+	if !ok {
+		return "", false
+	}
+	unique := ""
+	if strings.HasPrefix(ix.prefix, "CREATE UNIQUE ") {
+		unique = "UNIQUE "
+	}
+	return fmt.Sprintf("CREATE %sINDEX IF NOT EXISTS %s ON %s USING %s", unique, change.QuoteIdent(ix.name), dst.Quoted(), rest), true
+}
+
+// execDeferred runs stmt in a transaction of its own with only pg_catalog
+// on the search path and no statement timeout. A statement the destination
+// rejects becomes a warning; other failures (a lost connection) are
+// returned.
+func execDeferred(ctx context.Context, dst Conn, log *ddlLog, stmt string) error {
+	tx, err := dst.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("destination: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog; SET LOCAL statement_timeout = 0"); err != nil {
+		return fmt.Errorf("destination: set up DDL transaction: %w", err)
+	}
+	_, err = tx.Exec(ctx, stmt)
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr):
+		log.warn("the destination rejected %s: %s", stmt, pgErr.Message)
+	case err != nil:
+		return fmt.Errorf("destination: execute %s: %w", stmt, err)
+	default:
+		log.statements = append(log.statements, stmt)
+	}
+	return nil
+}
