@@ -11,8 +11,10 @@
 // ConnectReplication) and hands one goroutine the connection for the rest of
 // its life. That goroutine receives the pgoutput messages, decodes them into
 // Events (Begin, Change, Commit; see engine/change for the row types) and
-// sends them to a bounded channel, so a transaction of any size is never
-// held whole in memory; the consumer calls Stream.Release for each event it
+// hands them to a bounded channel in slices: everything decoded while pgconn
+// still had bytes buffered (at most 256 events), so a busy stream wakes its
+// consumer once per read, not once per change. A transaction of any size is
+// never held whole in memory; the consumer calls Stream.Release for each event it
 // is done with, which also bounds the bytes in flight (large values). While it waits for the consumer it keeps sending
 // standby status updates, so the server's wal_sender_timeout never fires
 // however long the destination takes. The updates report as flushed only
@@ -20,6 +22,11 @@
 // transaction durably committed on the destination. When the stream is idle
 // and everything handed over has been confirmed, a keepalive's WAL end is
 // confirmed too, so the slot advances on a quiet source.
+//
+// While the consumer is far behind the source (SetCatchingUp), a read that
+// had to wait for the walsender is followed by a 1 ms pause, so that the next
+// read takes what gathered in the socket instead of one small message at a
+// time.
 //
 // A stream on which nothing arrives (not even a keepalive requested with a
 // status update) for longer than the heartbeat timeout ends with

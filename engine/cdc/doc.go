@@ -25,20 +25,28 @@
 // stream hands over at most MaxBufferedBytes of unreleased changes, and the
 // applier writes a chunk once it holds ChunkSize changes or MaxBufferedBytes
 // of values. A batch closes on a transaction boundary when it holds BatchSize
-// changes, when SyncInterval has passed since its first change, or as soon
-// as nothing more is waiting in the stream right after a commit: under low
-// load every transaction is applied at once, under high load batches grow by
-// themselves. Closing a batch records the end LSN of its last transaction
+// changes, when SyncInterval has passed since its first change, or once
+// nothing more is waiting in the stream right after a commit: under low load
+// every transaction is applied at once, under high load batches grow by
+// themselves. When the stream is momentarily empty but the source's WAL ends
+// past the commit (a plain source connection polls pg_current_wal_flush_lsn()
+// every 100 ms, sourcepos.go; the stream's own "WAL end" is only the
+// message's position), the batch waits up to 2 ms for more transactions, or
+// up to 20 ms when the source is 1 MiB or more ahead (a catch-up, where a
+// destination commit per few transactions would cost the CPU the source's
+// walsender needs); the stream is then also told to read in gulps
+// (Stream.SetCatchingUp). Closing a batch records the end LSN of its last transaction
 // and the next batch id in _pgmirror.applied inside the same destination
 // transaction, and commits, with synchronous_commit = off as PostgreSQL's
 // own apply worker does: the loop never waits for the destination's disk.
 // Reporter.BatchApplied is called right after the commit. The batch's LSN is
 // confirmed to the source (reported as flushed) only once the destination's
 // WAL is flushed past the commit: a flush watcher with its own destination
-// connection polls pg_current_wal_flush_lsn() for a few milliseconds and then
-// forces a flush with a tiny synchronous commit, and the stream sends the
-// standby status update at once (Stream.ConfirmNow), so the slot is confirmed
-// within milliseconds of the commit, not at the next status interval.
+// connection polls pg_current_wal_flush_lsn() every 25 ms for up to 100 ms
+// once the stream is dry and then forces a flush with a tiny synchronous
+// commit, and the stream sends the standby status update at once
+// (Stream.ConfirmNow), so the slot is confirmed within about a tenth of a
+// second of the commit, not at the next status interval.
 //
 // # Binary values
 //
