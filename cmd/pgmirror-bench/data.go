@@ -100,8 +100,23 @@ func tableCount(ctx context.Context, url string) (int64, error) {
 }
 
 // waitEqual waits until the destination's bench table has the source's
-// rows (count and checksum).
+// rows (count and checksum), then vacuums and analyzes it, as autovacuum
+// would have by the next measurement (it is off on the bench tables, see
+// destinationDDL): every measurement starts from a maintained table with
+// statistics, whichever system loaded or changed it before.
 func waitEqual(ctx context.Context, srcURL, dstURL string, timeout time.Duration) error {
+	if err := waitDigest(ctx, srcURL, dstURL, timeout); err != nil {
+		return err
+	}
+	if err := execSQL(ctx, dstURL, `VACUUM (ANALYZE) public.bench`); err != nil {
+		return fmt.Errorf("vacuum the destination table: %w", err)
+	}
+	return nil
+}
+
+// waitDigest waits until the destination's bench table has the source's
+// rows (count and checksum).
+func waitDigest(ctx context.Context, srcURL, dstURL string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	want, err := tableDigest(ctx, srcURL)
 	if err != nil {
