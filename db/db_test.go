@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
@@ -62,11 +63,8 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)))
-	sqlDB := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { sqlDB.Close() })
-	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.FS, goose.WithDisableGlobalRegistry(true))
-	require.NoError(t, err)
-	_, err = provider.Up(ctx)
+	provider := migrationProvider(t, pool)
+	_, err := provider.Up(ctx)
 	require.NoError(t, err)
 	_, err = provider.DownTo(ctx, 0)
 	require.NoError(t, err)
@@ -269,4 +267,14 @@ func TestLogs(t *testing.T) {
 	n, err := store.LogPrune(ctx, time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	require.EqualValues(t, 3, n)
+}
+
+// migrationProvider is a goose provider of the catalog migrations on pool.
+func migrationProvider(t *testing.T, pool *pgxpool.Pool) *goose.Provider {
+	t.Helper()
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { sqlDB.Close() })
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.FS, goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	return provider
 }
