@@ -10,14 +10,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/db/pgtest"
 	"github.com/pgmirror/pgmirror/db/secretbox"
-	"github.com/pgmirror/pgmirror/migrations"
 )
 
 func randomText(t *testing.T) string {
