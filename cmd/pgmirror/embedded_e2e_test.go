@@ -188,3 +188,39 @@ func TestEmbeddedPortTakenRefused(t *testing.T) {
 	// The other server is untouched and still the one on the port.
 	pgtest.Exec(t, other.URL("postgres"), `SELECT 1`)
 }
+
+// TestEmbeddedDefaultFromScratch: `make run` on a fresh checkout, with no
+// key and no data directory yet. The service creates the data directory
+// (traversable by the postgres OS user when it runs as root, so the cluster
+// below it can start), its key file (0600) and the cluster, and serves.
+func TestEmbeddedDefaultFromScratch(t *testing.T) {
+	t.Parallel()
+	e := newEmbedded(t)
+	if _, err := os.Stat(e.dataDir); !os.IsNotExist(err) {
+		t.Fatalf("the data directory %s exists before the start (%v)", e.dataDir, err)
+	}
+	s := startService(t, "", append(e.env(), "SERVICE_ENCRYPTION_KEY=")...)
+	var health map[string]string
+	if err := getJSON(s, "/ready", &health); err != nil || health["status"] != "ready" {
+		t.Fatalf("GET /ready: %v %v", health, err)
+	}
+	st, err := os.Stat(filepath.Join(e.dataDir, "encryption.key"))
+	if err != nil {
+		t.Fatalf("key file: %v", err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("key file mode %04o, want 0600", st.Mode().Perm())
+	}
+	dir, err := os.Stat(e.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := os.FileMode(0o700)
+	if os.Geteuid() == 0 {
+		want = 0o711
+	}
+	if dir.Mode().Perm() != want {
+		t.Errorf("data directory mode %04o, want %04o", dir.Mode().Perm(), want)
+	}
+	s.terminate(30 * time.Second)
+}

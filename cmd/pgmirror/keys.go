@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/db/localpg"
 	"github.com/pgmirror/pgmirror/db/secretbox"
 )
 
@@ -114,7 +115,9 @@ func embeddedKeys(dataDir string, logger *slog.Logger) ([][]byte, error) {
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return keys, err
 	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	// The embedded cluster's data directory goes below it: as root, the
+	// postgres OS user must be able to traverse it.
+	if err := localpg.MkdirAll(dataDir); err != nil {
 		return nil, fmt.Errorf("create data directory %s: %w", dataDir, err)
 	}
 	key, err := secretbox.GenerateKey()

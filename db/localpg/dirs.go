@@ -57,6 +57,21 @@ func (c *Cluster) prepareDirs(ctx context.Context) error {
 		c.asUser, c.cfg.DataDir, blocked, describeDir(blocked), blocked)
 }
 
+// MkdirAll creates dir and its missing parents with the mode that
+// directories above a cluster's data directory get: 0711 when this process
+// runs as root (the cluster then runs as the postgres OS user, which must
+// traverse them to reach a data directory below), 0700 otherwise. Existing
+// directories keep their mode. For callers that put files of their own
+// next to the data directory (for example the service's key file) before
+// the cluster starts.
+func MkdirAll(dir string) error {
+	mode := os.FileMode(0o700)
+	if os.Geteuid() == 0 {
+		mode = 0o711
+	}
+	return mkdirAllMode(dir, mode)
+}
+
 // mkdirAllMode is os.MkdirAll that gives exactly mode to the directories it
 // creates (whatever the umask) and leaves existing ones alone.
 func mkdirAllMode(path string, mode os.FileMode) error {
