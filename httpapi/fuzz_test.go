@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/db/secretbox"
 )
 
 // The fuzz targets send arbitrary bodies (and path names) to the write
@@ -49,14 +50,42 @@ var badBodies = []string{
 // may be stopped at any time, which would leave the cluster behind).
 const fuzzCatalogEnv = "PGMIRROR_FUZZ_CATALOG_URL"
 
+// fuzzKeyEnv passes the catalog's encryption key the same way: the workers
+// must read the secrets (the JWT secret) the first process stored.
+const fuzzKeyEnv = "PGMIRROR_FUZZ_CATALOG_KEY"
+
 // fuzzBundle serves the API for a fuzz target.
 func fuzzBundle(f *testing.F) *bundle {
 	if url := os.Getenv(fuzzCatalogEnv); url != "" {
 		return setupCatalog(f, url)
 	}
+	raw, err := secretbox.GenerateKey()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Setenv(fuzzKeyEnv, secretbox.EncodeKey(raw))
 	url := pgtest.NewDatabase(f, pgtest.CatalogCluster(f))
 	f.Setenv(fuzzCatalogEnv, url)
 	return setupCatalog(f, url)
+}
+
+// catalogKeyring is the test catalog's keyring: the fuzz key when a fuzz
+// target set one (see fuzzKeyEnv), else a new key.
+func catalogKeyring(t testing.TB) *secretbox.Keyring {
+	t.Helper()
+	text := os.Getenv(fuzzKeyEnv)
+	if text == "" {
+		return pgtest.Keyring(t)
+	}
+	raw, err := secretbox.ParseKey(text)
+	if err != nil {
+		t.Fatalf("%s: %v", fuzzKeyEnv, err)
+	}
+	keys, err := secretbox.NewKeyring(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 // fuzzWrites fuzzes ops with the given valid bodies and badBodies as seeds.
