@@ -237,6 +237,18 @@ func (s *Store) MirrorTableSnapshotted(ctx context.Context, tableID int64, rows 
 	return nil
 }
 
+// MirrorTableSnapshotProgress records the rows copied so far of a table
+// being snapshotted, so that rows_synced moves during the copy. It leaves a
+// table that is no longer snapshotting alone: MirrorTableSnapshotted sets
+// the final count.
+func (s *Store) MirrorTableSnapshotProgress(ctx context.Context, tableID int64, rows int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirror_tables SET rows_synced = $2 WHERE id = $1 AND status = 'snapshotting'`, tableID, rows)
+	if err != nil {
+		return fmt.Errorf("record snapshot progress of table %d: %w", tableID, err)
+	}
+	return nil
+}
+
 // TableCounts are the CDC counters of one table in one flush.
 type TableCounts struct {
 	Inserted, Updated, Deleted int64
