@@ -786,6 +786,12 @@ const snapshotProgressInterval = 2 * time.Second
 
 func (s *snapshotReporter) table(t change.Mapping) db.MirrorTable { return s.tables[t.Source.String()] }
 
+// EstimateKnown stores the source's row estimate of t, whose copy starts
+// (tablesync.EstimateReporter).
+func (s *snapshotReporter) EstimateKnown(ctx context.Context, t change.Mapping, rows int64) error {
+	return s.run.store.MirrorTableSnapshotStarted(ctx, s.table(t).ID, rows)
+}
+
 func (s *snapshotReporter) TableStarted(ctx context.Context, t change.Mapping, totalPartitions int) error {
 	s.mu.Lock()
 	s.partitions += totalPartitions

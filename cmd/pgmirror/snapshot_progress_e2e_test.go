@@ -32,10 +32,21 @@ func TestSnapshotProgress(t *testing.T) {
 	}, 201, nil)
 	a.dumpOnFailure("prog")
 
+	type progressStatus struct {
+		Tables []struct {
+			Status        string   `json:"status"`
+			RowsSynced    int64    `json:"rows_synced"`
+			RowsEstimated *int64   `json:"rows_estimated"`
+			Progress      *float64 `json:"progress"`
+		} `json:"tables"`
+		Status string `json:"status"`
+	}
 	var midway []int64
+	var progress []float64
 	deadline := time.Now().Add(50 * time.Second)
 	for {
-		m := a.mirror("prog")
+		var m progressStatus
+		a.mustDo("GET", "/v1/mirrors/prog", nil, 200, &m)
 		if len(m.Tables) != 1 {
 			t.Fatalf("%d tables in the status, want 1", len(m.Tables))
 		}
@@ -45,22 +56,35 @@ func TestSnapshotProgress(t *testing.T) {
 				t.Fatalf("rows_synced went back from %d to %d during the snapshot", midway[len(midway)-1], tb.RowsSynced)
 			}
 			midway = append(midway, tb.RowsSynced)
+			if tb.RowsEstimated == nil || *tb.RowsEstimated < total/2 || *tb.RowsEstimated > total*2 {
+				t.Fatalf("rows_estimated %v during the snapshot, want about %d (the source was analyzed)", tb.RowsEstimated, total)
+			}
+			if tb.Progress == nil || *tb.Progress <= 0 || *tb.Progress > 0.99 {
+				t.Fatalf("progress %v during the snapshot, want in (0, 0.99]", tb.Progress)
+			}
+			if len(progress) > 0 && *tb.Progress < progress[len(progress)-1] {
+				t.Fatalf("progress went back from %v to %v", progress[len(progress)-1], *tb.Progress)
+			}
+			progress = append(progress, *tb.Progress)
 		}
 		if m.Status == "running" && tb.Status == "running" {
 			if tb.RowsSynced != total {
 				t.Fatalf("rows_synced %d after the snapshot, want exactly %d", tb.RowsSynced, total)
 			}
+			if tb.Progress == nil || *tb.Progress != 1 {
+				t.Fatalf("progress %v after the snapshot, want 1", tb.Progress)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the snapshot did not finish in time: status %s, table %+v", m.Status, tb)
+			t.Fatalf("the snapshot did not finish in time: status %s, table status %s, rows_synced %d", m.Status, tb.Status, tb.RowsSynced)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	if len(midway) == 0 {
 		t.Fatal("rows_synced was never seen between 0 and the row count during the snapshot: it only moves at the end")
 	}
-	t.Logf("rows_synced seen during the snapshot: %v", midway)
+	t.Logf("rows_synced seen during the snapshot: %v, progress %v", midway, progress)
 
 	// The partition log entries say how far along the table's copy is.
 	var last float64
