@@ -59,6 +59,9 @@ type SnapshotDetails struct {
 	DurationSeconds float64 `json:"duration_seconds,omitempty"`
 	Partition       int     `json:"partition,omitempty"`
 	TotalPartitions int     `json:"total_partitions,omitempty"`
+	// RowsCopied is, in partition entries, the rows of the table copied
+	// so far (this partition included): how far along its copy is.
+	RowsCopied int64 `json:"rows_copied,omitempty"`
 }
 
 // ErrorDetails is the details object of error log entries.

@@ -149,6 +149,9 @@ type MirrorTable struct {
 	RowsUpdated       int64
 	RowsDeleted       int64
 	LastSyncedAt      *time.Time
+	// RowsEstimated is the source's row estimate when the table's last
+	// snapshot started (nil before any).
+	RowsEstimated *int64
 }
 
 // LogEntry is one structured mirror log entry.

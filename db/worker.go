@@ -237,6 +237,29 @@ func (s *Store) MirrorTableSnapshotted(ctx context.Context, tableID int64, rows 
 	return nil
 }
 
+// MirrorTableSnapshotProgress records the rows copied so far of a table
+// being snapshotted, so that rows_synced moves during the copy. It leaves a
+// table that is no longer snapshotting alone: MirrorTableSnapshotted sets
+// the final count.
+func (s *Store) MirrorTableSnapshotProgress(ctx context.Context, tableID int64, rows int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirror_tables SET rows_synced = $2 WHERE id = $1 AND status = 'snapshotting'`, tableID, rows)
+	if err != nil {
+		return fmt.Errorf("record snapshot progress of table %d: %w", tableID, err)
+	}
+	return nil
+}
+
+// MirrorTableSnapshotStarted records the source's row estimate of a table
+// whose snapshot starts, and sets its rows_synced back to 0 (the copy
+// counts from there).
+func (s *Store) MirrorTableSnapshotStarted(ctx context.Context, tableID int64, estimate int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirror_tables SET rows_estimated = $2, rows_synced = 0 WHERE id = $1`, tableID, estimate)
+	if err != nil {
+		return fmt.Errorf("record snapshot start of table %d: %w", tableID, err)
+	}
+	return nil
+}
+
 // TableCounts are the CDC counters of one table in one flush.
 type TableCounts struct {
 	Inserted, Updated, Deleted int64

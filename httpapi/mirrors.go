@@ -110,13 +110,35 @@ type mirrorListOutput struct {
 }
 
 type tableStatus struct {
-	TableName    string     `json:"table_name" doc:"Source table, schema.table."`
-	Status       string     `json:"status" enum:"pending,snapshotting,running,error"`
-	RowsSynced   int64      `json:"rows_synced"`
-	RowsInserted int64      `json:"rows_inserted"`
-	RowsUpdated  int64      `json:"rows_updated"`
-	RowsDeleted  int64      `json:"rows_deleted"`
-	LastSyncedAt *time.Time `json:"last_synced_at"`
+	TableName     string     `json:"table_name" doc:"Source table, schema.table."`
+	Status        string     `json:"status" enum:"pending,snapshotting,running,error"`
+	RowsSynced    int64      `json:"rows_synced"`
+	RowsInserted  int64      `json:"rows_inserted"`
+	RowsUpdated   int64      `json:"rows_updated"`
+	RowsDeleted   int64      `json:"rows_deleted"`
+	LastSyncedAt  *time.Time `json:"last_synced_at"`
+	RowsEstimated *int64     `json:"rows_estimated" doc:"The source's row estimate when the table's last snapshot started; null before any."`
+	Progress      *float64   `json:"progress" doc:"Snapshot progress, 0 to 1: rows_synced / rows_estimated (at most 0.99) while snapshotting, 1 once copied; null without a snapshot or an estimate."`
+}
+
+// snapshotProgress is how far along the snapshot of t is: rows copied over
+// the estimate, capped at 0.99 while snapshotting, 1 once running; nil when
+// the table was never snapshotted, the source had no estimate, or the table
+// is pending or in error.
+func snapshotProgress(t db.MirrorTable) *float64 {
+	if t.RowsEstimated == nil {
+		return nil
+	}
+	var p float64
+	switch {
+	case t.Status == db.TableStatusRunning:
+		p = 1
+	case t.Status == db.TableStatusSnapshotting && *t.RowsEstimated > 0:
+		p = min(float64(t.RowsSynced)/float64(*t.RowsEstimated), 0.99)
+	default:
+		return nil
+	}
+	return &p
 }
 
 type mirrorStatus struct {
@@ -227,7 +249,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 		st.Tables = append(st.Tables, tableStatus{
 			TableName: change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}.String(), Status: t.Status,
 			RowsSynced: t.RowsSynced, RowsInserted: t.RowsInserted, RowsUpdated: t.RowsUpdated, RowsDeleted: t.RowsDeleted,
-			LastSyncedAt: t.LastSyncedAt,
+			LastSyncedAt: t.LastSyncedAt, RowsEstimated: t.RowsEstimated, Progress: snapshotProgress(t),
 		})
 	}
 	return &mirrorStatusOutput{Body: st}, nil

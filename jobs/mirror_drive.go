@@ -776,9 +776,21 @@ type snapshotReporter struct {
 	mu         sync.Mutex
 	rows       int64
 	partitions int
+	copied     map[string]int64 // rows copied so far per source table
+	flushed    time.Time        // the last progress write to the catalog
 }
 
+// snapshotProgressInterval is how often at most a snapshot writes the rows
+// copied so far to the catalog (rows_synced of the tables being copied).
+const snapshotProgressInterval = 2 * time.Second
+
 func (s *snapshotReporter) table(t change.Mapping) db.MirrorTable { return s.tables[t.Source.String()] }
+
+// EstimateKnown stores the source's row estimate of t, whose copy starts
+// (tablesync.EstimateReporter).
+func (s *snapshotReporter) EstimateKnown(ctx context.Context, t change.Mapping, rows int64) error {
+	return s.run.store.MirrorTableSnapshotStarted(ctx, s.table(t).ID, rows)
+}
 
 func (s *snapshotReporter) TableStarted(ctx context.Context, t change.Mapping, totalPartitions int) error {
 	s.mu.Lock()
@@ -787,9 +799,29 @@ func (s *snapshotReporter) TableStarted(ctx context.Context, t change.Mapping, t
 	return nil
 }
 
+// PartitionDone logs the partition with the table's rows copied so far,
+// and writes that count to the table's rows_synced: on its first partition
+// and then at most every snapshotProgressInterval per mirror.
 func (s *snapshotReporter) PartitionDone(ctx context.Context, t change.Mapping, partition, totalPartitions int, rows int64, d time.Duration) error {
+	name := t.Source.String()
+	s.mu.Lock()
+	if s.copied == nil {
+		s.copied = map[string]int64{}
+	}
+	first := s.copied[name] == 0
+	s.copied[name] += rows
+	copied := s.copied[name]
+	flush := rows > 0 && (first || time.Since(s.flushed) >= snapshotProgressInterval)
+	if flush {
+		s.flushed = time.Now()
+	}
+	s.mu.Unlock()
 	s.run.log(ctx, db.LevelDebug, "Snapshot partition completed", db.SnapshotDetails{
-		Table: t.Source.String(), RowsSnapshotted: rows, DurationSeconds: d.Seconds(), Partition: partition, TotalPartitions: totalPartitions})
+		Table: name, RowsSnapshotted: rows, DurationSeconds: d.Seconds(), Partition: partition, TotalPartitions: totalPartitions,
+		RowsCopied: copied})
+	if flush {
+		return s.run.store.MirrorTableSnapshotProgress(ctx, s.table(t).ID, copied)
+	}
 	return nil
 }
 

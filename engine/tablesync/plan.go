@@ -28,6 +28,7 @@ type tableJob struct {
 	partitions int   // over all streams
 	bytes      int64 // the source table's size, TOAST included
 	writers    int   // streams copied at once
+	estimate   int64 // the source's estimate of the table's rows
 }
 
 // stream is one source COPY of one leaf relation, committed on the
@@ -118,6 +119,7 @@ func makeJobs(mappings []change.Mapping, srcs []sourceTable, dsts []schemasync.T
 		}
 		for _, lf := range src.leaves {
 			job.bytes += lf.bytes
+			job.estimate += int64(lf.rowsPerPage * float64(lf.pages))
 			job.partitions += len(splitLeaf(lf, l.rowsPerPartition))
 		}
 		// A table with one writer reads each leaf in one stream (a plain

@@ -102,6 +102,14 @@ type Reporter interface {
 	TableDone(ctx context.Context, t change.Mapping, rows int64, d time.Duration) error
 }
 
+// EstimateReporter is implemented by Reporters that want the source's
+// estimate of a table's rows (pg_class.reltuples, or a sample when the
+// table has no statistics). EstimateKnown is called just before
+// TableStarted.
+type EstimateReporter interface {
+	EstimateKnown(ctx context.Context, t change.Mapping, rows int64) error
+}
+
 // IndexReporter is implemented by Reporters that want to know what was
 // created on a destination table after its copy (see
 // schemasync.AddIndexesAndConstraints): Run calls TableIndexed between the
@@ -365,6 +373,11 @@ func (r *run) copyAll(ctx context.Context, jobs []*tableJob, workers chan *worke
 func (r *run) copyTable(ctx context.Context, job *tableJob, workers chan *worker) error {
 	start := time.Now()
 	total := job.partitions
+	if er, ok := r.rep.(EstimateReporter); ok {
+		if err := er.EstimateKnown(ctx, job.m, job.estimate); err != nil {
+			return fmt.Errorf("table %s: report estimate: %w", job.m.Source, err)
+		}
+	}
 	if err := r.rep.TableStarted(ctx, job.m, total); err != nil {
 		return fmt.Errorf("table %s: report start: %w", job.m.Source, err)
 	}
