@@ -64,6 +64,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = withRequestIDs(cfg.Logger)
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
@@ -113,8 +114,10 @@ type root struct {
 }
 
 func (rt *root) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	r = r.WithContext(context.WithValue(r.Context(), loggerKey{}, rt.logger))
 	tw := &trackingWriter{ResponseWriter: w}
+	r, logAccess := rt.withAccess(tw, r)
+	defer logAccess()
+	r = r.WithContext(context.WithValue(r.Context(), loggerKey{}, rt.logger))
 	defer rt.recoverPanic(tw, r)
 	if _, pattern := rt.mux.Handler(r); pattern != "" {
 		rt.mux.ServeHTTP(tw, r)
@@ -156,20 +159,31 @@ func (rt *root) recoverPanic(w *trackingWriter, r *http.Request) {
 	writeJSONError(w, http.StatusInternalServerError, "Internal server error: the request failed unexpectedly; the cause is in the server log")
 }
 
-// trackingWriter records whether the response has started.
+// trackingWriter records whether the response has started, its status and
+// how many body bytes were written (for the access log).
 type trackingWriter struct {
 	http.ResponseWriter
 	started bool
+	status  int
+	bytes   int64
 }
 
 func (w *trackingWriter) WriteHeader(status int) {
+	if !w.started {
+		w.status = status
+	}
 	w.started = true
 	w.ResponseWriter.WriteHeader(status)
 }
 
 func (w *trackingWriter) Write(b []byte) (int, error) {
+	if !w.started {
+		w.status = http.StatusOK
+	}
 	w.started = true
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
 }
 
 // Unwrap gives http.ResponseController (read deadlines, flushing) the

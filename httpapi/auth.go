@@ -125,6 +125,7 @@ func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Con
 			return
 		}
 		ctx = huma.WithValue(ctx, userKey{}, u)
+		setAccessUser(ctx.Context(), u.Username)
 		ctx, finish := h.startAudit(ctx, u)
 		if perm == adminOnly && u.Role != db.RoleAdmin {
 			_ = huma.WriteErr(api, ctx, http.StatusForbidden, "Forbidden: this operation needs the admin role, and user "+strconv.Quote(u.Username)+" is a "+u.Role)

@@ -62,7 +62,12 @@ func TestPanicBecomesJSON500(t *testing.T) {
 	require.Contains(t, body["error"], "Internal server error")
 	require.NotContains(t, body["error"], "boom", "the panic value stays in the log")
 
-	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !strings.Contains(l, "msg=\"http request\"") {
+			lines = append(lines, l)
+		}
+	}
 	require.Len(t, lines, 1, "one log line per panic: %s", logs.String())
 	require.Contains(t, lines[0], "panic while serving a request")
 	require.Contains(t, lines[0], "boom: unhashable item")
@@ -78,4 +83,38 @@ func TestPanicBecomesJSON500(t *testing.T) {
 	}
 	require.Error(t, err, "a response cut short by a panic must not look complete")
 	require.Contains(t, logs.String(), "half written")
+}
+
+// TestPanicCarriesRequestID: the JSON 500 of a panic returns the request id,
+// and both the panic line and the access line (status 500) carry it.
+func TestPanicCarriesRequestID(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /boom", func(http.ResponseWriter, *http.Request) { panic("boom") })
+	srv := httptest.NewServer(&root{mux: mux, logger: withRequestIDs(slog.New(slog.NewTextHandler(logs, nil)))})
+	defer srv.Close()
+
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/boom", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Request-Id", "panic-1")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	require.Equal(t, "panic-1", resp.Header.Get("X-Request-Id"))
+
+	out := logs.String()
+	var panicLine, accessLine string
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(l, "panic while serving a request"):
+			panicLine = l
+		case strings.Contains(l, `msg="http request"`):
+			accessLine = l
+		}
+	}
+	require.Contains(t, panicLine, "request_id=panic-1", out)
+	require.Contains(t, accessLine, "request_id=panic-1", out)
+	require.Contains(t, accessLine, "status=500", out)
 }
