@@ -33,13 +33,23 @@ func replicaRoleAllowed(ctx context.Context, dst *pgx.Conn, keep bool) (bool, er
 	}
 }
 
-// foreignKeyWaves orders jobs for a destination whose foreign keys stay on:
-// a table whose destination references another table of the copy comes in
-// a later wave than that table, so every row finds its parent. Tables in
-// one wave may be copied in parallel. A cycle of references puts the rest
-// in one last wave (its copy may then fail on the foreign key, and the error
-// says which).
+// fkEdge is one foreign key between two destination tables: child
+// references parent.
+type fkEdge struct{ child, parent change.TableName }
+
+// foreignKeyWaves orders jobs for a destination whose foreign keys stay on,
+// from the destination's foreign keys (see waves).
 func foreignKeyWaves(ctx context.Context, dst *pgx.Conn, jobs []*tableJob) ([][]*tableJob, error) {
+	edges, err := destinationForeignKeys(ctx, dst)
+	if err != nil {
+		return nil, err
+	}
+	return waves(jobs, edges), nil
+}
+
+// destinationForeignKeys reads every foreign key of the destination between
+// two different tables.
+func destinationForeignKeys(ctx context.Context, dst *pgx.Conn) ([]fkEdge, error) {
 	rows, err := dst.Query(ctx, `
 SELECT cn.nspname, c.relname, pn.nspname, p.relname
 FROM pg_catalog.pg_constraint k
@@ -51,24 +61,35 @@ WHERE k.contype = 'f' AND k.conrelid <> k.confrelid`)
 	if err != nil {
 		return nil, fmt.Errorf("read destination foreign keys: %w", err)
 	}
+	edges, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fkEdge, error) {
+		var e fkEdge
+		err := row.Scan(&e.child.Schema, &e.child.Name, &e.parent.Schema, &e.parent.Name)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read destination foreign keys: %w", err)
+	}
+	return edges, nil
+}
+
+// waves orders jobs so that a table whose destination references another
+// table of the copy (an edge) comes in a later wave than that table, and
+// every row finds its parent. Tables in one wave may be copied in parallel;
+// within a wave, jobs keep their given order. A cycle of references puts
+// the rest in one last wave (its copy may then fail on the foreign key, and
+// the error says which). Edges to or from tables outside the copy do not
+// matter.
+func waves(jobs []*tableJob, edges []fkEdge) [][]*tableJob {
 	byDest := map[change.TableName]*tableJob{}
 	for _, j := range jobs {
 		byDest[j.m.Destination] = j
 	}
 	parents := map[*tableJob][]*tableJob{}
-	for rows.Next() {
-		var child, parent change.TableName
-		if err := rows.Scan(&child.Schema, &child.Name, &parent.Schema, &parent.Name); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read destination foreign keys: %w", err)
-		}
-		c, p := byDest[child], byDest[parent]
+	for _, e := range edges {
+		c, p := byDest[e.child], byDest[e.parent]
 		if c != nil && p != nil {
 			parents[c] = append(parents[c], p)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read destination foreign keys: %w", err)
 	}
 	var waves [][]*tableJob
 	done := map[*tableJob]bool{}
@@ -98,5 +119,5 @@ WHERE k.contype = 'f' AND k.conrelid <> k.confrelid`)
 		}
 		waves = append(waves, wave)
 	}
-	return waves, nil
+	return waves
 }
