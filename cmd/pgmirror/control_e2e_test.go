@@ -180,7 +180,7 @@ func TestFullResync(t *testing.T) {
 
 	exec1(t, dst, `DELETE FROM public.items WHERE id % 2 = 0; UPDATE public.events SET v = 'damaged' WHERE k < 50`)
 	l := startLoad(src)
-	time.Sleep(time.Second)
+	l.waitMore(t, 50, 30*time.Second)
 	rec := recordStatuses(s, "rs")
 	var msg map[string]string
 	s.mustDo("POST", "/v1/mirrors/rs/resync", nil, 200, &msg)
@@ -192,7 +192,7 @@ func TestFullResync(t *testing.T) {
 		return s.countLogs("rs", "Initial snapshot completed") >= 2
 	})
 	s.waitStatus("rs", "running", 30*time.Second)
-	time.Sleep(time.Second)
+	l.waitMore(t, 20, 30*time.Second) // the load goes on into CDC after the resync
 	seen := rec.end()
 	if n := l.end(); n < 50 {
 		t.Fatalf("the load committed only %d transactions", n)

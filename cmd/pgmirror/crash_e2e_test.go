@@ -34,7 +34,8 @@ func TestDestinationCrash(t *testing.T) {
 		}
 	}()
 	for round := 1; round <= 3; round++ {
-		time.Sleep(2 * time.Second)
+		// Crash in the middle of the load, with batches being applied.
+		waitStreaming(t, l, dst, 100, 30*time.Second)
 		crashAt := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := dstCluster.StopImmediate(ctx); err != nil {
@@ -61,7 +62,7 @@ func TestDestinationCrash(t *testing.T) {
 		s.mustDo("POST", "/v1/mirrors/crash/retry", nil, 200, nil)
 		s.waitMirror("crash", "running again", 60*time.Second, func(m fullStatus) bool { return m.Status == "running" })
 	}
-	time.Sleep(time.Second)
+	waitStreaming(t, l, dst, 50, 30*time.Second)
 	n := l.end()
 	l = nil
 	if n < 100 {

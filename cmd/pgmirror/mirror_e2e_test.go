@@ -154,13 +154,16 @@ func TestMirrorLifecycle(t *testing.T) {
 		t.Errorf("pause response %v", paused)
 	}
 	s.mustDo("POST", "/v1/mirrors/life/pause", nil, 409, nil)
-	time.Sleep(1500 * time.Millisecond)
+	slotIdle := func() bool {
+		return queryInt64(t, src, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot) == 1
+	}
+	waitFor(t, "the paused mirror to let go of its slot", 15*time.Second, slotIdle)
 	before, _ := tableDigest(t, dst, "public.orders", "id")
 	exec1(t, src, `INSERT INTO public.orders SELECT g, 'paused ' || g, 2, NULL FROM generate_series(20001, 20050) g`)
-	time.Sleep(2 * time.Second)
-	if after, _ := tableDigest(t, dst, "public.orders", "id"); after != before {
-		t.Errorf("destination changed while paused: %d -> %d rows", before, after)
-	}
+	holdsFor(t, "a paused mirror applying nothing and leaving its slot idle", 2*time.Second, func() bool {
+		after, _ := tableDigest(t, dst, "public.orders", "id")
+		return after == before && slotIdle()
+	})
 	if !slotExists(t, src, slot) {
 		t.Error("slot dropped by pause")
 	}
@@ -259,10 +262,15 @@ func TestKillDuringLoad(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); writeLoad(t, src, stop, &txs) }()
-	time.Sleep(3 * time.Second)
+	// Kill while batches are being applied, then let the load go on until
+	// the new process has taken over and applied some of it.
+	waitGrown(t, "load transactions", &txs, 100, 30*time.Second)
+	waitAppliedMoves(t, dst, 30*time.Second)
 	a.kill()
 	b := startService(t, catalog)
-	time.Sleep(3 * time.Second)
+	b.waitStatus("load", "running", 60*time.Second)
+	waitGrown(t, "load transactions", &txs, 50, 30*time.Second)
+	waitAppliedMoves(t, dst, 60*time.Second)
 	close(stop)
 	wg.Wait()
 	if txs.Load() < 100 {
@@ -377,7 +385,11 @@ func TestDeleteWithSourceDown(t *testing.T) {
 	if len(list) != 0 {
 		t.Errorf("deleted mirror still listed: %v", list)
 	}
-	time.Sleep(3 * time.Second)
+	// The background cleanup tries while the source is down, fails, and
+	// is retried later.
+	waitFor(t, "a failed cleanup attempt while the source is down", 30*time.Second, func() bool {
+		return queryInt64(t, catalog, `SELECT count(*) FROM river_job WHERE kind = 'mirror_cleanup' AND cardinality(errors) > 0`) > 0
+	})
 	if err := srcCluster.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}

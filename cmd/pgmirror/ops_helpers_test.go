@@ -387,3 +387,51 @@ func (s *service) dumpOnFailure(name string) {
 		}
 	})
 }
+
+// waitGrown waits until counter has grown by at least more since the call:
+// a load has committed that many more transactions. Tests wait for work
+// done rather than for time to pass.
+func waitGrown(t *testing.T, what string, counter *atomic.Int64, more int64, timeout time.Duration) {
+	t.Helper()
+	from := counter.Load()
+	waitFor(t, fmt.Sprintf("%d more %s (from %d)", more, what, from), timeout, func() bool {
+		return counter.Load()-from >= more
+	})
+}
+
+// waitMore waits until the load has committed n more transactions.
+func (l *load) waitMore(t *testing.T, n int64, timeout time.Duration) {
+	t.Helper()
+	waitGrown(t, "load transactions", &l.committed, n, timeout)
+}
+
+// waitAppliedMoves waits until the applied position recorded on the
+// destination dbURL (one mirror) moves past where it stands now: the
+// mirror is streaming and committing batches.
+func waitAppliedMoves(t *testing.T, dbURL string, timeout time.Duration) {
+	t.Helper()
+	from := appliedLSN(t, dbURL)
+	waitFor(t, fmt.Sprintf("the applied position to move past %s", from), timeout, func() bool {
+		return appliedLSN(t, dbURL) > from
+	})
+}
+
+// waitStreaming waits until the load has committed n more transactions and
+// the mirror has applied a batch since: both sides are busy with the load.
+func waitStreaming(t *testing.T, l *load, dst string, n int64, timeout time.Duration) {
+	t.Helper()
+	l.waitMore(t, n, timeout)
+	waitAppliedMoves(t, dst, timeout)
+}
+
+// holdsFor checks cond again and again for d and fails the test the first
+// time it does not hold: for what must stay true while nothing may happen
+// (a paused mirror applies nothing), where no event marks the end.
+func holdsFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if !cond() {
+			t.Fatalf("%s stopped holding", what)
+		}
+	}
+}

@@ -94,7 +94,7 @@ func TestTableResync(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); twoTableLoad(t, src, stop, &txs) }()
-	time.Sleep(time.Second)
+	waitGrown(t, "load transactions", &txs, 30, 30*time.Second)
 
 	var out map[string]string
 	s.mustDo("POST", "/v1/mirrors/rs/resync/public.big", nil, 200, &out)
@@ -126,7 +126,7 @@ func TestTableResync(t *testing.T) {
 	// Kill the process during the copy; a new one finishes the resync.
 	s.kill()
 	s = startService(t, catalog)
-	time.Sleep(2 * time.Second)
+	waitGrown(t, "load transactions", &txs, 30, 30*time.Second) // the load goes on during the take-over
 	close(stop)
 	wg.Wait()
 	if txs.Load() < 50 {
