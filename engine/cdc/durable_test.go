@@ -1,0 +1,81 @@
+package cdc
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/apply"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// TestFlushWatcher: targets handed to the watcher (many at once, busy and
+// urgent, and later one after it went idle) are all reported flushed, in
+// order, without the runner ever blocking on the watcher.
+func TestFlushWatcher(t *testing.T) {
+	t.Parallel()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dst)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	require.NoError(t, apply.EnsureMeta(ctx, conn))
+	wcfg, err := pgx.ParseConfig(dst)
+	require.NoError(t, err)
+	wcfg.RuntimeParams["synchronous_commit"] = "off"
+	writer, err := pgx.ConnectConfig(ctx, wcfg)
+	require.NoError(t, err)
+	defer writer.Close(ctx)
+	_, err = writer.Exec(ctx, `CREATE TABLE w (g int)`)
+	require.NoError(t, err)
+	commit := func() change.LSN {
+		var text string
+		require.NoError(t, writer.QueryRow(ctx, `INSERT INTO w VALUES (1) RETURNING pg_current_wal_insert_lsn()::text`).Scan(&text))
+		lsn, err := change.ParseLSN(text)
+		require.NoError(t, err)
+		return lsn
+	}
+
+	w := startFlushWatcher(ctx, conn, "00000000-0000-0000-0000-000000000001")
+	defer w.stop()
+	var reported change.LSN
+	waitReported := func(target change.LSN, within time.Duration) {
+		t.Helper()
+		deadline := time.After(within)
+		for reported < target {
+			select {
+			case lsn := <-w.flushed:
+				require.Greater(t, lsn, reported, "reported positions only move forward")
+				reported = lsn
+			case err := <-w.errs:
+				t.Fatal(err)
+			case <-deadline:
+				t.Fatalf("flushed position %s not reported within %s (last %s)", target, within, reported)
+			}
+		}
+	}
+
+	// A burst of batches: each hands its target over without blocking.
+	var last change.LSN
+	start := time.Now()
+	for i := range 300 {
+		last = commit()
+		w.want(last, i%50 == 49)
+	}
+	require.Less(t, time.Since(start), 10*time.Second)
+	waitReported(last, 3*time.Second)
+
+	// Idle, then one more: the watcher wakes for it. Busy targets are
+	// reported within the busy patience (1 s) plus a poll.
+	time.Sleep(200 * time.Millisecond)
+	last = commit()
+	w.want(last, false)
+	waitReported(last, 2*time.Second)
+	last = commit()
+	w.want(last, true)
+	waitReported(last, time.Second)
+}
