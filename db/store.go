@@ -129,6 +129,11 @@ type Mirror struct {
 	DeletedAt     *time.Time
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+	// The streaming worker's last measure of the lag (mirror_lag; nil
+	// before the first): see Lag.
+	LagSeconds      *float64
+	LagMeasuredAt   *time.Time
+	AppliedCommitAt *time.Time
 }
 
 // MirrorTable is one table mapping of a mirror with its sync status and

@@ -60,6 +60,9 @@ func pluginArgs(cfg StreamConfig) []string {
 	if cfg.Binary {
 		args = append(args, "binary 'true'")
 	}
+	if cfg.Messages {
+		args = append(args, "messages 'true'")
+	}
 	return args
 }
 

@@ -376,6 +376,7 @@ func TestPluginArgs(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, []string{"proto_version '1'", "publication_names 'p'"}, pluginArgs(StreamConfig{Publication: "p"}))
 	require.Equal(t, []string{"proto_version '1'", "publication_names 'p'", "binary 'true'"}, pluginArgs(StreamConfig{Publication: "p", Binary: true}))
+	require.Equal(t, []string{"proto_version '1'", "publication_names 'p'", "messages 'true'"}, pluginArgs(StreamConfig{Publication: "p", Messages: true}))
 }
 
 // FuzzDecode checks that no input makes the decoder panic, and that what

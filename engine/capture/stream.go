@@ -80,6 +80,11 @@ type StreamConfig struct {
 	// as change.ValueBinary in their type's binary send format (a type
 	// without a send function still arrives as change.ValueText).
 	Binary bool
+	// Messages requests pgoutput messages 'true' (PostgreSQL 14+): a
+	// transaction that only writes a logical decoding message (the run's
+	// heartbeat) then reaches the consumer as a BEGIN and a COMMIT; the
+	// message itself is not an event.
+	Messages bool
 	// Logger receives debug messages. Default: discard.
 	Logger *slog.Logger
 }

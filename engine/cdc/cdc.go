@@ -96,6 +96,12 @@ type Config struct {
 	// and the applier, and (separately) those buffered in a chunk. Default
 	// 64 MiB each.
 	MaxBufferedBytes int
+	// HeartbeatInterval is how often the run writes a logical decoding
+	// message (pg_logical_emit_message) on the source, which comes back
+	// through the slot as an empty transaction: it tells a healthy idle
+	// mirror from one whose stream is stuck (see LagReporter). Default 10 s;
+	// negative turns it off. Needs PostgreSQL 14 or later on the source.
+	HeartbeatInterval time.Duration
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -126,6 +132,17 @@ type Reporter interface {
 	// destination, see the package documentation). An error ends Run
 	// (the batch itself stays applied).
 	BatchApplied(ctx context.Context, b Batch) error
+}
+
+// LagReporter may also be implemented by a Reporter to be told, about every
+// second, how far the mirror is behind: lag is the time since the source
+// commit of the oldest transaction not yet applied (a transaction of the
+// open batch, or a heartbeat written on the source and not yet received),
+// 0 when the run has applied everything it knows of; appliedCommit is the
+// source commit time of the last transaction applied (or empty, or skipped),
+// zero before the first.
+type LagReporter interface {
+	Lag(lag time.Duration, appliedCommit time.Time)
 }
 
 // SchemaReporter may also be implemented by a Reporter to hear of source
@@ -229,7 +246,11 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		defer cancel()
 		_ = repl.Close(cctx)
 	}()
-	source := watchSourcePosition(ctx, src)
+	heartbeatEvery, err := heartbeatInterval(ctx, src, cfg.HeartbeatInterval)
+	if err != nil {
+		return netError(err)
+	}
+	source := watchSourcePosition(ctx, src, heartbeatEvery, logger)
 	defer source.stop()
 	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, applied: applied, batchID: batchID,
 		positions: positions, skip: map[change.TableName]bool{}, source: source}
@@ -240,7 +261,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
-		Binary: types != nil,
+		Binary: types != nil, Messages: heartbeatEvery > 0,
 	})
 	if err != nil {
 		return netError(err)
@@ -319,6 +340,45 @@ type runner struct {
 	batchEnd change.LSN // end LSN of the batch's last complete transaction
 	changes  int64
 	started  time.Time // first change of the open batch
+
+	// Source commit times, for the lag (see LagReporter): of the open
+	// transaction, of the open batch's first and last transactions, and of
+	// the last transaction applied (or empty, or skipped).
+	txCommit, batchCommit, batchEndCommit, appliedCommit time.Time
+}
+
+// lagEvery is how often a LagReporter hears the lag.
+const lagEvery = time.Second
+
+// heartbeatInterval returns how often the run writes heartbeats on the
+// source: every (default 10 s; negative: never), and never on a source
+// older than PostgreSQL 14 (no pgoutput messages option).
+func heartbeatInterval(ctx context.Context, src *pgx.Conn, every time.Duration) (time.Duration, error) {
+	if every < 0 {
+		return 0, nil
+	}
+	var version int
+	if err := src.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return 0, fmt.Errorf("read source version: %w", err)
+	}
+	if version < 140000 {
+		return 0, nil
+	}
+	return cmp.Or(every, 10*time.Second), nil
+}
+
+// lag is how far the run is behind at now: since the source commit of the
+// open batch's first transaction or of the oldest heartbeat not yet
+// received, whichever is older; 0 when there is neither.
+func (r *runner) lag(now time.Time) time.Duration {
+	oldest := r.source.oldestHeartbeat()
+	if r.applier.InBatch() && !r.batchCommit.IsZero() && (oldest.IsZero() || r.batchCommit.Before(oldest)) {
+		oldest = r.batchCommit
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return max(0, now.Sub(oldest))
 }
 
 func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
@@ -326,8 +386,15 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 	r.gather = time.NewTimer(time.Hour)
 	r.gather.Stop()
 	defer r.gather.Stop()
+	lagReporter, _ := r.rep.(LagReporter)
+	lagTick := time.NewTicker(lagEvery)
+	defer lagTick.Stop()
 	for {
 		select {
+		case now := <-lagTick.C:
+			if lagReporter != nil {
+				lagReporter.Lag(r.lag(now), r.appliedCommit)
+			}
 		case <-r.gather.C:
 			r.gathering = false
 			if r.applier.InBatch() && !r.inTx && !r.skipping {
@@ -380,6 +447,7 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 	case capture.EventBegin:
 		r.inTx = true
 		r.txLSN = ev.LSN
+		r.txCommit = ev.CommitTime
 		// The commit LSN of a transaction not yet applied is at or after the
 		// end of the last applied one; anything before it was applied.
 		r.skipping = ev.LSN < r.floor
@@ -400,6 +468,7 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 			}
 			r.started = time.Now()
 			r.changes = 0
+			r.batchCommit = r.txCommit
 		}
 		r.changes++
 		if err := r.applier.Apply(ctx, c); err != nil {
@@ -407,17 +476,21 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 		}
 	case capture.EventCommit:
 		r.inTx = false
+		r.source.received(ev.LSN)
 		if r.skipping {
 			r.skipping = false
+			r.appliedCommit = ev.CommitTime
 			return nil
 		}
 		if !r.applier.InBatch() {
+			r.appliedCommit = ev.CommitTime
 			// Nothing of ours in this transaction and nothing pending: the
 			// source may forget it once the batches before it are durable.
 			r.confirmAfterUnflushed(ev.LSN)
 			return nil
 		}
 		r.batchEnd = ev.LSN
+		r.batchEndCommit = ev.CommitTime
 		behind := r.source.behind(ev.LSN)
 		r.stream.SetCatchingUp(behind >= catchUpBehind)
 		now, wait := r.cfg.closeBatch(r.changes, time.Since(r.started), dry, behind)
@@ -544,6 +617,7 @@ func (r *runner) commit(ctx context.Context) error {
 	}
 	r.batchID = id
 	r.applied = applied
+	r.appliedCommit = r.batchEndCommit
 	r.floor = r.lowest()
 	commitWAL, flushedWAL := r.applier.LastCommitWAL()
 	r.unflushed = append(r.unflushed, pendingConfirm{dest: commitWAL, src: end})

@@ -27,10 +27,32 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
 var nameSeq atomic.Int64
 
-// recorder is a Reporter that keeps every batch.
+// recorder is a Reporter (and LagReporter) that keeps every batch and lag
+// sample.
 type recorder struct {
 	mu      sync.Mutex
 	batches []cdc.Batch
+	lags    []lagSample
+}
+
+type lagSample struct {
+	lag           time.Duration
+	appliedCommit time.Time
+}
+
+func (r *recorder) Lag(lag time.Duration, appliedCommit time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lags = append(r.lags, lagSample{lag, appliedCommit})
+}
+
+func (r *recorder) lastLag() (lagSample, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.lags) == 0 {
+		return lagSample{}, false
+	}
+	return r.lags[len(r.lags)-1], true
 }
 
 func (r *recorder) BatchApplied(_ context.Context, b cdc.Batch) error {
@@ -770,4 +792,42 @@ func queryCount(t *testing.T, conn *pgx.Conn, sql string) int64 {
 	var n int64
 	require.NoError(t, conn.QueryRow(context.Background(), sql).Scan(&n))
 	return n
+}
+
+// TestLagAndHeartbeats: heartbeats written on the source come back through
+// the slot, so an idle mirror's applied commit time keeps moving and its
+// lag stays near 0; without heartbeats it stands at the last transaction.
+func TestLagAndHeartbeats(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	b.cfg.HeartbeatInterval = 300 * time.Millisecond
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	insertedAt := time.Now()
+
+	// Idle: the applied commit time moves past the insert (heartbeats),
+	// and the lag reported stays small.
+	require.Eventually(t, func() bool {
+		s, ok := b.rep.lastLag()
+		return ok && s.appliedCommit.After(insertedAt.Add(500*time.Millisecond))
+	}, 15*time.Second, 100*time.Millisecond, "no heartbeat came back through the slot")
+	s, _ := b.rep.lastLag()
+	require.Less(t, s.lag, 1500*time.Millisecond, "an idle mirror with heartbeats reports %s of lag", s.lag)
+	require.NoError(t, r.halt(t))
+
+	// Without heartbeats an idle mirror's applied commit time stands still.
+	b.cfg.HeartbeatInterval = -1
+	b.rep = &recorder{}
+	r = b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (2)`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	require.Eventually(t, func() bool { _, ok := b.rep.lastLag(); return ok }, 10*time.Second, 100*time.Millisecond)
+	first, _ := b.rep.lastLag()
+	time.Sleep(1500 * time.Millisecond)
+	last, _ := b.rep.lastLag()
+	require.Equal(t, first.appliedCommit, last.appliedCommit, "applied commit time moved without heartbeats")
+	require.Zero(t, last.lag)
+	require.NoError(t, r.halt(t))
 }

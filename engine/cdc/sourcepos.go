@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,18 +20,39 @@ const sourcePollEvery = 100 * time.Millisecond
 // itself cannot say: a logical walsender sends, as "WAL end" of a message,
 // the position of that message (walsender.c, WalSndPrepareWrite), and in
 // keepalives the position it has decoded up to, never the server's WAL end.
+//
+// It also writes the heartbeats (see Config.HeartbeatInterval) on the same
+// connection and remembers those not yet seen coming back through the slot.
 type sourcePosition struct {
 	end     atomic.Uint64
 	conn    *pgx.Conn
 	stopped chan struct{}
 	wg      sync.WaitGroup
+
+	heartbeatEvery time.Duration // 0: no heartbeats
+	log            *slog.Logger
+	lastHeartbeat  time.Time
+	mu             sync.Mutex
+	heartbeats     []heartbeat // written, not yet received; oldest first
 }
+
+// heartbeat is one logical decoding message written on the source: the
+// position of its record and when it was written.
+type heartbeat struct {
+	lsn change.LSN
+	at  time.Time
+}
+
+// maxHeartbeats bounds the heartbeats remembered while the stream is far
+// behind; the oldest is kept (it says how far behind).
+const maxHeartbeats = 64
 
 // watchSourcePosition polls conn every sourcePollEvery until stop; conn is
 // closed then. A failed poll ends the polling quietly (the replication
 // stream notices a lost source by itself); End then stays where it was.
-func watchSourcePosition(ctx context.Context, conn *pgx.Conn) *sourcePosition {
-	p := &sourcePosition{conn: conn, stopped: make(chan struct{})}
+// With heartbeatEvery > 0 it writes a heartbeat that often.
+func watchSourcePosition(ctx context.Context, conn *pgx.Conn, heartbeatEvery time.Duration, log *slog.Logger) *sourcePosition {
+	p := &sourcePosition{conn: conn, stopped: make(chan struct{}), heartbeatEvery: heartbeatEvery, log: log}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -39,6 +61,9 @@ func watchSourcePosition(ctx context.Context, conn *pgx.Conn) *sourcePosition {
 		for {
 			if err := p.poll(ctx); err != nil {
 				return
+			}
+			if p.heartbeatEvery > 0 && time.Since(p.lastHeartbeat) >= p.heartbeatEvery {
+				p.beat(ctx)
 			}
 			select {
 			case <-ctx.Done():
@@ -66,6 +91,59 @@ func (p *sourcePosition) poll(ctx context.Context) error {
 	}
 	p.end.Store(uint64(lsn))
 	return nil
+}
+
+// beat writes a heartbeat: a transactional logical decoding message, which
+// the slot delivers as a transaction of its own (pgoutput's messages
+// option). A source that refuses it (a user without the right to call
+// pg_logical_emit_message, a standby) gets no more heartbeats in this run
+// and a warning; lag is then measured from received transactions only.
+func (p *sourcePosition) beat(ctx context.Context) {
+	p.lastHeartbeat = time.Now()
+	beatCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var text string
+	err := p.conn.QueryRow(beatCtx, `SELECT pg_logical_emit_message(true, 'pgmirror_heartbeat', '')::text`).Scan(&text)
+	var lsn change.LSN
+	if err == nil {
+		lsn, err = change.ParseLSN(text)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("cannot write heartbeats on the source (pg_logical_emit_message); lag_seconds then only counts transactions received, and an idle mirror whose stream is stuck shows 0",
+				"error", err.Error())
+		}
+		p.heartbeatEvery = 0
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.heartbeats) < maxHeartbeats {
+		p.heartbeats = append(p.heartbeats, heartbeat{lsn: lsn, at: p.lastHeartbeat})
+	}
+}
+
+// received forgets the heartbeats at or before end, the end of a
+// transaction received from the slot.
+func (p *sourcePosition) received(end change.LSN) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for n < len(p.heartbeats) && p.heartbeats[n].lsn < end {
+		n++
+	}
+	p.heartbeats = p.heartbeats[n:]
+}
+
+// oldestHeartbeat is when the oldest heartbeat not yet received was
+// written; zero when none is on its way.
+func (p *sourcePosition) oldestHeartbeat() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.heartbeats) == 0 {
+		return time.Time{}
+	}
+	return p.heartbeats[0].at
 }
 
 // End is the source's WAL end at the last poll (0 before the first).

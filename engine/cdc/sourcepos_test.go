@@ -20,7 +20,7 @@ func TestSourcePosition(t *testing.T) {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, src)
 	require.NoError(t, err)
-	p := watchSourcePosition(ctx, conn)
+	p := watchSourcePosition(ctx, conn, 0, nil)
 	defer p.stop()
 
 	writer, err := pgx.Connect(ctx, src)

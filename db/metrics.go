@@ -1,0 +1,81 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// MirrorHealth is what the metrics endpoint reports of one live mirror from
+// the catalog.
+type MirrorHealth struct {
+	Name          string
+	Status        string
+	SlotLagBytes  *int64
+	SlotWALStatus *string
+	// LagSeconds is the mirror's lag as the catalog knows it (see
+	// Mirror.Lag); nil when unknown.
+	LagSeconds *float64
+}
+
+// JobCount is the number of River jobs of one kind in one state.
+type JobCount struct {
+	Kind, State string
+	Count       int64
+}
+
+// CatalogMetrics is the catalog's part of the metrics: the mirrors' status
+// and slot health and River's jobs by kind and state. Leader says whether
+// clientID is River's elected leader; only the leader reports these series,
+// so that several replicas scraped together do not count them twice.
+type CatalogMetrics struct {
+	Leader  bool
+	Mirrors []MirrorHealth
+	Jobs    []JobCount
+}
+
+// CatalogMetrics reads the catalog's part of the metrics when clientID (a
+// River client id) is River's leader; otherwise it returns Leader false and
+// reads nothing else.
+func (s *Store) CatalogMetrics(ctx context.Context, clientID string, now time.Time) (CatalogMetrics, error) {
+	var out CatalogMetrics
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_leader WHERE leader_id = $1 AND expires_at > now())`,
+		clientID).Scan(&out.Leader); err != nil {
+		return out, fmt.Errorf("read River leader: %w", translate(err))
+	}
+	if !out.Leader {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.deleted_at IS NULL ORDER BY m.name`)
+	if err != nil {
+		return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))
+	}
+	for rows.Next() {
+		m, err := scanMirror(rows)
+		if err != nil {
+			rows.Close()
+			return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))
+		}
+		out.Mirrors = append(out.Mirrors, MirrorHealth{Name: m.Name, Status: m.Status, SlotLagBytes: m.SlotLagBytes,
+			SlotWALStatus: m.SlotWALStatus, LagSeconds: m.Lag(now)})
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))
+	}
+	rows, err = s.pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job GROUP BY kind, state ORDER BY 1, 2`)
+	if err != nil {
+		return out, fmt.Errorf("read River jobs for metrics: %w", translate(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var j JobCount
+		if err := rows.Scan(&j.Kind, &j.State, &j.Count); err != nil {
+			return out, fmt.Errorf("read River jobs for metrics: %w", translate(err))
+		}
+		out.Jobs = append(out.Jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("read River jobs for metrics: %w", translate(err))
+	}
+	return out, nil
+}
