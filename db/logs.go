@@ -62,6 +62,24 @@ type SnapshotDetails struct {
 	// RowsCopied is, in partition entries, the rows of the table copied
 	// so far (this partition included): how far along its copy is.
 	RowsCopied int64 `json:"rows_copied,omitempty"`
+	// RowsEstimated and PercentDone say, in partition entries, how many
+	// rows the source estimated for the table and how far along its copy
+	// is (see PercentDone); absent when the estimate is unknown.
+	RowsEstimated *int64   `json:"rows_estimated,omitempty"`
+	PercentDone   *float64 `json:"percent_done,omitempty"`
+}
+
+// PercentDone is how far along a table's copy is, in percent (one
+// decimal), from the rows copied and the source's estimate: at most 99 while
+// it runs (the estimate may be low); the "Table snapshot completed" entry
+// says 100.
+func PercentDone(copied, estimated int64) *float64 {
+	p := 0.0
+	if estimated > 0 {
+		p = min(99, 100*float64(copied)/float64(estimated))
+	}
+	p = float64(int(p*10)) / 10
+	return &p
 }
 
 // ErrorDetails is the details object of error log entries.

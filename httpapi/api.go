@@ -37,6 +37,9 @@ type Config struct {
 	TokenTTL time.Duration
 	// Login throttles password guessing; zero fields take their defaults.
 	Login LoginLimits
+	// Metrics, when set, serves GET /metrics (Prometheus text format,
+	// outside the OpenAPI document; it does its own authentication).
+	Metrics http.Handler
 }
 
 // handlers holds the dependencies of every operation.
@@ -101,6 +104,9 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerLogs(api)
 	h.registerAudit(api)
 	mux.HandleFunc("GET /docs", serveDocs)
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics)
+	}
 
 	return &root{mux: mux, logger: cfg.Logger}, nil
 }

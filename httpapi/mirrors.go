@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -160,10 +161,16 @@ type slotHealth struct {
 	SlotLagBytes  *int64     `json:"slot_lag_bytes" doc:"WAL bytes the source keeps for this mirror (current WAL position minus the slot's confirmed_flush_lsn). Growing while running means the mirror falls behind; the source's disk fills by this much."`
 	SlotWALStatus *string    `json:"slot_wal_status" doc:"wal_status of the slot on the source: reserved or extended is healthy, unreserved means WAL is about to be removed, lost means it was; missing means the slot does not exist."`
 	SlotCheckedAt *time.Time `json:"slot_checked_at" doc:"When the slot was last read; an old value means the source could not be reached."`
+	LagSeconds    *float64   `json:"lag_seconds" doc:"Seconds since the source commit of the oldest change the mirror has not applied yet; 0 when caught up; null when unknown. While the mirror streams, its worker's measure (heartbeats keep it true on an idle source); otherwise the time since the last applied commit while the slot holds unconfirmed WAL (an upper bound). See docs/observability.md."`
 }
 
 func slotHealthResponse(m db.Mirror) slotHealth {
-	return slotHealth{SlotLagBytes: m.SlotLagBytes, SlotWALStatus: m.SlotWALStatus, SlotCheckedAt: m.SlotCheckedAt}
+	lag := m.Lag(time.Now())
+	if lag != nil {
+		rounded := math.Round(*lag*1000) / 1000
+		lag = &rounded
+	}
+	return slotHealth{SlotLagBytes: m.SlotLagBytes, SlotWALStatus: m.SlotWALStatus, SlotCheckedAt: m.SlotCheckedAt, LagSeconds: lag}
 }
 
 type mirrorStatusOutput struct {

@@ -9,6 +9,7 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/metrics"
 )
 
 // Flush cadence of CDC progress. Under load the engine may apply hundreds
@@ -48,6 +49,14 @@ type batchReporter struct {
 	slowBatch   bool // a batch took longer than logEvery: log it at once
 
 	progressFailing bool // the last progress write failed (only loop and close touch it)
+
+	// The engine's last lag measure (cdc.LagReporter), written to the
+	// catalog by loop at most every lagWriteEvery.
+	lag           time.Duration
+	lagAt         time.Time
+	appliedCommit time.Time
+	lagDirty      bool
+	lagWritten    time.Time
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -97,9 +106,44 @@ func (b *batchReporter) BatchApplied(ctx context.Context, batch cdc.Batch) error
 		b.slowBatch = true
 	}
 	b.mu.Unlock()
+	if m := b.run.cfg.Metrics; m != nil {
+		ops := make(map[string]metrics.TableOps, len(batch.Tables))
+		for table, c := range batch.Tables {
+			ops[table] = metrics.TableOps{Inserted: c.Inserted, Updated: c.Updated, Deleted: c.Deleted, Truncated: c.Truncated}
+		}
+		m.BatchApplied(b.mirror.Name, batch.Duration, batch.Changes, ops)
+	}
 	// The catalog writes happen in loop, off the apply path: a catalog
 	// round trip here would add to every batch's latency.
 	return nil
+}
+
+// lagWriteEvery is how often at most the lag measure is written to the
+// catalog (the engine measures it every second).
+const lagWriteEvery = time.Second
+
+// Lag keeps the engine's lag measure for loop to write (cdc.LagReporter).
+func (b *batchReporter) Lag(lag time.Duration, appliedCommit time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lag, b.lagAt, b.appliedCommit, b.lagDirty = lag, time.Now(), appliedCommit, true
+}
+
+// flushLag writes the last lag measure, if there is a new one and the
+// last write is lagWriteEvery old. A failed write is not retried: the next
+// measure comes within a second.
+func (b *batchReporter) flushLag(ctx context.Context) {
+	b.mu.Lock()
+	if !b.lagDirty || time.Since(b.lagWritten) < lagWriteEvery {
+		b.mu.Unlock()
+		return
+	}
+	lag, at, applied := b.lag, b.lagAt, b.appliedCommit
+	b.lagDirty, b.lagWritten = false, time.Now()
+	b.mu.Unlock()
+	if err := b.run.store.MirrorRecordLag(ctx, b.mirror.ID, lag.Seconds(), at, applied); err != nil {
+		b.run.logger.Debug("record lag", "error", err)
+	}
 }
 
 func (b *batchReporter) loop(interval time.Duration) {
@@ -114,6 +158,7 @@ func (b *batchReporter) loop(interval time.Duration) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		b.flushProgress(ctx)
+		b.flushLag(ctx)
 		b.mu.Lock()
 		logDue := b.logBatches > 0 && (time.Since(b.lastLogAt) >= logEvery || b.slowBatch)
 		b.slowBatch = false
@@ -207,6 +252,10 @@ func (b *batchReporter) close(ctx context.Context) {
 	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	b.flushProgress(flushCtx)
+	b.mu.Lock()
+	b.lagWritten = time.Time{} // the last measure, whatever its age
+	b.mu.Unlock()
+	b.flushLag(flushCtx)
 	b.flushLog(flushCtx)
 }
 

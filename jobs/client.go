@@ -12,10 +12,14 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/metrics"
 )
 
 // Config configures the River client and the workers of one pgmirror process.
 type Config struct {
+	// Metrics receives the data-plane metrics (batches, failures, retries,
+	// snapshot progress); nil records nothing.
+	Metrics *metrics.Registry
 	// Store is the catalog.
 	Store *db.Store
 	// Logger receives the process log (mirror logs go to the catalog).

@@ -386,6 +386,7 @@ func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer 
 		"tables": tableNames(tables), "slot": m.ReplicationSlotName, "lsn": info.ConsistentPoint.String()})
 	started := time.Now()
 	rep := &snapshotReporter{run: r, tables: map[string]db.MirrorTable{}}
+	defer rep.endMetrics()
 	for _, t := range tables {
 		rep.tables[t.SourceSchema+"."+t.SourceTable] = t
 	}
@@ -661,6 +662,7 @@ func (r *mirrorRun) fail(ctx context.Context, runErr error) error {
 	delay := Backoff(m.ErrorCount + 1)
 	retryAt := time.Now().Add(delay).UTC().Truncate(time.Millisecond)
 	message := runErr.Error()
+	r.cfg.Metrics.MirrorFailed(r.name)
 	count, stopped, err := r.store.MirrorRecordFailure(ctx, r.mirrorID, db.MirrorFailure{
 		Message: message, RetryAt: retryAt, MaxFailures: r.cfg.MaxFailures})
 	if err != nil {
@@ -777,6 +779,7 @@ type snapshotReporter struct {
 	rows       int64
 	partitions int
 	copied     map[string]int64 // rows copied so far per source table
+	estimates  map[string]int64 // the source's row estimate per source table
 	flushed    time.Time        // the last progress write to the catalog
 }
 
@@ -789,7 +792,22 @@ func (s *snapshotReporter) table(t change.Mapping) db.MirrorTable { return s.tab
 // EstimateKnown stores the source's row estimate of t, whose copy starts
 // (tablesync.EstimateReporter).
 func (s *snapshotReporter) EstimateKnown(ctx context.Context, t change.Mapping, rows int64) error {
+	s.mu.Lock()
+	if s.estimates == nil {
+		s.estimates = map[string]int64{}
+	}
+	s.estimates[t.Source.String()] = rows
+	s.mu.Unlock()
+	s.run.cfg.Metrics.SnapshotProgress(s.run.name, t.Source.String(), 0, rows)
 	return s.run.store.MirrorTableSnapshotStarted(ctx, s.table(t).ID, rows)
+}
+
+// endMetrics removes the snapshot series of every table of the report: the
+// copy ended (done, failed or cancelled).
+func (s *snapshotReporter) endMetrics() {
+	for name := range s.tables {
+		s.run.cfg.Metrics.SnapshotEnded(s.run.name, name)
+	}
 }
 
 func (s *snapshotReporter) TableStarted(ctx context.Context, t change.Mapping, totalPartitions int) error {
@@ -811,14 +829,23 @@ func (s *snapshotReporter) PartitionDone(ctx context.Context, t change.Mapping, 
 	first := s.copied[name] == 0
 	s.copied[name] += rows
 	copied := s.copied[name]
+	estimate, known := s.estimates[name]
 	flush := rows > 0 && (first || time.Since(s.flushed) >= snapshotProgressInterval)
 	if flush {
 		s.flushed = time.Now()
 	}
 	s.mu.Unlock()
-	s.run.log(ctx, db.LevelDebug, "Snapshot partition completed", db.SnapshotDetails{
+	details := db.SnapshotDetails{
 		Table: name, RowsSnapshotted: rows, DurationSeconds: d.Seconds(), Partition: partition, TotalPartitions: totalPartitions,
-		RowsCopied: copied})
+		RowsCopied: copied}
+	if known {
+		details.RowsEstimated = &estimate
+		details.PercentDone = db.PercentDone(copied, estimate)
+		s.run.cfg.Metrics.SnapshotProgress(s.run.name, name, copied, estimate)
+	} else {
+		s.run.cfg.Metrics.SnapshotProgress(s.run.name, name, copied, -1)
+	}
+	s.run.log(ctx, db.LevelDebug, "Snapshot partition completed", details)
 	if flush {
 		return s.run.store.MirrorTableSnapshotProgress(ctx, s.table(t).ID, copied)
 	}
@@ -838,8 +865,10 @@ func (s *snapshotReporter) TableDone(ctx context.Context, t change.Mapping, rows
 	if err := s.run.store.MirrorTableSnapshotted(ctx, mt.ID, rows, mt.ResyncRequestedAt); err != nil {
 		return err
 	}
+	done := 100.0
 	s.run.log(ctx, db.LevelInfo, db.MsgTableSnapshotCompleted, db.SnapshotDetails{
-		Table: t.Source.String(), RowsSnapshotted: rows, DurationSeconds: d.Seconds()})
+		Table: t.Source.String(), RowsSnapshotted: rows, DurationSeconds: d.Seconds(), PercentDone: &done})
+	s.run.cfg.Metrics.SnapshotEnded(s.run.name, t.Source.String())
 	return nil
 }
 

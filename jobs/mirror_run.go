@@ -58,7 +58,7 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 		w.cfg.Logger.Debug("mirror is run by another worker", "mirror", m.Name)
 		return nil
 	}
-	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, lock: lock,
+	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock,
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id)}
 	defer r.releaseLock()
 	return r.work(ctx)
@@ -75,6 +75,7 @@ type mirrorRun struct {
 	cfg      Config
 	store    *db.Store
 	mirrorID int64
+	name     string // the mirror's name when the run started, for metrics
 	logger   *slog.Logger
 
 	// lock is the mirror's catalog lock; it is replaced when the run takes
@@ -105,6 +106,9 @@ func (r *mirrorRun) work(ctx context.Context) error {
 		if wait := time.Until(*m.NextRetryAt); wait > 0 {
 			return river.JobSnooze(wait)
 		}
+	}
+	if m.Status == db.StatusError {
+		r.cfg.Metrics.MirrorRetried(m.Name)
 	}
 
 	runCtx, cancel := context.WithCancelCause(ctx)

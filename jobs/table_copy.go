@@ -123,6 +123,7 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 	defer closeConn(dst)
 
 	rep := &snapshotReporter{run: r, tables: map[string]db.MirrorTable{}}
+	defer rep.endMetrics()
 	for _, t := range targets {
 		rep.tables[t.SourceSchema+"."+t.SourceTable] = t
 	}

@@ -32,6 +32,11 @@ type config struct {
 	LogRetention      time.Duration
 	ShutdownTimeout   time.Duration
 	TokenTTL          time.Duration
+	// MetricsToken, when set, is the bearer token GET /metrics requires.
+	// Never log it.
+	MetricsToken string
+	// SlotMonitorInterval is how often the slot monitor reads the slots.
+	SlotMonitorInterval time.Duration
 	// Login throttling (httpapi.LoginLimits).
 	LoginUserFailures    int
 	LoginAddressFailures int
@@ -52,6 +57,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		EncryptionOldKeys: getenv("SERVICE_ENCRYPTION_OLD_KEYS"),
 		LogFormat:         cmp.Or(getenv("SERVICE_LOG_FORMAT"), "text"),
 		DataDir:           cmp.Or(getenv("SERVICE_DATA_DIR"), ".pgmirror"),
+		MetricsToken:      getenv("SERVICE_METRICS_TOKEN"),
 	}
 	cfg.adminPasswordSet = getenv("SERVICE_ADMIN_PASSWORD") != ""
 	var err error
@@ -68,6 +74,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return cfg, err
 	}
 	if cfg.ShutdownTimeout, err = durationVar(getenv, "SERVICE_SHUTDOWN_TIMEOUT", 30*time.Second); err != nil {
+		return cfg, err
+	}
+	if cfg.SlotMonitorInterval, err = boundedDurationVar(getenv, "SERVICE_SLOT_MONITOR_INTERVAL", 15*time.Second, time.Second, time.Hour); err != nil {
 		return cfg, err
 	}
 	if cfg.TokenTTL, err = boundedDurationVar(getenv, "SERVICE_TOKEN_TTL", 12*time.Hour, time.Minute, 30*24*time.Hour); err != nil {

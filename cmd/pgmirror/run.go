@@ -18,6 +18,7 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/httpapi"
 	"github.com/pgmirror/pgmirror/jobs"
+	"github.com/pgmirror/pgmirror/metrics"
 )
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -199,18 +200,25 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 		}
 	}
 
+	registry := metrics.New()
 	riverClient, err := jobs.NewClient(pool, jobs.Config{
-		Store:         store,
-		Logger:        logger,
-		MirrorWorkers: cfg.MirrorWorkers,
-		LogRetention:  cfg.LogRetention,
+		Metrics:             registry,
+		SlotMonitorInterval: cfg.SlotMonitorInterval,
+		Store:               store,
+		Logger:              logger,
+		MirrorWorkers:       cfg.MirrorWorkers,
+		LogRetention:        cfg.LogRetention,
 	})
 	if err != nil {
 		return fmt.Errorf("create job client: %w", err)
 	}
 
+	registry.SetCatalog(store, riverClient.ID(), logger)
+	registry.WatchRiver(riverClient)
+
 	handler, err := httpapi.New(httpapi.Config{
-		Store: store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version, TokenTTL: cfg.TokenTTL,
+		Metrics: registry.Handler(cfg.MetricsToken),
+		Store:   store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version, TokenTTL: cfg.TokenTTL,
 		Login: httpapi.LoginLimits{UserFailures: cfg.LoginUserFailures, AddressFailures: cfg.LoginAddressFailures,
 			Window: cfg.LoginFailureWindow, TrustedProxies: cfg.TrustedProxies},
 	})

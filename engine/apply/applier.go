@@ -37,6 +37,8 @@ var ErrBinaryMismatch = errors.New("the source sends a column in binary whose ty
 // statement.
 type Counts struct {
 	Inserted, Updated, Deleted int64
+	// Truncated counts the TRUNCATEs of the table.
+	Truncated int64
 }
 
 // Config configures an Applier.
@@ -469,6 +471,12 @@ func (a *Applier) truncate(ctx context.Context, c *change.Change) error {
 	for _, rel := range c.Truncated {
 		if m := a.mappings[rel.Table]; m != nil {
 			names = append(names, m.Destination)
+			cnt := a.counts[rel.Table.String()]
+			if cnt == nil {
+				cnt = &Counts{}
+				a.counts[rel.Table.String()] = cnt
+			}
+			cnt.Truncated++
 		}
 	}
 	if len(names) == 0 {

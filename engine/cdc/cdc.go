@@ -107,7 +107,7 @@ type Config struct {
 }
 
 // TableCounts are the changes of one source table in a batch.
-type TableCounts struct{ Inserted, Updated, Deleted int64 }
+type TableCounts struct{ Inserted, Updated, Deleted, Truncated int64 }
 
 // Batch describes one batch committed on the destination.
 type Batch struct {
@@ -636,6 +636,9 @@ func (r *runner) commit(ctx context.Context) error {
 	if r.rep != nil {
 		if err := r.rep.BatchApplied(ctx, b); err != nil {
 			return fmt.Errorf("report batch %d: %w", id, err)
+		}
+		if lr, ok := r.rep.(LagReporter); ok {
+			lr.Lag(r.lag(time.Now()), r.appliedCommit)
 		}
 	}
 	return nil

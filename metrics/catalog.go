@@ -1,0 +1,97 @@
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// catalogReadTimeout bounds the catalog queries of one scrape.
+const catalogReadTimeout = 5 * time.Second
+
+// The statuses and WAL statuses reported as labels, so that every mirror has
+// a series for each (1 for its current one, 0 for the others).
+var (
+	mirrorStatuses = []string{"initializing", "snapshotting", "running", "paused", "error", "stopped"}
+	walStatuses    = []string{"reserved", "extended", "unreserved", "lost", "missing"}
+)
+
+// catalogCollector reads the catalog series at scrape time, on River's
+// leader only (see the package documentation).
+type catalogCollector struct {
+	catalog  Catalog
+	clientID string
+	logger   *slog.Logger
+
+	status, lag, slotLag, walStatus, jobs, leader, up *prometheus.Desc
+}
+
+func newCatalogCollector(c Catalog, clientID string, logger *slog.Logger) *catalogCollector {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &catalogCollector{
+		catalog: c, clientID: clientID, logger: logger,
+		status: prometheus.NewDesc("pgmirror_mirror_status",
+			"1 for the mirror's current status, 0 for the others (reported by River's leader replica).", []string{"mirror", "status"}, nil),
+		lag: prometheus.NewDesc("pgmirror_mirror_lag_seconds",
+			"Seconds since the source commit of the oldest change the mirror has not applied; 0 when caught up (docs/observability.md).", []string{"mirror"}, nil),
+		slotLag: prometheus.NewDesc("pgmirror_mirror_slot_lag_bytes",
+			"WAL bytes the source keeps for the mirror's slot, as last read by the slot monitor.", []string{"mirror"}, nil),
+		walStatus: prometheus.NewDesc("pgmirror_mirror_slot_wal_status",
+			"1 for the slot's current wal_status (missing: no slot), 0 for the others.", []string{"mirror", "wal_status"}, nil),
+		jobs: prometheus.NewDesc("pgmirror_river_jobs",
+			"River jobs in the catalog by kind and state (available and scheduled ones make the queue depth).", []string{"kind", "state"}, nil),
+		leader: prometheus.NewDesc("pgmirror_catalog_reporter",
+			"1 on the replica that reports the catalog series (River's leader), 0 on the others.", nil, nil),
+		up: prometheus.NewDesc("pgmirror_catalog_up",
+			"1 when the last scrape could read the catalog, 0 when it could not.", nil, nil),
+	}
+}
+
+func (c *catalogCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.status, c.lag, c.slotLag, c.walStatus, c.jobs, c.leader, c.up} {
+		ch <- d
+	}
+}
+
+func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), catalogReadTimeout)
+	defer cancel()
+	m, err := c.catalog.CatalogMetrics(ctx, c.clientID, time.Now())
+	if err != nil {
+		c.logger.Warn("metrics: cannot read the catalog", "error", err)
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, boolValue(m.Leader))
+	for _, mh := range m.Mirrors {
+		for _, s := range mirrorStatuses {
+			ch <- prometheus.MustNewConstMetric(c.status, prometheus.GaugeValue, boolValue(mh.Status == s), mh.Name, s)
+		}
+		if mh.LagSeconds != nil {
+			ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, *mh.LagSeconds, mh.Name)
+		}
+		if mh.SlotLagBytes != nil {
+			ch <- prometheus.MustNewConstMetric(c.slotLag, prometheus.GaugeValue, float64(*mh.SlotLagBytes), mh.Name)
+		}
+		if mh.SlotWALStatus != nil {
+			for _, s := range walStatuses {
+				ch <- prometheus.MustNewConstMetric(c.walStatus, prometheus.GaugeValue, boolValue(*mh.SlotWALStatus == s), mh.Name, s)
+			}
+		}
+	}
+	for _, j := range m.Jobs {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(j.Count), j.Kind, j.State)
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
