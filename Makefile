@@ -2,7 +2,7 @@
 GO ?= go
 PORT ?= 8112
 
-.PHONY: run test build vet bench fuzz deps clean
+.PHONY: run test build vet bench fuzz demo deps clean
 
 ## run: start the service on :8112 (embedded PostgreSQL under ./.pgmirror unless SERVICE_DATABASE_URL is set)
 run: deps
@@ -12,6 +12,11 @@ run: deps
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
+
+## demo: on the embedded default, mirror a demo table under a small write load, print status and lag, explain how to look; Ctrl-C cleans up
+DEMO_DURATION ?= 60s
+demo: deps
+	$(GO) run ./cmd/pgmirror demo -duration $(DEMO_DURATION)
 
 ## build: build the pgmirror binary into ./bin
 build:
