@@ -34,12 +34,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return genKey(stdout)
 	case "demo":
 		return runDemo(ctx, args[1:], getenv, stdout)
+	case "healthcheck":
+		return healthcheck(ctx, getenv, stdout)
 	case "serve", "migrate", "rotate-key":
 	case "help", "--help", "-h":
-		fmt.Fprintln(stdout, "usage: pgmirror [serve|migrate|rotate-key|gen-key|demo|version]\nConfiguration comes from SERVICE_* environment variables; see docs/configuration.md. `pgmirror demo -h` lists the demo's flags.")
+		fmt.Fprintln(stdout, "usage: pgmirror [serve|migrate|rotate-key|gen-key|demo|healthcheck|version]\nConfiguration comes from SERVICE_* environment variables; see docs/configuration.md. `pgmirror demo -h` lists the demo's flags.")
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate, rotate-key, gen-key, demo or version", command)
+		return fmt.Errorf("unknown command %q: use serve, migrate, rotate-key, gen-key, demo, healthcheck or version", command)
 	}
 
 	cfg, err := loadConfig(getenv)
