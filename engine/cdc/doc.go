@@ -85,6 +85,19 @@
 //     everything received is applied, so the slot does not retain WAL that
 //     other databases write.
 //
+// # Lag and heartbeats
+//
+// Every Config.HeartbeatInterval (10 s) the run writes a transactional
+// logical decoding message on the source (pg_logical_emit_message; the
+// stream asks pgoutput for messages, PostgreSQL 14+), which comes back
+// through the slot as an empty transaction. A Reporter that is also a
+// LagReporter hears every second, and after every batch, how long ago the
+// oldest transaction not yet applied (of the open batch) or the oldest
+// heartbeat not yet received committed: 0 when everything is applied, and
+// growing while the stream is stuck even if the source is idle. A source
+// that refuses the heartbeat gets one warning and none for the rest of the
+// run.
+//
 // # Errors
 //
 // Run returns nil when stop is closed and ctx.Err() when ctx is done. Other
