@@ -60,3 +60,12 @@ func (s *Store) MirrorRecordLag(ctx context.Context, mirrorID int64, lagSeconds 
 	}
 	return nil
 }
+
+// MirrorSequencesSynced records when the mirror's destination sequences were
+// last set in step with the source's.
+func (s *Store) MirrorSequencesSynced(ctx context.Context, mirrorID int64, at time.Time) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE mirrors SET sequences_synced_at = $2 WHERE id = $1`, mirrorID, at); err != nil {
+		return fmt.Errorf("record sequence sync of mirror %d: %w", mirrorID, translate(err))
+	}
+	return nil
+}

@@ -129,6 +129,9 @@ type Mirror struct {
 	DeletedAt     *time.Time
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+	// SequencesSyncedAt is when the destination's sequences were last set
+	// in step with the source's (nil before the first time).
+	SequencesSyncedAt *time.Time
 	// The streaming worker's last measure of the lag (mirror_lag; nil
 	// before the first): see Lag.
 	LagSeconds      *float64

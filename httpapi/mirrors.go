@@ -150,6 +150,9 @@ type mirrorStatus struct {
 	ErrorMessage    *string    `json:"error_message"`
 	ErrorCount      int        `json:"error_count"`
 	NextRetryAt     *time.Time `json:"next_retry_at" doc:"When a mirror in error is retried next."`
+	// SequencesSyncedAt is when the destination's sequences were last set
+	// in step (engine/seqsync).
+	SequencesSyncedAt *time.Time `json:"sequences_synced_at" doc:"When the sequences of the mirrored tables (serial and identity) were last set forward on the destination to the source's values: after the snapshot and every SERVICE_SEQUENCE_SYNC_INTERVAL (30 s) while CDC runs; null before the first time."`
 	slotHealth
 	Tables    []tableStatus `json:"tables"`
 	UpdatedAt time.Time     `json:"updated_at"`
@@ -250,7 +253,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 	st := mirrorStatus{
 		mirrorConfig: configResponse(m, tables), DesiredState: m.DesiredState,
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
-		NextRetryAt: m.NextRetryAt, slotHealth: slotHealthResponse(m), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
+		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, slotHealth: slotHealthResponse(m), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
 	}
 	for _, t := range tables {
 		st.Tables = append(st.Tables, tableStatus{

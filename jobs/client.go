@@ -44,6 +44,9 @@ type Config struct {
 	// replication slot read on its source (slot_lag_bytes, slot_wal_status).
 	// Default 15 s.
 	SlotMonitorInterval time.Duration
+	// SequenceSyncInterval is how often a running mirror's destination
+	// sequences are set in step with the source's. Default 30 s.
+	SequenceSyncInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -55,6 +58,7 @@ func (c Config) withDefaults() Config {
 	c.RunBudget = cmp.Or(c.RunBudget, 10*time.Minute)
 	c.MaxFailures = cmp.Or(c.MaxFailures, 2016)
 	c.SlotMonitorInterval = cmp.Or(c.SlotMonitorInterval, 15*time.Second)
+	c.SequenceSyncInterval = cmp.Or(c.SequenceSyncInterval, 30*time.Second)
 	return c
 }
 

@@ -420,6 +420,7 @@ func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer 
 	if err := store.MirrorSetLastLSN(ctx, m.ID, info.ConsistentPoint.String()); err != nil {
 		return err
 	}
+	newSequenceSyncer(r, toMappings(tables)).sync(ctx, src, dst)
 	r.log(ctx, db.LevelInfo, db.MsgSnapshotCompleted, db.SnapshotDetails{
 		RowsSnapshotted: rep.totalRows(), DurationSeconds: time.Since(started).Seconds(), TotalPartitions: rep.totalPartitions()})
 	return nil
@@ -573,7 +574,16 @@ func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db
 	defer healthy.Stop()
 
 	rep := newBatchReporter(r, m, mappings)
+	seqCtx, stopSequences := context.WithCancel(ctx)
+	var sequencesDone sync.WaitGroup
+	sequencesDone.Add(1)
+	go func() {
+		defer sequencesDone.Done()
+		r.keepSequencesInStep(seqCtx, srcPeer, dstPeer, newSequenceSyncer(r, mappings))
+	}()
 	err = streamHandingOver(ctx, cfg, rep, stop)
+	stopSequences()
+	sequencesDone.Wait()
 	rep.close(ctx)
 	reason := r.endCDC()
 	if err != nil {

@@ -37,6 +37,8 @@ type config struct {
 	MetricsToken string
 	// SlotMonitorInterval is how often the slot monitor reads the slots.
 	SlotMonitorInterval time.Duration
+	// SequenceSyncInterval is how often running mirrors sync sequences.
+	SequenceSyncInterval time.Duration
 	// Login throttling (httpapi.LoginLimits).
 	LoginUserFailures    int
 	LoginAddressFailures int
@@ -77,6 +79,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return cfg, err
 	}
 	if cfg.SlotMonitorInterval, err = boundedDurationVar(getenv, "SERVICE_SLOT_MONITOR_INTERVAL", 15*time.Second, time.Second, time.Hour); err != nil {
+		return cfg, err
+	}
+	if cfg.SequenceSyncInterval, err = boundedDurationVar(getenv, "SERVICE_SEQUENCE_SYNC_INTERVAL", 30*time.Second, time.Second, time.Hour); err != nil {
 		return cfg, err
 	}
 	if cfg.TokenTTL, err = boundedDurationVar(getenv, "SERVICE_TOKEN_TTL", 12*time.Hour, time.Minute, 30*24*time.Hour); err != nil {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
 )
 
 const writableSchema = `
@@ -38,7 +40,12 @@ INSERT INTO late (n) SELECT g FROM generate_series(1, 20) g;`
 // existing destination table is left as it is.
 func TestWritableDestinationTables(t *testing.T) {
 	t.Parallel()
-	_, src, dst, s := newEnv(t, writableSchema)
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	exec1(t, src, writableSchema)
+	s := startService(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)), "SERVICE_SEQUENCE_SYNC_INTERVAL=1s")
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
 	exec1(t, dst, `CREATE TABLE pre (id integer PRIMARY KEY, v text)`)
 	var maps []any
 	for _, name := range []string{"ident", "alw", "ser", "rich", "pre"} {
@@ -123,12 +130,24 @@ func TestWritableDestinationTables(t *testing.T) {
 		}
 	}
 
-	// After the switch-over (sequences moved past the copied ids, which the
-	// sequence sync will do), the applications' inserts work.
-	exec1(t, dst, `SELECT setval(pg_get_serial_sequence('ident', 'id'), (SELECT max(id) FROM ident));
-		SELECT setval(pg_get_serial_sequence('alw', 'id'), (SELECT max(id) FROM alw));
-		SELECT setval('ser_id_seq', (SELECT max(id) FROM ser));
-		INSERT INTO ident (v) VALUES ('after'); INSERT INTO alw (v) VALUES ('after'); INSERT INTO ser (v) VALUES ('after');
+	// The sequence sync sets the destination's sequences past the
+	// replicated ids (after the snapshot, then every second in this test),
+	// and the applications' inserts work without any setval by hand.
+	waitFor(t, "the destination sequences to catch up with the source's", 30*time.Second, func() bool {
+		return queryInt64(t, dst, `SELECT count(*) FROM pg_sequences WHERE sequencename IN ('ident_id_seq', 'alw_id_seq', 'ser_id_seq')
+			AND last_value >= 60`) == 3
+	})
+	var st struct {
+		SequencesSyncedAt *time.Time `json:"sequences_synced_at"`
+	}
+	s.mustDo("GET", "/v1/mirrors/writable", nil, 200, &st)
+	if st.SequencesSyncedAt == nil {
+		t.Error("sequences_synced_at is null after the sequences were synced")
+	}
+	if !hasLog(s.logs("writable", ""), "Sequences synced") {
+		t.Error(`no "Sequences synced" log entry`)
+	}
+	exec1(t, dst, `INSERT INTO ident (v) VALUES ('after'); INSERT INTO alw (v) VALUES ('after'); INSERT INTO ser (v) VALUES ('after');
 		INSERT INTO rich (id, price) VALUES (1000, 3)`)
 	var total string
 	pgxConnQuery(t, dst, `SELECT total::text FROM rich WHERE id = 1000`, &total)
