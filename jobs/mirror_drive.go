@@ -790,7 +790,58 @@ type snapshotReporter struct {
 	partitions int
 	copied     map[string]int64 // rows copied so far per source table
 	estimates  map[string]int64 // the source's row estimate per source table
+	shown      map[string]int64 // the rows_synced last written per source table (it only grows)
+	done       map[string]bool  // tables whose copy is done (no more progress writes)
 	flushed    time.Time        // the last progress write to the catalog
+
+	writeMu sync.Mutex       // orders the progress writes of one reporter
+	written map[string]int64 // rows_synced written per source table
+}
+
+// writeProgress writes rows as t's rows_synced unless a larger count was
+// written already (partition reports and streamed counts race), so that the
+// catalog's count only grows.
+func (s *snapshotReporter) writeProgress(ctx context.Context, t change.Mapping, rows int64) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	name := t.Source.String()
+	if s.written == nil {
+		s.written = map[string]int64{}
+	}
+	if rows <= s.written[name] {
+		return nil
+	}
+	if err := s.run.store.MirrorTableSnapshotProgress(ctx, s.table(t).ID, rows); err != nil {
+		return err
+	}
+	s.written[name] = rows
+	return nil
+}
+
+// RowsStreamed shows the rows of t sent to the destination so far, between
+// partition commits, in its rows_synced and the snapshot metrics
+// (tablesync.ProgressReporter). rows_synced only grows, and is left alone
+// once the table is done (TableDone writes the exact count).
+func (s *snapshotReporter) RowsStreamed(ctx context.Context, t change.Mapping, rows int64) {
+	name := t.Source.String()
+	s.mu.Lock()
+	if s.shown == nil {
+		s.shown, s.done = map[string]int64{}, map[string]bool{}
+	}
+	if s.done[name] || rows <= s.shown[name] {
+		s.mu.Unlock()
+		return
+	}
+	s.shown[name] = rows
+	estimate, known := s.estimates[name]
+	s.mu.Unlock()
+	if !known {
+		estimate = -1
+	}
+	s.run.cfg.Metrics.SnapshotProgress(s.run.name, name, rows, estimate)
+	if err := s.writeProgress(ctx, t, rows); err != nil && ctx.Err() == nil {
+		s.run.logger.Debug("record snapshot progress", "table", name, "error", err)
+	}
 }
 
 // snapshotProgressInterval is how often at most a snapshot writes the rows
@@ -840,9 +891,14 @@ func (s *snapshotReporter) PartitionDone(ctx context.Context, t change.Mapping, 
 	s.copied[name] += rows
 	copied := s.copied[name]
 	estimate, known := s.estimates[name]
-	flush := rows > 0 && (first || time.Since(s.flushed) >= snapshotProgressInterval)
+	if s.shown == nil {
+		s.shown, s.done = map[string]int64{}, map[string]bool{}
+	}
+	show := max(copied, s.shown[name]) // rows streamed may already be shown
+	flush := rows > 0 && show > s.shown[name] && (first || time.Since(s.flushed) >= snapshotProgressInterval)
 	if flush {
 		s.flushed = time.Now()
+		s.shown[name] = show
 	}
 	s.mu.Unlock()
 	details := db.SnapshotDetails{
@@ -851,13 +907,13 @@ func (s *snapshotReporter) PartitionDone(ctx context.Context, t change.Mapping, 
 	if known {
 		details.RowsEstimated = &estimate
 		details.PercentDone = db.PercentDone(copied, estimate)
-		s.run.cfg.Metrics.SnapshotProgress(s.run.name, name, copied, estimate)
+		s.run.cfg.Metrics.SnapshotProgress(s.run.name, name, show, estimate)
 	} else {
-		s.run.cfg.Metrics.SnapshotProgress(s.run.name, name, copied, -1)
+		s.run.cfg.Metrics.SnapshotProgress(s.run.name, name, show, -1)
 	}
 	s.run.log(ctx, db.LevelDebug, "Snapshot partition completed", details)
 	if flush {
-		return s.run.store.MirrorTableSnapshotProgress(ctx, s.table(t).ID, copied)
+		return s.writeProgress(ctx, t, show)
 	}
 	return nil
 }
@@ -865,6 +921,10 @@ func (s *snapshotReporter) PartitionDone(ctx context.Context, t change.Mapping, 
 func (s *snapshotReporter) TableDone(ctx context.Context, t change.Mapping, rows int64, d time.Duration) error {
 	s.mu.Lock()
 	s.rows += rows
+	if s.done == nil {
+		s.shown, s.done = map[string]int64{}, map[string]bool{}
+	}
+	s.done[t.Source.String()] = true
 	s.mu.Unlock()
 	if s.beforeDone != nil {
 		if err := s.beforeDone(ctx, t); err != nil {

@@ -154,7 +154,7 @@ func TestPipeCopyMessages(t *testing.T) {
 	const rows = 20000
 	var reads, short int
 	var total int64
-	outRows, inRows, outErr, inErr := pipeCopy(false, rows, 1,
+	outRows, inRows, outErr, inErr := pipeCopy(false, rows, 1, nil,
 		func(w io.Writer) (int64, error) {
 			for range rows {
 				if _, err := w.Write(row); err != nil {
@@ -219,7 +219,7 @@ func TestPipeCopyChunks(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []int
-			outRows, inRows, outErr, inErr := pipeCopy(tc.binary, tc.chunkRows, tc.chunks,
+			outRows, inRows, outErr, inErr := pipeCopy(tc.binary, tc.chunkRows, tc.chunks, nil,
 				func(w io.Writer) (int64, error) { // as the server sends it
 					header := binaryHeader
 					for i := range tc.rows {
@@ -277,7 +277,7 @@ func TestPipeCopyChunks(t *testing.T) {
 func TestPipeCopyDestinationFails(t *testing.T) {
 	boom := errors.New("boom")
 	for _, chunkRows := range []int64{1, 1 << 40} { // failing within a chunk, and between chunks
-		_, _, outErr, inErr := pipeCopy(false, chunkRows, 1000,
+		_, _, outErr, inErr := pipeCopy(false, chunkRows, 1000, nil,
 			func(w io.Writer) (int64, error) {
 				for {
 					if _, err := w.Write(make([]byte, 1000)); err != nil {
@@ -301,7 +301,7 @@ func TestPipeCopyDestinationFails(t *testing.T) {
 func TestPipeCopySourceFails(t *testing.T) {
 	boom := errors.New("boom")
 	var chunks int
-	_, inRows, outErr, inErr := pipeCopy(false, 2, 10,
+	_, inRows, outErr, inErr := pipeCopy(false, 2, 10, nil,
 		func(w io.Writer) (int64, error) {
 			for range 3 {
 				if _, err := w.Write([]byte("row\n")); err != nil {

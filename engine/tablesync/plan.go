@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,10 +26,11 @@ type tableJob struct {
 	columns    []string // replicated columns, in source attnum order
 	binary     bool
 	streams    []stream
-	partitions int   // over all streams
-	bytes      int64 // the source table's size, TOAST included
-	writers    int   // streams copied at once
-	estimate   int64 // the source's estimate of the table's rows
+	partitions int          // over all streams
+	bytes      int64        // the source table's size, TOAST included
+	writers    int          // streams copied at once
+	estimate   int64        // the source's estimate of the table's rows
+	streamed   atomic.Int64 // rows sent to the destination so far (ProgressReporter)
 }
 
 // stream is one source COPY of one leaf relation, committed on the

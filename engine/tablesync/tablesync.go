@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -109,6 +110,19 @@ type Reporter interface {
 type EstimateReporter interface {
 	EstimateKnown(ctx context.Context, t change.Mapping, rows int64) error
 }
+
+// ProgressReporter is implemented by Reporters that want to follow a
+// table's copy within its partitions: RowsStreamed is called every
+// progressEvery while the table is copied, with the rows sent to the
+// destination so far (committed or in a partition's open COPY; a failed
+// partition's rows are counted too, and the snapshot starts over then).
+type ProgressReporter interface {
+	RowsStreamed(ctx context.Context, t change.Mapping, rows int64)
+}
+
+// progressEvery is how often a ProgressReporter hears of a table's copy; a
+// variable for tests.
+var progressEvery = 2 * time.Second
 
 // IndexReporter is implemented by Reporters that want to know what was
 // created on a destination table after its copy (see
@@ -384,6 +398,29 @@ func (r *run) copyTable(ctx context.Context, job *tableJob, workers chan *worker
 	r.log.InfoContext(ctx, "snapshot of table started", "table", job.m.Source.String(), "partitions", total,
 		"streams", len(job.streams), "writers", job.writers)
 	var rows atomic.Int64
+	endProgress := func() {}
+	if pr, ok := r.rep.(ProgressReporter); ok {
+		stopProgress := make(chan struct{})
+		progressDone := make(chan struct{})
+		var once sync.Once
+		endProgress = func() { once.Do(func() { close(stopProgress); <-progressDone }) }
+		defer endProgress()
+		go func() {
+			defer close(progressDone)
+			tick := time.NewTicker(progressEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stopProgress:
+					return
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					pr.RowsStreamed(ctx, job.m, job.streamed.Load())
+				}
+			}
+		}()
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	writers := make(chan struct{}, max(job.writers, 1))
 	next := 1 // the number of the next stream's first partition
@@ -425,7 +462,9 @@ func (r *run) copyTable(ctx context.Context, job *tableJob, workers chan *worker
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
+	err := g.Wait()
+	endProgress() // no progress report after the copy: TableDone has the exact count
+	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -572,7 +611,7 @@ func (r *run) copyStream(ctx context.Context, w *worker, job *tableJob, st strea
 
 	outSQL, inSQL := job.copyOutSQL(st), job.copyInSQL()
 	n := first
-	outRows, inRows, outErr, inErr := pipeCopy(job.binary, st.chunkRows, st.parts,
+	outRows, inRows, outErr, inErr := pipeCopy(job.binary, st.chunkRows, st.parts, &job.streamed,
 		func(out io.Writer) (int64, error) {
 			tag, err := w.src.PgConn().CopyTo(ctx, out, outSQL)
 			return tag.RowsAffected(), err
@@ -627,11 +666,11 @@ func (r *run) copyStream(ctx context.Context, w *worker, job *tableJob, st strea
 // header and trailer). It returns the rows and the errors of both sides;
 // when copyFrom fails, copyTo's next write fails with errDestinationFailed,
 // so the source side stops too.
-func pipeCopy(binary bool, chunkRows int64, chunks int, copyTo func(io.Writer) (int64, error),
+func pipeCopy(binary bool, chunkRows int64, chunks int, streamed *atomic.Int64, copyTo func(io.Writer) (int64, error),
 	copyFrom func(io.Reader) (int64, error)) (outRows, inRows int64, outErr, inErr error) {
 	readers := make(chan *io.PipeReader, 1)
 	stop := make(chan struct{})
-	c := &chunker{binary: binary, chunkRows: max(chunkRows, 1), chunks: max(chunks, 1), readers: readers, stop: stop}
+	c := &chunker{binary: binary, chunkRows: max(chunkRows, 1), chunks: max(chunks, 1), readers: readers, stop: stop, streamed: streamed}
 	type result struct {
 		rows int64
 		err  error
@@ -680,6 +719,7 @@ type chunker struct {
 	chunks    int
 	readers   chan<- *io.PipeReader
 	stop      <-chan struct{} // closed when the destination side takes no more chunks
+	streamed  *atomic.Int64   // rows handed to the destination side so far (nil: not counted)
 
 	header bool  // the source's binary header was seen
 	opened int   // chunks opened
@@ -715,6 +755,9 @@ func (c *chunker) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	c.rows++
+	if c.streamed != nil {
+		c.streamed.Add(1)
+	}
 	if c.rows >= c.chunkRows && c.opened < c.chunks {
 		if err := c.closeChunk(nil); err != nil {
 			return 0, err
