@@ -328,17 +328,9 @@ func (s *Stream) run(ctx context.Context) error {
 			continue
 		}
 		// Hand the decoded events over before a read that may wait: when
-		// pgconn has no more bytes buffered and the events end with a
-		// commit. (After a timeout pgconn may still be reading in the
-		// background: then do not ask it, and hand over what there is.) The
-		// walsender sends a transaction only once it committed, its BEGIN,
-		// rows and COMMIT back to back but each in a write of its own: waiting
-		// for the COMMIT wakes the consumer once per small transaction
-		// instead of once per message, and costs it nothing, since a batch
-		// ends at a commit anyway. A large transaction goes over in slices
-		// of handOverMax (emit).
-		if len(s.pending) > 0 && (timedOut ||
-			(s.conn.Frontend().ReadBufferLen() == 0 && s.pending[len(s.pending)-1].Kind == EventCommit)) {
+		// pgconn has no more bytes buffered. (After a timeout pgconn may
+		// still be reading in the background: then do not ask it.)
+		if len(s.pending) > 0 && (timedOut || s.conn.Frontend().ReadBufferLen() == 0) {
 			if err := s.handOver(ctx, ticker); err != nil {
 				if ctx.Err() != nil {
 					return nil
