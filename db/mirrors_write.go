@@ -24,6 +24,10 @@ type MirrorCreateParams struct {
 	PublicationName             string
 	ReplicationSlotName         string
 	Tables                      []change.Mapping
+	// CreatedPublication and CreatedSlot say that the publication and slot
+	// exist already and belong to the new mirror (a reverse mirror made by
+	// a cut-over); the API leaves them false.
+	CreatedPublication, CreatedSlot bool
 }
 
 // MirrorCreateTx inserts a mirror (status initializing, desired state
@@ -33,11 +37,13 @@ func (s *Store) MirrorCreateTx(ctx context.Context, tx pgx.Tx, p MirrorCreatePar
 	var id int64
 	err := tx.QueryRow(ctx, `INSERT INTO mirrors (name, source_peer_id, destination_peer_id,
 			snapshot_num_rows_per_partition, snapshot_max_parallel_workers, snapshot_num_tables_in_parallel,
-			cdc_sync_interval_seconds, cdc_batch_size, do_initial_snapshot, publication_name, replication_slot_name)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
+			cdc_sync_interval_seconds, cdc_batch_size, do_initial_snapshot, publication_name, replication_slot_name,
+			created_publication, created_slot)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id`,
 		p.Name, p.SourcePeerID, p.DestinationPeerID,
 		p.SnapshotNumRowsPerPartition, p.SnapshotMaxParallelWorkers, p.SnapshotNumTablesInParallel,
-		p.CDCSyncIntervalSeconds, p.CDCBatchSize, p.DoInitialSnapshot, p.PublicationName, p.ReplicationSlotName).Scan(&id)
+		p.CDCSyncIntervalSeconds, p.CDCBatchSize, p.DoInitialSnapshot, p.PublicationName, p.ReplicationSlotName,
+		p.CreatedPublication, p.CreatedSlot).Scan(&id)
 	if err != nil {
 		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, translate(err))
 	}

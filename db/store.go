@@ -132,6 +132,8 @@ type Mirror struct {
 	// SequencesSyncedAt is when the destination's sequences were last set
 	// in step with the source's (nil before the first time).
 	SequencesSyncedAt *time.Time
+	// Cutover is the mirror's last cut-over (nil before the first).
+	Cutover *Cutover
 	// The streaming worker's last measure of the lag (mirror_lag; nil
 	// before the first): see Lag.
 	LagSeconds      *float64

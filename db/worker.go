@@ -91,7 +91,7 @@ func (s *Store) MirrorsWithoutWorker(ctx context.Context, runKind string) ([]int
 		SELECT m.id FROM mirrors m
 		WHERE m.deleted_at IS NULL
 		  AND m.desired_state = 'running'
-		  AND m.status NOT IN ('paused', 'stopped')
+		  AND m.status NOT IN ('paused', 'stopped', 'completed')
 		  AND NOT EXISTS (
 		      SELECT 1 FROM pg_locks l
 		      WHERE l.locktype = 'advisory' AND l.granted
@@ -143,7 +143,7 @@ func (s *Store) MirrorSetStatus(ctx context.Context, mirrorID int64, status stri
 		  error_count   = CASE WHEN $3 THEN 0 ELSE error_count END,
 		  resume_status = CASE WHEN $3 THEN NULL ELSE resume_status END,
 		  next_retry_at = CASE WHEN $3 THEN NULL ELSE next_retry_at END
-		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'running'`, mirrorID, status, clearError)
+		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'running' AND status <> 'completed'`, mirrorID, status, clearError)
 	if err != nil {
 		return fmt.Errorf("set status of mirror %d to %s: %w", mirrorID, status, err)
 	}
@@ -200,7 +200,7 @@ func (s *Store) MirrorRecordFailure(ctx context.Context, mirrorID int64, f Mirro
 		  error_message = $2,
 		  next_retry_at = $3,
 		  status = CASE WHEN $4 OR ($5 > 0 AND error_count + 1 >= $5) THEN 'stopped' ELSE 'error' END
-		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'running' AND status <> 'stopped'
+		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'running' AND status NOT IN ('stopped', 'completed')
 		RETURNING error_count, status = 'stopped'`, mirrorID, f.Message, f.RetryAt, f.Stop, f.MaxFailures).Scan(&count, &stopped)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
@@ -316,7 +316,7 @@ func (s *Store) MirrorPurge(ctx context.Context, mirrorID int64) error {
 // mirror has been healthy for a while (MirrorResetErrorCount).
 func (s *Store) MirrorMarkRunning(ctx context.Context, mirrorID int64) error {
 	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET status = 'running', error_message = NULL, resume_status = NULL, next_retry_at = NULL
-		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'running' AND status <> 'stopped'`, mirrorID)
+		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'running' AND status NOT IN ('stopped', 'completed')`, mirrorID)
 	if err != nil {
 		return fmt.Errorf("mark mirror %d running: %w", mirrorID, err)
 	}

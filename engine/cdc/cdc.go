@@ -102,9 +102,24 @@ type Config struct {
 	// mirror from one whose stream is stuck (see LagReporter). Default 10 s;
 	// negative turns it off. Needs PostgreSQL 14 or later on the source.
 	HeartbeatInterval time.Duration
+	// StopAt, when set, ends the run (Run returns nil) once every source
+	// transaction that committed before this position is applied, flushed
+	// on the destination and confirmed to the source: at the first
+	// transaction that commits at or after it, which is not applied. A
+	// cut-over writes a logical decoding message on the source
+	// (EmitMarker) and passes its position, so that such a transaction
+	// always comes. Needs PostgreSQL 14 or later on the source.
+	StopAt change.LSN
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
 }
+
+// ErrStopAtUnsupported: Config.StopAt was set but the source is older than
+// PostgreSQL 14, whose pgoutput cannot send the marker message.
+var ErrStopAtUnsupported = errors.New("stopping at a source position needs PostgreSQL 14 or later on the source (pgoutput messages)")
+
+// errStopReached ends the loop at Config.StopAt.
+var errStopReached = errors.New("reached the stop position")
 
 // TableCounts are the changes of one source table in a batch.
 type TableCounts struct{ Inserted, Updated, Deleted, Truncated int64 }
@@ -249,6 +264,9 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	heartbeatEvery, err := heartbeatInterval(ctx, src, cfg.HeartbeatInterval)
 	if err != nil {
 		return netError(err)
+	}
+	if cfg.StopAt != 0 && heartbeatEvery == 0 {
+		return ErrStopAtUnsupported
 	}
 	source := watchSourcePosition(ctx, src, heartbeatEvery, logger)
 	defer source.stop()
@@ -430,6 +448,10 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 				err := r.handle(ctx, ev, r.dry)
 				// The applier bounds what it buffers itself (ChunkBytes).
 				r.stream.Release(ev)
+				if errors.Is(err, errStopReached) {
+					r.log.Info("reached the stop position", "stop_at", r.cfg.StopAt.String(), "applied", r.applied.String())
+					return r.finish(ctx)
+				}
 				if err != nil {
 					r.abandon()
 					if ctx.Err() != nil {
@@ -445,6 +467,9 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 	switch ev.Kind {
 	case capture.EventBegin:
+		if r.cfg.StopAt != 0 && ev.LSN >= r.cfg.StopAt {
+			return errStopReached
+		}
 		r.inTx = true
 		r.txLSN = ev.LSN
 		r.txCommit = ev.CommitTime

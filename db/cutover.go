@@ -1,0 +1,127 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StatusCompleted is the final status of a mirror whose cut-over succeeded:
+// the destination has every change of the source and takes the writes now.
+const StatusCompleted = "completed"
+
+// ActionCutover is the pending action of a requested cut-over.
+const ActionCutover = "cutover"
+
+// Cut-over states (Cutover.State) and step states (CutoverStep.State).
+const (
+	CutoverRequested = "requested"
+	CutoverRunning   = "running"
+	CutoverCompleted = "completed"
+	CutoverFailed    = "failed"
+
+	StepRunning = "running"
+	StepDone    = "done"
+	StepFailed  = "failed"
+)
+
+// Cutover is a mirror's last cut-over (mirrors.cutover, JSON): what was
+// asked, how far it got, and how it ended.
+type Cutover struct {
+	State       string         `json:"state"`
+	RequestedAt time.Time      `json:"requested_at"`
+	RequestedBy string         `json:"requested_by,omitempty"`
+	StartedAt   *time.Time     `json:"started_at,omitempty"`
+	FinishedAt  *time.Time     `json:"finished_at,omitempty"`
+	Options     CutoverOptions `json:"options"`
+	// TargetLSN is the source position everything before which is applied
+	// (the marker written once the source was quiet).
+	TargetLSN string        `json:"target_lsn,omitempty"`
+	Steps     []CutoverStep `json:"steps"`
+	Error     string        `json:"error,omitempty"`
+	// ReverseMirror names the mirror created in the other direction.
+	ReverseMirror string `json:"reverse_mirror,omitempty"`
+}
+
+// CutoverOptions are the choices of a cut-over request.
+type CutoverOptions struct {
+	// LockSource makes the mirrored source tables read-only (a trigger that
+	// refuses writes) before the final position is taken.
+	LockSource bool `json:"lock_source"`
+	// DropSlot drops the mirror's replication slot (and the publication it
+	// created) once the cut-over completed.
+	DropSlot bool `json:"drop_slot"`
+	// TimeoutSeconds bounds applying the changes up to the final position.
+	TimeoutSeconds int `json:"timeout_seconds"`
+	// QuietSeconds is how long the source must show no changes to the
+	// mirrored tables (without LockSource).
+	QuietSeconds int `json:"quiet_seconds"`
+	// ReverseMirrorName, when set, names the mirror created from the
+	// destination back to the source; its publication and slot names.
+	ReverseMirrorName          string `json:"reverse_mirror_name,omitempty"`
+	ReversePublicationName     string `json:"reverse_publication_name,omitempty"`
+	ReverseReplicationSlotName string `json:"reverse_replication_slot_name,omitempty"`
+}
+
+// CutoverStep is one step of a cut-over with its time.
+type CutoverStep struct {
+	Name       string         `json:"name"`
+	State      string         `json:"state"`
+	StartedAt  time.Time      `json:"started_at"`
+	DurationMS int64          `json:"duration_ms"`
+	Detail     map[string]any `json:"detail,omitempty"`
+	Error      string         `json:"error,omitempty"`
+}
+
+// Finished reports whether the cut-over has ended (completed or failed).
+func (c *Cutover) Finished() bool {
+	return c != nil && (c.State == CutoverCompleted || c.State == CutoverFailed)
+}
+
+// MirrorRequestCutoverTx records a cut-over request for the mirror's worker.
+func (s *Store) MirrorRequestCutoverTx(ctx context.Context, tx pgx.Tx, id int64, c Cutover) error {
+	return s.updateMirror(ctx, tx, "request a cut-over of", id,
+		`UPDATE mirrors SET pending_action = 'cutover', cutover = $2 WHERE id = $1 AND deleted_at IS NULL`, c)
+}
+
+// MirrorCutoverProgress writes the progress of the mirror's running
+// cut-over.
+func (s *Store) MirrorCutoverProgress(ctx context.Context, id int64, c Cutover) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE mirrors SET cutover = $2 WHERE id = $1 AND pending_action = 'cutover'`, id, c); err != nil {
+		return fmt.Errorf("record cut-over progress of mirror %d: %w", id, translate(err))
+	}
+	return nil
+}
+
+// MirrorCutoverFailed records a failed cut-over and clears the request: the
+// mirror goes on as before.
+func (s *Store) MirrorCutoverFailed(ctx context.Context, id int64, c Cutover) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE mirrors SET cutover = $2, pending_action = NULL WHERE id = $1 AND pending_action = 'cutover'`, id, c); err != nil {
+		return fmt.Errorf("record failed cut-over of mirror %d: %w", id, translate(err))
+	}
+	return nil
+}
+
+// MirrorCutoverCompleteTx moves the mirror to its final status completed
+// with the cut-over's record. slotDropped says that the slot (and the
+// publication, if the mirror created it) will be gone, so that deleting the
+// mirror does not look for them. It returns ErrNotFound when the mirror is
+// gone or no longer waits for this cut-over.
+func (s *Store) MirrorCutoverCompleteTx(ctx context.Context, tx pgx.Tx, id int64, c Cutover, slotDropped bool) error {
+	return s.updateMirror(ctx, tx, "complete the cut-over of", id,
+		`UPDATE mirrors SET status = 'completed', pending_action = NULL, cutover = $2,
+			error_message = NULL, error_count = 0, resume_status = NULL, next_retry_at = NULL,
+			created_slot = created_slot AND NOT $3, created_publication = created_publication AND NOT $3
+		WHERE id = $1 AND deleted_at IS NULL AND pending_action = 'cutover'`, c, slotDropped)
+}
+
+// BeginTx starts a catalog transaction.
+func (s *Store) BeginTx(ctx context.Context) (pgx.Tx, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin catalog transaction: %w", translate(err))
+	}
+	return tx, nil
+}

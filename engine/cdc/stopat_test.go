@@ -1,0 +1,64 @@
+package cdc_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/cdc"
+)
+
+// A run with StopAt applies exactly the transactions committed before the
+// marker, ends by itself with the slot confirmed there, and the next run
+// goes on with the rest: nothing lost, nothing twice.
+func TestStopAtMarker(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY, v int)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	ctx := context.Background()
+	for i := range 20 {
+		pgtest.Exec(t, b.src, fmt.Sprintf(`INSERT INTO t SELECT g, 0 FROM generate_series(%d, %d) g`, i*10+1, i*10+10))
+	}
+	pgtest.Exec(t, b.src, `UPDATE t SET v = 1 WHERE id <= 50`)
+	src, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer src.Close(ctx)
+	marker, err := cdc.EmitMarker(ctx, src, "test")
+	require.NoError(t, err)
+	// Written after the marker: not part of the stopped run.
+	pgtest.Exec(t, b.src, `INSERT INTO t SELECT g, 2 FROM generate_series(1001, 1050) g; DELETE FROM t WHERE id = 1`)
+
+	cfg := b.cfg
+	cfg.StopAt = marker
+	done := make(chan error, 1)
+	go func() { done <- cdc.Run(ctx, cfg, b.rep, make(chan struct{})) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run with StopAt did not end by itself")
+	}
+	dst, err := pgx.Connect(ctx, b.dst)
+	require.NoError(t, err)
+	defer dst.Close(ctx)
+	var n, updated, after int64
+	require.NoError(t, dst.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE v = 1), count(*) FILTER (WHERE id > 1000) FROM t`).Scan(&n, &updated, &after))
+	require.Equal(t, []int64{200, 50, 0}, []int64{n, updated, after}, "exactly the transactions before the marker are applied")
+	// The run confirmed what it applied before it ended.
+	require.NotEmpty(t, b.rep.batches)
+	last := b.rep.batches[len(b.rep.batches)-1].LSN
+	var confirmed bool
+	require.NoError(t, src.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn AND confirmed_flush_lsn < $3::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`,
+		cfg.SlotName, last.String(), marker.String()).Scan(&confirmed))
+	require.True(t, confirmed, "the slot is confirmed at the last applied transaction, before the marker")
+
+	// The next run carries on after the stop.
+	r := b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	require.NoError(t, r.halt(t))
+}
