@@ -105,16 +105,27 @@ func (s *Store) MirrorCutoverFailed(ctx context.Context, id int64, c Cutover) er
 }
 
 // MirrorCutoverCompleteTx moves the mirror to its final status completed
-// with the cut-over's record. slotDropped says that the slot (and the
-// publication, if the mirror created it) will be gone, so that deleting the
-// mirror does not look for them. It returns ErrNotFound when the mirror is
+// with the cut-over's record. It returns ErrNotFound when the mirror is
 // gone or no longer waits for this cut-over.
-func (s *Store) MirrorCutoverCompleteTx(ctx context.Context, tx pgx.Tx, id int64, c Cutover, slotDropped bool) error {
+func (s *Store) MirrorCutoverCompleteTx(ctx context.Context, tx pgx.Tx, id int64, c Cutover) error {
 	return s.updateMirror(ctx, tx, "complete the cut-over of", id,
 		`UPDATE mirrors SET status = 'completed', pending_action = NULL, cutover = $2,
-			error_message = NULL, error_count = 0, resume_status = NULL, next_retry_at = NULL,
+			error_message = NULL, error_count = 0, resume_status = NULL, next_retry_at = NULL
+		WHERE id = $1 AND deleted_at IS NULL AND pending_action = 'cutover'`, c)
+}
+
+// MirrorCutoverFinalRecord writes the record of a completed mirror's
+// cut-over once its last steps ran; slotDropped says that its slot (and the
+// publication it created) are gone, so that deleting the mirror does not
+// look for them.
+func (s *Store) MirrorCutoverFinalRecord(ctx context.Context, id int64, c Cutover, slotDropped bool) error {
+	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET cutover = $2,
 			created_slot = created_slot AND NOT $3, created_publication = created_publication AND NOT $3
-		WHERE id = $1 AND deleted_at IS NULL AND pending_action = 'cutover'`, c, slotDropped)
+		WHERE id = $1 AND status = 'completed'`, id, c, slotDropped)
+	if err != nil {
+		return fmt.Errorf("record the cut-over of mirror %d: %w", id, translate(err))
+	}
+	return nil
 }
 
 // BeginTx starts a catalog transaction.

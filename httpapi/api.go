@@ -101,6 +101,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerPeers(api)
 	h.registerMirrors(api)
 	h.registerControl(api)
+	h.registerCutover(api)
 	h.registerLogs(api)
 	h.registerAudit(api)
 	mux.HandleFunc("GET /docs", serveDocs)

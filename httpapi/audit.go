@@ -37,6 +37,7 @@ var auditedOperations = map[string]string{
 	"retry-mirror":      db.AuditTargetMirror,
 	"sync-schema":       db.AuditTargetMirror,
 	"put-mirror-tables": db.AuditTargetMirror,
+	"cutover-mirror":    db.AuditTargetMirror,
 }
 
 // notAudited lists the operations with a write method that change nothing.

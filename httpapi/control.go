@@ -129,6 +129,8 @@ func busy(m db.Mirror, tables []db.MirrorTable, what string) error {
 		return errorf(http.StatusConflict, "Cannot %s mirror %q: its snapshot is in progress; wait until it is running", what, m.Name)
 	case db.StatusStopped:
 		return errorf(http.StatusConflict, "Cannot %s mirror %q: it is stopped, which is final; delete it and create it again", what, m.Name)
+	case db.StatusCompleted:
+		return errorf(http.StatusConflict, "Cannot %s mirror %q: it was cut over to its destination (status completed, which is final); delete it, or create a new mirror", what, m.Name)
 	}
 	if m.PendingAction != nil {
 		action := *m.PendingAction
@@ -137,6 +139,8 @@ func busy(m db.Mirror, tables []db.MirrorTable, what string) error {
 			action = "schema sync"
 		case db.ActionResync:
 			action = "resync"
+		case db.ActionCutover:
+			action = "cut-over"
 		}
 		return errorf(http.StatusConflict, "Cannot %s mirror %q: a %s is in progress; wait until it has finished", what, m.Name, action)
 	}

@@ -74,7 +74,7 @@ type mirrorConfig struct {
 	DoInitialSnapshot           bool           `json:"do_initial_snapshot"`
 	PublicationName             string         `json:"publication_name"`
 	ReplicationSlotName         string         `json:"replication_slot_name"`
-	Status                      string         `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped"`
+	Status                      string         `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped,completed"`
 	CreatedAt                   time.Time      `json:"created_at"`
 }
 
@@ -97,7 +97,7 @@ type mirrorSummary struct {
 	Name            string  `json:"name"`
 	SourcePeer      string  `json:"source_peer"`
 	DestinationPeer string  `json:"destination_peer"`
-	Status          string  `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped"`
+	Status          string  `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped,completed"`
 	LastLSN         *string `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
 	ErrorMessage    *string `json:"error_message" doc:"Set when status is error."`
 	ErrorCount      int     `json:"error_count" doc:"Consecutive errors."`
@@ -154,8 +154,9 @@ type mirrorStatus struct {
 	// in step (engine/seqsync).
 	SequencesSyncedAt *time.Time `json:"sequences_synced_at" doc:"When the sequences of the mirrored tables (serial and identity) were last set forward on the destination to the source's values: after the snapshot and every SERVICE_SEQUENCE_SYNC_INTERVAL (30 s) while CDC runs; null before the first time."`
 	slotHealth
-	Tables    []tableStatus `json:"tables"`
-	UpdatedAt time.Time     `json:"updated_at"`
+	Cutover   *cutoverRecord `json:"cutover" doc:"The mirror's last cut-over (POST /v1/mirrors/{name}/cutover) with its steps; null before the first."`
+	Tables    []tableStatus  `json:"tables"`
+	UpdatedAt time.Time      `json:"updated_at"`
 }
 
 // slotHealth is the mirror's replication slot as the slot monitor last read
@@ -253,7 +254,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 	st := mirrorStatus{
 		mirrorConfig: configResponse(m, tables), DesiredState: m.DesiredState,
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
-		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, slotHealth: slotHealthResponse(m), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
+		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, slotHealth: slotHealthResponse(m), Cutover: cutoverResponse(m.Cutover), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
 	}
 	for _, t := range tables {
 		st.Tables = append(st.Tables, tableStatus{

@@ -30,6 +30,7 @@ const (
 	opSnapshot = "snapshot"
 	opCDC      = "cdc"
 	opSchema   = "sync_schema"
+	opCutover  = "cutover"
 )
 
 // errAgain restarts the run loop (a control request was carried out).
@@ -41,6 +42,9 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 		err := r.iteration(ctx)
 		if errors.Is(err, errAgain) {
 			continue
+		}
+		if errors.Is(err, errRunEnded) {
+			return nil
 		}
 		if errors.Is(err, cdc.ErrMissingColumn) {
 			// A column added on the source: add it on the destination and
@@ -241,6 +245,10 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 		return err
 	}
 
+	if m.PendingAction != nil && *m.PendingAction == db.ActionCutover {
+		r.operation = opCutover
+		return r.cutover(ctx, m, tables, srcPeer, dstPeer, src, dst)
+	}
 	if m.PendingAction != nil {
 		if err := r.carryOutAction(ctx, m, src, dst, mappings); err != nil {
 			return err
@@ -721,6 +729,8 @@ func (r *mirrorRun) failureMessage(err error) string {
 		return db.MsgCDCBatchFailed
 	case r.operation == opSchema:
 		return "Schema sync failed"
+	case r.operation == opCutover:
+		return "Cut-over failed"
 	}
 	return "Mirror setup failed"
 }

@@ -66,8 +66,8 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 
 // wantsToRun reports whether a mirror needs a worker now.
 func wantsToRun(m db.Mirror) bool {
-	return m.DeletedAt == nil && m.Status != db.StatusStopped && m.DesiredState == db.DesiredRunning &&
-		m.Status != db.StatusPaused
+	return m.DeletedAt == nil && m.Status != db.StatusStopped && m.Status != db.StatusCompleted &&
+		m.DesiredState == db.DesiredRunning && m.Status != db.StatusPaused
 }
 
 // mirrorRun is one run of one mirror by the worker holding its lock.

@@ -14,7 +14,7 @@ const catalogReadTimeout = 5 * time.Second
 // The statuses and WAL statuses reported as labels, so that every mirror has
 // a series for each (1 for its current one, 0 for the others).
 var (
-	mirrorStatuses = []string{"initializing", "snapshotting", "running", "paused", "error", "stopped"}
+	mirrorStatuses = []string{"initializing", "snapshotting", "running", "paused", "error", "stopped", "completed"}
 	walStatuses    = []string{"reserved", "extended", "unreserved", "lost", "missing"}
 )
 

@@ -1,0 +1,581 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/cutover"
+	"github.com/pgmirror/pgmirror/engine/preflight"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/seqsync"
+)
+
+// Steps of a cut-over, in order (docs/operations.md, "Switching over to the
+// destination").
+const (
+	stepCheck          = "check"
+	stepReadOnly       = "make_source_read_only"
+	stepApply          = "apply_changes"
+	stepQuiet          = "check_source_quiet"
+	stepSequences      = "sync_sequences"
+	stepConstraints    = "create_constraints"
+	stepVerify         = "verify_row_counts"
+	stepPrepareReverse = "prepare_reverse_mirror"
+	stepComplete       = "complete"
+	stepDropSlot       = "drop_slot"
+)
+
+// errRunEnded ends the run without a failure: the mirror reached a final
+// status.
+var errRunEnded = errors.New("the mirror's run has ended")
+
+// cutoverLockTimeout bounds the wait for transactions writing the source
+// tables when they are made read-only.
+const cutoverLockTimeout = 30 * time.Second
+
+// cutoverStepError is a cut-over step that failed.
+type cutoverStepError struct {
+	step string
+	err  error
+}
+
+func (e *cutoverStepError) Error() string { return fmt.Sprintf("step %s: %v", e.step, e.err) }
+func (e *cutoverStepError) Unwrap() error { return e.err }
+
+// cutoverRun carries out one cut-over request of a mirror: every step is
+// recorded in the mirror's cutover record (GET shows it) and logged with its
+// time. A failed step undoes what the cut-over changed on the peers and
+// leaves the mirror replicating as before.
+type cutoverRun struct {
+	run              *mirrorRun
+	m                db.Mirror
+	tables           []db.MirrorTable
+	mappings         []change.Mapping
+	srcPeer, dstPeer db.Peer
+	src, dst         *pgx.Conn
+	record           db.Cutover
+
+	madeReadOnly   bool // this attempt made the source tables read-only
+	reverseSlot    bool // this attempt created the reverse mirror's slot
+	reversePubMade bool // ... and its publication
+}
+
+// cutover carries out the mirror's requested cut-over. It returns
+// errRunEnded when the mirror completed, errAgain when the cut-over failed
+// (recorded; the mirror goes on replicating), or the error that ended the
+// run (the request stays pending and is carried out again by the next run).
+func (r *mirrorRun) cutover(ctx context.Context, m db.Mirror, tables []db.MirrorTable, srcPeer, dstPeer db.Peer, src, dst *pgx.Conn) error {
+	if m.Cutover == nil {
+		// A request without its record cannot be carried out.
+		return r.store.MirrorClearPendingAction(ctx, m.ID, db.ActionCutover)
+	}
+	c := &cutoverRun{run: r, m: m, tables: tables, mappings: toMappings(tables), srcPeer: srcPeer, dstPeer: dstPeer,
+		src: src, dst: dst, record: *m.Cutover}
+	now := time.Now().UTC()
+	c.record.State, c.record.StartedAt, c.record.Steps, c.record.Error, c.record.TargetLSN = db.CutoverRunning, &now, []db.CutoverStep{}, "", ""
+	c.save(ctx)
+	r.log(ctx, db.LevelInfo, "Cut-over started", map[string]any{"options": c.record.Options})
+	err := c.steps(ctx)
+	if err == nil {
+		return errRunEnded
+	}
+	var stepErr *cutoverStepError
+	if !errors.As(err, &stepErr) || ctx.Err() != nil {
+		// Not a step's verdict (the catalog failed, the run is cancelled):
+		// undo, and let the run's failure handling retry the request.
+		c.undo(context.WithoutCancel(ctx))
+		return err
+	}
+	return c.fail(ctx, stepErr)
+}
+
+// steps runs the cut-over's steps in order.
+func (c *cutoverRun) steps(ctx context.Context) error {
+	opts := c.record.Options
+	if err := c.step(ctx, stepCheck, c.check); err != nil {
+		return err
+	}
+	if opts.LockSource {
+		if err := c.step(ctx, stepReadOnly, c.makeReadOnly); err != nil {
+			return err
+		}
+	}
+	if err := c.step(ctx, stepApply, c.applyAll); err != nil {
+		return err
+	}
+	if err := c.step(ctx, stepQuiet, c.checkQuiet); err != nil {
+		return err
+	}
+	if err := c.step(ctx, stepSequences, c.syncSequences); err != nil {
+		return err
+	}
+	if err := c.step(ctx, stepConstraints, c.createConstraints); err != nil {
+		return err
+	}
+	if err := c.step(ctx, stepVerify, c.verifyRowCounts); err != nil {
+		return err
+	}
+	if opts.ReverseMirrorName != "" {
+		if err := c.step(ctx, stepPrepareReverse, c.prepareReverse); err != nil {
+			return err
+		}
+	}
+	if err := c.step(ctx, stepComplete, c.complete); err != nil {
+		return err
+	}
+	dropped := opts.DropSlot && c.dropSlot(ctx)
+	if err := c.run.store.MirrorCutoverFinalRecord(ctx, c.m.ID, c.record, dropped); err != nil {
+		c.run.logger.Warn("record the completed cut-over", "error", err)
+	}
+	return nil
+}
+
+// step runs one step, records it with its time and logs it.
+func (c *cutoverRun) step(ctx context.Context, name string, fn func(context.Context) (map[string]any, error)) error {
+	started := time.Now()
+	c.record.Steps = append(c.record.Steps, db.CutoverStep{Name: name, State: db.StepRunning, StartedAt: started.UTC()})
+	i := len(c.record.Steps) - 1
+	if name != stepComplete {
+		c.save(ctx)
+	}
+	detail, err := fn(ctx)
+	st := &c.record.Steps[i]
+	st.DurationMS = time.Since(started).Milliseconds()
+	st.Detail = detail
+	if err != nil {
+		st.State, st.Error = db.StepFailed, err.Error()
+		return &cutoverStepError{step: name, err: err}
+	}
+	st.State = db.StepDone
+	if name != stepComplete { // complete recorded the step itself
+		c.save(ctx)
+	}
+	c.run.log(ctx, db.LevelInfo, "Cut-over step completed", map[string]any{"step": name, "duration_ms": st.DurationMS, "detail": detail})
+	return nil
+}
+
+// save writes the cut-over record to the catalog.
+func (c *cutoverRun) save(ctx context.Context) {
+	if err := c.run.store.MirrorCutoverProgress(ctx, c.m.ID, c.record); err != nil {
+		c.run.logger.Warn("record cut-over progress", "error", err)
+	}
+}
+
+// fail records the failed step, undoes the cut-over's changes on the peers
+// and lets the mirror go on as before.
+func (c *cutoverRun) fail(ctx context.Context, stepErr *cutoverStepError) error {
+	c.undo(ctx)
+	now := time.Now().UTC()
+	c.record.State, c.record.FinishedAt = db.CutoverFailed, &now
+	c.record.Error = fmt.Sprintf("Cut-over failed at step %s: %v; the mirror keeps replicating as before", stepErr.step, stepErr.err)
+	if err := c.run.store.MirrorCutoverFailed(ctx, c.m.ID, c.record); err != nil {
+		return err
+	}
+	c.run.log(ctx, db.LevelError, "Cut-over failed", map[string]any{"step": stepErr.step, "error": stepErr.err.Error(),
+		"action": "the mirror keeps replicating; fix the cause and request the cut-over again (docs/operations.md)"})
+	c.run.logger.Error("cut-over failed", "step", stepErr.step, "error", stepErr.err)
+	return errAgain
+}
+
+// undo reverts what this attempt changed on the peers: read-only source
+// tables become writable, a reverse slot and publication are dropped.
+func (c *cutoverRun) undo(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if c.madeReadOnly {
+		src, err := connectPeer(ctx, "source", c.srcPeer)
+		if err == nil {
+			err = cutover.MakeWritable(ctx, src, c.sourceTables())
+			closeConn(src)
+		}
+		if err != nil {
+			c.run.log(ctx, db.LevelWarn, "Source tables left read-only", map[string]any{"error": err.Error(),
+				"action": "drop the triggers pgmirror_read_only and pgmirror_read_only_truncate of the mirrored source tables by hand"})
+		} else {
+			c.madeReadOnly = false
+		}
+	}
+	if c.reverseSlot || c.reversePubMade {
+		dst, err := connectPeer(ctx, "destination", c.dstPeer)
+		if err != nil {
+			c.run.logger.Warn("drop the reverse mirror's slot", "error", err)
+			return
+		}
+		defer closeConn(dst)
+		if c.reverseSlot {
+			if err := capture.DropSlot(ctx, dst, c.record.Options.ReverseReplicationSlotName); err != nil {
+				c.run.logger.Warn("drop the reverse mirror's slot", "error", err)
+			}
+		}
+		if c.reversePubMade {
+			if err := capture.DropPublication(ctx, dst, c.record.Options.ReversePublicationName); err != nil {
+				c.run.logger.Warn("drop the reverse mirror's publication", "error", err)
+			}
+		}
+	}
+}
+
+func (c *cutoverRun) sourceTables() []change.TableName {
+	out := make([]change.TableName, len(c.mappings))
+	for i, m := range c.mappings {
+		out[i] = m.Source
+	}
+	return out
+}
+
+func (c *cutoverRun) destinationTables() []change.TableName {
+	out := make([]change.TableName, len(c.mappings))
+	for i, m := range c.mappings {
+		out[i] = m.Destination
+	}
+	return out
+}
+
+// check refuses a cut-over that cannot succeed before anything changes.
+func (c *cutoverRun) check(ctx context.Context) (map[string]any, error) {
+	for _, t := range c.tables {
+		if t.Status != db.TableStatusRunning || t.ResyncRequestedAt != nil {
+			return nil, fmt.Errorf("table %s.%s is %s, not replicating: wait until every table is running", t.SourceSchema, t.SourceTable, t.Status)
+		}
+	}
+	var version int
+	if err := c.src.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return nil, fmt.Errorf("read the source's version: %w", err)
+	}
+	if version < 140000 {
+		return nil, fmt.Errorf("the source runs PostgreSQL %d.%d: a cut-over needs 14 or later (logical decoding messages mark its final position)", version/10000, version%10000/100)
+	}
+	if c.record.Options.ReverseMirrorName == "" {
+		return map[string]any{"tables": len(c.tables)}, nil
+	}
+	var walLevel string
+	var replication bool
+	if err := c.dst.QueryRow(ctx, `SELECT current_setting('wal_level'), (SELECT rolreplication OR rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)`).
+		Scan(&walLevel, &replication); err != nil {
+		return nil, fmt.Errorf("check the destination for a reverse mirror: %w", err)
+	}
+	if walLevel != "logical" {
+		return nil, fmt.Errorf("a reverse mirror reads the destination's changes, but its wal_level is %s: set wal_level = logical there and restart it, or leave reverse_mirror_name out", walLevel)
+	}
+	if !replication {
+		return nil, fmt.Errorf("a reverse mirror needs a replication slot on the destination, but the destination peer's user lacks the REPLICATION attribute: ALTER ROLE ... REPLICATION, or leave reverse_mirror_name out")
+	}
+	if err := preflight.Check(ctx, c.dst, c.destinationTables()); err != nil {
+		return nil, fmt.Errorf("the destination tables cannot be replicated back: %w", err)
+	}
+	if other, err := c.run.store.MirrorGetByName(ctx, c.record.Options.ReverseMirrorName); err == nil {
+		return nil, fmt.Errorf("mirror %q already exists: choose another reverse_mirror_name", other.Name)
+	} else if !errors.Is(err, db.ErrNotFound) {
+		return nil, err
+	}
+	return map[string]any{"tables": len(c.tables), "reverse_mirror": c.record.Options.ReverseMirrorName}, nil
+}
+
+// makeReadOnly makes the mapped source tables refuse writes.
+func (c *cutoverRun) makeReadOnly(ctx context.Context) (map[string]any, error) {
+	note := fmt.Sprintf("pgmirror mirror %q switched it over to its destination", c.m.Name)
+	if err := cutover.MakeReadOnly(ctx, c.src, c.sourceTables(), note, cutoverLockTimeout); err != nil {
+		return nil, err
+	}
+	c.madeReadOnly = true
+	return map[string]any{"tables": len(c.mappings)}, nil
+}
+
+// drain applies every source transaction committed before a marker written
+// now, within the request's timeout, and returns the marker's position and
+// the changes applied.
+func (c *cutoverRun) drain(ctx context.Context) (change.LSN, int64, map[string]int64, error) {
+	marker, err := cdc.EmitMarker(ctx, c.src, "cutover "+c.m.UID)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	cfg, err := c.run.cdcConfig(c.m, c.srcPeer, c.dstPeer, c.mappings, nil)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	cfg.StopAt = marker
+	timeout := time.Duration(c.record.Options.TimeoutSeconds) * time.Second
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rep := &countingReporter{batchReporter: newBatchReporter(c.run, c.m, c.mappings), tables: map[string]int64{}}
+	err = streamHandingOver(dctx, cfg, rep, nil)
+	rep.close(context.WithoutCancel(ctx))
+	if err != nil && ctx.Err() == nil && dctx.Err() != nil {
+		return marker, rep.changes, rep.tables, fmt.Errorf("the changes up to source position %s were not all applied within timeout_seconds (%d s): the mirror is too far behind; wait until its lag_seconds is small and try again, or give a longer timeout", marker, c.record.Options.TimeoutSeconds)
+	}
+	if err != nil {
+		return marker, rep.changes, rep.tables, err
+	}
+	return marker, rep.changes, rep.tables, nil
+}
+
+// applyAll applies everything the source committed so far.
+func (c *cutoverRun) applyAll(ctx context.Context) (map[string]any, error) {
+	marker, changes, _, err := c.drain(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"source_lsn": marker.String(), "changes_applied": changes}, nil
+}
+
+// checkQuiet makes sure the source no longer writes the mapped tables: after
+// the quiet period, everything committed since the last step is applied,
+// and that must be nothing. The position reached is the cut-over's target.
+func (c *cutoverRun) checkQuiet(ctx context.Context) (map[string]any, error) {
+	quiet := time.Duration(c.record.Options.QuietSeconds) * time.Second
+	if c.record.Options.LockSource {
+		quiet = 0 // the tables refuse writes
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(quiet):
+	}
+	marker, changes, tables, err := c.drain(ctx)
+	if err != nil {
+		return nil, err
+	}
+	detail := map[string]any{"source_lsn": marker.String(), "quiet_seconds": quiet.Seconds(), "changes_applied": changes}
+	if changes > 0 {
+		var names []string
+		for t, n := range tables {
+			names = append(names, fmt.Sprintf("%s (%d)", t, n))
+		}
+		return detail, fmt.Errorf("the source is still writing: %d changes to the mirrored tables committed during the check (%s); they are applied and the mirror keeps replicating: stop the application's writes to the source, or request the cut-over with lock_source: true, and try again",
+			changes, strings.Join(names, ", "))
+	}
+	c.record.TargetLSN = marker.String()
+	return detail, nil
+}
+
+// syncSequences sets the destination's sequences to the source's values,
+// which no longer move.
+func (c *cutoverRun) syncSequences(ctx context.Context) (map[string]any, error) {
+	pairs, warnings, err := seqsync.Plan(ctx, c.src, c.dst, c.mappings)
+	if err != nil {
+		return nil, err
+	}
+	res, err := seqsync.Sync(ctx, c.src, c.dst, pairs)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.run.store.MirrorSequencesSynced(ctx, c.m.ID, time.Now()); err != nil {
+		c.run.logger.Warn("record sequence sync", "error", err)
+	}
+	moved := make([]string, len(res.Moved))
+	for i, t := range res.Moved {
+		moved[i] = t.String()
+	}
+	return map[string]any{"sequences_checked": res.Checked, "sequences_moved": moved, "warnings": nonNil(warnings)}, nil
+}
+
+// createConstraints adds what waited for the cut-over on the tables pgmirror
+// created: unique and exclusion constraints and unique indexes.
+func (c *cutoverRun) createConstraints(ctx context.Context) (map[string]any, error) {
+	var all, warned []string
+	for _, m := range c.mappings {
+		ddl, warnings, err := schemasync.AddIndexesAndConstraints(ctx, c.src, c.dst, m, schemasync.AtCutover)
+		if err != nil {
+			return nil, fmt.Errorf("table %s: %w", m.Destination, err)
+		}
+		all = append(all, ddl...)
+		warned = append(warned, warnings...)
+	}
+	if len(warned) > 0 {
+		c.run.log(ctx, db.LevelWarn, "Cut-over: constraints not created", map[string]any{"warnings": warned})
+	}
+	return map[string]any{"ddl_statements": nonNil(all), "warnings": nonNil(warned)}, nil
+}
+
+// verifyRowCounts compares the row count of every table on both sides.
+func (c *cutoverRun) verifyRowCounts(ctx context.Context) (map[string]any, error) {
+	counts := map[string]any{}
+	var differ []string
+	for _, m := range c.mappings {
+		s, err := cutover.CountRows(ctx, c.src, m.Source)
+		if err != nil {
+			return nil, fmt.Errorf("source: %w", err)
+		}
+		d, err := cutover.CountRows(ctx, c.dst, m.Destination)
+		if err != nil {
+			return nil, fmt.Errorf("destination: %w", err)
+		}
+		counts[m.Source.String()] = map[string]int64{"source": s, "destination": d}
+		if s != d {
+			differ = append(differ, fmt.Sprintf("%s has %d rows on the source and %d on the destination (%s)", m.Source, s, d, m.Destination))
+		}
+	}
+	detail := map[string]any{"tables": counts}
+	if len(differ) > 0 {
+		return detail, fmt.Errorf("row counts differ after every change was applied: %s; resync those tables (POST /v1/mirrors/%s/resync/{table}) and try again",
+			strings.Join(differ, "; "), c.m.Name)
+	}
+	return detail, nil
+}
+
+// prepareReverse creates the reverse mirror's publication and slot on the
+// destination now, before anything can write there: the reverse mirror
+// starts exactly at the cut-over.
+func (c *cutoverRun) prepareReverse(ctx context.Context) (map[string]any, error) {
+	opts := c.record.Options
+	created, err := capture.EnsurePublication(ctx, c.dst, opts.ReversePublicationName, c.destinationTables())
+	if err != nil {
+		return nil, fmt.Errorf("publication on the destination: %w", err)
+	}
+	c.reversePubMade = created
+	slot, err := capture.SlotState(ctx, c.dst, opts.ReverseReplicationSlotName)
+	if err != nil {
+		return nil, err
+	}
+	if slot.Exists {
+		// Left by an earlier attempt of this cut-over (the destination took
+		// no writes since): start it again here.
+		if err := capture.DropSlot(ctx, c.dst, opts.ReverseReplicationSlotName); err != nil {
+			return nil, err
+		}
+	}
+	repl, err := openReplication(ctx, c.dstPeer)
+	if err != nil {
+		return nil, err
+	}
+	defer closeReplication(repl)
+	info, err := capture.CreateSlot(ctx, repl, opts.ReverseReplicationSlotName, false)
+	if err != nil {
+		return nil, fmt.Errorf("replication slot on the destination: %w", err)
+	}
+	c.reverseSlot = true
+	return map[string]any{"publication": opts.ReversePublicationName, "publication_created": created,
+		"slot": opts.ReverseReplicationSlotName, "lsn": info.ConsistentPoint.String()}, nil
+}
+
+// complete moves the mirror to completed, and creates the reverse mirror,
+// in one catalog transaction.
+func (c *cutoverRun) complete(ctx context.Context) (map[string]any, error) {
+	opts := c.record.Options
+	now := time.Now().UTC()
+	c.record.State, c.record.FinishedAt = db.CutoverCompleted, &now
+	c.record.Steps[len(c.record.Steps)-1].State = db.StepDone
+	if opts.ReverseMirrorName != "" {
+		c.record.ReverseMirror = opts.ReverseMirrorName
+	}
+	tx, err := c.run.store.BeginTx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if opts.ReverseMirrorName != "" {
+		if err := c.createReverse(ctx, tx); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.run.store.MirrorCutoverCompleteTx(ctx, tx, c.m.ID, c.record); err != nil {
+		if errors.Is(err, db.ErrNotFound) {
+			return nil, errors.New("the mirror was deleted or its cut-over request withdrawn")
+		}
+		return nil, err
+	}
+	details := map[string]any{"target_lsn": c.record.TargetLSN, "source_read_only": opts.LockSource}
+	if opts.ReverseMirrorName != "" {
+		details["reverse_mirror"] = opts.ReverseMirrorName
+	}
+	if err := c.run.store.LogInsertTx(ctx, tx, c.m.ID, db.LevelInfo, "Cut-over completed", details); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("complete the cut-over in the catalog: %w", err)
+	}
+	c.madeReadOnly, c.reverseSlot, c.reversePubMade = false, false, false // they stay
+	c.run.logger.Info("cut-over completed", "target_lsn", c.record.TargetLSN, "reverse_mirror", opts.ReverseMirrorName)
+	return details, nil
+}
+
+// createReverse inserts the reverse mirror, owner of the slot and
+// publication prepareReverse made, and enqueues its run.
+func (c *cutoverRun) createReverse(ctx context.Context, tx pgx.Tx) error {
+	opts := c.record.Options
+	store := c.run.store
+	if err := store.LockMirrorNamesTx(ctx, tx); err != nil {
+		return err
+	}
+	if user, err := store.MirrorUsingSlotOrPublicationTx(ctx, tx, opts.ReverseReplicationSlotName, opts.ReversePublicationName); err != nil {
+		return err
+	} else if user != "" {
+		return fmt.Errorf("mirror %q took the reverse mirror's slot or publication name meanwhile: request the cut-over again", user)
+	}
+	reverse := make([]change.Mapping, len(c.mappings))
+	for i, m := range c.mappings {
+		reverse[i] = change.Mapping{Source: m.Destination, Destination: m.Source}
+	}
+	rm, err := store.MirrorCreateTx(ctx, tx, db.MirrorCreateParams{
+		Name: opts.ReverseMirrorName, SourcePeerID: c.m.DestinationPeerID, DestinationPeerID: c.m.SourcePeerID,
+		SnapshotNumRowsPerPartition: c.m.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: c.m.SnapshotMaxParallelWorkers,
+		SnapshotNumTablesInParallel: c.m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: c.m.CDCSyncIntervalSeconds,
+		CDCBatchSize: c.m.CDCBatchSize, DoInitialSnapshot: false,
+		PublicationName: opts.ReversePublicationName, ReplicationSlotName: opts.ReverseReplicationSlotName,
+		Tables: reverse, CreatedPublication: c.reversePubMade, CreatedSlot: true,
+	})
+	if errors.Is(err, db.ErrConflict) {
+		return fmt.Errorf("mirror %q was created meanwhile: choose another reverse_mirror_name", opts.ReverseMirrorName)
+	}
+	if err != nil {
+		return err
+	}
+	if err := store.LogInsertTx(ctx, tx, rm.ID, db.LevelInfo, "Reverse mirror created by a cut-over", map[string]any{
+		"of": c.m.Name, "slot": opts.ReverseReplicationSlotName,
+		"note": "no snapshot: the slot was created at the cut-over, before the destination took writes"}); err != nil {
+		return err
+	}
+	if _, err := river.ClientFromContext[pgxTx](ctx).InsertTx(ctx, tx, MirrorRunArgs{MirrorID: rm.ID}, nil); err != nil {
+		return fmt.Errorf("enqueue the reverse mirror's run: %w", err)
+	}
+	return nil
+}
+
+// dropSlot drops the completed mirror's slot (and its publication, when
+// the mirror created it) and reports whether it did. A failure is logged:
+// deleting the mirror drops them later.
+func (c *cutoverRun) dropSlot(ctx context.Context) bool {
+	started := time.Now()
+	step := db.CutoverStep{Name: stepDropSlot, State: db.StepDone, StartedAt: started.UTC()}
+	err := capture.DropSlot(ctx, c.src, c.m.ReplicationSlotName)
+	if err == nil && c.m.CreatedPublication {
+		err = capture.DropPublication(ctx, c.src, c.m.PublicationName)
+	}
+	step.DurationMS = time.Since(started).Milliseconds()
+	step.Detail = map[string]any{"slot": c.m.ReplicationSlotName}
+	if err != nil {
+		step.State, step.Error = db.StepFailed, err.Error()
+		c.run.log(ctx, db.LevelWarn, "Cut-over: replication slot not dropped", map[string]any{"slot": c.m.ReplicationSlotName, "error": err.Error(),
+			"action": "the slot keeps WAL on the source: delete the mirror (DELETE /v1/mirrors/" + c.m.Name + ") or drop it by hand"})
+	} else {
+		c.run.log(ctx, db.LevelInfo, "Cut-over step completed", map[string]any{"step": stepDropSlot, "duration_ms": step.DurationMS, "detail": step.Detail})
+	}
+	c.record.Steps = append(c.record.Steps, step)
+	return err == nil
+}
+
+// countingReporter is the batch reporter of a cut-over's drain: it also
+// counts the changes applied, per source table.
+type countingReporter struct {
+	*batchReporter
+	changes int64
+	tables  map[string]int64
+}
+
+func (c *countingReporter) BatchApplied(ctx context.Context, b cdc.Batch) error {
+	c.changes += b.Changes
+	for t, n := range b.Tables {
+		c.tables[t] += n.Inserted + n.Updated + n.Deleted + n.Truncated
+	}
+	return c.batchReporter.BatchApplied(ctx, b)
+}
