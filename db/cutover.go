@@ -120,7 +120,10 @@ func (s *Store) MirrorCutoverCompleteTx(ctx context.Context, tx pgx.Tx, id int64
 // look for them.
 func (s *Store) MirrorCutoverFinalRecord(ctx context.Context, id int64, c Cutover, slotDropped bool) error {
 	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET cutover = $2,
-			created_slot = created_slot AND NOT $3, created_publication = created_publication AND NOT $3
+			created_slot = created_slot AND NOT $3, created_publication = created_publication AND NOT $3,
+			slot_lag_bytes = CASE WHEN $3 THEN NULL ELSE slot_lag_bytes END,
+			slot_wal_status = CASE WHEN $3 THEN NULL ELSE slot_wal_status END,
+			slot_checked_at = CASE WHEN $3 THEN NULL ELSE slot_checked_at END
 		WHERE id = $1 AND status = 'completed'`, id, c, slotDropped)
 	if err != nil {
 		return fmt.Errorf("record the cut-over of mirror %d: %w", id, translate(err))

@@ -19,8 +19,13 @@ const lagFresh = 15 * time.Second
 //     lagFresh), the time since the source commit of the last applied
 //     transaction when the mirror's slot holds WAL it has not confirmed
 //     (an upper bound: that WAL may hold nothing for the mirror), and 0 when
-//     the slot holds none, both as of the slot monitor's last reading.
+//     the slot holds none, both as of the slot monitor's last reading;
+//   - nil for a completed mirror: it was cut over and follows the source no
+//     more.
 func (m Mirror) Lag(now time.Time) *float64 {
+	if m.Status == StatusCompleted {
+		return nil
+	}
 	if m.LagSeconds != nil && m.LagMeasuredAt != nil && now.Sub(*m.LagMeasuredAt) < lagFresh &&
 		m.Status == StatusRunning {
 		lag := *m.LagSeconds

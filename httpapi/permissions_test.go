@@ -35,11 +35,12 @@ func TestPermissionMatrix(t *testing.T) {
 	b.mustDo(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "u-del", "password": "pw", "role": "viewer"}, http.StatusCreated)
 	for name, status := range map[string]string{
 		"m": "running", "m-pause": "running", "m-resume": "paused", "m-resync": "running", "m-tresync": "running",
-		"m-retry": "error", "m-schema": "running", "m-tables": "paused", "m-del": "initializing",
+		"m-retry": "error", "m-schema": "running", "m-tables": "paused", "m-del": "initializing", "m-cut": "running",
 	} {
 		b.createMirror(name)
 		b.setStatus(name, status)
 	}
+	b.exec(`UPDATE mirror_tables SET status = 'running' WHERE mirror_id = (SELECT id FROM mirrors WHERE name = 'm-cut' AND deleted_at IS NULL)`)
 	passwordFor := map[string]string{"admin": "admin-password", "viewer": "viewer-password"}
 
 	matrix := []endpoint{
@@ -70,6 +71,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{http.MethodPost, "/v1/mirrors/{name}/resync", "/v1/mirrors/m-resync/resync", "adminOnly", nil, http.StatusOK},
 		{http.MethodPost, "/v1/mirrors/{name}/resync/{table}", "/v1/mirrors/m-tresync/resync/public.orders", "adminOnly", nil, http.StatusOK},
 		{http.MethodPost, "/v1/mirrors/{name}/retry", "/v1/mirrors/m-retry/retry", "adminOnly", nil, http.StatusOK},
+		{http.MethodPost, "/v1/mirrors/{name}/cutover", "/v1/mirrors/m-cut/cutover", "adminOnly", fixed(map[string]any{"wait_seconds": 0}), http.StatusAccepted},
 		{http.MethodPost, "/v1/mirrors/{name}/sync-schema", "/v1/mirrors/m-schema/sync-schema", "adminOnly", nil, http.StatusOK},
 		{http.MethodPut, "/v1/mirrors/{name}/tables", "/v1/mirrors/m-tables/tables", "adminOnly",
 			fixed(map[string]any{"table_mappings": []any{mapping("orders", "orders"), mapping("items", "items")}}), http.StatusOK},
