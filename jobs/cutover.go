@@ -379,8 +379,9 @@ func (c *cutoverRun) syncSequences(ctx context.Context) (map[string]any, error) 
 	return map[string]any{"sequences_checked": res.Checked, "sequences_moved": moved, "warnings": nonNil(warnings)}, nil
 }
 
-// createConstraints adds what waited for the cut-over on the tables pgmirror
-// created: unique and exclusion constraints and unique indexes.
+// createConstraints gives the tables pgmirror created what waited for the
+// cut-over: unique and exclusion constraints, unique indexes, and identity
+// columns GENERATED ALWAYS where the source has them so.
 func (c *cutoverRun) createConstraints(ctx context.Context) (map[string]any, error) {
 	var all, warned []string
 	for _, m := range c.mappings {
@@ -390,6 +391,11 @@ func (c *cutoverRun) createConstraints(ctx context.Context) (map[string]any, err
 		}
 		all = append(all, ddl...)
 		warned = append(warned, warnings...)
+		ddl, err = schemasync.RestoreIdentityAlways(ctx, c.src, c.dst, m)
+		all = append(all, ddl...)
+		if err != nil {
+			return nil, fmt.Errorf("table %s: %w", m.Destination, err)
+		}
 	}
 	if len(warned) > 0 {
 		c.run.log(ctx, db.LevelWarn, "Cut-over: constraints not created", map[string]any{"warnings": warned})

@@ -99,7 +99,11 @@ func insertSQL(target change.TableName, stage string, names []string, keyPos []i
 	if op == opUpdate {
 		where = "s.op = 'u' AND s.mask = ''"
 	}
-	return "INSERT INTO " + target.Quoted() + " AS t (" + strings.Join(quoteAll(names), ", ") + ") SELECT " + strings.Join(sel, ", ") +
+	// OVERRIDING SYSTEM VALUE: the source's values go into identity
+	// columns that are GENERATED ALWAYS on the destination too (a table
+	// that existed, a reverse mirror into the old source); it changes
+	// nothing for other columns.
+	return "INSERT INTO " + target.Quoted() + " AS t (" + strings.Join(quoteAll(names), ", ") + ") OVERRIDING SYSTEM VALUE SELECT " + strings.Join(sel, ", ") +
 		" FROM " + stageRef(stage) + " AS s WHERE " + where + " ON CONFLICT (" + strings.Join(keys, ", ") + ") " + conflict
 }
 
@@ -244,6 +248,6 @@ func insertRowSQL(target change.TableName, names, types []string, keyPos []int, 
 	if update && len(sets) > 0 {
 		conflict = "DO UPDATE SET " + strings.Join(sets, ", ")
 	}
-	return "INSERT INTO " + target.Quoted() + " (" + strings.Join(quoteAll(names), ", ") + ") VALUES (" + strings.Join(vals, ", ") +
+	return "INSERT INTO " + target.Quoted() + " (" + strings.Join(quoteAll(names), ", ") + ") OVERRIDING SYSTEM VALUE VALUES (" + strings.Join(vals, ", ") +
 		") ON CONFLICT (" + strings.Join(keys, ", ") + ") " + conflict
 }

@@ -31,13 +31,13 @@ func TestKeyedStatements(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, `DELETE FROM "app"."Odd""Name" AS t USING pg_temp."s" AS s WHERE s.op = 'd' AND t."id" = s.c0 AND t."region" = s.c1`,
 		deleteSQL(target, "s", names, keyPos))
-	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region", "v", "big") SELECT s.c0, s.c1, s.c2, s.c3`+
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region", "v", "big") OVERRIDING SYSTEM VALUE SELECT s.c0, s.c1, s.c2, s.c3`+
 		` FROM pg_temp."s" AS s WHERE s.op = 'i' ON CONFLICT ("id", "region") DO UPDATE SET "v" = EXCLUDED."v", "big" = EXCLUDED."big"`,
 		insertSQL(target, "s", names, keyPos, opInsert))
-	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region") SELECT s.c0, s.c1`+
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region") OVERRIDING SYSTEM VALUE SELECT s.c0, s.c1`+
 		` FROM pg_temp."s" AS s WHERE s.op = 'i' ON CONFLICT ("id", "region") DO NOTHING`,
 		insertSQL(target, "s", names[:2], keyPos, opInsert))
-	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region", "v", "big") SELECT s.c0, s.c1, s.c2, s.c3`+
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" AS t ("id", "region", "v", "big") OVERRIDING SYSTEM VALUE SELECT s.c0, s.c1, s.c2, s.c3`+
 		` FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = '' ON CONFLICT ("id", "region") DO NOTHING`,
 		insertSQL(target, "s", names, keyPos, opUpdate))
 	require.Equal(t, `UPDATE "app"."Odd""Name" AS t SET "v" = s.c2, "big" = s.c3 FROM pg_temp."s" AS s WHERE s.op = 'u' AND s.mask = '' AND t."id" = s.c0 AND t."region" = s.c1`,
@@ -63,13 +63,13 @@ func TestKeyedRowStatements(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, `DELETE FROM "app"."Odd""Name" WHERE "id" = $1::bigint AND "region" = $2::text`,
 		deleteRowSQL(target, names, types, keyPos))
-	require.Equal(t, `INSERT INTO "app"."Odd""Name" ("id", "region", "v", "big") VALUES ($1::bigint, $2::text, $3::integer, $4::text)`+
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" ("id", "region", "v", "big") OVERRIDING SYSTEM VALUE VALUES ($1::bigint, $2::text, $3::integer, $4::text)`+
 		` ON CONFLICT ("id", "region") DO UPDATE SET "v" = EXCLUDED."v", "big" = EXCLUDED."big"`,
 		insertRowSQL(target, names, types, keyPos, true))
-	require.Equal(t, `INSERT INTO "app"."Odd""Name" ("id", "region", "v", "big") VALUES ($1::bigint, $2::text, $3::integer, $4::text)`+
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" ("id", "region", "v", "big") OVERRIDING SYSTEM VALUE VALUES ($1::bigint, $2::text, $3::integer, $4::text)`+
 		` ON CONFLICT ("id", "region") DO NOTHING`,
 		insertRowSQL(target, names, types, keyPos, false))
-	require.Equal(t, `INSERT INTO "app"."Odd""Name" ("id", "region") VALUES ($1::bigint, $2::text) ON CONFLICT ("id", "region") DO NOTHING`,
+	require.Equal(t, `INSERT INTO "app"."Odd""Name" ("id", "region") OVERRIDING SYSTEM VALUE VALUES ($1::bigint, $2::text) ON CONFLICT ("id", "region") DO NOTHING`,
 		insertRowSQL(target, names[:2], types[:2], keyPos, true))
 }
 

@@ -270,3 +270,44 @@ func execDeferred(ctx context.Context, dst Conn, log *ddlLog, stmt string) error
 	}
 	return nil
 }
+
+// RestoreIdentityAlways makes the identity columns of m's destination table
+// GENERATED ALWAYS where they are on the source: EnsureTables creates them
+// BY DEFAULT so that replication can write the source's values, and at a
+// cut-over, once no batch follows, they become as the source has them. Like
+// AddIndexesAndConstraints it does nothing for tables that EnsureTables did
+// not create, and it is idempotent. It returns the statements executed.
+func RestoreIdentityAlways(ctx context.Context, src, dst Conn, m change.Mapping) ([]string, error) {
+	dstOID, created, err := createdByPgmirror(ctx, dst, m.Destination)
+	if err != nil || !created {
+		return nil, err
+	}
+	table, err := Describe(ctx, src, m.Source)
+	if err != nil {
+		return nil, fmt.Errorf("source: %w", err)
+	}
+	var ddl []string
+	for _, c := range table.Columns {
+		if !c.Identity || !c.IdentityAlways || m.Excluded(c.Name) {
+			continue
+		}
+		var identity string
+		err := dst.QueryRow(ctx, `SELECT attidentity::text FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attname = $2 AND NOT attisdropped`,
+			dstOID, c.Name).Scan(&identity)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return ddl, fmt.Errorf("destination: identity of %s.%s: %w", m.Destination, change.QuoteIdent(c.Name), err)
+		}
+		if identity != "d" {
+			continue
+		}
+		stmt := "ALTER TABLE " + m.Destination.Quoted() + " ALTER COLUMN " + change.QuoteIdent(c.Name) + " SET GENERATED ALWAYS"
+		if _, err := dst.Exec(ctx, stmt); err != nil {
+			return ddl, fmt.Errorf("destination: %s: %w", stmt, err)
+		}
+		ddl = append(ddl, stmt)
+	}
+	return ddl, nil
+}
