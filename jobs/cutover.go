@@ -30,6 +30,7 @@ const (
 	stepSequences      = "sync_sequences"
 	stepConstraints    = "create_constraints"
 	stepVerify         = "verify_row_counts"
+	stepWritable       = "make_destination_writable"
 	stepPrepareReverse = "prepare_reverse_mirror"
 	stepComplete       = "complete"
 	stepDropSlot       = "drop_slot"
@@ -127,6 +128,15 @@ func (c *cutoverRun) steps(ctx context.Context) error {
 	}
 	if opts.ReverseMirrorName != "" {
 		if err := c.step(ctx, stepPrepareReverse, c.prepareReverse); err != nil {
+			return err
+		}
+	}
+	if readOnly, err := c.readOnlyDestinationTables(ctx); err != nil {
+		return err
+	} else if len(readOnly) > 0 {
+		if err := c.step(ctx, stepWritable, func(ctx context.Context) (map[string]any, error) {
+			return map[string]any{"tables": len(readOnly)}, cutover.MakeWritable(ctx, c.dst, readOnly)
+		}); err != nil {
 			return err
 		}
 	}
@@ -427,6 +437,23 @@ func (c *cutoverRun) verifyRowCounts(ctx context.Context) (map[string]any, error
 			strings.Join(differ, "; "), c.m.Name)
 	}
 	return detail, nil
+}
+
+// readOnlyDestinationTables returns the destination tables that an earlier
+// cut-over made read-only: this mirror goes back the other way (a reverse
+// mirror cut over for a roll-back), so they take writes again.
+func (c *cutoverRun) readOnlyDestinationTables(ctx context.Context) ([]change.TableName, error) {
+	var out []change.TableName
+	for _, t := range c.destinationTables() {
+		ro, err := cutover.IsReadOnly(ctx, c.dst, t)
+		if err != nil {
+			return nil, err
+		}
+		if ro {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // prepareReverse creates the reverse mirror's publication and slot on the
