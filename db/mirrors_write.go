@@ -28,6 +28,8 @@ type MirrorCreateParams struct {
 	// exist already and belong to the new mirror (a reverse mirror made by
 	// a cut-over); the API leaves them false.
 	CreatedPublication, CreatedSlot bool
+	// Sequences are the listed sequences (nil: none).
+	Sequences []SequenceName
 }
 
 // MirrorCreateTx inserts a mirror (status initializing, desired state
@@ -38,12 +40,12 @@ func (s *Store) MirrorCreateTx(ctx context.Context, tx pgx.Tx, p MirrorCreatePar
 	err := tx.QueryRow(ctx, `INSERT INTO mirrors (name, source_peer_id, destination_peer_id,
 			snapshot_num_rows_per_partition, snapshot_max_parallel_workers, snapshot_num_tables_in_parallel,
 			cdc_sync_interval_seconds, cdc_batch_size, do_initial_snapshot, publication_name, replication_slot_name,
-			created_publication, created_slot)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id`,
+			created_publication, created_slot, sequences)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
 		p.Name, p.SourcePeerID, p.DestinationPeerID,
 		p.SnapshotNumRowsPerPartition, p.SnapshotMaxParallelWorkers, p.SnapshotNumTablesInParallel,
 		p.CDCSyncIntervalSeconds, p.CDCBatchSize, p.DoInitialSnapshot, p.PublicationName, p.ReplicationSlotName,
-		p.CreatedPublication, p.CreatedSlot).Scan(&id)
+		p.CreatedPublication, p.CreatedSlot, sequencesValue(p.Sequences)).Scan(&id)
 	if err != nil {
 		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, translate(err))
 	}
@@ -232,4 +234,12 @@ func mirrorUsingSlotOrPublication(ctx context.Context, q querier, slot, publicat
 		return "", fmt.Errorf("find mirror using slot %s or publication %s: %w", slot, publication, err)
 	}
 	return name, nil
+}
+
+// sequencesValue is the JSON array stored for listed sequences ([] for none).
+func sequencesValue(s []SequenceName) []SequenceName {
+	if s == nil {
+		return []SequenceName{}
+	}
+	return s
 }

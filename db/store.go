@@ -92,6 +92,12 @@ const (
 	TableStatusError        = "error"
 )
 
+// SequenceName names a sequence listed in a mirror's configuration.
+type SequenceName struct {
+	Schema string `json:"schema"`
+	Name   string `json:"name"`
+}
+
 // Mirror is one replication stream: its configuration, desired state and
 // observed status. SourcePeer and DestinationPeer are the peers' names.
 type Mirror struct {
@@ -134,6 +140,9 @@ type Mirror struct {
 	SequencesSyncedAt *time.Time
 	// Cutover is the mirror's last cut-over (nil before the first).
 	Cutover *Cutover
+	// Sequences are the source sequences listed in the mirror's
+	// configuration, kept in step under the same names on the destination.
+	Sequences []SequenceName
 	// The streaming worker's last measure of the lag (mirror_lag; nil
 	// before the first): see Lag.
 	LagSeconds      *float64

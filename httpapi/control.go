@@ -355,7 +355,7 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 		return nil, err
 	}
 	setAuditDetails(ctx, map[string]any{"tables": len(mappings)})
-	if err := h.checkSource(ctx, source, mappings); err != nil {
+	if err := h.checkSource(ctx, source, mappings, nil); err != nil {
 		return nil, err
 	}
 	// Paused answers at once, but the mirror's run may still be finishing

@@ -18,6 +18,7 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/preflight"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/jobs"
 )
 
@@ -28,6 +29,35 @@ type tableMapping struct {
 	DestinationSchema string   `json:"destination_schema" minLength:"1" maxLength:"63"`
 	DestinationTable  string   `json:"destination_table" minLength:"1" maxLength:"63"`
 	ExcludeColumns    []string `json:"exclude_columns,omitempty" maxItems:"1600" minLength:"1" maxLength:"63" uniqueItems:"true" doc:"Column names left out of replication (at most 1600, each 1 to 63 bytes)."`
+}
+
+// sequenceRef names a source sequence listed in a mirror's configuration.
+type sequenceRef struct {
+	Schema string `json:"schema" minLength:"1" maxLength:"63"`
+	Name   string `json:"name" minLength:"1" maxLength:"63"`
+}
+
+func sequencesResponse(seqs []db.SequenceName) []sequenceRef {
+	out := make([]sequenceRef, len(seqs))
+	for i, s := range seqs {
+		out[i] = sequenceRef{Schema: s.Schema, Name: s.Name}
+	}
+	return out
+}
+
+// validateSequences checks the listed sequences for repeats.
+func validateSequences(refs []sequenceRef) ([]db.SequenceName, error) {
+	out := make([]db.SequenceName, 0, len(refs))
+	seen := map[db.SequenceName]bool{}
+	for _, r := range refs {
+		n := db.SequenceName{Schema: r.Schema, Name: r.Name}
+		if seen[n] {
+			return nil, errorf(http.StatusBadRequest, "Invalid request: sequence %s.%s is listed twice in sequences", r.Schema, r.Name)
+		}
+		seen[n] = true
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func mappingResponse(t db.MirrorTable) tableMapping {
@@ -57,6 +87,7 @@ type mirrorCreateInput struct {
 		DoInitialSnapshot           *bool          `json:"do_initial_snapshot,omitempty" default:"true" doc:"When false, only changes made after creation are replicated."`
 		PublicationName             string         `json:"publication_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_pub_<name>."`
 		ReplicationSlotName         string         `json:"replication_slot_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_slot_<name>."`
+		Sequences                   []sequenceRef  `json:"sequences,omitempty" maxItems:"1000" doc:"Source sequences to keep in step on the destination besides those the mapped tables' columns own (serial, identity): for example one that several tables draw ids from through DEFAULT nextval(...). Each is created on the destination under the same name when missing, set after the snapshot, every SERVICE_SEQUENCE_SYNC_INTERVAL and exactly at a cut-over."`
 	}
 }
 
@@ -74,6 +105,7 @@ type mirrorConfig struct {
 	DoInitialSnapshot           bool           `json:"do_initial_snapshot"`
 	PublicationName             string         `json:"publication_name"`
 	ReplicationSlotName         string         `json:"replication_slot_name"`
+	Sequences                   []sequenceRef  `json:"sequences" doc:"Source sequences listed at creation, kept in step on the destination; [] for none."`
 	Status                      string         `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped,completed"`
 	CreatedAt                   time.Time      `json:"created_at"`
 }
@@ -84,7 +116,7 @@ func configResponse(m db.Mirror, tables []db.MirrorTable) mirrorConfig {
 		SnapshotNumRowsPerPartition: m.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		SnapshotNumTablesInParallel: m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: m.CDCSyncIntervalSeconds,
 		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot,
-		PublicationName: m.PublicationName, ReplicationSlotName: m.ReplicationSlotName,
+		PublicationName: m.PublicationName, ReplicationSlotName: m.ReplicationSlotName, Sequences: sequencesResponse(m.Sequences),
 		Status: m.Status, CreatedAt: m.CreatedAt,
 	}
 }
@@ -329,7 +361,7 @@ func checkIdentifiers(i int, t tableMapping) error {
 
 // checkSource connects to the source peer and runs the preflight checks on
 // the mapped tables. Every failure is a 400 that says what to do.
-func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []change.Mapping) error {
+func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []change.Mapping, sequences []db.SequenceName) error {
 	conn, err := h.connectPeer(ctx, source)
 	if isRefusal(err) {
 		return err
@@ -345,6 +377,9 @@ func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []c
 		tables[i] = m.Source
 	}
 	err = preflight.Check(qctx, conn, tables)
+	if err == nil {
+		err = checkSequences(qctx, conn, sequences)
+	}
 	var f *preflight.Failure
 	switch {
 	case err == nil:
@@ -354,6 +389,22 @@ func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []c
 	default:
 		return errorf(http.StatusBadRequest, "Could not check the source peer %q: %s", source.Name, scrub(err.Error(), conn.Config().Password))
 	}
+}
+
+// checkSequences reports, as a preflight.Failure, a listed sequence that
+// the source does not have.
+func checkSequences(ctx context.Context, conn *pgx.Conn, sequences []db.SequenceName) error {
+	for _, s := range sequences {
+		name := change.TableName{Schema: s.Schema, Name: s.Name}
+		_, err := schemasync.DescribeSequence(ctx, conn, name)
+		if errors.Is(err, schemasync.ErrSequenceNotFound) {
+			return &preflight.Failure{Check: "sequences", Message: fmt.Sprintf("sequence %s does not exist on the source (listed in sequences)", name)}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // samePeer reports whether two peers name the same database: the same peer,
@@ -403,6 +454,10 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	if err != nil {
 		return nil, err
 	}
+	sequences, err := validateSequences(b.Sequences)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := h.store.MirrorGetByName(ctx, b.Name); err == nil {
 		return nil, errorf(http.StatusConflict, "Mirror %q already exists: choose another name", b.Name)
 	} else if !errors.Is(err, db.ErrNotFound) {
@@ -419,7 +474,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 		return nil, h.internal(ctx, "check the slot and publication names", err)
 	}
 
-	if err := h.checkSource(ctx, source, mappings); err != nil {
+	if err := h.checkSource(ctx, source, mappings, sequences); err != nil {
 		return nil, err
 	}
 	// A destination peer stored before the catalog check existed (or while
@@ -447,7 +502,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 			SnapshotNumRowsPerPartition: b.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: b.SnapshotMaxParallelWorkers,
 			SnapshotNumTablesInParallel: b.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: b.CDCSyncIntervalSeconds,
 			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: b.DoInitialSnapshot == nil || *b.DoInitialSnapshot,
-			PublicationName: pub, ReplicationSlotName: slot, Tables: mappings,
+			PublicationName: pub, ReplicationSlotName: slot, Tables: mappings, Sequences: sequences,
 		})
 		if err != nil {
 			return err

@@ -371,7 +371,7 @@ func (c *cutoverRun) checkQuiet(ctx context.Context) (map[string]any, error) {
 // syncSequences sets the destination's sequences to the source's values,
 // which no longer move.
 func (c *cutoverRun) syncSequences(ctx context.Context) (map[string]any, error) {
-	pairs, warnings, err := seqsync.Plan(ctx, c.src, c.dst, c.mappings)
+	pairs, warnings, ddl, err := planSequences(ctx, c.src, c.dst, c.mappings, listedSequences(c.m))
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +386,7 @@ func (c *cutoverRun) syncSequences(ctx context.Context) (map[string]any, error) 
 	for i, t := range res.Moved {
 		moved[i] = t.String()
 	}
-	return map[string]any{"sequences_checked": res.Checked, "sequences_moved": moved, "warnings": nonNil(warnings)}, nil
+	return map[string]any{"sequences_checked": res.Checked, "sequences_moved": moved, "warnings": nonNil(warnings), "ddl_statements": nonNil(ddl)}, nil
 }
 
 // createConstraints gives the tables pgmirror created what waited for the
@@ -555,7 +555,7 @@ func (c *cutoverRun) createReverse(ctx context.Context, tx pgx.Tx) error {
 		SnapshotNumTablesInParallel: c.m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: c.m.CDCSyncIntervalSeconds,
 		CDCBatchSize: c.m.CDCBatchSize, DoInitialSnapshot: false,
 		PublicationName: opts.ReversePublicationName, ReplicationSlotName: opts.ReverseReplicationSlotName,
-		Tables: reverse, CreatedPublication: c.reversePubMade, CreatedSlot: true,
+		Tables: reverse, CreatedPublication: c.reversePubMade, CreatedSlot: true, Sequences: c.m.Sequences,
 	})
 	if errors.Is(err, db.ErrConflict) {
 		return fmt.Errorf("mirror %q was created meanwhile: choose another reverse_mirror_name", opts.ReverseMirrorName)

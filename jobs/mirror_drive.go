@@ -428,7 +428,7 @@ func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer 
 	if err := store.MirrorSetLastLSN(ctx, m.ID, info.ConsistentPoint.String()); err != nil {
 		return err
 	}
-	newSequenceSyncer(r, toMappings(tables)).sync(ctx, src, dst)
+	newSequenceSyncer(r, m, toMappings(tables)).sync(ctx, src, dst)
 	r.log(ctx, db.LevelInfo, db.MsgSnapshotCompleted, db.SnapshotDetails{
 		RowsSnapshotted: rep.totalRows(), DurationSeconds: time.Since(started).Seconds(), TotalPartitions: rep.totalPartitions()})
 	return nil
@@ -587,7 +587,7 @@ func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db
 	sequencesDone.Add(1)
 	go func() {
 		defer sequencesDone.Done()
-		r.keepSequencesInStep(seqCtx, srcPeer, dstPeer, newSequenceSyncer(r, mappings))
+		r.keepSequencesInStep(seqCtx, srcPeer, dstPeer, newSequenceSyncer(r, m, mappings))
 	}()
 	err = streamHandingOver(ctx, cfg, rep, stop)
 	stopSequences()

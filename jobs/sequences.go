@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,14 +22,38 @@ const sequenceLogEvery = 10 * time.Minute
 type sequenceSyncer struct {
 	run      *mirrorRun
 	mappings []change.Mapping
+	listed   []change.TableName // sequences listed in the mirror's configuration
 	pairs    []seqsync.Pair
 	planned  bool
 	logged   time.Time
 	failing  bool
 }
 
-func newSequenceSyncer(r *mirrorRun, mappings []change.Mapping) *sequenceSyncer {
-	return &sequenceSyncer{run: r, mappings: mappings}
+func newSequenceSyncer(r *mirrorRun, m db.Mirror, mappings []change.Mapping) *sequenceSyncer {
+	return &sequenceSyncer{run: r, mappings: mappings, listed: listedSequences(m)}
+}
+
+// listedSequences are the sequences listed in m's configuration.
+func listedSequences(m db.Mirror) []change.TableName {
+	out := make([]change.TableName, len(m.Sequences))
+	for i, s := range m.Sequences {
+		out[i] = change.TableName{Schema: s.Schema, Name: s.Name}
+	}
+	return out
+}
+
+// planSequences pairs the sequences the mapped columns own and the listed
+// ones with the destination's, creating listed ones missing there.
+func planSequences(ctx context.Context, src, dst *pgx.Conn, mappings []change.Mapping, listed []change.TableName) (pairs []seqsync.Pair, warnings, ddl []string, err error) {
+	pairs, warnings, err = seqsync.Plan(ctx, src, dst, mappings)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	more, ddl, err := seqsync.PlanListed(ctx, src, dst, listed)
+	if err != nil {
+		return nil, warnings, ddl, fmt.Errorf("listed sequences: %w", err)
+	}
+	return append(pairs, more...), warnings, ddl, nil
 }
 
 // sync sets the destination's sequences in step over src and dst, records
@@ -49,7 +74,10 @@ func (s *sequenceSyncer) sync(ctx context.Context, src, dst *pgx.Conn) {
 
 func (s *sequenceSyncer) syncOnce(ctx context.Context, src, dst *pgx.Conn) error {
 	if !s.planned {
-		pairs, warnings, err := seqsync.Plan(ctx, src, dst, s.mappings)
+		pairs, warnings, ddl, err := planSequences(ctx, src, dst, s.mappings, s.listed)
+		if len(ddl) > 0 {
+			s.run.log(ctx, db.LevelInfo, "Listed sequences created on the destination", map[string]any{"ddl_statements": ddl})
+		}
 		if err != nil {
 			return err
 		}

@@ -95,6 +95,7 @@ func TestCutover(t *testing.T) {
 		CREATE TABLE uq (id integer PRIMARY KEY, code text UNIQUE);
 		CREATE TABLE alw (id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text);
 		INSERT INTO alw (v) SELECT 'a' || g FROM generate_series(1, 10) g;
+		CREATE SEQUENCE shared_ids START 500;
 		INSERT INTO ident (v) SELECT 'i' || g FROM generate_series(1, 100) g;
 		INSERT INTO ser (v) SELECT 's' || g FROM generate_series(1, 100) g;
 		INSERT INTO uq SELECT g, 'c' || g FROM generate_series(1, 100) g;`)
@@ -102,12 +103,25 @@ func TestCutover(t *testing.T) {
 	s := startService(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)), "SERVICE_SEQUENCE_SYNC_INTERVAL=1h")
 	s.createPeer("src", src)
 	s.createPeer("dst", dst)
+	var missing struct {
+		Error string `json:"error"`
+	}
+	if got := s.do("POST", "/v1/mirrors", map[string]any{
+		"name": "nope", "source_peer": "src", "destination_peer": "dst", "sequences": []any{map[string]any{"schema": "public", "name": "no_such"}},
+		"table_mappings": []any{mapping("public", "uq", "public", "uq")},
+	}, &missing); got != 400 || !strings.Contains(missing.Error, "sequence public.no_such does not exist on the source") {
+		t.Errorf("mirror with a missing listed sequence: %d %q", got, missing.Error)
+	}
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "move", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"sequences": []any{map[string]any{"schema": "public", "name": "shared_ids"}},
 		"table_mappings": []any{mapping("public", "ident", "public", "ident"), mapping("public", "ser", "public", "ser"),
 			mapping("public", "uq", "public", "uq"), mapping("public", "alw", "public", "alw")},
 	}, 201, nil)
 	s.waitStatus("move", "running", 90*time.Second)
+	// A listed sequence no column owns: created on the destination, and
+	// moved on the source after the snapshot's sync.
+	exec1(t, src, `SELECT nextval('shared_ids') FROM generate_series(1, 7)`)
 
 	// Bad requests.
 	for _, bad := range []struct {
@@ -216,8 +230,8 @@ func TestCutover(t *testing.T) {
 		}
 	}
 	for _, step := range done.Cutover.Steps {
-		if moved, _ := step.Detail["sequences_moved"].([]any); step.Name == "sync_sequences" && len(moved) != 2 {
-			t.Errorf("sync_sequences moved %v, want both sequences", moved)
+		if moved, _ := step.Detail["sequences_moved"].([]any); step.Name == "sync_sequences" && len(moved) != 3 {
+			t.Errorf("sync_sequences moved %v, want the two tables' sequences and the listed one", moved)
 		}
 	}
 	// GENERATED ALWAYS is back on the destination; the reverse mirror
@@ -226,6 +240,9 @@ func TestCutover(t *testing.T) {
 		t.Error("an explicit id went into alw.id: the destination's identity is not GENERATED ALWAYS")
 	}
 	exec1(t, dst, `INSERT INTO alw (v) VALUES ('new')`)
+	if got := queryInt64(t, dst, `SELECT nextval('shared_ids')`); got != 507 {
+		t.Errorf("listed sequence shared_ids on the destination gave %d after the cut-over, want 507", got)
+	}
 	if err := execErr(dst, `INSERT INTO uq VALUES (1000, 'c5')`); err == nil {
 		t.Error("a duplicate code was accepted: the unique constraint is missing")
 	}

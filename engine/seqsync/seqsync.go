@@ -26,7 +26,9 @@ import (
 )
 
 // Pair is one sequence kept in step: the source sequence owned by Column of
-// a mapped table, and the sequence the same column owns on the destination.
+// a mapped table, and the sequence the same column owns on the destination
+// (or, from PlanListed, a listed sequence and its namesake: no Table or
+// Column).
 type Pair struct {
 	Table        change.Mapping
 	Column       string
@@ -67,6 +69,28 @@ WHERE c.oid = pg_catalog.pg_get_serial_sequence($1, $2)::pg_catalog.regclass`,
 		}
 	}
 	return pairs, warnings, nil
+}
+
+// PlanListed pairs sequences named in a mirror's configuration (sequences
+// no mapped column owns, for example one that several tables draw ids
+// from through DEFAULT nextval(...)) with the sequence of the same name on
+// the destination, and creates that sequence, with the source's type and
+// options, when it is missing. It returns the pairs and the statements
+// executed.
+func PlanListed(ctx context.Context, src, dst schemasync.Conn, names []change.TableName) (pairs []Pair, ddl []string, err error) {
+	for _, name := range names {
+		def, err := schemasync.DescribeSequence(ctx, src, name)
+		if err != nil {
+			return nil, ddl, fmt.Errorf("source: %w", err)
+		}
+		created, err := schemasync.CreateSequence(ctx, dst, name, def)
+		ddl = append(ddl, created...)
+		if err != nil {
+			return nil, ddl, fmt.Errorf("destination: %w", err)
+		}
+		pairs = append(pairs, Pair{Source: name, Dest: name})
+	}
+	return pairs, ddl, nil
 }
 
 // state is a sequence's last_value and is_called.

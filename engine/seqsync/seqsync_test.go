@@ -112,3 +112,43 @@ func TestPlanWarnsWithoutDestinationSequence(t *testing.T) {
 	require.Len(t, warnings, 1)
 	require.Contains(t, warnings[0], "owns no sequence on the destination")
 }
+
+// TestPlanListed: a listed sequence that no column owns is created on the
+// destination with the source's type and options (schema too), then kept
+// in step like the others; one that exists is used as it is.
+func TestPlanListed(t *testing.T) {
+	t.Parallel()
+	ctx, _, _, src, dst := setup(t)
+	_, err := src.Exec(ctx, `CREATE SCHEMA ids;
+		CREATE SEQUENCE ids."Shared ids" AS integer START 1000 INCREMENT 5 MAXVALUE 100000 CACHE 3;
+		CREATE SEQUENCE public.kept;
+		SELECT nextval('ids."Shared ids"') FROM generate_series(1, 4);
+		SELECT nextval('public.kept') FROM generate_series(1, 9)`)
+	require.NoError(t, err)
+	_, err = dst.Exec(ctx, `CREATE SEQUENCE public.kept AS smallint`)
+	require.NoError(t, err)
+	shared := change.TableName{Schema: "ids", Name: "Shared ids"}
+	kept := change.TableName{Schema: "public", Name: "kept"}
+	pairs, ddl, err := seqsync.PlanListed(ctx, src, dst, []change.TableName{shared, kept})
+	require.NoError(t, err)
+	require.Len(t, pairs, 2)
+	require.Equal(t, []string{`CREATE SCHEMA IF NOT EXISTS "ids"`,
+		`CREATE SEQUENCE IF NOT EXISTS "ids"."Shared ids" AS integer START WITH 1000 INCREMENT BY 5 MINVALUE 1 MAXVALUE 100000 CACHE 3 NO CYCLE`}, ddl)
+	res, err := seqsync.Sync(ctx, src, dst, pairs)
+	require.NoError(t, err)
+	require.Len(t, res.Moved, 2)
+	var next int64
+	require.NoError(t, dst.QueryRow(ctx, `SELECT nextval('ids."Shared ids"')`).Scan(&next))
+	// The source's session cached three values at a time: last_value counts
+	// them (1025), and the destination goes on after every value the source
+	// may have handed out.
+	require.Equal(t, int64(1030), next)
+	require.NoError(t, dst.QueryRow(ctx, `SELECT nextval('public.kept')`).Scan(&next))
+	require.Equal(t, int64(10), next)
+	var typ string
+	require.NoError(t, dst.QueryRow(ctx, `SELECT data_type::text FROM pg_sequences WHERE sequencename = 'kept'`).Scan(&typ))
+	require.Equal(t, "smallint", typ, "an existing sequence is used as it is")
+
+	_, _, err = seqsync.PlanListed(ctx, src, dst, []change.TableName{{Schema: "public", Name: "missing"}})
+	require.ErrorIs(t, err, schemasync.ErrSequenceNotFound)
+}
