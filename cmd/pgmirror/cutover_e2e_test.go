@@ -272,14 +272,23 @@ func TestCutover(t *testing.T) {
 		Status  string      `json:"status"`
 		Cutover cutoverView `json:"cutover"`
 	}
-	s.mustDo("POST", "/v1/mirrors/move-back/cutover", map[string]any{"quiet_seconds": 1}, 200, &back)
+	s.mustDo("POST", "/v1/mirrors/move-back/cutover", map[string]any{"quiet_seconds": 1, "drop_slot": false}, 200, &back)
 	names = names[:0]
 	for _, step := range back.Cutover.Steps {
 		names = append(names, step.Name)
 	}
-	if back.Status != "completed" || !strings.Contains(strings.Join(names, " "), "verify_row_counts make_destination_writable complete drop_slot") {
+	if back.Status != "completed" || !strings.HasSuffix(strings.Join(names, " "), "verify_row_counts make_destination_writable complete") {
 		t.Fatalf("roll-back cut-over: status %s, steps %v", back.Status, names)
 	}
+	// drop_slot false keeps the slot until the mirror is deleted.
+	backSlot := "pgmirror_slot_move_back"
+	if n := queryInt64(t, dst, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, backSlot); n != 1 {
+		t.Errorf("the kept slot %s is gone", backSlot)
+	}
+	s.mustDo("DELETE", "/v1/mirrors/move-back", nil, 200, nil)
+	waitFor(t, "deleting the completed mirror to drop its kept slot", 30*time.Second, func() bool {
+		return queryInt64(t, dst, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, backSlot) == 0
+	})
 	// (An id the old source handed out again would fail the insert on the
 	// primary key.)
 	exec1(t, src, `INSERT INTO ident (v) VALUES ('back home'); INSERT INTO ser (v) VALUES ('back home')`)
