@@ -19,6 +19,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 	"github.com/pgmirror/pgmirror/engine/preflight"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/tablesync"
@@ -241,7 +242,7 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 				Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
 		}
 	}
-	if err := apply.EnsureMeta(ctx, dst); err != nil {
+	if err := positions.Ensure(ctx, dst); err != nil {
 		return err
 	}
 
@@ -263,7 +264,7 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 	if slot.Exists && !m.CreatedSlot {
 		return &slotExistsError{slot: m.ReplicationSlotName}
 	}
-	_, _, hasPosition, err := apply.AppliedPosition(ctx, dst, m.UID)
+	_, _, hasPosition, err := positions.Applied(ctx, dst, m.UID)
 	if err != nil {
 		return err
 	}
@@ -419,10 +420,7 @@ func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer 
 	if err != nil {
 		return err
 	}
-	if err := apply.SetAppliedPosition(ctx, dst, m.UID, info.ConsistentPoint, m.LastSyncBatchID); err != nil {
-		return err
-	}
-	if err := apply.DeleteTablePositions(ctx, dst, m.UID, nil); err != nil {
+	if err := positions.SnapshotTaken(ctx, dst, m.UID, info.ConsistentPoint, m.LastSyncBatchID); err != nil {
 		return err
 	}
 	if err := store.MirrorSetLastLSN(ctx, m.ID, info.ConsistentPoint.String()); err != nil {
@@ -457,12 +455,8 @@ func (r *mirrorRun) createSlotWithoutSnapshot(ctx context.Context, m db.Mirror, 
 			"action": "the slot was missing or invalidated, so changes made on the source before " + info.ConsistentPoint.String() +
 				" that were not yet replicated are lost; run POST /v1/mirrors/" + m.Name + "/resync to repair the destination"})
 	}
-	if _, _, found, err := apply.AppliedPosition(ctx, dst, m.UID); err != nil {
+	if _, err := positions.StartAt(ctx, dst, m.UID, info.ConsistentPoint, m.LastSyncBatchID); err != nil {
 		return err
-	} else if !found {
-		if err := apply.SetAppliedPosition(ctx, dst, m.UID, info.ConsistentPoint, m.LastSyncBatchID); err != nil {
-			return err
-		}
 	}
 	if err := r.store.MirrorSetLastLSN(ctx, m.ID, info.ConsistentPoint.String()); err != nil {
 		return err

@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/db"
-	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 	"github.com/pgmirror/pgmirror/engine/tablesync"
 )
 
@@ -46,7 +46,7 @@ func (r *mirrorRun) copyTablesDuringCDC(ctx context.Context, m db.Mirror, srcPee
 		names[i] = skip[i].String()
 	}
 	// The copies replace whatever the targets held and wherever they stood.
-	if err := apply.DeleteTablePositions(ctx, dst, m.UID, names); err != nil {
+	if err := positions.CopyStarting(ctx, dst, m.UID, skip); err != nil {
 		return err
 	}
 	if err := r.store.MirrorTablesSetStatus(ctx, m.ID, ids, db.TableStatusSnapshotting); err != nil {
@@ -131,7 +131,7 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 	rep.beforeDone = func(ctx context.Context, t change.Mapping) error {
 		dstMu.Lock()
 		defer dstMu.Unlock()
-		return apply.SetTablePosition(ctx, dst, m.UID, t.Source.String(), info.ConsistentPoint)
+		return positions.TableCopied(ctx, dst, m.UID, t.Source, info.ConsistentPoint)
 	}
 	srcCfg, dstCfg, err := peerConfigs(srcPeer, dstPeer)
 	if err != nil {

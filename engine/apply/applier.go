@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 // ErrForeignKeyViolation matches (errors.Is) a destination foreign key
@@ -157,7 +157,7 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 		m := cfg.Mappings[i]
 		a.mappings[m.Source] = &m
 	}
-	if err := EnsureMeta(ctx, conn); err != nil {
+	if err := positions.Ensure(ctx, conn); err != nil {
 		return nil, err
 	}
 	_, err := conn.Exec(ctx, "SET session_replication_role = replica")
@@ -291,7 +291,7 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 	case began:
 		b.ExecParams("BEGIN", nil, nil, nil, nil)
 	}
-	b.ExecParams(setAppliedSQL, [][]byte{[]byte(a.cfg.MirrorUID), []byte(lsn.String()), []byte(strconv.FormatInt(batchID, 10))}, nil, nil, nil)
+	positions.QueueApplied(b, a.cfg.MirrorUID, lsn, batchID)
 	b.ExecParams("COMMIT", nil, nil, nil, nil)
 	b.ExecParams(walPositionsSQL, nil, nil, nil, nil)
 	results, err := a.conn.PgConn().ExecBatch(ctx, b).ReadAll()
@@ -341,23 +341,15 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 }
 
 // SetTablePositions records, inside the open batch, the per-table positions
-// in set and forgets those in forget (see TablePositions).
-func (a *Applier) SetTablePositions(ctx context.Context, set map[string]change.LSN, forget []string) error {
+// in set and forgets those of the tables in forget (positions.SetTables).
+func (a *Applier) SetTablePositions(ctx context.Context, set map[change.TableName]change.LSN, forget []change.TableName) error {
 	if !a.inBatch {
 		return errors.New("set table positions: no batch open")
 	}
 	if err := a.begin(ctx); err != nil {
 		return err
 	}
-	for table, lsn := range set {
-		if err := SetTablePosition(ctx, a.conn, a.cfg.MirrorUID, table, lsn); err != nil {
-			return err
-		}
-	}
-	if len(forget) > 0 {
-		return DeleteTablePositions(ctx, a.conn, a.cfg.MirrorUID, forget)
-	}
-	return nil
+	return positions.SetTables(ctx, a.conn, a.cfg.MirrorUID, set, forget)
 }
 
 // Rollback abandons the open batch (nothing of it reaches the destination).

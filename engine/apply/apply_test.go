@@ -14,6 +14,7 @@ import (
 	"github.com/pgmirror/pgmirror/db/pgtest"
 	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -51,24 +52,6 @@ func connect(t *testing.T, u string) *pgx.Conn {
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
-}
-
-func TestAppliedPosition(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	conn := connect(t, pgtest.NewDatabase(t, pgtest.DestCluster(t)))
-	require.NoError(t, apply.EnsureMeta(ctx, conn))
-	require.NoError(t, apply.EnsureMeta(ctx, conn))
-	_, _, found, err := apply.AppliedPosition(ctx, conn, "m1")
-	require.NoError(t, err)
-	require.False(t, found)
-	require.NoError(t, apply.SetAppliedPosition(ctx, conn, "m1", 0x1_0000_00A0, 0))
-	require.NoError(t, apply.SetAppliedPosition(ctx, conn, "m1", 0x1_0000_00B0, 3))
-	lsn, batch, found, err := apply.AppliedPosition(ctx, conn, "m1")
-	require.NoError(t, err)
-	require.True(t, found)
-	require.Equal(t, "1/B0", lsn.String())
-	require.Equal(t, int64(3), batch)
 }
 
 // TestReplicaRoleSkipsForeignKeys: as superuser the applier runs with
@@ -280,7 +263,7 @@ func TestCommitWAL(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&before))
 	require.NoError(t, a.Begin(ctx))
 	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: parentRel, New: []change.Value{text("1")}}))
-	require.NoError(t, a.SetTablePositions(ctx, map[string]change.LSN{"public.parent": 0x50}, nil))
+	require.NoError(t, a.SetTablePositions(ctx, map[change.TableName]change.LSN{{Schema: "public", Name: "parent"}: 0x50}, nil))
 	_, err = a.Commit(ctx, 0x100, 1)
 	require.NoError(t, err)
 	commit, flushed = a.LastCommitWAL()
@@ -289,14 +272,14 @@ func TestCommitWAL(t *testing.T) {
 	require.Greater(t, commit, start)
 	require.LessOrEqual(t, flushed, commit)
 	// The batch and its positions are committed.
-	lsn, batch, found, err := apply.AppliedPosition(ctx, conn, "m")
+	lsn, batch, found, err := positions.Applied(ctx, conn, "m")
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, change.LSN(0x100), lsn)
 	require.Equal(t, int64(1), batch)
-	positions, err := apply.TablePositions(ctx, conn, "m")
+	tables, _, err := positions.Tables(ctx, conn, "m", []change.TableName{{Schema: "public", Name: "parent"}})
 	require.NoError(t, err)
-	require.Equal(t, map[string]change.LSN{"public.parent": 0x50}, positions)
+	require.Equal(t, map[change.TableName]change.LSN{{Schema: "public", Name: "parent"}: 0x50}, tables)
 
 	// A rolled back batch leaves nothing and keeps the last positions.
 	require.NoError(t, a.Begin(ctx))
@@ -343,7 +326,7 @@ func TestCommitFails(t *testing.T) {
 	var n int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM child`).Scan(&n))
 	require.Equal(t, 1, n)
-	lsn, _, _, err := apply.AppliedPosition(ctx, conn, "m")
+	lsn, _, _, err := positions.Applied(ctx, conn, "m")
 	require.NoError(t, err)
 	require.Equal(t, change.LSN(0x200), lsn)
 }

@@ -2,8 +2,8 @@
 //
 // An Applier owns one destination connection. A batch is Begin, Apply for
 // each change, Commit: one destination transaction that also records the
-// mirror's applied position in _pgmirror.applied (EnsureMeta,
-// AppliedPosition, SetAppliedPosition), so a batch is either wholly on the
+// mirror's applied position in _pgmirror.applied (engine/positions owns
+// that table: positions.QueueApplied), so a batch is either wholly on the
 // destination with its position, or not at all. The transaction is the
 // session's (BEGIN, statements on the connection, then COMMIT in the same
 // round trip as reading the destination's WAL positions). The session runs

@@ -258,7 +258,7 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 // settable returns the positions of vals that an update by key sets: the
 // non-key columns whose value the change has.
 func (p *plan) settable(vals []change.Value) []int {
-	isKey := positions(len(p.names), p.keyPos)
+	isKey := flagsAt(len(p.names), p.keyPos)
 	var set []int
 	for i, v := range vals {
 		if !isKey[i] && v.Kind != change.ValueUnchanged {

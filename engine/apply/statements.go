@@ -80,7 +80,7 @@ func deleteSQL(target change.TableName, stage string, names []string, keyPos []i
 // exist, leaving those that do alone (the follow-up of updateSQL for rows
 // the destination lacks).
 func insertSQL(target change.TableName, stage string, names []string, keyPos []int, op byte) string {
-	isKey := positions(len(names), keyPos)
+	isKey := flagsAt(len(names), keyPos)
 	var sel, keys, sets []string
 	for i, n := range names {
 		q := change.QuoteIdent(n)
@@ -112,7 +112,7 @@ func insertSQL(target change.TableName, stage string, names []string, keyPos []i
 // the rows whose mask is parameter $1, leaving the unchanged columns alone.
 // The key is never set. It returns "" when no column is left to set.
 func updateSQL(target change.TableName, stage string, names []string, keyPos []int, unchanged []int) string {
-	skip := positions(len(names), keyPos)
+	skip := flagsAt(len(names), keyPos)
 	for _, i := range unchanged {
 		skip[i] = true
 	}
@@ -212,8 +212,8 @@ func quoteAll(names []string) []string {
 	return out
 }
 
-// positions returns a set of n flags with those at pos set.
-func positions(n int, pos []int) []bool {
+// flagsAt returns a set of n flags with those at pos set.
+func flagsAt(n int, pos []int) []bool {
 	out := make([]bool, n)
 	for _, i := range pos {
 		out[i] = true
@@ -232,7 +232,7 @@ func deleteRowSQL(target change.TableName, names, types []string, keyPos []int) 
 // order), cast to the destination types. When the key exists, update sets
 // its non-key columns (an upsert); otherwise the row is left alone.
 func insertRowSQL(target change.TableName, names, types []string, keyPos []int, update bool) string {
-	isKey := positions(len(names), keyPos)
+	isKey := flagsAt(len(names), keyPos)
 	vals := make([]string, len(names))
 	var keys, sets []string
 	for i, n := range names {

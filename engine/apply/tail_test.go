@@ -13,6 +13,7 @@ import (
 	"github.com/pgmirror/pgmirror/db/pgtest"
 	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 // countingConn counts the writes to the server: a pipelined round trip is
@@ -56,7 +57,7 @@ func TestSmallBatchOneRoundTrip(t *testing.T) {
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	require.NoError(t, apply.EnsureMeta(ctx, conn))
+	require.NoError(t, positions.Ensure(ctx, conn))
 
 	rel := &change.Relation{ID: 1, Table: change.TableName{Schema: "public", Name: "t"}, ReplicaIdentity: change.IdentityDefault,
 		Columns: []change.Column{{Name: "id", Key: true, TypeOID: 20}, {Name: "v", TypeOID: 25}}}
@@ -90,7 +91,7 @@ func TestSmallBatchOneRoundTrip(t *testing.T) {
 	require.ErrorContains(t, err, "apply insert to")
 	require.NoError(t, a.Rollback(ctx))
 	require.Zero(t, queryInt(t, dst, `SELECT count(*) FROM t WHERE id IN (5, 6)`))
-	lsn, id, _, err := apply.AppliedPosition(ctx, conn, "tail")
+	lsn, id, _, err := positions.Applied(ctx, conn, "tail")
 	require.NoError(t, err)
 	require.Equal(t, change.LSN(0x200), lsn)
 	require.Equal(t, int64(2), id)

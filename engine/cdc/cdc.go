@@ -16,6 +16,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 // gatherWindow is how long a complete batch may wait for more transactions
@@ -236,7 +237,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if err != nil {
 		return netError(err)
 	}
-	applied, batchID, found, err := apply.AppliedPosition(ctx, dest, cfg.MirrorUID)
+	applied, batchID, found, err := positions.Applied(ctx, dest, cfg.MirrorUID)
 	if err != nil {
 		return netError(err)
 	}
@@ -295,31 +296,21 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 
 // tablePositions reads the per-table positions of the mapped tables that
 // are not skipped, and forgets those of tables no longer mapped.
-func tablePositions(ctx context.Context, dest *pgx.Conn, cfg Config) (map[string]change.LSN, error) {
-	all, err := apply.TablePositions(ctx, dest, cfg.MirrorUID)
+func tablePositions(ctx context.Context, dest *pgx.Conn, cfg Config) (map[change.TableName]change.LSN, error) {
+	known := make([]change.TableName, 0, len(cfg.Tables)+len(cfg.SkipTables))
+	for _, m := range cfg.Tables {
+		known = append(known, m.Source)
+	}
+	known = append(known, cfg.SkipTables...)
+	all, gone, err := positions.Tables(ctx, dest, cfg.MirrorUID, known)
 	if err != nil {
 		return nil, err
 	}
-	mapped := map[string]bool{}
-	for _, m := range cfg.Tables {
-		mapped[m.Source.String()] = true
-	}
 	for _, t := range cfg.SkipTables {
-		delete(mapped, t.String())
+		delete(all, t) // being copied: their positions stay for the next run
 	}
-	var gone []string
-	for table := range all {
-		if !mapped[table] {
-			delete(all, table)
-			if !slices.ContainsFunc(cfg.SkipTables, func(t change.TableName) bool { return t.String() == table }) {
-				gone = append(gone, table)
-			}
-		}
-	}
-	if len(gone) > 0 {
-		if err := apply.DeleteTablePositions(ctx, dest, cfg.MirrorUID, gone); err != nil {
-			return nil, err
-		}
+	if err := positions.Forget(ctx, dest, cfg.MirrorUID, gone); err != nil {
+		return nil, err
 	}
 	return all, nil
 }
@@ -348,7 +339,7 @@ type runner struct {
 
 	// positions are the tables whose data stands at another position than
 	// applied (key: source schema.table); skip are the tables being copied.
-	positions map[string]change.LSN
+	positions map[change.TableName]change.LSN
 	skip      map[change.TableName]bool
 	floor     change.LSN // lowest of applied and positions: where the stream starts
 
@@ -588,7 +579,7 @@ func (r *runner) skipped(t change.TableName) bool {
 	if r.skip[t] {
 		return true
 	}
-	if pos, ok := r.positions[t.String()]; ok {
+	if pos, ok := r.positions[t]; ok {
 		return r.txLSN < pos
 	}
 	return r.txLSN < r.applied
@@ -614,7 +605,7 @@ func (r *runner) commit(ctx context.Context) error {
 	// Tables with their own position: the batch covered every transaction
 	// up to end for them too. Once end reaches the mirror's position, they
 	// stand where every other table stands and need no entry of their own.
-	set, forget := map[string]change.LSN{}, []string(nil)
+	set, forget := map[change.TableName]change.LSN{}, []change.TableName(nil)
 	for table, pos := range r.positions {
 		switch {
 		case pos > end:
@@ -719,7 +710,7 @@ func (r *runner) finish(ctx context.Context) error {
 		r.flush.stop()
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		flushed, err := apply.FlushWAL(fctx, r.flush.conn, r.cfg.MirrorUID)
+		flushed, err := positions.FlushWAL(fctx, r.flush.conn, r.cfg.MirrorUID)
 		if err != nil {
 			// Not confirmed: the next run starts at the applied position on
 			// the destination and skips what this one applied.

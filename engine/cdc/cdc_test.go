@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
-	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -565,8 +565,8 @@ func TestSkipsTransactionsAlreadyApplied(t *testing.T) {
 	defer dc.Close(ctx)
 	lsn, err := change.ParseLSN(pos)
 	require.NoError(t, err)
-	require.NoError(t, apply.EnsureMeta(ctx, dc))
-	require.NoError(t, apply.SetAppliedPosition(ctx, dc, b.cfg.MirrorUID, lsn, 7))
+	require.NoError(t, positions.Ensure(ctx, dc))
+	require.NoError(t, positions.SnapshotTaken(ctx, dc, b.cfg.MirrorUID, lsn, 7))
 
 	r := b.start(t)
 	b.waitEqual(t, r, `SELECT * FROM nopk`, `SELECT * FROM nopk`)
@@ -737,7 +737,7 @@ func TestConfirmedPromptly(t *testing.T) {
 		// The end of the transaction just applied (not the source's WAL
 		// end: other tests write to the same cluster, and WAL that holds
 		// nothing for this slot is only confirmed at status intervals).
-		wal, _, _, err := apply.AppliedPosition(ctx, dc, b.cfg.MirrorUID)
+		wal, _, _, err := positions.Applied(ctx, dc, b.cfg.MirrorUID)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
 			st, err := capture.SlotState(ctx, conn, b.cfg.SlotName)

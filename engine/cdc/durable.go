@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 // Batches commit on the destination with synchronous_commit = off, as
@@ -27,7 +27,7 @@ import (
 // wal_writer_delay, or as WAL pages fill under load) and reports every
 // advance; when that takes longer than its patience it forces a flush with a
 // tiny synchronous commit, which flushes all WAL before it
-// (apply.FlushWAL). It is patient (1 s) while changes keep coming and
+// (positions.FlushWAL). It is patient (1 s) while changes keep coming and
 // impatient (100 ms) once the stream is dry, so a caught-up mirror is
 // confirmed within about a tenth of a second without adding flushes under
 // load.
@@ -69,7 +69,7 @@ type flushTarget struct {
 // flush when the WAL writer is slow to do it.
 type flushWatcher struct {
 	conn    *pgx.Conn
-	mirror  string           // the mirror's uid, for apply.FlushWAL
+	mirror  string           // the mirror's uid, for positions.FlushWAL
 	targets chan flushTarget // latest target (capacity 1)
 	flushed chan change.LSN  // latest flushed position seen (capacity 1)
 	errs    chan error       // the watcher's failure (capacity 1)
@@ -122,7 +122,7 @@ func merge(a, b flushTarget) flushTarget {
 }
 
 // stop ends the watcher's goroutine and waits for it; the connection stays
-// open for the caller (see apply.FlushWAL).
+// open for the caller (see positions.FlushWAL).
 func (w *flushWatcher) stop() {
 	w.cancel()
 	<-w.done
@@ -154,7 +154,7 @@ func (w *flushWatcher) run(ctx context.Context) error {
 		}
 		flushed, err := flushPosition(ctx, w.conn)
 		if err == nil && flushed < target.lsn && time.Since(since) >= patience {
-			flushed, err = apply.FlushWAL(ctx, w.conn, w.mirror)
+			flushed, err = positions.FlushWAL(ctx, w.conn, w.mirror)
 		}
 		if err != nil {
 			return err

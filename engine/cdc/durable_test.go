@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
-	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 // TestFlushWatcher: targets handed to the watcher (many at once, busy and
@@ -23,7 +23,7 @@ func TestFlushWatcher(t *testing.T) {
 	conn, err := pgx.Connect(ctx, dst)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	require.NoError(t, apply.EnsureMeta(ctx, conn))
+	require.NoError(t, positions.Ensure(ctx, conn))
 	wcfg, err := pgx.ParseConfig(dst)
 	require.NoError(t, err)
 	wcfg.RuntimeParams["synchronous_commit"] = "off"

@@ -7,10 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 type logReporter struct{ log *slog.Logger }
@@ -61,10 +61,10 @@ func Example() {
 		return
 	}
 	defer dconn.Close(ctx)
-	if err := apply.EnsureMeta(ctx, dconn); err != nil {
+	if err := positions.Ensure(ctx, dconn); err != nil {
 		return
 	}
-	if err := apply.SetAppliedPosition(ctx, dconn, "mirror-uid", slot.ConsistentPoint, 0); err != nil {
+	if err := positions.SnapshotTaken(ctx, dconn, "mirror-uid", slot.ConsistentPoint, 0); err != nil {
 		return
 	}
 

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
-	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 // copyTable replaces the destination's copy of table with the source's rows
@@ -45,7 +45,7 @@ func copyTable(t *testing.T, b *testBundle, table string) change.LSN {
 	require.NoError(t, err)
 	_, err = dc.Exec(ctx, `INSERT INTO `+table+` SELECT * FROM unnest($1::int[], $2::text[])`, ks, vs)
 	require.NoError(t, err)
-	require.NoError(t, apply.SetTablePosition(ctx, dc, b.cfg.MirrorUID, "public."+table, lsn))
+	require.NoError(t, positions.TableCopied(ctx, dc, b.cfg.MirrorUID, change.TableName{Schema: "public", Name: table}, lsn))
 	return lsn
 }
 
@@ -97,12 +97,12 @@ func TestTableCopiedOnItsOwn(t *testing.T) {
 	defer dc.Close(ctx)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		positions, err := apply.TablePositions(ctx, dc, b.cfg.MirrorUID)
+		left, unknown, err := positions.Tables(ctx, dc, b.cfg.MirrorUID, nil)
 		require.NoError(t, err)
-		if len(positions) == 0 {
+		if len(left)+len(unknown) == 0 {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "table position never caught up: %v", positions)
+		require.True(t, time.Now().Before(deadline), "table position never caught up: %v", unknown)
 		time.Sleep(100 * time.Millisecond)
 	}
 	require.NoError(t, r.halt(t))
