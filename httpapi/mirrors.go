@@ -19,6 +19,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/preflight"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/session"
 	"github.com/pgmirror/pgmirror/jobs"
 )
 
@@ -387,7 +388,7 @@ func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []c
 	case errors.As(err, &f):
 		return errorf(http.StatusBadRequest, "Source peer %q is not ready: %s", source.Name, f.Message)
 	default:
-		return errorf(http.StatusBadRequest, "Could not check the source peer %q: %s", source.Name, scrub(err.Error(), conn.Config().Password))
+		return errorf(http.StatusBadRequest, "Could not check the source peer %q: %s", source.Name, session.Scrub(err.Error(), conn.Config().Password))
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -16,6 +15,7 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/preflight"
+	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // connectTimeout bounds every connection the API opens to a peer.
@@ -283,11 +283,9 @@ func dialPeer(ctx context.Context, p db.Peer) (*pgx.Conn, error) {
 		return nil, err
 	}
 	cfg.ConnectTimeout = connectTimeout
-	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
+	conn, err := session.Connect(ctx, cfg)
 	if err != nil {
-		return nil, errors.New(scrub(err.Error(), cfg.Password) + certificateHint(err, p))
+		return nil, errors.New(session.Scrub(err.Error(), cfg.Password) + certificateHint(err, p))
 	}
 	return conn, nil
 }
@@ -307,15 +305,6 @@ func certificateHint(err error, p db.Peer) string {
 		return " (the server certificate does not verify: check that ssl_root_cert holds the CA that signed it)"
 	}
 	return ""
-}
-
-// scrub removes a password from an error text, in case a driver ever
-// includes it.
-func scrub(msg, password string) string {
-	if password != "" {
-		msg = strings.ReplaceAll(msg, password, "********")
-	}
-	return msg
 }
 
 func (h *handlers) peerTables(ctx context.Context, in *peerPath) (*tableListOutput, error) {
@@ -347,7 +336,7 @@ func (h *handlers) listPeerTables(ctx context.Context, p db.Peer) ([]change.Tabl
 	defer cancel()
 	tables, err := preflight.UserTables(qctx, conn)
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "Could not list the tables of peer %q: %s", p.Name, scrub(err.Error(), conn.Config().Password))
+		return nil, errorf(http.StatusBadRequest, "Could not list the tables of peer %q: %s", p.Name, session.Scrub(err.Error(), conn.Config().Password))
 	}
 	return tables, nil
 }
@@ -370,7 +359,7 @@ func (h *handlers) testPeer(ctx context.Context, in *peerPath) (*peerTestOutput,
 	qctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := conn.QueryRow(qctx, `SHOW server_version`).Scan(&out.Body.Version); err != nil {
-		out.Body.Error = fmt.Sprintf("connected, but could not read the server version: %s", scrub(err.Error(), conn.Config().Password))
+		out.Body.Error = fmt.Sprintf("connected, but could not read the server version: %s", session.Scrub(err.Error(), conn.Config().Password))
 		out.Body.Version = ""
 		return out, nil
 	}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +19,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/positions"
 	"github.com/pgmirror/pgmirror/engine/preflight"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/session"
 	"github.com/pgmirror/pgmirror/engine/tablesync"
 )
 
@@ -154,9 +152,7 @@ func connectPeer(ctx context.Context, role string, p db.Peer) (*pgx.Conn, error)
 	if err != nil {
 		return nil, fmt.Errorf("%s peer: %w", role, err)
 	}
-	connectCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(connectCtx, cfg)
+	conn, err := session.Connect(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -711,11 +707,12 @@ func (r *mirrorRun) failureMessage(err error) string {
 		return db.MsgSlotExists
 	case errors.Is(err, cdc.ErrHeartbeatTimeout):
 		return db.MsgHeartbeatTimeout
-	case rejectedLogin(err):
+	case session.Classify(err) == session.Rejected:
 		// The peer answered: a wrong password, user or database is not a
 		// timeout; the error says which.
 		return "Peer rejected the connection"
-	case errors.As(err, &connErr) || errors.Is(err, cdc.ErrConnect) || errors.Is(err, cdc.ErrConnectionTimeout) || isConnectionFailure(err):
+	case errors.As(err, &connErr) || errors.Is(err, cdc.ErrConnect) || errors.Is(err, cdc.ErrConnectionTimeout) ||
+		session.Classify(err) == session.Unreachable:
 		return db.MsgConnectionTimeout
 	case r.operation == opSnapshot:
 		return db.MsgSnapshotFailed
@@ -727,29 +724,6 @@ func (r *mirrorRun) failureMessage(err error) string {
 		return "Cut-over failed"
 	}
 	return "Mirror setup failed"
-}
-
-// rejectedLogin reports a peer that answered a connection attempt with an
-// error: authentication (SQLSTATE class 28) or a missing database (3D000).
-func rejectedLogin(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000")
-}
-
-// isConnectionFailure reports errors that mean a peer stopped answering.
-func isConnectionFailure(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		// admin_shutdown, crash_shutdown, cannot_connect_now
-		return pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
-	}
-	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || pgconn.Timeout(err) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "unexpected EOF") ||
-		strings.Contains(msg, "conn closed") || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset")
 }
 
 // Backoff is the wait before retry number n (n >= 1) of a failed mirror:

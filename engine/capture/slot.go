@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 var (
@@ -33,25 +33,13 @@ type SlotInfo struct {
 }
 
 // ConnectReplication opens a replication connection (replication=database)
-// to the database that source configures (a copy; source is not changed). It sets DateStyle, IntervalStyle,
-// extra_float_digits and bytea_output so that values in the stream have one
-// unambiguous text form.
+// to the database that source configures (a copy; source is not changed),
+// with pgmirror's session settings (engine/session), so that values in the
+// stream have one unambiguous text form.
 func ConnectReplication(ctx context.Context, source *pgconn.Config) (*pgconn.PgConn, error) {
-	cfg := source.Copy()
-	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["DateStyle"] = "ISO, YMD"
-	cfg.RuntimeParams["IntervalStyle"] = "postgres"
-	cfg.RuntimeParams["extra_float_digits"] = "3"
-	cfg.RuntimeParams["bytea_output"] = "hex"
-	cfg.RuntimeParams["application_name"] = "pgmirror"
-	// The stream's receive loop uses short context deadlines: they must only
-	// interrupt the read, never send a cancel request to the walsender.
-	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
-	}
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	conn, err := session.ConnectReplication(ctx, source)
 	if err != nil {
-		return nil, fmt.Errorf("open replication connection to %s:%d: %w", cfg.Host, cfg.Port, err)
+		return nil, fmt.Errorf("open replication connection to %s:%d: %w", source.Host, source.Port, err)
 	}
 	return conn, nil
 }

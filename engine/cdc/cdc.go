@@ -17,6 +17,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/positions"
+	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // gatherWindow is how long a complete batch may wait for more transactions
@@ -200,21 +201,17 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 // textOnly it does not ask the source for binary values.
 func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}, textOnly bool) error {
 	logger := cfg.Logger
-	destCfg := cfg.Dest.Copy()
-	destCfg.RuntimeParams["application_name"] = "pgmirror"
-	destCfg.RuntimeParams["DateStyle"] = "ISO, YMD"
-	destCfg.RuntimeParams["IntervalStyle"] = "postgres"
-	dest, err := pgx.ConnectConfig(ctx, destCfg)
+	dest, err := session.Connect(ctx, cfg.Dest)
 	if err != nil {
 		return connectError("destination", err)
 	}
 	defer closeQuietly(dest)
-	flushConn, err := pgx.ConnectConfig(ctx, destCfg)
+	flushConn, err := session.Connect(ctx, cfg.Dest)
 	if err != nil {
 		return connectError("destination", err)
 	}
 	defer closeQuietly(flushConn)
-	src, err := pgx.ConnectConfig(ctx, cfg.Source.Copy())
+	src, err := session.Connect(ctx, cfg.Source)
 	if err != nil {
 		return connectError("source", err)
 	}

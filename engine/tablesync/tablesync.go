@@ -23,6 +23,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // Defaults for the Config fields left zero; they match the API's defaults.
@@ -207,18 +208,14 @@ func Run(ctx context.Context, cfg Config, rep Reporter) error {
 }
 
 // sessionSettings returns the session parameters that text COPY output and
-// input depend on, and those that are safe to relax for a bulk load. Own
-// connections start with them; on borrowed connections each transaction
-// sets them with SET LOCAL.
+// input depend on (engine/session's, the same as every pgmirror session's),
+// and those that are safe to relax for a bulk load. Own connections start
+// with them; on borrowed connections each transaction sets them with SET
+// LOCAL.
 func sessionSettings(dest bool) map[string]string {
-	p := map[string]string{
-		"DateStyle":                           "ISO, MDY",
-		"IntervalStyle":                       "postgres",
-		"extra_float_digits":                  "3",
-		"bytea_output":                        "hex",
-		"statement_timeout":                   "0",
-		"idle_in_transaction_session_timeout": "0",
-	}
+	p := session.Settings()
+	p["statement_timeout"] = "0"
+	p["idle_in_transaction_session_timeout"] = "0"
 	if dest {
 		// Safe: the snapshot counts as done only once Run has returned, after
 		// every partition's commit; a crash before that means starting over.
@@ -560,7 +557,7 @@ func (r *run) connect(ctx context.Context, w *worker) error {
 	var g errgroup.Group
 	if w.src == nil {
 		g.Go(func() error {
-			conn, err := pgx.ConnectConfig(ctx, r.srcCfg.Copy())
+			conn, err := session.Connect(ctx, r.srcCfg)
 			if err != nil {
 				return fmt.Errorf("connect to source: %w", err)
 			}
@@ -570,7 +567,7 @@ func (r *run) connect(ctx context.Context, w *worker) error {
 	}
 	if w.dst == nil {
 		g.Go(func() error {
-			conn, err := pgx.ConnectConfig(ctx, r.dstCfg.Copy())
+			conn, err := session.Connect(ctx, r.dstCfg)
 			if err != nil {
 				return fmt.Errorf("connect to destination: %w", err)
 			}

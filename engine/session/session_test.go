@@ -1,0 +1,122 @@
+package session_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/session"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+// The settings every session starts with, on regular and replication
+// connections.
+func TestSettings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	cfg := pgtest.ConnConfig(t, url)
+	conn, err := session.Connect(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var dateStyle, app, interval string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('DateStyle'), current_setting('application_name'), current_setting('IntervalStyle')`).Scan(&dateStyle, &app, &interval))
+	require.Equal(t, []string{"ISO, YMD", "pgmirror", "postgres"}, []string{dateStyle, app, interval})
+	require.Empty(t, cfg.RuntimeParams["DateStyle"], "the caller's configuration is not changed")
+
+	repl, err := session.ConnectReplication(ctx, &cfg.Config)
+	require.NoError(t, err)
+	defer repl.Close(ctx)
+	require.Equal(t, "ISO, YMD", repl.ParameterStatus("DateStyle"))
+	require.Equal(t, "pgmirror", repl.ParameterStatus("application_name"))
+
+	named := cfg.Copy()
+	named.RuntimeParams["application_name"] = "pgmirror snapshot"
+	conn2, err := session.Connect(ctx, named)
+	require.NoError(t, err)
+	defer conn2.Close(ctx)
+	require.NoError(t, conn2.QueryRow(ctx, `SELECT current_setting('application_name')`).Scan(&app))
+	require.Equal(t, "pgmirror snapshot", app)
+}
+
+// Classify on real failures.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	cfg := pgtest.ConnConfig(t, url)
+
+	// Nobody listens.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedPort := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	refused := cfg.Copy()
+	refused.Port = uint16(closedPort)
+	_, err = session.Connect(ctx, refused)
+	require.Equal(t, session.Unreachable, session.Classify(err), "refused: %v", err)
+
+	// Something listens and never answers.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	mute := cfg.Copy()
+	mute.Port = uint16(silent.Addr().(*net.TCPAddr).Port)
+	mute.ConnectTimeout = 300 * time.Millisecond
+	_, err = session.Connect(ctx, mute)
+	require.Equal(t, session.Unreachable, session.Classify(err), "timeout: %v", err)
+
+	// The server answers and refuses: a wrong password, a missing database.
+	admin, err := session.Connect(ctx, cfg)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	role := fmt.Sprintf("classify_%d", time.Now().UnixNano())
+	_, err = admin.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'right-secret'`, role))
+	require.NoError(t, err)
+	wrong := cfg.Copy()
+	wrong.User, wrong.Password = role, "wrong-secret-value"
+	_, err = session.Connect(ctx, wrong)
+	require.Equal(t, session.Rejected, session.Classify(err), "wrong password: %v", err)
+	require.NotContains(t, err.Error(), "wrong-secret-value")
+	missing := cfg.Copy()
+	missing.Database = "no_such_database"
+	_, err = session.Connect(ctx, missing)
+	require.Equal(t, session.Rejected, session.Classify(err), "missing database: %v", err)
+
+	// A session the server ends (pg_terminate_backend: admin_shutdown), and
+	// a closed connection used again.
+	victim, err := session.Connect(ctx, cfg)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, victim.PgConn().PID())
+	require.NoError(t, err)
+	_, err = victim.Exec(ctx, `SELECT 1`)
+	require.Equal(t, session.Unreachable, session.Classify(err), "terminated: %v", err)
+	_, err = victim.Exec(ctx, `SELECT 1`)
+	require.Equal(t, session.Unreachable, session.Classify(err), "used after close: %v", err)
+
+	// Not connection failures.
+	_, err = admin.Exec(ctx, `SELECT 1/0`)
+	require.Equal(t, session.Other, session.Classify(err))
+	require.Equal(t, session.Other, session.Classify(errors.New("anything")))
+	require.Equal(t, session.Other, session.Classify(context.Canceled))
+	require.Equal(t, session.Other, session.Classify(nil))
+	require.Equal(t, "postgres://u:********@h", session.Scrub("postgres://u:pw1@h", "pw1"))
+	require.Equal(t, "x", session.Scrub("x", ""))
+}
