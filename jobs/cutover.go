@@ -75,7 +75,8 @@ type cutoverRun struct {
 // errRunEnded when the mirror completed, errAgain when the cut-over failed
 // (recorded; the mirror goes on replicating), or the error that ended the
 // run (the request stays pending and is carried out again by the next run).
-func (r *mirrorRun) cutover(ctx context.Context, m db.Mirror, tables []db.MirrorTable, srcPeer, dstPeer db.Peer, src, dst *pgx.Conn) error {
+func (r *mirrorRun) cutover(ctx context.Context, in *phaseInputs) error {
+	m, tables, srcPeer, dstPeer, src, dst := in.m, in.tables, in.srcPeer, in.dstPeer, in.src, in.dst
 	if m.Cutover == nil {
 		// A request without its record cannot be carried out.
 		return r.store.MirrorClearPendingAction(ctx, m.ID, db.ActionCutover)

@@ -23,14 +23,6 @@ import (
 	"github.com/pgmirror/pgmirror/engine/tablesync"
 )
 
-// Operations named in error log entries.
-const (
-	opSetup    = "setup"
-	opSnapshot = "snapshot"
-	opCDC      = "cdc"
-	opSchema   = "sync_schema"
-	opCutover  = "cutover"
-)
 
 // errAgain restarts the run loop (a control request was carried out).
 var errAgain = errors.New("run the mirror loop again")
@@ -64,7 +56,11 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 // after CDC met a column the destination lacks (cause). It reports whether
 // it changed anything.
 func (r *mirrorRun) addMissingColumns(ctx context.Context, cause error) (bool, error) {
-	r.operation = opSchema
+	added, err := r.syncMissingColumns(ctx, cause)
+	return added, inStep(opSchema, err)
+}
+
+func (r *mirrorRun) syncMissingColumns(ctx context.Context, cause error) (bool, error) {
 	m, err := r.store.MirrorGetByID(ctx, r.mirrorID)
 	if err != nil {
 		return false, err
@@ -175,150 +171,118 @@ func (e *slotExistsError) Error() string {
 	return fmt.Sprintf("replication slot %q already exists on the source and was not created by this mirror: drop it (SELECT pg_drop_replication_slot('%s')) or give the mirror another replication_slot_name", e.slot, e.slot)
 }
 
-// iteration runs setup, the snapshot when one is due, and the CDC phase.
+// iteration prepares the mirror (peers, publication, destination tables),
+// gathers the facts nextPhase decides from, and carries out its answer.
 func (r *mirrorRun) iteration(ctx context.Context) error {
+	in, err := r.prepare(ctx)
+	if in != nil {
+		defer closeConn(in.src)
+		if in.dst != nil {
+			defer closeConn(in.dst)
+		}
+	}
+	if err != nil {
+		return inStep(opSetup, err)
+	}
+	_, _, hasPosition, err := positions.Applied(ctx, in.dst, in.m.UID)
+	if err != nil {
+		return inStep(opSetup, err)
+	}
+	next := nextPhase(runFacts{mirror: in.m, tables: in.tables, slot: in.slot, hasPosition: hasPosition})
+	r.logger.Debug("next phase", "phase", next.String())
+	switch next {
+	case phaseCutover:
+		return inStep(opCutover, r.cutover(ctx, in))
+	case phaseAction:
+		if err := r.carryOutAction(ctx, in); err != nil {
+			return err
+		}
+		return errAgain
+	case phaseSlotTaken:
+		return inStep(opSetup, &slotExistsError{slot: in.m.ReplicationSlotName})
+	case phaseSnapshot:
+		if err := inStep(opSnapshot, r.snapshot(ctx, in)); err != nil {
+			return err
+		}
+	case phaseNewSlot:
+		if err := inStep(opSetup, r.createSlotWithoutSnapshot(ctx, in)); err != nil {
+			return err
+		}
+	case phaseCopyTables:
+		return inStep(opSnapshot, r.copyTablesDuringCDC(ctx, in, tablesToCopy(in.m, in.tables)))
+	case phaseCDC:
+		if err := inStep(opSetup, r.startWithoutCopy(ctx, in.m, in.tables)); err != nil {
+			return err
+		}
+	}
+	return inStep(opCDC, r.runCDC(ctx, in))
+}
+
+// prepare loads the mirror, its tables and peers, connects to both peers,
+// checks the source, ensures the publication, prepares the destination
+// tables (schemaPreparation) and pgmirror's bookkeeping there, and reads the
+// slot. The connections in the result are the caller's to close, also
+// when it returns an error.
+func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	store := r.store
-	r.operation = opSetup
 	m, err := store.MirrorGetByID(ctx, r.mirrorID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tables, err := store.MirrorTables(ctx, r.mirrorID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	srcPeer, err := store.PeerGetByID(ctx, m.SourcePeerID)
 	if err != nil {
-		return fmt.Errorf("load source peer: %w", err)
+		return nil, fmt.Errorf("load source peer: %w", err)
 	}
 	dstPeer, err := store.PeerGetByID(ctx, m.DestinationPeerID)
 	if err != nil {
-		return fmt.Errorf("load destination peer: %w", err)
+		return nil, fmt.Errorf("load destination peer: %w", err)
 	}
-	mappings := toMappings(tables)
-	sources := make([]change.TableName, len(mappings))
-	for i, mp := range mappings {
+	in := &phaseInputs{m: m, tables: tables, mappings: toMappings(tables), srcPeer: srcPeer, dstPeer: dstPeer}
+	sources := make([]change.TableName, len(in.mappings))
+	for i, mp := range in.mappings {
 		sources[i] = mp.Source
 	}
-
-	src, err := connectPeer(ctx, "source", srcPeer)
-	if err != nil {
-		return err
+	if in.src, err = connectPeer(ctx, "source", srcPeer); err != nil {
+		return nil, err
 	}
-	defer closeConn(src)
-	if err := preflight.Check(ctx, src, sources); err != nil {
-		return err
+	if err := preflight.Check(ctx, in.src, sources); err != nil {
+		return in, err
 	}
-	if err := r.ensurePublication(ctx, src, m, sources); err != nil {
-		return err
+	if err := r.ensurePublication(ctx, in.src, m, sources); err != nil {
+		return in, err
 	}
-	dst, err := connectPeer(ctx, "destination", dstPeer)
-	if err != nil {
-		return err
+	if in.dst, err = connectPeer(ctx, "destination", dstPeer); err != nil {
+		return in, err
 	}
-	defer closeConn(dst)
 	started := time.Now()
-	if effectiveStatus(m) == db.StatusInitializing {
-		// First setup: create what is missing, check what exists.
-		report, err := schemasync.EnsureTablesReport(ctx, src, dst, mappings)
+	switch schemaPreparation(m) {
+	case schemaCreate:
+		report, err := schemasync.EnsureTablesReport(ctx, in.src, in.dst, in.mappings)
 		if err != nil {
-			return fmt.Errorf("prepare destination tables: %w", err)
+			return in, fmt.Errorf("prepare destination tables: %w", err)
 		}
 		r.logEnsureReport(ctx, tables, report, time.Since(started))
-	} else if m.PendingAction == nil || *m.PendingAction != db.ActionSyncSchema {
-		// Later runs: follow source DDL made since (added columns, changed
-		// types, dropped columns relaxed) and create tables added to the
-		// mirror. A requested schema sync does this below, with its own log.
-		ddl, _, err := schemasync.SyncColumns(ctx, src, dst, mappings)
+	case schemaFollow:
+		ddl, _, err := schemasync.SyncColumns(ctx, in.src, in.dst, in.mappings)
 		if err != nil {
-			return fmt.Errorf("prepare destination tables: %w", err)
+			return in, fmt.Errorf("prepare destination tables: %w", err)
 		}
 		if len(ddl) > 0 {
 			r.log(ctx, db.LevelInfo, "Schema sync completed", db.SchemaSyncDetails{
 				Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
 		}
 	}
-	if err := positions.Ensure(ctx, dst); err != nil {
-		return err
+	if err := positions.Ensure(ctx, in.dst); err != nil {
+		return in, err
 	}
-
-	if m.PendingAction != nil && *m.PendingAction == db.ActionCutover {
-		r.operation = opCutover
-		return r.cutover(ctx, m, tables, srcPeer, dstPeer, src, dst)
+	if in.slot, err = capture.SlotState(ctx, in.src, m.ReplicationSlotName); err != nil {
+		return in, err
 	}
-	if m.PendingAction != nil {
-		if err := r.carryOutAction(ctx, m, src, dst, mappings); err != nil {
-			return err
-		}
-		return errAgain
-	}
-
-	slot, err := capture.SlotState(ctx, src, m.ReplicationSlotName)
-	if err != nil {
-		return err
-	}
-	if slot.Exists && !m.CreatedSlot {
-		return &slotExistsError{slot: m.ReplicationSlotName}
-	}
-	_, _, hasPosition, err := positions.Applied(ctx, dst, m.UID)
-	if err != nil {
-		return err
-	}
-	usable := slot.Exists && slot.WALStatus != "lost"
-	toCopy := tablesToCopy(m, tables)
-	switch {
-	case len(toCopy) > 0 && (fullSnapshot(m) || !usable || !hasPosition):
-		// First snapshot, full resync, or no slot to continue from: every
-		// table is copied from a new slot's snapshot.
-		if err := r.snapshot(ctx, m, srcPeer, dstPeer, src, dst, tables, slot.Exists); err != nil {
-			return err
-		}
-	case !usable:
-		if err := r.createSlotWithoutSnapshot(ctx, m, srcPeer, src, dst, tables, slot.Exists); err != nil {
-			return err
-		}
-	case len(toCopy) > 0:
-		// A table resync or tables added to the mirror: copied while CDC
-		// replicates the other tables.
-		return r.copyTablesDuringCDC(ctx, m, srcPeer, dstPeer, dst, tables, toCopy)
-	default:
-		// Tables added to a mirror without initial snapshots start with CDC.
-		if err := r.startWithoutCopy(ctx, m, tables); err != nil {
-			return err
-		}
-	}
-	return r.runCDC(ctx, m, srcPeer, dstPeer, mappings)
-}
-
-// effectiveStatus is the mirror's status, or for a failed mirror the
-// status it returns to.
-func effectiveStatus(m db.Mirror) string {
-	if m.Status == db.StatusError && m.ResumeStatus != nil {
-		return *m.ResumeStatus
-	}
-	return m.Status
-}
-
-// fullSnapshot reports whether the mirror is (or was, before it failed) in
-// its initial setup and snapshot or a full resync.
-func fullSnapshot(m db.Mirror) bool {
-	status := effectiveStatus(m)
-	return status == db.StatusInitializing || status == db.StatusSnapshotting
-}
-
-// tablesToCopy returns the tables that wait for a copy: those being copied
-// when the last run ended, those with a resync request, and pending ones
-// unless the mirror skips initial snapshots (a full resync copies them even
-// then).
-func tablesToCopy(m db.Mirror, tables []db.MirrorTable) []db.MirrorTable {
-	copyPending := m.DoInitialSnapshot || effectiveStatus(m) == db.StatusSnapshotting
-	var out []db.MirrorTable
-	for _, t := range tables {
-		if t.ResyncRequestedAt != nil || t.Status == db.TableStatusSnapshotting || (t.Status == db.TableStatusPending && copyPending) {
-			out = append(out, t)
-		}
-	}
-	return out
+	return in, nil
 }
 
 // startWithoutCopy marks tables that wait for nothing (added to a mirror
@@ -366,9 +330,9 @@ func (r *mirrorRun) ensurePublication(ctx context.Context, src *pgx.Conn, m db.M
 // snapshot (re)creates the slot with an exported snapshot and copies every
 // table consistently with it. A snapshot that was interrupted starts over:
 // the slot is dropped and recreated and the destination tables truncated.
-func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, src, dst *pgx.Conn, tables []db.MirrorTable, slotExists bool) error {
+func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 	store := r.store
-	r.operation = opSnapshot
+	m, srcPeer, dstPeer, src, dst, tables, slotExists := in.m, in.srcPeer, in.dstPeer, in.src, in.dst, in.tables, in.slot.Exists
 	if err := store.MirrorSetStatus(ctx, m.ID, db.StatusSnapshotting, false); err != nil {
 		return err
 	}
@@ -431,7 +395,8 @@ func (r *mirrorRun) snapshot(ctx context.Context, m db.Mirror, srcPeer, dstPeer 
 // createSlotWithoutSnapshot creates the slot when the mirror starts without
 // an initial snapshot, or recreates a slot that went missing or was
 // invalidated (then the changes in the gap are lost, and the log says so).
-func (r *mirrorRun) createSlotWithoutSnapshot(ctx context.Context, m db.Mirror, srcPeer db.Peer, src, dst *pgx.Conn, tables []db.MirrorTable, slotExists bool) error {
+func (r *mirrorRun) createSlotWithoutSnapshot(ctx context.Context, in *phaseInputs) error {
+	m, srcPeer, src, dst, tables, slotExists := in.m, in.srcPeer, in.src, in.dst, in.tables, in.slot.Exists
 	repl, err := openReplication(ctx, srcPeer)
 	if err != nil {
 		return err
@@ -504,7 +469,8 @@ func recreateSlot(ctx context.Context, m db.Mirror, src *pgx.Conn, repl *pgconn.
 }
 
 // carryOutAction performs a control request written by the API.
-func (r *mirrorRun) carryOutAction(ctx context.Context, m db.Mirror, src, dst *pgx.Conn, mappings []change.Mapping) error {
+func (r *mirrorRun) carryOutAction(ctx context.Context, in *phaseInputs) error {
+	m, src, dst, mappings := in.m, in.src, in.dst, in.mappings
 	switch *m.PendingAction {
 	case db.ActionResync:
 		// Every table is copied again from a new slot's snapshot: the run
@@ -518,11 +484,10 @@ func (r *mirrorRun) carryOutAction(ctx context.Context, m db.Mirror, src, dst *p
 		}
 		r.log(ctx, db.LevelInfo, "Full resync started", map[string]any{"tables": len(mappings)})
 	case db.ActionSyncSchema:
-		r.operation = opSchema
 		started := time.Now()
 		ddl, warnings, err := schemasync.SyncColumns(ctx, src, dst, mappings)
 		if err != nil {
-			return fmt.Errorf("sync schema: %w", err)
+			return inStep(opSchema, fmt.Errorf("sync schema: %w", err))
 		}
 		r.logSchemaWarnings(ctx, warnings)
 		names := make([]string, len(mappings))
@@ -543,8 +508,8 @@ func nonNil(s []string) []string {
 }
 
 // runCDC streams changes until the phase is asked to stop or fails.
-func (r *mirrorRun) runCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, mappings []change.Mapping) error {
-	r.operation = opCDC
+func (r *mirrorRun) runCDC(ctx context.Context, in *phaseInputs) error {
+	m, srcPeer, dstPeer, mappings := in.m, in.srcPeer, in.dstPeer, in.mappings
 	cfg, err := r.cdcConfig(m, srcPeer, dstPeer, mappings, nil)
 	if err != nil {
 		return err
@@ -679,7 +644,8 @@ func (r *mirrorRun) fail(ctx context.Context, runErr error) error {
 	if count == 0 {
 		return nil // deleted or paused meanwhile
 	}
-	details := db.ErrorDetails{Error: message, RetryCount: count, NextRetryAt: &retryAt, Operation: r.operation}
+	step := failedStep(runErr)
+	details := db.ErrorDetails{Error: message, RetryCount: count, NextRetryAt: &retryAt, Operation: step}
 	if stopped {
 		details.NextRetryAt = nil
 	}
@@ -687,8 +653,8 @@ func (r *mirrorRun) fail(ctx context.Context, runErr error) error {
 		r.log(ctx, db.LevelWarn, db.MsgForeignKeyViolation, map[string]any{"error": message,
 			"action": "the destination has a foreign key that the source does not enforce in the same way; drop or relax it on the destination"})
 	}
-	r.log(ctx, db.LevelError, r.failureMessage(runErr), details)
-	r.logger.Error("mirror failed", "operation", r.operation, "error", message, "retry_count", count, "next_retry_at", retryAt, "stopped", stopped)
+	r.log(ctx, db.LevelError, failureMessage(runErr), details)
+	r.logger.Error("mirror failed", "operation", step, "error", message, "retry_count", count, "next_retry_at", retryAt, "stopped", stopped)
 	if stopped {
 		r.log(ctx, db.LevelError, "Mirror stopped", map[string]any{
 			"reason": fmt.Sprintf("%d consecutive failures", count),
@@ -699,7 +665,7 @@ func (r *mirrorRun) fail(ctx context.Context, runErr error) error {
 }
 
 // failureMessage picks the catalogue message for a failure.
-func (r *mirrorRun) failureMessage(err error) string {
+func failureMessage(err error) string {
 	var connErr *peerConnectError
 	var slotErr *slotExistsError
 	switch {
@@ -714,13 +680,15 @@ func (r *mirrorRun) failureMessage(err error) string {
 	case errors.As(err, &connErr) || errors.Is(err, cdc.ErrConnect) || errors.Is(err, cdc.ErrConnectionTimeout) ||
 		session.Classify(err) == session.Unreachable:
 		return db.MsgConnectionTimeout
-	case r.operation == opSnapshot:
+	}
+	switch failedStep(err) {
+	case opSnapshot:
 		return db.MsgSnapshotFailed
-	case r.operation == opCDC:
+	case opCDC:
 		return db.MsgCDCBatchFailed
-	case r.operation == opSchema:
+	case opSchema:
 		return "Schema sync failed"
-	case r.operation == opCutover:
+	case opCutover:
 		return "Cut-over failed"
 	}
 	return "Mirror setup failed"

@@ -85,9 +85,6 @@ type mirrorRun struct {
 	lockLost atomic.Bool // CDC goes on without the lock while the catalog is unreachable
 	logs     logKeeper   // log entries the catalog could not take yet
 
-	// operation names the phase for error reports: setup, snapshot, cdc.
-	operation string
-
 	stopMu     sync.Mutex
 	cdcStop    chan struct{} // non-nil while the CDC phase runs
 	stopReason string

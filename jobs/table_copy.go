@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/capture"
@@ -34,9 +33,8 @@ const reasonCopied = "copied"
 // from P on and skips what the other tables already have. A crash at any
 // point leaves the targets in snapshotting, and the next run copies them
 // again.
-func (r *mirrorRun) copyTablesDuringCDC(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, dst *pgx.Conn,
-	tables, targets []db.MirrorTable) error {
-	r.operation = opSnapshot
+func (r *mirrorRun) copyTablesDuringCDC(ctx context.Context, in *phaseInputs, targets []db.MirrorTable) error {
+	m, srcPeer, dstPeer, dst, tables := in.m, in.srcPeer, in.dstPeer, in.dst, in.tables
 	ids := make([]int64, len(targets))
 	names := make([]string, len(targets))
 	skip := make([]change.TableName, len(targets))
@@ -90,8 +88,7 @@ func (r *mirrorRun) copyTablesDuringCDC(ctx context.Context, m db.Mirror, srcPee
 	reason := r.endCDC()
 	switch {
 	case cdcErr != nil:
-		r.operation = opCDC
-		return cdcErr
+		return inStep(opCDC, cdcErr)
 	case reason == reasonPaused:
 		return r.store.MirrorSetPausedIfRequested(ctx, m.ID)
 	case reason == reasonDeleted:
