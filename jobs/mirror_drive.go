@@ -23,7 +23,6 @@ import (
 	"github.com/pgmirror/pgmirror/engine/tablesync"
 )
 
-
 // errAgain restarts the run loop (a control request was carried out).
 var errAgain = errors.New("run the mirror loop again")
 

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/cdc"
