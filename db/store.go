@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgmirror/pgmirror/db/secretbox"
+	"github.com/pgmirror/pgmirror/engine/change"
 )
 
 // Store is the catalog. It is safe for concurrent use.
@@ -171,6 +172,16 @@ type MirrorTable struct {
 	// RowsEstimated is the source's row estimate when the table's last
 	// snapshot started (nil before any).
 	RowsEstimated *int64
+}
+
+// Source is the table's source name.
+func (t MirrorTable) Source() change.TableName {
+	return change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}
+}
+
+// Destination is the table's destination name.
+func (t MirrorTable) Destination() change.TableName {
+	return change.TableName{Schema: t.DestinationSchema, Name: t.DestinationTable}
 }
 
 // LogEntry is one structured mirror log entry.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgmirror/pgmirror/engine/change"
 )
 
 // This file holds the catalog queries of the worker side: the River jobs that
@@ -260,15 +262,10 @@ func (s *Store) MirrorTableSnapshotStarted(ctx context.Context, tableID int64, e
 	return nil
 }
 
-// TableCounts are the CDC counters of one table in one flush.
-type TableCounts struct {
-	Inserted, Updated, Deleted int64
-}
-
 // MirrorRecordProgress stores what CDC applied since the last call: the
 // mirror's last LSN and batch, and each table's counters (keyed by mirror
 // table id). A mirror in error that applies a batch is healthy again.
-func (s *Store) MirrorRecordProgress(ctx context.Context, mirrorID int64, lsn string, batchID int64, tables map[int64]TableCounts) error {
+func (s *Store) MirrorRecordProgress(ctx context.Context, mirrorID int64, lsn string, batchID int64, tables map[int64]change.Counts) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("record progress of mirror %d: %w", mirrorID, err)

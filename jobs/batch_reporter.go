@@ -9,7 +9,6 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
-	"github.com/pgmirror/pgmirror/metrics"
 )
 
 // Flush cadence of CDC progress. Under load the engine may apply hundreds
@@ -31,16 +30,16 @@ const (
 type batchReporter struct {
 	run      *mirrorRun
 	mirror   db.Mirror
-	tableIDs map[string]int64 // source schema.table -> mirror table id
+	tableIDs map[change.TableName]int64 // source table -> mirror table id
 
 	mu        sync.Mutex
-	pending   map[int64]db.TableCounts
+	pending   map[int64]change.Counts
 	lastLSN   change.LSN
 	lastBatch int64
 	dirty     bool
 
 	logSum      db.CDCBatchDetails
-	logTables   map[string]bool
+	logTables   map[change.TableName]bool
 	logFetched  int64
 	logBatches  int
 	lastLogAt   time.Time
@@ -64,10 +63,10 @@ type batchReporter struct {
 
 func newBatchReporter(r *mirrorRun, m db.Mirror, mappings []change.Mapping) *batchReporter {
 	tables, _ := r.store.MirrorTables(context.Background(), m.ID)
-	b := &batchReporter{run: r, mirror: m, tableIDs: map[string]int64{}, pending: map[int64]db.TableCounts{},
-		logTables: map[string]bool{}, done: make(chan struct{}), lastBatchAt: time.Now(), lastIdleLog: time.Now()}
+	b := &batchReporter{run: r, mirror: m, tableIDs: map[change.TableName]int64{}, pending: map[int64]change.Counts{},
+		logTables: map[change.TableName]bool{}, done: make(chan struct{}), lastBatchAt: time.Now(), lastIdleLog: time.Now()}
 	for _, t := range tables {
-		b.tableIDs[t.SourceSchema+"."+t.SourceTable] = t.ID
+		b.tableIDs[t.Source()] = t.ID
 	}
 	interval := time.Duration(max(m.CDCSyncIntervalSeconds, 1)) * time.Second
 	b.wg.Add(1)
@@ -84,9 +83,7 @@ func (b *batchReporter) BatchApplied(ctx context.Context, batch cdc.Batch) error
 			continue
 		}
 		p := b.pending[id]
-		p.Inserted += c.Inserted
-		p.Updated += c.Updated
-		p.Deleted += c.Deleted
+		p.Add(c)
 		b.pending[id] = p
 		b.logSum.RowsInserted += c.Inserted
 		b.logSum.RowsUpdated += c.Updated
@@ -107,11 +104,7 @@ func (b *batchReporter) BatchApplied(ctx context.Context, batch cdc.Batch) error
 	}
 	b.mu.Unlock()
 	if m := b.run.cfg.Metrics; m != nil {
-		ops := make(map[string]metrics.TableOps, len(batch.Tables))
-		for table, c := range batch.Tables {
-			ops[table] = metrics.TableOps{Inserted: c.Inserted, Updated: c.Updated, Deleted: c.Deleted, Truncated: c.Truncated}
-		}
-		m.BatchApplied(b.mirror.Name, batch.Duration, batch.Changes, ops)
+		m.BatchApplied(b.mirror.Name, batch.Duration, batch.Changes, batch.Tables)
 	}
 	// The catalog writes happen in loop, off the apply path: a catalog
 	// round trip here would add to every batch's latency.
@@ -191,7 +184,7 @@ func (b *batchReporter) flushProgress(ctx context.Context) {
 		return
 	}
 	pending := b.pending
-	b.pending = map[int64]db.TableCounts{}
+	b.pending = map[int64]change.Counts{}
 	lsn, batch := b.lastLSN, b.lastBatch
 	b.dirty = false
 	b.mu.Unlock()
@@ -230,12 +223,12 @@ func (b *batchReporter) flushLog(ctx context.Context) {
 	sum := b.logSum
 	tables := make([]string, 0, len(b.logTables))
 	for t := range b.logTables {
-		tables = append(tables, t)
+		tables = append(tables, t.String())
 	}
 	sort.Strings(tables)
 	sum.TablesAffected = tables
 	b.logSum = db.CDCBatchDetails{}
-	b.logTables = map[string]bool{}
+	b.logTables = map[change.TableName]bool{}
 	b.logBatches = 0
 	b.lastLogAt = time.Now()
 	b.mu.Unlock()

@@ -609,7 +609,7 @@ type countingReporter struct {
 func (c *countingReporter) BatchApplied(ctx context.Context, b cdc.Batch) error {
 	c.changes += b.Changes
 	for t, n := range b.Tables {
-		c.tables[t] += n.Inserted + n.Updated + n.Deleted + n.Truncated
+		c.tables[t.String()] += n.Rows() + n.Truncated
 	}
 	return c.batchReporter.BatchApplied(ctx, b)
 }

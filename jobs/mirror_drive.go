@@ -353,11 +353,8 @@ func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 	r.log(ctx, db.LevelInfo, db.MsgSnapshotStarting, map[string]any{
 		"tables": tableNames(tables), "slot": m.ReplicationSlotName, "lsn": info.ConsistentPoint.String()})
 	started := time.Now()
-	rep := &snapshotReporter{run: r, tables: map[string]db.MirrorTable{}}
+	rep := newSnapshotReporter(r, tables)
 	defer rep.endMetrics()
-	for _, t := range tables {
-		rep.tables[t.SourceSchema+"."+t.SourceTable] = t
-	}
 	srcCfg, dstCfg, err := peerConfigs(srcPeer, dstPeer)
 	if err != nil {
 		return err
@@ -718,29 +715,38 @@ func toMappings(tables []db.MirrorTable) []change.Mapping {
 func tableNames(tables []db.MirrorTable) []string {
 	out := make([]string, len(tables))
 	for i, t := range tables {
-		out[i] = t.SourceSchema + "." + t.SourceTable
+		out[i] = t.Source().String()
 	}
 	return out
+}
+
+// newSnapshotReporter reports the copies of tables.
+func newSnapshotReporter(r *mirrorRun, tables []db.MirrorTable) *snapshotReporter {
+	rep := &snapshotReporter{run: r, tables: make(map[change.TableName]db.MirrorTable, len(tables))}
+	for _, t := range tables {
+		rep.tables[t.Source()] = t
+	}
+	return rep
 }
 
 // snapshotReporter writes snapshot progress to the catalog. tablesync calls
 // it from several goroutines.
 type snapshotReporter struct {
 	run    *mirrorRun
-	tables map[string]db.MirrorTable
+	tables map[change.TableName]db.MirrorTable
 	// beforeDone, when set, runs before a finished table is marked running.
 	beforeDone func(ctx context.Context, t change.Mapping) error
 	mu         sync.Mutex
 	rows       int64
 	partitions int
-	copied     map[string]int64 // rows copied so far per source table
-	estimates  map[string]int64 // the source's row estimate per source table
-	shown      map[string]int64 // the rows_synced last written per source table (it only grows)
-	done       map[string]bool  // tables whose copy is done (no more progress writes)
-	flushed    time.Time        // the last progress write to the catalog
+	copied     map[change.TableName]int64 // rows copied so far per source table
+	estimates  map[change.TableName]int64 // the source's row estimate per source table
+	shown      map[change.TableName]int64 // the rows_synced last written per source table (it only grows)
+	done       map[change.TableName]bool  // tables whose copy is done (no more progress writes)
+	flushed    time.Time                  // the last progress write to the catalog
 
-	writeMu sync.Mutex       // orders the progress writes of one reporter
-	written map[string]int64 // rows_synced written per source table
+	writeMu sync.Mutex                 // orders the progress writes of one reporter
+	written map[change.TableName]int64 // rows_synced written per source table
 }
 
 // writeProgress writes rows as t's rows_synced unless a larger count was
@@ -749,17 +755,16 @@ type snapshotReporter struct {
 func (s *snapshotReporter) writeProgress(ctx context.Context, t change.Mapping, rows int64) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	name := t.Source.String()
 	if s.written == nil {
-		s.written = map[string]int64{}
+		s.written = map[change.TableName]int64{}
 	}
-	if rows <= s.written[name] {
+	if rows <= s.written[t.Source] {
 		return nil
 	}
 	if err := s.run.store.MirrorTableSnapshotProgress(ctx, s.table(t).ID, rows); err != nil {
 		return err
 	}
-	s.written[name] = rows
+	s.written[t.Source] = rows
 	return nil
 }
 
@@ -771,14 +776,14 @@ func (s *snapshotReporter) RowsStreamed(ctx context.Context, t change.Mapping, r
 	name := t.Source.String()
 	s.mu.Lock()
 	if s.shown == nil {
-		s.shown, s.done = map[string]int64{}, map[string]bool{}
+		s.shown, s.done = map[change.TableName]int64{}, map[change.TableName]bool{}
 	}
-	if s.done[name] || rows <= s.shown[name] {
+	if s.done[t.Source] || rows <= s.shown[t.Source] {
 		s.mu.Unlock()
 		return
 	}
-	s.shown[name] = rows
-	estimate, known := s.estimates[name]
+	s.shown[t.Source] = rows
+	estimate, known := s.estimates[t.Source]
 	s.mu.Unlock()
 	if !known {
 		estimate = -1
@@ -793,16 +798,16 @@ func (s *snapshotReporter) RowsStreamed(ctx context.Context, t change.Mapping, r
 // copied so far to the catalog (rows_synced of the tables being copied).
 const snapshotProgressInterval = 2 * time.Second
 
-func (s *snapshotReporter) table(t change.Mapping) db.MirrorTable { return s.tables[t.Source.String()] }
+func (s *snapshotReporter) table(t change.Mapping) db.MirrorTable { return s.tables[t.Source] }
 
 // EstimateKnown stores the source's row estimate of t, whose copy starts
 // (tablesync.EstimateReporter).
 func (s *snapshotReporter) EstimateKnown(ctx context.Context, t change.Mapping, rows int64) error {
 	s.mu.Lock()
 	if s.estimates == nil {
-		s.estimates = map[string]int64{}
+		s.estimates = map[change.TableName]int64{}
 	}
-	s.estimates[t.Source.String()] = rows
+	s.estimates[t.Source] = rows
 	s.mu.Unlock()
 	s.run.cfg.Metrics.SnapshotProgress(s.run.name, t.Source.String(), 0, rows)
 	return s.run.store.MirrorTableSnapshotStarted(ctx, s.table(t).ID, rows)
@@ -812,7 +817,7 @@ func (s *snapshotReporter) EstimateKnown(ctx context.Context, t change.Mapping, 
 // copy ended (done, failed or cancelled).
 func (s *snapshotReporter) endMetrics() {
 	for name := range s.tables {
-		s.run.cfg.Metrics.SnapshotEnded(s.run.name, name)
+		s.run.cfg.Metrics.SnapshotEnded(s.run.name, name.String())
 	}
 }
 
@@ -830,20 +835,20 @@ func (s *snapshotReporter) PartitionDone(ctx context.Context, t change.Mapping, 
 	name := t.Source.String()
 	s.mu.Lock()
 	if s.copied == nil {
-		s.copied = map[string]int64{}
+		s.copied = map[change.TableName]int64{}
 	}
-	first := s.copied[name] == 0
-	s.copied[name] += rows
-	copied := s.copied[name]
-	estimate, known := s.estimates[name]
+	first := s.copied[t.Source] == 0
+	s.copied[t.Source] += rows
+	copied := s.copied[t.Source]
+	estimate, known := s.estimates[t.Source]
 	if s.shown == nil {
-		s.shown, s.done = map[string]int64{}, map[string]bool{}
+		s.shown, s.done = map[change.TableName]int64{}, map[change.TableName]bool{}
 	}
-	show := max(copied, s.shown[name]) // rows streamed may already be shown
-	flush := rows > 0 && show > s.shown[name] && (first || time.Since(s.flushed) >= snapshotProgressInterval)
+	show := max(copied, s.shown[t.Source]) // rows streamed may already be shown
+	flush := rows > 0 && show > s.shown[t.Source] && (first || time.Since(s.flushed) >= snapshotProgressInterval)
 	if flush {
 		s.flushed = time.Now()
-		s.shown[name] = show
+		s.shown[t.Source] = show
 	}
 	s.mu.Unlock()
 	details := db.SnapshotDetails{
@@ -867,9 +872,9 @@ func (s *snapshotReporter) TableDone(ctx context.Context, t change.Mapping, rows
 	s.mu.Lock()
 	s.rows += rows
 	if s.done == nil {
-		s.shown, s.done = map[string]int64{}, map[string]bool{}
+		s.shown, s.done = map[change.TableName]int64{}, map[change.TableName]bool{}
 	}
-	s.done[t.Source.String()] = true
+	s.done[t.Source] = true
 	s.mu.Unlock()
 	if s.beforeDone != nil {
 		if err := s.beforeDone(ctx, t); err != nil {

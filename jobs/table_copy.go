@@ -118,11 +118,8 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 	}
 	defer closeConn(dst)
 
-	rep := &snapshotReporter{run: r, tables: map[string]db.MirrorTable{}}
+	rep := newSnapshotReporter(r, targets)
 	defer rep.endMetrics()
-	for _, t := range targets {
-		rep.tables[t.SourceSchema+"."+t.SourceTable] = t
-	}
 	var dstMu sync.Mutex
 	rep.beforeDone = func(ctx context.Context, t change.Mapping) error {
 		dstMu.Lock()

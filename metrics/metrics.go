@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/change"
 )
 
 // Catalog reads the catalog's part of the metrics (db.Store implements it).
@@ -98,12 +99,9 @@ func (r *Registry) SetCatalog(c Catalog, clientID string, logger *slog.Logger) {
 	r.reg.MustRegister(r.catalog)
 }
 
-// TableOps are one table's changes in one batch.
-type TableOps struct{ Inserted, Updated, Deleted, Truncated int64 }
-
 // BatchApplied counts a CDC batch of mirror: its duration, its changes, and
 // the changes per source table.
-func (r *Registry) BatchApplied(mirror string, d time.Duration, changes int64, tables map[string]TableOps) {
+func (r *Registry) BatchApplied(mirror string, d time.Duration, changes int64, tables map[change.TableName]change.Counts) {
 	if r == nil {
 		return
 	}
@@ -112,7 +110,7 @@ func (r *Registry) BatchApplied(mirror string, d time.Duration, changes int64, t
 	for table, ops := range tables {
 		for op, n := range map[string]int64{"insert": ops.Inserted, "update": ops.Updated, "delete": ops.Deleted, "truncate": ops.Truncated} {
 			if n > 0 {
-				r.changes.WithLabelValues(mirror, table, op).Add(float64(n))
+				r.changes.WithLabelValues(mirror, table.String(), op).Add(float64(n))
 			}
 		}
 	}

@@ -32,15 +32,6 @@ var ErrMissingColumn = errors.New("destination table lacks a replicated column")
 // stream must be restarted in a format decided anew.
 var ErrBinaryMismatch = errors.New("the source sends a column in binary whose type was not checked; restart the stream in a format decided anew")
 
-// Counts are the changes received for one source table: every source change
-// counts once, even when several changes to one row collapse into one
-// statement.
-type Counts struct {
-	Inserted, Updated, Deleted int64
-	// Truncated counts the TRUNCATEs of the table.
-	Truncated int64
-}
-
 // Config configures an Applier.
 type Config struct {
 	// MirrorUID identifies the mirror's row in _pgmirror.applied.
@@ -117,7 +108,7 @@ type Applier struct {
 	statements  map[string]string // binary row statements prepared on the connection: SQL -> name
 	pending     int
 	pendingSize int
-	counts      map[string]*Counts
+	counts      map[change.TableName]*change.Counts
 	stageSeq    int
 	replicaRole bool
 	lastPlan    *plan // plan of the previous change (ordering without replica role)
@@ -149,7 +140,7 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 		tables:   map[change.TableName]*destTable{},
 		plans:    map[*change.Relation]*plan{},
 		current:  map[change.TableName]*plan{},
-		counts:   map[string]*Counts{},
+		counts:   map[change.TableName]*change.Counts{},
 
 		statements: map[string]string{},
 	}
@@ -218,10 +209,10 @@ func (a *Applier) Apply(ctx context.Context, c *change.Change) error {
 	if err != nil || p == nil {
 		return err
 	}
-	cnt := a.counts[c.Relation.Table.String()]
+	cnt := a.counts[c.Relation.Table]
 	if cnt == nil {
-		cnt = &Counts{}
-		a.counts[c.Relation.Table.String()] = cnt
+		cnt = &change.Counts{}
+		a.counts[c.Relation.Table] = cnt
 	}
 	switch c.Op {
 	case change.OpInsert:
@@ -273,7 +264,7 @@ func (a *Applier) Apply(ctx context.Context, c *change.Change) error {
 // When writing fails, the batch stays open for Rollback; when the commit
 // itself fails, it is closed (and, unless the connection broke first, not
 // on the destination).
-func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (map[string]Counts, error) {
+func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (map[change.TableName]change.Counts, error) {
 	if !a.inBatch {
 		return nil, errors.New("commit batch: no batch open")
 	}
@@ -332,11 +323,11 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 	for _, p := range a.plans {
 		p.stageUsed = false
 	}
-	counts := make(map[string]Counts, len(a.counts))
+	counts := make(map[change.TableName]change.Counts, len(a.counts))
 	for k, v := range a.counts {
 		counts[k] = *v
 	}
-	a.counts = map[string]*Counts{}
+	a.counts = map[change.TableName]*change.Counts{}
 	return counts, nil
 }
 
@@ -422,7 +413,7 @@ func (a *Applier) reset() {
 	a.lastPlan = nil
 	a.pending = 0
 	a.pendingSize = 0
-	a.counts = map[string]*Counts{}
+	a.counts = map[change.TableName]*change.Counts{}
 	a.tail = nil
 }
 
@@ -463,10 +454,10 @@ func (a *Applier) truncate(ctx context.Context, c *change.Change) error {
 	for _, rel := range c.Truncated {
 		if m := a.mappings[rel.Table]; m != nil {
 			names = append(names, m.Destination)
-			cnt := a.counts[rel.Table.String()]
+			cnt := a.counts[rel.Table]
 			if cnt == nil {
-				cnt = &Counts{}
-				a.counts[rel.Table.String()] = cnt
+				cnt = &change.Counts{}
+				a.counts[rel.Table] = cnt
 			}
 			cnt.Truncated++
 		}

@@ -70,8 +70,8 @@ func TestReplicaRoleSkipsForeignKeys(t *testing.T) {
 	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: parentRel, New: []change.Value{text("10")}}))
 	counts, err := a.Commit(ctx, 0x100, 1)
 	require.NoError(t, err)
-	require.Equal(t, apply.Counts{Inserted: 1}, counts["public.child"])
-	require.Equal(t, apply.Counts{Inserted: 1}, counts["public.parent"])
+	require.Equal(t, change.Counts{Inserted: 1}, counts[change.TableName{Schema: "public", Name: "child"}])
+	require.Equal(t, change.Counts{Inserted: 1}, counts[change.TableName{Schema: "public", Name: "parent"}])
 	var n int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM child JOIN parent ON parent.id = child.parent_id`).Scan(&n))
 	require.Equal(t, 1, n)
@@ -128,7 +128,7 @@ func TestUnchangedWithoutEarlierImage(t *testing.T) {
 	require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpUpdate, Relation: childRel, New: []change.Value{text("2"), text("8"), unchanged}}))
 	counts, err := a.Commit(ctx, 0x200, 1)
 	require.NoError(t, err)
-	require.Equal(t, apply.Counts{Updated: 3}, counts["public.child"])
+	require.Equal(t, change.Counts{Updated: 3}, counts[change.TableName{Schema: "public", Name: "child"}])
 	var got string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(format('%s/%s/%s', id, parent_id, note), ',' ORDER BY id) FROM child`).Scan(&got))
 	require.Equal(t, "1//keep me,2/8/keep me too", got)
@@ -199,7 +199,7 @@ func testKeyedStates(t *testing.T, rowsUpTo int) {
 	}
 	counts, err := a.Commit(ctx, 0x100, 1)
 	require.NoError(t, err)
-	require.Equal(t, apply.Counts{Inserted: 3, Updated: 5, Deleted: 1}, counts["public.child"])
+	require.Equal(t, change.Counts{Inserted: 3, Updated: 5, Deleted: 1}, counts[change.TableName{Schema: "public", Name: "child"}])
 	var got string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(format('%s/%s/%s', id, parent_id, note), ',' ORDER BY id) FROM child`).Scan(&got))
 	// 7 is missing and kept a value only the destination could have had:

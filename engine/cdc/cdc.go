@@ -123,9 +123,6 @@ var ErrStopAtUnsupported = errors.New("stopping at a source position needs Postg
 // errStopReached ends the loop at Config.StopAt.
 var errStopReached = errors.New("reached the stop position")
 
-// TableCounts are the changes of one source table in a batch.
-type TableCounts struct{ Inserted, Updated, Deleted, Truncated int64 }
-
 // Batch describes one batch committed on the destination.
 type Batch struct {
 	// ID is the batch number (the previous batch's plus one).
@@ -134,8 +131,8 @@ type Batch struct {
 	LSN change.LSN
 	// Changes counts the row changes (and truncates) in the batch.
 	Changes int64
-	// Tables has the per-table counts; key: source schema.table.
-	Tables map[string]TableCounts
+	// Tables has the per-table counts, by source table.
+	Tables map[change.TableName]change.Counts
 	// Duration is the time from the batch's first change to its commit.
 	Duration time.Duration
 	// FetchedAt is when the batch's first change was received.
@@ -639,11 +636,8 @@ func (r *runner) commit(ctx context.Context) error {
 		r.flush.want(commitWAL, r.dry)
 	}
 	b := Batch{
-		ID: id, LSN: applied, Changes: r.changes, Tables: make(map[string]TableCounts, len(counts)),
+		ID: id, LSN: applied, Changes: r.changes, Tables: counts,
 		Duration: time.Since(r.started), FetchedAt: r.started,
-	}
-	for t, c := range counts {
-		b.Tables[t] = TableCounts(c)
 	}
 	r.changes = 0
 	if r.rep != nil {

@@ -63,12 +63,14 @@ func (r *recorder) BatchApplied(_ context.Context, b cdc.Batch) error {
 }
 
 // totals sums the per-table counts of all batches.
-func (r *recorder) totals() map[string]cdc.TableCounts {
+// (key: the source table's schema.table).
+func (r *recorder) totals() map[string]change.Counts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[string]cdc.TableCounts{}
+	out := map[string]change.Counts{}
 	for _, b := range r.batches {
-		for t, c := range b.Tables {
+		for table, c := range b.Tables {
+			t := table.String()
 			o := out[t]
 			o.Inserted += c.Inserted
 			o.Updated += c.Updated
@@ -251,7 +253,7 @@ func TestInsertUpdateDelete(t *testing.T) {
 	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
 	require.NoError(t, r.halt(t))
 
-	require.Equal(t, cdc.TableCounts{Inserted: 502, Updated: 168, Deleted: 101}, b.rep.totals()["public.items"])
+	require.Equal(t, change.Counts{Inserted: 502, Updated: 168, Deleted: 101}, b.rep.totals()["public.items"])
 	// The applied position is recorded with the last batch.
 	dc, err := pgx.Connect(context.Background(), b.dst)
 	require.NoError(t, err)
@@ -538,7 +540,7 @@ func TestMillionRowTransaction(t *testing.T) {
 	require.Less(t, peak.Load(), uint64(300<<20), "heap grew with the transaction")
 	// The whole transaction is one batch: never half of it on the destination.
 	require.Equal(t, 1, b.rep.count())
-	require.Equal(t, cdc.TableCounts{Inserted: 1000000}, b.rep.totals()["public.big"])
+	require.Equal(t, change.Counts{Inserted: 1000000}, b.rep.totals()["public.big"])
 }
 
 // TestSkipsTransactionsAlreadyApplied simulates a crash between the
@@ -571,7 +573,7 @@ func TestSkipsTransactionsAlreadyApplied(t *testing.T) {
 	r := b.start(t)
 	b.waitEqual(t, r, `SELECT * FROM nopk`, `SELECT * FROM nopk`)
 	require.NoError(t, r.halt(t))
-	require.Equal(t, cdc.TableCounts{Inserted: 1, Deleted: 1}, b.rep.totals()["public.nopk"])
+	require.Equal(t, change.Counts{Inserted: 1, Deleted: 1}, b.rep.totals()["public.nopk"])
 	require.Equal(t, int64(8), b.rep.batches[0].ID)
 }
 

@@ -64,3 +64,21 @@ func (m Mapping) Excluded(column string) bool {
 	}
 	return false
 }
+
+// Counts are the changes of one table: every source change counts once,
+// even when several changes to one row collapse into one statement on the
+// destination. Truncated counts TRUNCATEs.
+type Counts struct {
+	Inserted, Updated, Deleted, Truncated int64
+}
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.Inserted += o.Inserted
+	c.Updated += o.Updated
+	c.Deleted += o.Deleted
+	c.Truncated += o.Truncated
+}
+
+// Rows is the number of row changes: inserts, updates and deletes.
+func (c Counts) Rows() int64 { return c.Inserted + c.Updated + c.Deleted }
