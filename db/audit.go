@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Results of audited requests.
@@ -42,16 +40,10 @@ type AuditEntry struct {
 // AuditInsert appends an entry to the audit log. ID and CreatedAt are
 // ignored; a nil Details gives {}.
 func (s *Store) AuditInsert(ctx context.Context, e AuditEntry) error {
-	return auditInsert(ctx, s.pool, e)
+	return auditInsert(ctx, s.q, e)
 }
 
-// AuditInsertTx is AuditInsert inside tx, the transaction that makes the
-// change, so that the entry exists exactly when the change does.
-func (s *Store) AuditInsertTx(ctx context.Context, tx pgx.Tx, e AuditEntry) error {
-	return auditInsert(ctx, tx, e)
-}
-
-func auditInsert(ctx context.Context, q execer, e AuditEntry) error {
+func auditInsert(ctx context.Context, q Executor, e AuditEntry) error {
 	details := e.Details
 	if len(details) == 0 {
 		details = json.RawMessage(`{}`)
@@ -93,11 +85,11 @@ func (s *Store) AuditList(ctx context.Context, q AuditQuery) ([]AuditEntry, int6
 		}
 	}
 	var total int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE `+where, args...).Scan(&total); err != nil {
+	if err := s.q.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE `+where, args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count audit entries: %w", err)
 	}
 	args = append(args, q.Limit, q.Offset)
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT id, created_at, user_id, username, action, target_type, coalesce(target_name, ''),
+	rows, err := s.q.Query(ctx, fmt.Sprintf(`SELECT id, created_at, user_id, username, action, target_type, coalesce(target_name, ''),
 			result, status, details::text
 		FROM audit_log WHERE %s ORDER BY id DESC LIMIT $%d OFFSET $%d`, where, len(args)-1, len(args)), args...)
 	if err != nil {

@@ -80,16 +80,16 @@ func (c *Cutover) Finished() bool {
 	return c != nil && (c.State == CutoverCompleted || c.State == CutoverFailed)
 }
 
-// MirrorRequestCutoverTx records a cut-over request for the mirror's worker.
-func (s *Store) MirrorRequestCutoverTx(ctx context.Context, tx pgx.Tx, id int64, c Cutover) error {
-	return s.updateMirror(ctx, tx, "request a cut-over of", id,
+// MirrorRequestCutover records a cut-over request for the mirror's worker.
+func (s *Store) MirrorRequestCutover(ctx context.Context, id int64, c Cutover) error {
+	return s.updateMirror(ctx, "request a cut-over of", id,
 		`UPDATE mirrors SET pending_action = 'cutover', cutover = $2 WHERE id = $1 AND deleted_at IS NULL`, c)
 }
 
 // MirrorCutoverProgress writes the progress of the mirror's running
 // cut-over.
 func (s *Store) MirrorCutoverProgress(ctx context.Context, id int64, c Cutover) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE mirrors SET cutover = $2 WHERE id = $1 AND pending_action = 'cutover'`, id, c); err != nil {
+	if _, err := s.q.Exec(ctx, `UPDATE mirrors SET cutover = $2 WHERE id = $1 AND pending_action = 'cutover'`, id, c); err != nil {
 		return fmt.Errorf("record cut-over progress of mirror %d: %w", id, translate(err))
 	}
 	return nil
@@ -98,17 +98,17 @@ func (s *Store) MirrorCutoverProgress(ctx context.Context, id int64, c Cutover) 
 // MirrorCutoverFailed records a failed cut-over and clears the request: the
 // mirror goes on as before.
 func (s *Store) MirrorCutoverFailed(ctx context.Context, id int64, c Cutover) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE mirrors SET cutover = $2, pending_action = NULL WHERE id = $1 AND pending_action = 'cutover'`, id, c); err != nil {
+	if _, err := s.q.Exec(ctx, `UPDATE mirrors SET cutover = $2, pending_action = NULL WHERE id = $1 AND pending_action = 'cutover'`, id, c); err != nil {
 		return fmt.Errorf("record failed cut-over of mirror %d: %w", id, translate(err))
 	}
 	return nil
 }
 
-// MirrorCutoverCompleteTx moves the mirror to its final status completed
+// MirrorCutoverComplete moves the mirror to its final status completed
 // with the cut-over's record. It returns ErrNotFound when the mirror is
 // gone or no longer waits for this cut-over.
-func (s *Store) MirrorCutoverCompleteTx(ctx context.Context, tx pgx.Tx, id int64, c Cutover) error {
-	return s.updateMirror(ctx, tx, "complete the cut-over of", id,
+func (s *Store) MirrorCutoverComplete(ctx context.Context, id int64, c Cutover) error {
+	return s.updateMirror(ctx, "complete the cut-over of", id,
 		`UPDATE mirrors SET status = 'completed', pending_action = NULL, cutover = $2,
 			error_message = NULL, error_count = 0, resume_status = NULL, next_retry_at = NULL
 		WHERE id = $1 AND deleted_at IS NULL AND pending_action = 'cutover'`, c)
@@ -119,7 +119,7 @@ func (s *Store) MirrorCutoverCompleteTx(ctx context.Context, tx pgx.Tx, id int64
 // publication it created) are gone, so that deleting the mirror does not
 // look for them.
 func (s *Store) MirrorCutoverFinalRecord(ctx context.Context, id int64, c Cutover, slotDropped bool) error {
-	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET cutover = $2,
+	_, err := s.q.Exec(ctx, `UPDATE mirrors SET cutover = $2,
 			created_slot = created_slot AND NOT $3, created_publication = created_publication AND NOT $3,
 			slot_lag_bytes = CASE WHEN $3 THEN NULL ELSE slot_lag_bytes END,
 			slot_wal_status = CASE WHEN $3 THEN NULL ELSE slot_wal_status END,
@@ -133,7 +133,7 @@ func (s *Store) MirrorCutoverFinalRecord(ctx context.Context, id int64, c Cutove
 
 // BeginTx starts a catalog transaction.
 func (s *Store) BeginTx(ctx context.Context) (pgx.Tx, error) {
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.q.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin catalog transaction: %w", translate(err))
 	}

@@ -166,7 +166,7 @@ func createMirror(t *testing.T, store *db.Store, name string, tables ...change.M
 	tx, err := store.Pool().Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
-	m, err := store.MirrorCreateTx(ctx, tx, db.MirrorCreateParams{
+	m, err := store.With(tx).MirrorCreate(ctx, db.MirrorCreateParams{
 		Name: name, SourcePeerID: src.ID, DestinationPeerID: src.ID,
 		SnapshotNumRowsPerPartition: 1, SnapshotMaxParallelWorkers: 1, SnapshotNumTablesInParallel: 1,
 		CDCSyncIntervalSeconds: 1, CDCBatchSize: 1, PublicationName: "pub_" + name, ReplicationSlotName: "slot_" + name,
@@ -206,7 +206,7 @@ func TestMirrorLifecycleInCatalog(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `UPDATE mirror_tables SET status = 'running' WHERE mirror_id = $1`, m.ID)
 	require.NoError(t, err)
-	got, err := store.MirrorTablesReplaceTx(ctx, tx, m.ID, []change.Mapping{mapping("c", "c2", "secret"), mapping("b", "b3")})
+	got, err := store.With(tx).MirrorTablesReplace(ctx, m.ID, []change.Mapping{mapping("c", "c2", "secret"), mapping("b", "b3")})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 	require.Len(t, got, 2)
@@ -219,7 +219,7 @@ func TestMirrorLifecycleInCatalog(t *testing.T) {
 	// Soft delete: gone by name, still there by id, name reusable, peer still in use.
 	tx, err = store.Pool().Begin(ctx)
 	require.NoError(t, err)
-	require.NoError(t, store.MirrorSoftDeleteTx(ctx, tx, m.ID))
+	require.NoError(t, store.With(tx).MirrorSoftDelete(ctx, m.ID))
 	require.NoError(t, tx.Commit(ctx))
 	_, err = store.MirrorGetByName(ctx, "m1")
 	require.ErrorIs(t, err, db.ErrNotFound)

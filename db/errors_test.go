@@ -49,7 +49,7 @@ func TestConstraintErrors(t *testing.T) {
 	check(err, db.ErrInvalid, "users_role_check")
 
 	err = pgx.BeginFunc(ctx, store.Pool(), func(tx pgx.Tx) error {
-		_, err := store.MirrorCreateTx(ctx, tx, db.MirrorCreateParams{Name: "m", SourcePeerID: 999, DestinationPeerID: 998,
+		_, err := store.With(tx).MirrorCreate(ctx, db.MirrorCreateParams{Name: "m", SourcePeerID: 999, DestinationPeerID: 998,
 			SnapshotNumRowsPerPartition: 1, SnapshotMaxParallelWorkers: 1, SnapshotNumTablesInParallel: 1, CDCSyncIntervalSeconds: 1,
 			CDCBatchSize: 1, PublicationName: "pub", ReplicationSlotName: "slot",
 			Tables: []change.Mapping{{Source: change.TableName{Schema: "s", Name: "t"}, Destination: change.TableName{Schema: "s", Name: "t"}}}})

@@ -55,7 +55,7 @@ func (s *Store) MirrorRecordLag(ctx context.Context, mirrorID int64, lagSeconds 
 	if !appliedCommit.IsZero() {
 		applied = &appliedCommit
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO mirror_lag (mirror_id, lag_seconds, measured_at, applied_commit_at)
+	_, err := s.q.Exec(ctx, `INSERT INTO mirror_lag (mirror_id, lag_seconds, measured_at, applied_commit_at)
 		VALUES ($1, $2, $3, $4)
 		ON CONFLICT (mirror_id) DO UPDATE SET lag_seconds = EXCLUDED.lag_seconds, measured_at = EXCLUDED.measured_at,
 			applied_commit_at = coalesce(EXCLUDED.applied_commit_at, mirror_lag.applied_commit_at)`,
@@ -69,7 +69,7 @@ func (s *Store) MirrorRecordLag(ctx context.Context, mirrorID int64, lagSeconds 
 // MirrorSequencesSynced records when the mirror's destination sequences were
 // last set in step with the source's.
 func (s *Store) MirrorSequencesSynced(ctx context.Context, mirrorID int64, at time.Time) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE mirrors SET sequences_synced_at = $2 WHERE id = $1`, mirrorID, at); err != nil {
+	if _, err := s.q.Exec(ctx, `UPDATE mirrors SET sequences_synced_at = $2 WHERE id = $1`, mirrorID, at); err != nil {
 		return fmt.Errorf("record sequence sync of mirror %d: %w", mirrorID, translate(err))
 	}
 	return nil

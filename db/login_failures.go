@@ -25,10 +25,10 @@ type LoginSubject struct {
 func (s *Store) LoginFailures(ctx context.Context, window time.Duration, subjects ...LoginSubject) (map[LoginSubject][]time.Time, time.Time, error) {
 	kinds, values := splitSubjects(subjects)
 	var now time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	if err := s.q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return nil, time.Time{}, fmt.Errorf("count failed logins: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT f.kind, f.subject, f.failed_at
+	rows, err := s.q.Query(ctx, `SELECT f.kind, f.subject, f.failed_at
 		FROM login_failures f JOIN unnest($1::text[], $2::text[]) AS s(kind, subject) USING (kind, subject)
 		WHERE f.failed_at > $3::timestamptz - $4 * interval '1 second'
 		ORDER BY f.failed_at DESC`, kinds, values, now, window.Seconds())
@@ -55,7 +55,7 @@ func (s *Store) LoginFailures(ctx context.Context, window time.Duration, subject
 // failures older than window (of any subject) so the table stays small.
 func (s *Store) LoginFailureRecord(ctx context.Context, window time.Duration, subjects ...LoginSubject) error {
 	kinds, values := splitSubjects(subjects)
-	if _, err := s.pool.Exec(ctx, `WITH expired AS (
+	if _, err := s.q.Exec(ctx, `WITH expired AS (
 			DELETE FROM login_failures WHERE failed_at < now() - $3 * interval '1 second'
 		)
 		INSERT INTO login_failures (kind, subject) SELECT * FROM unnest($1::text[], $2::text[])`,
@@ -68,7 +68,7 @@ func (s *Store) LoginFailureRecord(ctx context.Context, window time.Duration, su
 // LoginFailuresClear forgets the failed logins of one subject (after a
 // successful login of that user).
 func (s *Store) LoginFailuresClear(ctx context.Context, sub LoginSubject) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM login_failures WHERE kind = $1 AND subject = $2`, sub.Kind, sub.Value); err != nil {
+	if _, err := s.q.Exec(ctx, `DELETE FROM login_failures WHERE kind = $1 AND subject = $2`, sub.Kind, sub.Value); err != nil {
 		return fmt.Errorf("clear failed logins of %s %q: %w", sub.Kind, sub.Value, err)
 	}
 	return nil

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Log levels of mirror log entries.
@@ -97,29 +95,19 @@ type SchemaSyncDetails struct {
 	DurationMS    int64    `json:"duration_ms"`
 }
 
-// execer runs a statement; both the pool and a pgx.Tx are execers.
-type execer interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // LogInsert appends a log entry to a mirror's log. details is marshalled to
 // JSON; nil gives {}.
 func (s *Store) LogInsert(ctx context.Context, mirrorID int64, level, message string, details any) error {
-	return logInsert(ctx, s.pool, mirrorID, time.Time{}, level, message, details)
+	return logInsert(ctx, s.q, mirrorID, time.Time{}, level, message, details)
 }
 
 // LogInsertAt is LogInsert for an entry that happened at at (written late,
 // for example after a catalog outage); a zero at means now.
 func (s *Store) LogInsertAt(ctx context.Context, mirrorID int64, at time.Time, level, message string, details any) error {
-	return logInsert(ctx, s.pool, mirrorID, at, level, message, details)
+	return logInsert(ctx, s.q, mirrorID, at, level, message, details)
 }
 
-// LogInsertTx is LogInsert inside tx.
-func (s *Store) LogInsertTx(ctx context.Context, tx pgx.Tx, mirrorID int64, level, message string, details any) error {
-	return logInsert(ctx, tx, mirrorID, time.Time{}, level, message, details)
-}
-
-func logInsert(ctx context.Context, q execer, mirrorID int64, at time.Time, level, message string, details any) error {
+func logInsert(ctx context.Context, q Executor, mirrorID int64, at time.Time, level, message string, details any) error {
 	raw := []byte("{}")
 	if details != nil {
 		b, err := json.Marshal(details)
@@ -177,11 +165,11 @@ func (s *Store) LogList(ctx context.Context, q LogQuery) ([]LogEntry, int64, err
 			WHERE jsonb_typeof(v) IN ('string', 'number', 'boolean') AND v #>> '{}' ILIKE $%[1]d))`, len(args))
 	}
 	var total int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM mirror_logs WHERE `+where, args...).Scan(&total); err != nil {
+	if err := s.q.QueryRow(ctx, `SELECT count(*) FROM mirror_logs WHERE `+where, args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count logs of mirror %d: %w", q.MirrorID, err)
 	}
 	args = append(args, q.Limit, q.Offset)
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT id, level, message, details::text, created_at FROM mirror_logs WHERE %s ORDER BY id DESC LIMIT $%d OFFSET $%d`,
+	rows, err := s.q.Query(ctx, fmt.Sprintf(`SELECT id, level, message, details::text, created_at FROM mirror_logs WHERE %s ORDER BY id DESC LIMIT $%d OFFSET $%d`,
 		where, len(args)-1, len(args)), args...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list logs of mirror %d: %w", q.MirrorID, err)
@@ -212,7 +200,7 @@ func escapeLike(s string) string {
 // LogPrune deletes log entries created before olderThan and returns how
 // many it deleted.
 func (s *Store) LogPrune(ctx context.Context, olderThan time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM mirror_logs WHERE created_at < $1`, olderThan)
+	tag, err := s.q.Exec(ctx, `DELETE FROM mirror_logs WHERE created_at < $1`, olderThan)
 	if err != nil {
 		return 0, fmt.Errorf("prune logs older than %s: %w", olderThan.Format(time.RFC3339), err)
 	}

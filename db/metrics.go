@@ -39,14 +39,14 @@ type CatalogMetrics struct {
 // reads nothing else.
 func (s *Store) CatalogMetrics(ctx context.Context, clientID string, now time.Time) (CatalogMetrics, error) {
 	var out CatalogMetrics
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_leader WHERE leader_id = $1 AND expires_at > now())`,
+	if err := s.q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_leader WHERE leader_id = $1 AND expires_at > now())`,
 		clientID).Scan(&out.Leader); err != nil {
 		return out, fmt.Errorf("read River leader: %w", translate(err))
 	}
 	if !out.Leader {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.deleted_at IS NULL ORDER BY m.name`)
+	rows, err := s.q.Query(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.deleted_at IS NULL ORDER BY m.name`)
 	if err != nil {
 		return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))
 	}
@@ -62,7 +62,7 @@ func (s *Store) CatalogMetrics(ctx context.Context, clientID string, now time.Ti
 	if err := rows.Err(); err != nil {
 		return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))
 	}
-	rows, err = s.pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job GROUP BY kind, state ORDER BY 1, 2`)
+	rows, err = s.q.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job GROUP BY kind, state ORDER BY 1, 2`)
 	if err != nil {
 		return out, fmt.Errorf("read River jobs for metrics: %w", translate(err))
 	}

@@ -39,7 +39,7 @@ func scanMirror(row pgx.Row) (Mirror, error) {
 // MirrorGetByID returns the mirror with the given id, including one that has
 // been deleted through the API (DeletedAt set) but not yet cleaned up.
 func (s *Store) MirrorGetByID(ctx context.Context, id int64) (Mirror, error) {
-	m, err := scanMirror(s.pool.QueryRow(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id))
+	m, err := scanMirror(s.q.QueryRow(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id))
 	if err != nil {
 		return Mirror{}, fmt.Errorf("get mirror %d: %w", id, translate(err))
 	}
@@ -48,21 +48,18 @@ func (s *Store) MirrorGetByID(ctx context.Context, id int64) (Mirror, error) {
 
 // MirrorGetByName returns the live (not deleted) mirror with the given name.
 func (s *Store) MirrorGetByName(ctx context.Context, name string) (Mirror, error) {
-	return mirrorGetByName(ctx, s.pool, name, false)
+	return mirrorGetByName(ctx, s.q, name, false)
 }
 
 // MirrorGetByNameForUpdate returns the live mirror with the given name and
-// locks its row until tx ends, so that a control request sees and changes a
+// locks its row until the transaction ends (call it on a Store from With),
+// so that a control request sees and changes a
 // consistent status.
-func (s *Store) MirrorGetByNameForUpdate(ctx context.Context, tx pgx.Tx, name string) (Mirror, error) {
-	return mirrorGetByName(ctx, tx, name, true)
+func (s *Store) MirrorGetByNameForUpdate(ctx context.Context, name string) (Mirror, error) {
+	return mirrorGetByName(ctx, s.q, name, true)
 }
 
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func mirrorGetByName(ctx context.Context, q querier, name string, forUpdate bool) (Mirror, error) {
+func mirrorGetByName(ctx context.Context, q Executor, name string, forUpdate bool) (Mirror, error) {
 	sql := `SELECT ` + mirrorColumns + mirrorFrom + ` WHERE m.name = $1 AND m.deleted_at IS NULL`
 	if forUpdate {
 		sql += ` FOR UPDATE OF m`
@@ -76,7 +73,7 @@ func mirrorGetByName(ctx context.Context, q querier, name string, forUpdate bool
 
 // MirrorList returns every live mirror ordered by name.
 func (s *Store) MirrorList(ctx context.Context) ([]Mirror, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.deleted_at IS NULL ORDER BY m.name`)
+	rows, err := s.q.Query(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.deleted_at IS NULL ORDER BY m.name`)
 	if err != nil {
 		return nil, fmt.Errorf("list mirrors: %w", err)
 	}
@@ -110,14 +107,10 @@ func scanMirrorTable(row pgx.Row) (MirrorTable, error) {
 
 // MirrorTables returns the table mappings of a mirror ordered by position.
 func (s *Store) MirrorTables(ctx context.Context, mirrorID int64) ([]MirrorTable, error) {
-	return mirrorTables(ctx, s.pool, mirrorID)
+	return mirrorTables(ctx, s.q, mirrorID)
 }
 
-type queryer interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-func mirrorTables(ctx context.Context, q queryer, mirrorID int64) ([]MirrorTable, error) {
+func mirrorTables(ctx context.Context, q Executor, mirrorID int64) ([]MirrorTable, error) {
 	rows, err := q.Query(ctx, `SELECT `+mirrorTableColumns+` FROM mirror_tables WHERE mirror_id = $1 ORDER BY position, id`, mirrorID)
 	if err != nil {
 		return nil, fmt.Errorf("list tables of mirror %d: %w", mirrorID, err)

@@ -32,12 +32,12 @@ type MirrorCreateParams struct {
 	Sequences []SequenceName
 }
 
-// MirrorCreateTx inserts a mirror (status initializing, desired state
+// MirrorCreate inserts a mirror (status initializing, desired state
 // running) and its table mappings (status pending, position = index) in tx.
 // A live mirror with the same name gives ErrConflict.
-func (s *Store) MirrorCreateTx(ctx context.Context, tx pgx.Tx, p MirrorCreateParams) (Mirror, error) {
+func (s *Store) MirrorCreate(ctx context.Context, p MirrorCreateParams) (Mirror, error) {
 	var id int64
-	err := tx.QueryRow(ctx, `INSERT INTO mirrors (name, source_peer_id, destination_peer_id,
+	err := s.q.QueryRow(ctx, `INSERT INTO mirrors (name, source_peer_id, destination_peer_id,
 			snapshot_num_rows_per_partition, snapshot_max_parallel_workers, snapshot_num_tables_in_parallel,
 			cdc_sync_interval_seconds, cdc_batch_size, do_initial_snapshot, publication_name, replication_slot_name,
 			created_publication, created_slot, sequences)
@@ -50,18 +50,18 @@ func (s *Store) MirrorCreateTx(ctx context.Context, tx pgx.Tx, p MirrorCreatePar
 		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, translate(err))
 	}
 	for i, t := range p.Tables {
-		if err := insertMirrorTable(ctx, tx, id, i, t); err != nil {
+		if err := insertMirrorTable(ctx, s.q, id, i, t); err != nil {
 			return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, err)
 		}
 	}
-	m, err := scanMirror(tx.QueryRow(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id))
+	m, err := scanMirror(s.q.QueryRow(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id))
 	if err != nil {
 		return Mirror{}, fmt.Errorf("create mirror %q: read back: %w", p.Name, translate(err))
 	}
 	return m, nil
 }
 
-func insertMirrorTable(ctx context.Context, tx pgx.Tx, mirrorID int64, position int, t change.Mapping) error {
+func insertMirrorTable(ctx context.Context, tx Executor, mirrorID int64, position int, t change.Mapping) error {
 	exclude := t.ExcludeColumns
 	if exclude == nil {
 		exclude = []string{}
@@ -75,16 +75,11 @@ func insertMirrorTable(ctx context.Context, tx pgx.Tx, mirrorID int64, position 
 	return nil
 }
 
-// MirrorTablesTx is MirrorTables inside tx.
-func (s *Store) MirrorTablesTx(ctx context.Context, tx pgx.Tx, mirrorID int64) ([]MirrorTable, error) {
-	return mirrorTables(ctx, tx, mirrorID)
-}
-
-// MirrorSoftDeleteTx marks a mirror deleted (deleted_at = now()): it
+// MirrorSoftDelete marks a mirror deleted (deleted_at = now()): it
 // disappears from the API at once and its name becomes free. The cleanup
 // job removes the row later.
-func (s *Store) MirrorSoftDeleteTx(ctx context.Context, tx pgx.Tx, id int64) error {
-	tag, err := tx.Exec(ctx, `UPDATE mirrors SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL`, id)
+func (s *Store) MirrorSoftDelete(ctx context.Context, id int64) error {
+	tag, err := s.q.Exec(ctx, `UPDATE mirrors SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL`, id)
 	if err != nil {
 		return fmt.Errorf("delete mirror %d: %w", id, translate(err))
 	}
@@ -94,8 +89,8 @@ func (s *Store) MirrorSoftDeleteTx(ctx context.Context, tx pgx.Tx, id int64) err
 	return nil
 }
 
-func (s *Store) updateMirror(ctx context.Context, tx pgx.Tx, what string, id int64, sql string, args ...any) error {
-	tag, err := tx.Exec(ctx, sql, append([]any{id}, args...)...)
+func (s *Store) updateMirror(ctx context.Context, what string, id int64, sql string, args ...any) error {
+	tag, err := s.q.Exec(ctx, sql, append([]any{id}, args...)...)
 	if err != nil {
 		return fmt.Errorf("%s mirror %d: %w", what, id, translate(err))
 	}
@@ -105,39 +100,39 @@ func (s *Store) updateMirror(ctx context.Context, tx pgx.Tx, what string, id int
 	return nil
 }
 
-// MirrorPauseTx sets desired state and status to paused.
-func (s *Store) MirrorPauseTx(ctx context.Context, tx pgx.Tx, id int64) error {
-	return s.updateMirror(ctx, tx, "pause", id,
+// MirrorPause sets desired state and status to paused.
+func (s *Store) MirrorPause(ctx context.Context, id int64) error {
+	return s.updateMirror(ctx, "pause", id,
 		`UPDATE mirrors SET desired_state = 'paused', status = 'paused' WHERE id = $1 AND deleted_at IS NULL`)
 }
 
-// MirrorResumeTx sets desired state and status to running.
-func (s *Store) MirrorResumeTx(ctx context.Context, tx pgx.Tx, id int64) error {
-	return s.updateMirror(ctx, tx, "resume", id,
+// MirrorResume sets desired state and status to running.
+func (s *Store) MirrorResume(ctx context.Context, id int64) error {
+	return s.updateMirror(ctx, "resume", id,
 		`UPDATE mirrors SET desired_state = 'running', status = 'running' WHERE id = $1 AND deleted_at IS NULL`)
 }
 
-// MirrorRequestActionTx records a control request (ActionResync or
+// MirrorRequestAction records a control request (ActionResync or
 // ActionSyncSchema) for the mirror's worker and sets the desired state (and
 // a paused status) to running, so a paused mirror resumes to carry it out.
-func (s *Store) MirrorRequestActionTx(ctx context.Context, tx pgx.Tx, id int64, action string) error {
-	return s.updateMirror(ctx, tx, "request "+action+" on", id,
+func (s *Store) MirrorRequestAction(ctx context.Context, id int64, action string) error {
+	return s.updateMirror(ctx, "request "+action+" on", id,
 		`UPDATE mirrors SET pending_action = $2, desired_state = 'running',
 			status = CASE WHEN status = 'paused' THEN 'running' ELSE status END
 		WHERE id = $1 AND deleted_at IS NULL`, action)
 }
 
-// MirrorRequestRetryTx makes a failed mirror due for retry now.
-func (s *Store) MirrorRequestRetryTx(ctx context.Context, tx pgx.Tx, id int64) error {
-	return s.updateMirror(ctx, tx, "retry", id,
+// MirrorRequestRetry makes a failed mirror due for retry now.
+func (s *Store) MirrorRequestRetry(ctx context.Context, id int64) error {
+	return s.updateMirror(ctx, "retry", id,
 		`UPDATE mirrors SET next_retry_at = now() WHERE id = $1 AND deleted_at IS NULL`)
 }
 
-// MirrorTableRequestResyncTx asks the mirror's worker to re-snapshot one
+// MirrorTableRequestResync asks the mirror's worker to re-snapshot one
 // table, identified by its source schema and name. It returns ErrNotFound
 // when the mirror has no such table.
-func (s *Store) MirrorTableRequestResyncTx(ctx context.Context, tx pgx.Tx, mirrorID int64, source change.TableName) error {
-	tag, err := tx.Exec(ctx, `UPDATE mirror_tables SET resync_requested_at = now()
+func (s *Store) MirrorTableRequestResync(ctx context.Context, mirrorID int64, source change.TableName) error {
+	tag, err := s.q.Exec(ctx, `UPDATE mirror_tables SET resync_requested_at = now()
 		WHERE mirror_id = $1 AND source_schema = $2 AND source_table = $3`, mirrorID, source.Schema, source.Name)
 	if err != nil {
 		return fmt.Errorf("request resync of %s in mirror %d: %w", source, mirrorID, translate(err))
@@ -148,13 +143,13 @@ func (s *Store) MirrorTableRequestResyncTx(ctx context.Context, tx pgx.Tx, mirro
 	return nil
 }
 
-// MirrorTablesReplaceTx makes mappings the mirror's complete set of tables:
+// MirrorTablesReplace makes mappings the mirror's complete set of tables:
 // rows whose source table stays are kept (destination and excluded columns
 // updated; a changed destination puts the table back to pending so it is
 // snapshotted again), removed ones are deleted and new ones inserted as
 // pending. Positions follow the order of mappings. It returns the new rows.
-func (s *Store) MirrorTablesReplaceTx(ctx context.Context, tx pgx.Tx, mirrorID int64, mappings []change.Mapping) ([]MirrorTable, error) {
-	current, err := mirrorTables(ctx, tx, mirrorID)
+func (s *Store) MirrorTablesReplace(ctx context.Context, mirrorID int64, mappings []change.Mapping) ([]MirrorTable, error) {
+	current, err := mirrorTables(ctx, s.q, mirrorID)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +161,7 @@ func (s *Store) MirrorTablesReplaceTx(ctx context.Context, tx pgx.Tx, mirrorID i
 	for _, t := range current {
 		src := change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}
 		if !keep[src] {
-			if _, err := tx.Exec(ctx, `DELETE FROM mirror_tables WHERE id = $1`, t.ID); err != nil {
+			if _, err := s.q.Exec(ctx, `DELETE FROM mirror_tables WHERE id = $1`, t.ID); err != nil {
 				return nil, fmt.Errorf("remove table %s from mirror %d: %w", src, mirrorID, translate(err))
 			}
 			continue
@@ -180,50 +175,45 @@ func (s *Store) MirrorTablesReplaceTx(ctx context.Context, tx pgx.Tx, mirrorID i
 		}
 		t, ok := existing[m.Source]
 		if !ok {
-			if err := insertMirrorTable(ctx, tx, mirrorID, i, m); err != nil {
+			if err := insertMirrorTable(ctx, s.q, mirrorID, i, m); err != nil {
 				return nil, fmt.Errorf("add table to mirror %d: %w", mirrorID, err)
 			}
 			continue
 		}
-		_, err := tx.Exec(ctx, `UPDATE mirror_tables SET position = $2, destination_schema = $3, destination_table = $4, exclude_columns = $5,
+		_, err := s.q.Exec(ctx, `UPDATE mirror_tables SET position = $2, destination_schema = $3, destination_table = $4, exclude_columns = $5,
 				status = CASE WHEN destination_schema = $3 AND destination_table = $4 THEN status ELSE 'pending' END
 			WHERE id = $1`, t.ID, i, m.Destination.Schema, m.Destination.Name, exclude)
 		if err != nil {
 			return nil, fmt.Errorf("update table %s of mirror %d: %w", m.Source, mirrorID, translate(err))
 		}
 	}
-	return mirrorTables(ctx, tx, mirrorID)
+	return mirrorTables(ctx, s.q, mirrorID)
 }
 
 // MirrorUsingSlotOrPublication returns the name of a mirror (live or being
 // deleted) whose replication slot is slot or whose publication is
 // publication, or "" when there is none.
 func (s *Store) MirrorUsingSlotOrPublication(ctx context.Context, slot, publication string) (string, error) {
-	return mirrorUsingSlotOrPublication(ctx, s.pool, slot, publication)
-}
-
-// MirrorUsingSlotOrPublicationTx is MirrorUsingSlotOrPublication inside tx.
-// Call LockMirrorNamesTx first so the answer holds until tx commits.
-func (s *Store) MirrorUsingSlotOrPublicationTx(ctx context.Context, tx pgx.Tx, slot, publication string) (string, error) {
-	return mirrorUsingSlotOrPublication(ctx, tx, slot, publication)
+	return mirrorUsingSlotOrPublication(ctx, s.q, slot, publication)
 }
 
 // mirrorNamesLockKey is the transaction advisory lock that serialises the
 // choice of slot and publication names ("pgmnames" in ASCII).
 const mirrorNamesLockKey int64 = 0x7067_6d6e_616d_6573
 
-// LockMirrorNamesTx takes, until tx ends, the lock that serialises mirror
-// creation: with it, checking that a slot and publication name are free
-// (MirrorUsingSlotOrPublicationTx) and inserting the mirror are atomic, so
-// two mirrors created at once never share a slot. Nothing else takes it.
-func (s *Store) LockMirrorNamesTx(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, mirrorNamesLockKey); err != nil {
+// LockMirrorNames takes, until the transaction ends (call it on a Store from
+// With), the lock that serialises mirror creation: with it, checking that a
+// slot and publication name are free (MirrorUsingSlotOrPublication in the
+// same transaction) and inserting the mirror are atomic, so two mirrors
+// created at once never share a slot. Nothing else takes it.
+func (s *Store) LockMirrorNames(ctx context.Context) error {
+	if _, err := s.q.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, mirrorNamesLockKey); err != nil {
 		return fmt.Errorf("lock mirror names: %w", err)
 	}
 	return nil
 }
 
-func mirrorUsingSlotOrPublication(ctx context.Context, q querier, slot, publication string) (string, error) {
+func mirrorUsingSlotOrPublication(ctx context.Context, q Executor, slot, publication string) (string, error) {
 	var name string
 	err := q.QueryRow(ctx, `SELECT name FROM mirrors WHERE replication_slot_name = $1 OR publication_name = $2
 		ORDER BY deleted_at IS NOT NULL, id LIMIT 1`, slot, publication).Scan(&name)

@@ -52,7 +52,7 @@ func (s *Store) sealPeerSecrets(peer string, password, rootCert *string) (sealed
 
 // PeerGetByID returns the peer with the given id.
 func (s *Store) PeerGetByID(ctx context.Context, id int64) (Peer, error) {
-	p, err := s.scanPeer(s.pool.QueryRow(ctx, `SELECT `+peerColumns+` FROM peers WHERE id = $1`, id))
+	p, err := s.scanPeer(s.q.QueryRow(ctx, `SELECT `+peerColumns+` FROM peers WHERE id = $1`, id))
 	if err != nil {
 		return Peer{}, fmt.Errorf("get peer %d: %w", id, translate(err))
 	}
@@ -61,7 +61,7 @@ func (s *Store) PeerGetByID(ctx context.Context, id int64) (Peer, error) {
 
 // PeerGetByName returns the peer with the given name.
 func (s *Store) PeerGetByName(ctx context.Context, name string) (Peer, error) {
-	p, err := s.scanPeer(s.pool.QueryRow(ctx, `SELECT `+peerColumns+` FROM peers WHERE name = $1`, name))
+	p, err := s.scanPeer(s.q.QueryRow(ctx, `SELECT `+peerColumns+` FROM peers WHERE name = $1`, name))
 	if err != nil {
 		return Peer{}, fmt.Errorf("get peer %q: %w", name, translate(err))
 	}
@@ -88,7 +88,7 @@ func (s *Store) PeerCreate(ctx context.Context, p PeerCreateParams) (Peer, error
 	if err != nil {
 		return Peer{}, fmt.Errorf("create peer %q: %w", p.Name, err)
 	}
-	peer, err := s.scanPeer(s.pool.QueryRow(ctx, `INSERT INTO peers (name, host, port, "user", password, ssl_root_cert, database, ssl_mode)
+	peer, err := s.scanPeer(s.q.QueryRow(ctx, `INSERT INTO peers (name, host, port, "user", password, ssl_root_cert, database, ssl_mode)
 		VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7, $8) RETURNING `+peerColumns,
 		p.Name, p.Host, p.Port, p.User, *password, *rootCert, p.Database, p.SSLMode))
 	if err != nil {
@@ -133,7 +133,7 @@ func (s *Store) DraftPeerUpdate(cur Peer, u PeerUpdateParams) (Peer, error) {
 
 // PeerList returns every peer ordered by name.
 func (s *Store) PeerList(ctx context.Context) ([]Peer, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+peerColumns+` FROM peers ORDER BY name`)
+	rows, err := s.q.Query(ctx, `SELECT `+peerColumns+` FROM peers ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list peers: %w", err)
 	}
@@ -163,7 +163,7 @@ func (s *Store) PeerUpdate(ctx context.Context, name string, p PeerUpdateParams)
 	if err != nil {
 		return Peer{}, fmt.Errorf("update peer %q: %w", name, err)
 	}
-	peer, err := s.scanPeer(s.pool.QueryRow(ctx, `UPDATE peers SET
+	peer, err := s.scanPeer(s.q.QueryRow(ctx, `UPDATE peers SET
 			host = COALESCE($2, host), port = COALESCE($3, port), "user" = COALESCE($4, "user"),
 			password = COALESCE($5, password), database = COALESCE($6, database), ssl_mode = COALESCE($7, ssl_mode),
 			ssl_root_cert = CASE WHEN $8::text IS NULL THEN ssl_root_cert ELSE NULLIF($8, '') END
@@ -197,7 +197,7 @@ func (e *PeerInUseError) Is(target error) bool { return target == ErrConflict }
 // PeerDelete deletes the named peer. It returns ErrNotFound when no such
 // peer exists and a *PeerInUseError while any mirror references it.
 func (s *Store) PeerDelete(ctx context.Context, name string) error {
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.q.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("delete peer %q: %w", name, err)
 	}

@@ -79,7 +79,7 @@ type SecretsResult struct {
 // the work once and a failure leaves everything as it was.
 func (s *Store) EncryptSecrets(ctx context.Context, rotate bool) (SecretsResult, error) {
 	var res SecretsResult
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.q.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("encrypt secrets: %w", err)
 	}

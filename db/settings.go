@@ -26,11 +26,11 @@ func (s *Store) JWTSecret(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encrypt JWT secret: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING`,
+	if _, err := s.q.Exec(ctx, `INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING`,
 		settingJWTSecret, sealed); err != nil {
 		return nil, fmt.Errorf("store JWT secret: %w", err)
 	}
-	if err := s.pool.QueryRow(ctx, `SELECT value FROM settings WHERE key = $1`, settingJWTSecret).Scan(&sealed); err != nil {
+	if err := s.q.QueryRow(ctx, `SELECT value FROM settings WHERE key = $1`, settingJWTSecret).Scan(&sealed); err != nil {
 		return nil, fmt.Errorf("read JWT secret: %w", translate(err))
 	}
 	encoded, err := s.keys.Open(sealed, jwtSecretPlace)

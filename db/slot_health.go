@@ -30,7 +30,7 @@ type SlotWatch struct {
 // MirrorsWithSlot returns the live mirrors whose slot may exist on the
 // source: those that created it (a stopped mirror keeps its slot too).
 func (s *Store) MirrorsWithSlot(ctx context.Context) ([]SlotWatch, error) {
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.q.Query(ctx, `
 		SELECT id, name, source_peer_id, replication_slot_name, slot_wal_status
 		FROM mirrors WHERE deleted_at IS NULL AND created_slot
 		ORDER BY source_peer_id, id`)
@@ -70,7 +70,7 @@ func (s *Store) MirrorRecordSlotHealth(ctx context.Context, mirrorID int64, h Sl
 	if !h.CheckedAt.IsZero() {
 		checkedAt = &h.CheckedAt
 	}
-	err = s.pool.QueryRow(ctx, `
+	err = s.q.QueryRow(ctx, `
 		UPDATE mirrors m SET slot_lag_bytes = $2, slot_wal_status = $3, slot_checked_at = coalesce($4, now())
 		FROM (SELECT id, slot_wal_status FROM mirrors WHERE id = $1 FOR UPDATE) old
 		WHERE m.id = old.id AND m.deleted_at IS NULL

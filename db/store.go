@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgmirror/pgmirror/db/secretbox"
@@ -15,12 +17,34 @@ import (
 // Store is the catalog. It is safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+	q    Executor // the pool, or the transaction of a Store from With
 	keys *secretbox.Keyring
+}
+
+// Executor runs the catalog's statements: the pool or a transaction both
+// are one.
+type Executor interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // New returns a Store on pool that encrypts and decrypts the catalog's
 // secrets (peer passwords and CA certificates, the JWT secret) with keys.
-func New(pool *pgxpool.Pool, keys *secretbox.Keyring) *Store { return &Store{pool: pool, keys: keys} }
+func New(pool *pgxpool.Pool, keys *secretbox.Keyring) *Store {
+	return &Store{pool: pool, q: pool, keys: keys}
+}
+
+// With returns the store running its statements in tx: every method of the
+// result is part of that transaction (a method that opens a transaction of
+// its own opens a savepoint in it). Methods that need a connection of their
+// own (the mirror lock) still use the pool.
+func (s *Store) With(tx pgx.Tx) *Store {
+	c := *s
+	c.q = tx
+	return &c
+}
 
 // Pool returns the store's connection pool (for transactions that also
 // enqueue River jobs).
@@ -195,7 +219,7 @@ type LogEntry struct {
 
 // Ping checks that the catalog answers a query.
 func (s *Store) Ping(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, `SELECT 1`); err != nil {
+	if _, err := s.q.Exec(ctx, `SELECT 1`); err != nil {
 		return fmt.Errorf("ping catalog: %w", translate(err))
 	}
 	return nil

@@ -45,7 +45,7 @@ func (s *Store) EnsureAdmin(ctx context.Context, username, password string) erro
 	if err != nil {
 		return fmt.Errorf("ensure admin %q: %w", username, err)
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO users (username, password_hash, role) VALUES ($1, $2, 'admin') ON CONFLICT (username) DO NOTHING`,
+	_, err = s.q.Exec(ctx, `INSERT INTO users (username, password_hash, role) VALUES ($1, $2, 'admin') ON CONFLICT (username) DO NOTHING`,
 		username, hash)
 	if err != nil {
 		return fmt.Errorf("ensure admin %q: %w", username, translate(err))
@@ -104,7 +104,7 @@ func (s *Store) ReconcileAdminPassword(ctx context.Context, username, configured
 		if err != nil {
 			return 0, fmt.Errorf("check admin password of %q: %w", username, err)
 		}
-		tag, err := s.pool.Exec(ctx, `UPDATE users SET password_hash = $3 WHERE id = $1 AND password_hash = $2`, u.ID, u.PasswordHash, hash)
+		tag, err := s.q.Exec(ctx, `UPDATE users SET password_hash = $3 WHERE id = $1 AND password_hash = $2`, u.ID, u.PasswordHash, hash)
 		if err != nil {
 			return 0, fmt.Errorf("replace the default admin password of %q: %w", username, translate(err))
 		}
@@ -121,15 +121,10 @@ func (s *Store) ReconcileAdminPassword(ctx context.Context, username, configured
 // UserCreate creates a user with an already hashed password. A taken
 // username gives ErrConflict.
 func (s *Store) UserCreate(ctx context.Context, username, passwordHash, role string) (User, error) {
-	return userCreate(ctx, s.pool, username, passwordHash, role)
+	return userCreate(ctx, s.q, username, passwordHash, role)
 }
 
-// UserCreateTx is UserCreate inside tx.
-func (s *Store) UserCreateTx(ctx context.Context, tx pgx.Tx, username, passwordHash, role string) (User, error) {
-	return userCreate(ctx, tx, username, passwordHash, role)
-}
-
-func userCreate(ctx context.Context, q execer, username, passwordHash, role string) (User, error) {
+func userCreate(ctx context.Context, q Executor, username, passwordHash, role string) (User, error) {
 	u, err := scanUser(q.QueryRow(ctx, `INSERT INTO users (username, password_hash, role) VALUES ($1, $2, $3) RETURNING `+userColumns,
 		username, passwordHash, role))
 	if err != nil {
@@ -140,7 +135,7 @@ func userCreate(ctx context.Context, q execer, username, passwordHash, role stri
 
 // UserGetByID returns the user with the given id.
 func (s *Store) UserGetByID(ctx context.Context, id int64) (User, error) {
-	u, err := scanUser(s.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE id = $1`, id))
+	u, err := scanUser(s.q.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE id = $1`, id))
 	if err != nil {
 		return User{}, fmt.Errorf("get user %d: %w", id, translate(err))
 	}
@@ -149,7 +144,7 @@ func (s *Store) UserGetByID(ctx context.Context, id int64) (User, error) {
 
 // UserGetByUsername returns the user with the given username.
 func (s *Store) UserGetByUsername(ctx context.Context, username string) (User, error) {
-	u, err := scanUser(s.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE username = $1`, username))
+	u, err := scanUser(s.q.QueryRow(ctx, `SELECT `+userColumns+` FROM users WHERE username = $1`, username))
 	if err != nil {
 		return User{}, fmt.Errorf("get user %q: %w", username, translate(err))
 	}
@@ -158,7 +153,7 @@ func (s *Store) UserGetByUsername(ctx context.Context, username string) (User, e
 
 // UserList returns every user ordered by id.
 func (s *Store) UserList(ctx context.Context) ([]User, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+userColumns+` FROM users ORDER BY id`)
+	rows, err := s.q.Query(ctx, `SELECT `+userColumns+` FROM users ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("list users: %w", err)
 	}
@@ -169,11 +164,11 @@ func (s *Store) UserList(ctx context.Context) ([]User, error) {
 	return users, nil
 }
 
-// UserSetPasswordHashTx replaces a user's password hash inside tx and
+// UserSetPasswordHash replaces a user's password hash inside tx and
 // returns the user as stored. The catalog increments the user's token
 // version with it, which revokes every token issued before.
-func (s *Store) UserSetPasswordHashTx(ctx context.Context, tx pgx.Tx, id int64, passwordHash string) (User, error) {
-	u, err := scanUser(tx.QueryRow(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1 RETURNING `+userColumns, id, passwordHash))
+func (s *Store) UserSetPasswordHash(ctx context.Context, id int64, passwordHash string) (User, error) {
+	u, err := scanUser(s.q.QueryRow(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1 RETURNING `+userColumns, id, passwordHash))
 	if err != nil {
 		return User{}, fmt.Errorf("set password of user %d: %w", id, translate(err))
 	}
@@ -182,15 +177,10 @@ func (s *Store) UserSetPasswordHashTx(ctx context.Context, tx pgx.Tx, id int64, 
 
 // UserDelete deletes the user with the given username.
 func (s *Store) UserDelete(ctx context.Context, username string) error {
-	return userDelete(ctx, s.pool, username)
+	return userDelete(ctx, s.q, username)
 }
 
-// UserDeleteTx is UserDelete inside tx.
-func (s *Store) UserDeleteTx(ctx context.Context, tx pgx.Tx, username string) error {
-	return userDelete(ctx, tx, username)
-}
-
-func userDelete(ctx context.Context, q execer, username string) error {
+func userDelete(ctx context.Context, q Executor, username string) error {
 	var id int64
 	if err := q.QueryRow(ctx, `DELETE FROM users WHERE username = $1 RETURNING id`, username).Scan(&id); err != nil {
 		return fmt.Errorf("delete user %q: %w", username, translate(err))

@@ -89,7 +89,7 @@ func (l *MirrorLock) Release() {
 // supervisor enqueues a run job for each; this is how a mirror whose replica
 // died is taken over.
 func (s *Store) MirrorsWithoutWorker(ctx context.Context, runKind string) ([]int64, error) {
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.q.Query(ctx, `
 		SELECT m.id FROM mirrors m
 		WHERE m.deleted_at IS NULL
 		  AND m.desired_state = 'running'
@@ -117,7 +117,7 @@ func (s *Store) MirrorsWithoutWorker(ctx context.Context, runKind string) ([]int
 // DeletedMirrorsWithoutCleanup returns soft-deleted mirrors that have no
 // cleanup job waiting or running (for example after the job was discarded).
 func (s *Store) DeletedMirrorsWithoutCleanup(ctx context.Context, cleanupKind string) ([]int64, error) {
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.q.Query(ctx, `
 		SELECT m.id FROM mirrors m
 		WHERE m.deleted_at IS NOT NULL
 		  AND NOT EXISTS (
@@ -139,7 +139,7 @@ func (s *Store) DeletedMirrorsWithoutCleanup(ctx context.Context, cleanupKind st
 // rejects illegal transitions. Leaving error or reaching running resets the
 // error fields when clearError is set.
 func (s *Store) MirrorSetStatus(ctx context.Context, mirrorID int64, status string, clearError bool) error {
-	_, err := s.pool.Exec(ctx, `
+	_, err := s.q.Exec(ctx, `
 		UPDATE mirrors SET status = $2,
 		  error_message = CASE WHEN $3 THEN NULL ELSE error_message END,
 		  error_count   = CASE WHEN $3 THEN 0 ELSE error_count END,
@@ -155,7 +155,7 @@ func (s *Store) MirrorSetStatus(ctx context.Context, mirrorID int64, status stri
 // MirrorSetPausedIfRequested moves a mirror whose desired state is paused to
 // status paused (the worker calls it after it stopped at a batch boundary).
 func (s *Store) MirrorSetPausedIfRequested(ctx context.Context, mirrorID int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET status = 'paused'
+	_, err := s.q.Exec(ctx, `UPDATE mirrors SET status = 'paused'
 		WHERE id = $1 AND desired_state = 'paused' AND status IN ('running', 'error', 'paused')`, mirrorID)
 	if err != nil {
 		return fmt.Errorf("mark mirror %d paused: %w", mirrorID, err)
@@ -166,7 +166,7 @@ func (s *Store) MirrorSetPausedIfRequested(ctx context.Context, mirrorID int64) 
 // MirrorSetCreated records that this mirror created its publication and/or
 // slot, so that deleting the mirror drops them (and only them).
 func (s *Store) MirrorSetCreated(ctx context.Context, mirrorID int64, publication, slot bool) error {
-	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET
+	_, err := s.q.Exec(ctx, `UPDATE mirrors SET
 		created_publication = created_publication OR $2,
 		created_slot = created_slot OR $3 WHERE id = $1`, mirrorID, publication, slot)
 	if err != nil {
@@ -177,7 +177,7 @@ func (s *Store) MirrorSetCreated(ctx context.Context, mirrorID int64, publicatio
 
 // MirrorClearPendingAction clears a control request once it is carried out.
 func (s *Store) MirrorClearPendingAction(ctx context.Context, mirrorID int64, action string) error {
-	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET pending_action = NULL WHERE id = $1 AND pending_action = $2`, mirrorID, action)
+	_, err := s.q.Exec(ctx, `UPDATE mirrors SET pending_action = NULL WHERE id = $1 AND pending_action = $2`, mirrorID, action)
 	if err != nil {
 		return fmt.Errorf("clear %s request of mirror %d: %w", action, mirrorID, err)
 	}
@@ -195,7 +195,7 @@ type MirrorFailure struct {
 // MirrorRecordFailure moves the mirror to error (or stopped), remembering
 // the status to return to, and returns the new consecutive error count.
 func (s *Store) MirrorRecordFailure(ctx context.Context, mirrorID int64, f MirrorFailure) (count int, stopped bool, err error) {
-	err = s.pool.QueryRow(ctx, `
+	err = s.q.QueryRow(ctx, `
 		UPDATE mirrors SET
 		  resume_status = CASE WHEN status IN ('initializing', 'snapshotting', 'running') THEN status ELSE resume_status END,
 		  error_count   = error_count + 1,
@@ -219,7 +219,7 @@ func (s *Store) MirrorTablesSetStatus(ctx context.Context, mirrorID int64, ids [
 	// pgx sends a nil slice as NULL, and cardinality(NULL) is NULL, not 0:
 	// without the IS NULL test "all tables" matched none (a full resync
 	// then copied nothing).
-	_, err := s.pool.Exec(ctx, `UPDATE mirror_tables SET status = $3
+	_, err := s.q.Exec(ctx, `UPDATE mirror_tables SET status = $3
 		WHERE mirror_id = $1 AND ($2::bigint[] IS NULL OR cardinality($2::bigint[]) = 0 OR id = ANY($2))`, mirrorID, ids, status)
 	if err != nil {
 		return fmt.Errorf("set table status of mirror %d: %w", mirrorID, err)
@@ -230,7 +230,7 @@ func (s *Store) MirrorTablesSetStatus(ctx context.Context, mirrorID int64, ids [
 // MirrorTableSnapshotted records a finished table copy: status running,
 // rows_synced set to the rows copied, and the resync request (if any) cleared.
 func (s *Store) MirrorTableSnapshotted(ctx context.Context, tableID int64, rows int64, requestSeen *time.Time) error {
-	_, err := s.pool.Exec(ctx, `UPDATE mirror_tables SET status = 'running', rows_synced = $2, last_synced_at = now(),
+	_, err := s.q.Exec(ctx, `UPDATE mirror_tables SET status = 'running', rows_synced = $2, last_synced_at = now(),
 		resync_requested_at = CASE WHEN resync_requested_at IS NOT DISTINCT FROM $3 THEN NULL ELSE resync_requested_at END
 		WHERE id = $1`, tableID, rows, requestSeen)
 	if err != nil {
@@ -244,7 +244,7 @@ func (s *Store) MirrorTableSnapshotted(ctx context.Context, tableID int64, rows 
 // table that is no longer snapshotting alone: MirrorTableSnapshotted sets
 // the final count.
 func (s *Store) MirrorTableSnapshotProgress(ctx context.Context, tableID int64, rows int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE mirror_tables SET rows_synced = $2 WHERE id = $1 AND status = 'snapshotting'`, tableID, rows)
+	_, err := s.q.Exec(ctx, `UPDATE mirror_tables SET rows_synced = $2 WHERE id = $1 AND status = 'snapshotting'`, tableID, rows)
 	if err != nil {
 		return fmt.Errorf("record snapshot progress of table %d: %w", tableID, err)
 	}
@@ -255,7 +255,7 @@ func (s *Store) MirrorTableSnapshotProgress(ctx context.Context, tableID int64, 
 // whose snapshot starts, and sets its rows_synced back to 0 (the copy
 // counts from there).
 func (s *Store) MirrorTableSnapshotStarted(ctx context.Context, tableID int64, estimate int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE mirror_tables SET rows_estimated = $2, rows_synced = 0 WHERE id = $1`, tableID, estimate)
+	_, err := s.q.Exec(ctx, `UPDATE mirror_tables SET rows_estimated = $2, rows_synced = 0 WHERE id = $1`, tableID, estimate)
 	if err != nil {
 		return fmt.Errorf("record snapshot start of table %d: %w", tableID, err)
 	}
@@ -266,7 +266,7 @@ func (s *Store) MirrorTableSnapshotStarted(ctx context.Context, tableID int64, e
 // mirror's last LSN and batch, and each table's counters (keyed by mirror
 // table id). A mirror in error that applies a batch is healthy again.
 func (s *Store) MirrorRecordProgress(ctx context.Context, mirrorID int64, lsn string, batchID int64, tables map[int64]change.Counts) error {
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.q.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("record progress of mirror %d: %w", mirrorID, err)
 	}
@@ -291,7 +291,7 @@ func (s *Store) MirrorRecordProgress(ctx context.Context, mirrorID int64, lsn st
 
 // MirrorSetLastLSN records the position after a snapshot (batch id kept).
 func (s *Store) MirrorSetLastLSN(ctx context.Context, mirrorID int64, lsn string) error {
-	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET last_lsn = $2::pg_lsn WHERE id = $1`, mirrorID, lsn)
+	_, err := s.q.Exec(ctx, `UPDATE mirrors SET last_lsn = $2::pg_lsn WHERE id = $1`, mirrorID, lsn)
 	if err != nil {
 		return fmt.Errorf("set last LSN of mirror %d: %w", mirrorID, err)
 	}
@@ -301,7 +301,7 @@ func (s *Store) MirrorSetLastLSN(ctx context.Context, mirrorID int64, lsn string
 // MirrorPurge deletes a soft-deleted mirror's row (its tables and logs go
 // with it) once its slot and publication are dropped.
 func (s *Store) MirrorPurge(ctx context.Context, mirrorID int64) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM mirrors WHERE id = $1 AND deleted_at IS NOT NULL`, mirrorID)
+	_, err := s.q.Exec(ctx, `DELETE FROM mirrors WHERE id = $1 AND deleted_at IS NOT NULL`, mirrorID)
 	if err != nil {
 		return fmt.Errorf("purge mirror %d: %w", mirrorID, err)
 	}
@@ -312,7 +312,7 @@ func (s *Store) MirrorPurge(ctx context.Context, mirrorID int64) error {
 // clearing the error message. The consecutive error count stays until the
 // mirror has been healthy for a while (MirrorResetErrorCount).
 func (s *Store) MirrorMarkRunning(ctx context.Context, mirrorID int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET status = 'running', error_message = NULL, resume_status = NULL, next_retry_at = NULL
+	_, err := s.q.Exec(ctx, `UPDATE mirrors SET status = 'running', error_message = NULL, resume_status = NULL, next_retry_at = NULL
 		WHERE id = $1 AND deleted_at IS NULL AND desired_state = 'running' AND status NOT IN ('stopped', 'completed')`, mirrorID)
 	if err != nil {
 		return fmt.Errorf("mark mirror %d running: %w", mirrorID, err)
@@ -322,7 +322,7 @@ func (s *Store) MirrorMarkRunning(ctx context.Context, mirrorID int64) error {
 
 // MirrorResetErrorCount resets the consecutive error count of a healthy mirror.
 func (s *Store) MirrorResetErrorCount(ctx context.Context, mirrorID int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE mirrors SET error_count = 0 WHERE id = $1 AND error_count <> 0 AND status = 'running'`, mirrorID)
+	_, err := s.q.Exec(ctx, `UPDATE mirrors SET error_count = 0 WHERE id = $1 AND error_count <> 0 AND status = 'running'`, mirrorID)
 	if err != nil {
 		return fmt.Errorf("reset error count of mirror %d: %w", mirrorID, err)
 	}

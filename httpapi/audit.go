@@ -163,7 +163,7 @@ func (h *handlers) auditedTx(ctx context.Context, fn func(tx pgx.Tx) error) erro
 			return nil
 		}
 		rec.entry.Result, rec.entry.Status = db.AuditSuccess, rec.successStatus
-		return h.store.AuditInsertTx(ctx, tx, rec.complete())
+		return h.store.With(tx).AuditInsert(ctx, rec.complete())
 	})
 	if err == nil && rec != nil {
 		rec.written = true

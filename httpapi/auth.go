@@ -342,7 +342,7 @@ func (h *handlers) changePassword(ctx context.Context, in *changePasswordInput) 
 		setAuditDetails(ctx, map[string]any{"changed": true, "fields": []string{"password"}})
 		err = h.auditedTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			u, err = h.store.UserSetPasswordHashTx(ctx, tx, u.ID, hash)
+			u, err = h.store.With(tx).UserSetPasswordHash(ctx, u.ID, hash)
 			return err
 		})
 		if err != nil {

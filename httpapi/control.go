@@ -99,7 +99,7 @@ func (h *handlers) registerControl(api huma.API) {
 // and writes the request's audit entry in it. A missing mirror is a 404.
 func (h *handlers) controlTx(ctx context.Context, name string, fn func(tx pgx.Tx, m db.Mirror) error) error {
 	err := h.auditedTx(ctx, func(tx pgx.Tx) error {
-		m, err := h.store.MirrorGetByNameForUpdate(ctx, tx, name)
+		m, err := h.store.With(tx).MirrorGetByNameForUpdate(ctx, name)
 		if err != nil {
 			return err
 		}
@@ -157,17 +157,17 @@ func (h *handlers) pause(ctx context.Context, in *mirrorPath) (*statusMessageOut
 		if m.Status == db.StatusPaused {
 			return errorf(http.StatusConflict, "Mirror %q is already paused", m.Name)
 		}
-		tables, err := h.store.MirrorTablesTx(ctx, tx, m.ID)
+		tables, err := h.store.With(tx).MirrorTables(ctx, m.ID)
 		if err != nil {
 			return err
 		}
 		if err := busy(m, tables, "pause"); err != nil {
 			return err
 		}
-		if err := h.store.MirrorPauseTx(ctx, tx, m.ID); err != nil {
+		if err := h.store.With(tx).MirrorPause(ctx, m.ID); err != nil {
 			return err
 		}
-		return h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorPaused, actor(ctx, nil))
+		return h.store.With(tx).LogInsert(ctx, m.ID, db.LevelInfo, db.MsgMirrorPaused, actor(ctx, nil))
 	})
 	if err != nil {
 		return nil, err
@@ -183,10 +183,10 @@ func (h *handlers) resume(ctx context.Context, in *mirrorPath) (*statusMessageOu
 		if m.Status != db.StatusPaused {
 			return errorf(http.StatusConflict, "Mirror %q is not paused (status %s): only a paused mirror can be resumed", m.Name, m.Status)
 		}
-		if err := h.store.MirrorResumeTx(ctx, tx, m.ID); err != nil {
+		if err := h.store.With(tx).MirrorResume(ctx, m.ID); err != nil {
 			return err
 		}
-		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorResumed, actor(ctx, nil)); err != nil {
+		if err := h.store.With(tx).LogInsert(ctx, m.ID, db.LevelInfo, db.MsgMirrorResumed, actor(ctx, nil)); err != nil {
 			return err
 		}
 		return h.enqueueRun(ctx, tx, m.ID)
@@ -203,7 +203,7 @@ func (h *handlers) resume(ctx context.Context, in *mirrorPath) (*statusMessageOu
 // requestAction records a resync or schema sync for the mirror's worker.
 func (h *handlers) requestAction(ctx context.Context, name, action, what, logMsg string) (wasPaused bool, err error) {
 	err = h.controlTx(ctx, name, func(tx pgx.Tx, m db.Mirror) error {
-		tables, err := h.store.MirrorTablesTx(ctx, tx, m.ID)
+		tables, err := h.store.With(tx).MirrorTables(ctx, m.ID)
 		if err != nil {
 			return err
 		}
@@ -211,16 +211,16 @@ func (h *handlers) requestAction(ctx context.Context, name, action, what, logMsg
 			return err
 		}
 		wasPaused = m.Status == db.StatusPaused || m.DesiredState == db.DesiredPaused
-		if err := h.store.MirrorRequestActionTx(ctx, tx, m.ID, action); err != nil {
+		if err := h.store.With(tx).MirrorRequestAction(ctx, m.ID, action); err != nil {
 			return err
 		}
 		if wasPaused {
-			if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgMirrorResumed, actor(ctx, map[string]string{"reason": what})); err != nil {
+			if err := h.store.With(tx).LogInsert(ctx, m.ID, db.LevelInfo, db.MsgMirrorResumed, actor(ctx, map[string]string{"reason": what})); err != nil {
 				return err
 			}
 		}
 		if logMsg != "" {
-			if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, logMsg, actor(ctx, nil)); err != nil {
+			if err := h.store.With(tx).LogInsert(ctx, m.ID, db.LevelInfo, logMsg, actor(ctx, nil)); err != nil {
 				return err
 			}
 		}
@@ -261,7 +261,7 @@ func (h *handlers) resyncTable(ctx context.Context, in *tableResyncInput) (*tabl
 	var paused bool
 	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
 		paused = m.Status == db.StatusPaused || m.DesiredState == db.DesiredPaused
-		tables, err := h.store.MirrorTablesTx(ctx, tx, m.ID)
+		tables, err := h.store.With(tx).MirrorTables(ctx, m.ID)
 		if err != nil {
 			return err
 		}
@@ -277,11 +277,11 @@ func (h *handlers) resyncTable(ctx context.Context, in *tableResyncInput) (*tabl
 		if err := busy(m, tables, "resync a table of"); err != nil {
 			return err
 		}
-		if err := h.store.MirrorTableRequestResyncTx(ctx, tx, m.ID, src); err != nil {
+		if err := h.store.With(tx).MirrorTableRequestResync(ctx, m.ID, src); err != nil {
 			return err
 		}
 		setAuditDetails(ctx, map[string]any{"table": src.String()})
-		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgTableResyncStarted, actor(ctx, map[string]string{"table": src.String()})); err != nil {
+		if err := h.store.With(tx).LogInsert(ctx, m.ID, db.LevelInfo, db.MsgTableResyncStarted, actor(ctx, map[string]string{"table": src.String()})); err != nil {
 			return err
 		}
 		return h.enqueueRun(ctx, tx, m.ID)
@@ -304,10 +304,10 @@ func (h *handlers) retry(ctx context.Context, in *mirrorPath) (*messageOutput, e
 		if m.Status != db.StatusError {
 			return errorf(http.StatusConflict, "Mirror %q is not in error (status %s): retry is only for a failed mirror", m.Name, m.Status)
 		}
-		if err := h.store.MirrorRequestRetryTx(ctx, tx, m.ID); err != nil {
+		if err := h.store.With(tx).MirrorRequestRetry(ctx, m.ID); err != nil {
 			return err
 		}
-		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, db.MsgRetrySignal, actor(ctx, nil)); err != nil {
+		if err := h.store.With(tx).LogInsert(ctx, m.ID, db.LevelInfo, db.MsgRetrySignal, actor(ctx, nil)); err != nil {
 			return err
 		}
 		return h.enqueueRun(ctx, tx, m.ID)
@@ -377,7 +377,7 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 			return errorf(http.StatusConflict, "Mirror %q changed while its tables were checked (status %s): pause it and try again", locked.Name, locked.Status)
 		}
 		var err error
-		tables, err = h.store.MirrorTablesReplaceTx(ctx, tx, m.ID, mappings)
+		tables, err = h.store.With(tx).MirrorTablesReplace(ctx, m.ID, mappings)
 		return err
 	})
 	if err != nil {

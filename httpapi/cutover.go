@@ -142,7 +142,7 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 		if m.Status != db.StatusRunning || m.DesiredState != db.DesiredRunning {
 			return errorf(http.StatusConflict, "Cannot cut over mirror %q: its status is %s; a cut-over needs a running mirror", m.Name, m.Status)
 		}
-		tables, err := h.store.MirrorTablesTx(ctx, tx, m.ID)
+		tables, err := h.store.With(tx).MirrorTables(ctx, m.ID)
 		if err != nil {
 			return err
 		}
@@ -155,11 +155,11 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 			}
 		}
 		if opts.ReverseMirrorName != "" {
-			if err := h.store.LockMirrorNamesTx(ctx, tx); err != nil {
+			if err := h.store.With(tx).LockMirrorNames(ctx); err != nil {
 				return err
 			}
 			pub, slot, err := chooseNames(ctx, func(ctx context.Context, slot, pub string) (string, error) {
-				return h.store.MirrorUsingSlotOrPublicationTx(ctx, tx, slot, pub)
+				return h.store.With(tx).MirrorUsingSlotOrPublication(ctx, slot, pub)
 			}, opts.ReverseMirrorName, "", "")
 			if err != nil {
 				return err
@@ -168,10 +168,10 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 		}
 		record := db.Cutover{State: db.CutoverRequested, RequestedAt: requested, RequestedBy: currentUser(ctx).Username,
 			Options: opts, Steps: []db.CutoverStep{}}
-		if err := h.store.MirrorRequestCutoverTx(ctx, tx, m.ID, record); err != nil {
+		if err := h.store.With(tx).MirrorRequestCutover(ctx, m.ID, record); err != nil {
 			return err
 		}
-		if err := h.store.LogInsertTx(ctx, tx, m.ID, db.LevelInfo, "Cut-over requested", map[string]any{
+		if err := h.store.With(tx).LogInsert(ctx, m.ID, db.LevelInfo, "Cut-over requested", map[string]any{
 			"user": currentUser(ctx).Username, "lock_source": opts.LockSource, "drop_slot": opts.DropSlot,
 			"reverse_mirror_name": opts.ReverseMirrorName}); err != nil {
 			return err

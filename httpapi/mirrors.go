@@ -489,16 +489,16 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	err = h.auditedTx(ctx, func(tx pgx.Tx) error {
 		// Under this lock no other mirror can take the names between the
 		// check and the insert.
-		if err := h.store.LockMirrorNamesTx(ctx, tx); err != nil {
+		if err := h.store.With(tx).LockMirrorNames(ctx); err != nil {
 			return err
 		}
 		pub, slot, err := chooseNames(ctx, func(ctx context.Context, slot, pub string) (string, error) {
-			return h.store.MirrorUsingSlotOrPublicationTx(ctx, tx, slot, pub)
+			return h.store.With(tx).MirrorUsingSlotOrPublication(ctx, slot, pub)
 		}, b.Name, b.PublicationName, b.ReplicationSlotName)
 		if err != nil {
 			return err
 		}
-		m, err = h.store.MirrorCreateTx(ctx, tx, db.MirrorCreateParams{
+		m, err = h.store.With(tx).MirrorCreate(ctx, db.MirrorCreateParams{
 			Name: b.Name, SourcePeerID: source.ID, DestinationPeerID: dest.ID,
 			SnapshotNumRowsPerPartition: b.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: b.SnapshotMaxParallelWorkers,
 			SnapshotNumTablesInParallel: b.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: b.CDCSyncIntervalSeconds,
@@ -508,7 +508,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 		if err != nil {
 			return err
 		}
-		if tables, err = h.store.MirrorTablesTx(ctx, tx, m.ID); err != nil {
+		if tables, err = h.store.With(tx).MirrorTables(ctx, m.ID); err != nil {
 			return err
 		}
 		return h.enqueueRun(ctx, tx, m.ID)
@@ -579,11 +579,11 @@ func (h *handlers) enqueueRun(ctx context.Context, tx pgx.Tx, mirrorID int64) er
 
 func (h *handlers) deleteMirror(ctx context.Context, in *mirrorPath) (*deletedOutput, error) {
 	err := h.auditedTx(ctx, func(tx pgx.Tx) error {
-		m, err := h.store.MirrorGetByNameForUpdate(ctx, tx, in.Name)
+		m, err := h.store.With(tx).MirrorGetByNameForUpdate(ctx, in.Name)
 		if err != nil {
 			return err
 		}
-		if err := h.store.MirrorSoftDeleteTx(ctx, tx, m.ID); err != nil {
+		if err := h.store.With(tx).MirrorSoftDelete(ctx, m.ID); err != nil {
 			return err
 		}
 		if _, err := h.river.InsertTx(ctx, tx, jobs.MirrorCleanupArgs{MirrorID: m.ID}, nil); err != nil {

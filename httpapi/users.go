@@ -97,7 +97,7 @@ func (h *handlers) createUser(ctx context.Context, in *userCreateInput) (*userCr
 	var u db.User
 	err = h.auditedTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		u, err = h.store.UserCreateTx(ctx, tx, in.Body.Username, hash, in.Body.Role)
+		u, err = h.store.With(tx).UserCreate(ctx, in.Body.Username, hash, in.Body.Role)
 		return err
 	})
 	if db.Violates(err, db.ConstraintUsername) {
@@ -115,7 +115,7 @@ func (h *handlers) deleteUser(ctx context.Context, in *usernamePath) (*deletedOu
 	if in.Username == currentUser(ctx).Username {
 		return nil, errorf(http.StatusBadRequest, "You cannot delete your own account: log in as another admin to delete %q", in.Username)
 	}
-	err := h.auditedTx(ctx, func(tx pgx.Tx) error { return h.store.UserDeleteTx(ctx, tx, in.Username) })
+	err := h.auditedTx(ctx, func(tx pgx.Tx) error { return h.store.With(tx).UserDelete(ctx, in.Username) })
 	if errors.Is(err, db.ErrNotFound) {
 		return nil, errorf(http.StatusNotFound, "User %q does not exist", in.Username)
 	}

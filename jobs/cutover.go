@@ -512,7 +512,7 @@ func (c *cutoverRun) complete(ctx context.Context) (map[string]any, error) {
 			return nil, err
 		}
 	}
-	if err := c.run.store.MirrorCutoverCompleteTx(ctx, tx, c.m.ID, c.record); err != nil {
+	if err := c.run.store.With(tx).MirrorCutoverComplete(ctx, c.m.ID, c.record); err != nil {
 		if errors.Is(err, db.ErrNotFound) {
 			return nil, errors.New("the mirror was deleted or its cut-over request withdrawn")
 		}
@@ -522,7 +522,7 @@ func (c *cutoverRun) complete(ctx context.Context) (map[string]any, error) {
 	if opts.ReverseMirrorName != "" {
 		details["reverse_mirror"] = opts.ReverseMirrorName
 	}
-	if err := c.run.store.LogInsertTx(ctx, tx, c.m.ID, db.LevelInfo, "Cut-over completed", details); err != nil {
+	if err := c.run.store.With(tx).LogInsert(ctx, c.m.ID, db.LevelInfo, "Cut-over completed", details); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -538,10 +538,10 @@ func (c *cutoverRun) complete(ctx context.Context) (map[string]any, error) {
 func (c *cutoverRun) createReverse(ctx context.Context, tx pgx.Tx) error {
 	opts := c.record.Options
 	store := c.run.store
-	if err := store.LockMirrorNamesTx(ctx, tx); err != nil {
+	if err := store.With(tx).LockMirrorNames(ctx); err != nil {
 		return err
 	}
-	if user, err := store.MirrorUsingSlotOrPublicationTx(ctx, tx, opts.ReverseReplicationSlotName, opts.ReversePublicationName); err != nil {
+	if user, err := store.With(tx).MirrorUsingSlotOrPublication(ctx, opts.ReverseReplicationSlotName, opts.ReversePublicationName); err != nil {
 		return err
 	} else if user != "" {
 		return fmt.Errorf("mirror %q took the reverse mirror's slot or publication name meanwhile: request the cut-over again", user)
@@ -550,7 +550,7 @@ func (c *cutoverRun) createReverse(ctx context.Context, tx pgx.Tx) error {
 	for i, m := range c.mappings {
 		reverse[i] = change.Mapping{Source: m.Destination, Destination: m.Source}
 	}
-	rm, err := store.MirrorCreateTx(ctx, tx, db.MirrorCreateParams{
+	rm, err := store.With(tx).MirrorCreate(ctx, db.MirrorCreateParams{
 		Name: opts.ReverseMirrorName, SourcePeerID: c.m.DestinationPeerID, DestinationPeerID: c.m.SourcePeerID,
 		SnapshotNumRowsPerPartition: c.m.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: c.m.SnapshotMaxParallelWorkers,
 		SnapshotNumTablesInParallel: c.m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: c.m.CDCSyncIntervalSeconds,
@@ -564,7 +564,7 @@ func (c *cutoverRun) createReverse(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return err
 	}
-	if err := store.LogInsertTx(ctx, tx, rm.ID, db.LevelInfo, "Reverse mirror created by a cut-over", map[string]any{
+	if err := store.With(tx).LogInsert(ctx, rm.ID, db.LevelInfo, "Reverse mirror created by a cut-over", map[string]any{
 		"of": c.m.Name, "slot": opts.ReverseReplicationSlotName,
 		"note": "no snapshot: the slot was created at the cut-over, before the destination took writes"}); err != nil {
 		return err
