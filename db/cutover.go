@@ -8,13 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// StatusCompleted is the final status of a mirror whose cut-over succeeded:
-// the destination has every change of the source and takes the writes now.
-const StatusCompleted = "completed"
-
-// ActionCutover is the pending action of a requested cut-over.
-const ActionCutover = "cutover"
-
 // Cut-over states (Cutover.State) and step states (CutoverStep.State).
 const (
 	CutoverRequested = "requested"

@@ -10,7 +10,7 @@ import (
 // the catalog.
 type MirrorHealth struct {
 	Name          string
-	Status        string
+	Status        MirrorStatus
 	SlotLagBytes  *int64
 	SlotWALStatus *string
 	// LagSeconds is the mirror's lag as the catalog knows it (see

@@ -115,8 +115,8 @@ func (s *Store) MirrorResume(ctx context.Context, id int64) error {
 // MirrorRequestAction records a control request (ActionResync or
 // ActionSyncSchema) for the mirror's worker and sets the desired state (and
 // a paused status) to running, so a paused mirror resumes to carry it out.
-func (s *Store) MirrorRequestAction(ctx context.Context, id int64, action string) error {
-	return s.updateMirror(ctx, "request "+action+" on", id,
+func (s *Store) MirrorRequestAction(ctx context.Context, id int64, action PendingAction) error {
+	return s.updateMirror(ctx, "request "+string(action)+" on", id,
 		`UPDATE mirrors SET pending_action = $2, desired_state = 'running',
 			status = CASE WHEN status = 'paused' THEN 'running' ELSE status END
 		WHERE id = $1 AND deleted_at IS NULL`, action)

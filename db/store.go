@@ -90,33 +90,6 @@ type Peer struct {
 	keys           *secretbox.Keyring
 }
 
-// Mirror statuses.
-const (
-	StatusInitializing = "initializing"
-	StatusSnapshotting = "snapshotting"
-	StatusRunning      = "running"
-	StatusPaused       = "paused"
-	StatusError        = "error"
-	StatusStopped      = "stopped"
-)
-
-// Desired states and pending actions written by the API.
-const (
-	DesiredRunning = "running"
-	DesiredPaused  = "paused"
-
-	ActionResync     = "resync"
-	ActionSyncSchema = "sync_schema"
-)
-
-// Table statuses.
-const (
-	TableStatusPending      = "pending"
-	TableStatusSnapshotting = "snapshotting"
-	TableStatusRunning      = "running"
-	TableStatusError        = "error"
-)
-
 // SequenceName names a sequence listed in a mirror's configuration.
 type SequenceName struct {
 	Schema string `json:"schema"`
@@ -143,10 +116,10 @@ type Mirror struct {
 	ReplicationSlotName         string
 	CreatedPublication          bool
 	CreatedSlot                 bool
-	Status                      string
-	DesiredState                string
-	ResumeStatus                *string
-	PendingAction               *string
+	Status                      MirrorStatus
+	DesiredState                DesiredState
+	ResumeStatus                *MirrorStatus
+	PendingAction               *PendingAction
 	ErrorMessage                *string
 	ErrorCount                  int
 	NextRetryAt                 *time.Time
@@ -186,7 +159,7 @@ type MirrorTable struct {
 	DestinationSchema string
 	DestinationTable  string
 	ExcludeColumns    []string
-	Status            string
+	Status            TableStatus
 	ResyncRequestedAt *time.Time
 	RowsSynced        int64
 	RowsInserted      int64

@@ -138,7 +138,7 @@ func (s *Store) DeletedMirrorsWithoutCleanup(ctx context.Context, cleanupKind st
 // MirrorSetStatus moves a live mirror to status. The catalog's trigger
 // rejects illegal transitions. Leaving error or reaching running resets the
 // error fields when clearError is set.
-func (s *Store) MirrorSetStatus(ctx context.Context, mirrorID int64, status string, clearError bool) error {
+func (s *Store) MirrorSetStatus(ctx context.Context, mirrorID int64, status MirrorStatus, clearError bool) error {
 	_, err := s.q.Exec(ctx, `
 		UPDATE mirrors SET status = $2,
 		  error_message = CASE WHEN $3 THEN NULL ELSE error_message END,
@@ -176,7 +176,7 @@ func (s *Store) MirrorSetCreated(ctx context.Context, mirrorID int64, publicatio
 }
 
 // MirrorClearPendingAction clears a control request once it is carried out.
-func (s *Store) MirrorClearPendingAction(ctx context.Context, mirrorID int64, action string) error {
+func (s *Store) MirrorClearPendingAction(ctx context.Context, mirrorID int64, action PendingAction) error {
 	_, err := s.q.Exec(ctx, `UPDATE mirrors SET pending_action = NULL WHERE id = $1 AND pending_action = $2`, mirrorID, action)
 	if err != nil {
 		return fmt.Errorf("clear %s request of mirror %d: %w", action, mirrorID, err)
@@ -215,7 +215,7 @@ func (s *Store) MirrorRecordFailure(ctx context.Context, mirrorID int64, f Mirro
 
 // MirrorTablesSetStatus sets the status of the given mirror tables (all of
 // the mirror's tables when ids is empty or nil).
-func (s *Store) MirrorTablesSetStatus(ctx context.Context, mirrorID int64, ids []int64, status string) error {
+func (s *Store) MirrorTablesSetStatus(ctx context.Context, mirrorID int64, ids []int64, status TableStatus) error {
 	// pgx sends a nil slice as NULL, and cardinality(NULL) is NULL, not 0:
 	// without the IS NULL test "all tables" matched none (a full resync
 	// then copied nothing).

@@ -23,7 +23,7 @@ func TestMirrorTablesSetStatusAll(t *testing.T) {
 		require.NoError(t, err)
 		var out []string
 		for _, tb := range tables {
-			out = append(out, tb.Status)
+			out = append(out, string(tb.Status))
 		}
 		return out
 	}

@@ -119,35 +119,10 @@ func (h *handlers) controlTx(ctx context.Context, name string, fn func(tx pgx.Tx
 }
 
 // busy returns a 409 when the mirror is in a state where no other control
-// operation may start: being set up or snapshotted, stopped, or with a
-// resync or schema sync still to be carried out.
+// operation may start (db.Mirror.ControlBlocked).
 func busy(m db.Mirror, tables []db.MirrorTable, what string) error {
-	switch m.Status {
-	case db.StatusInitializing:
-		return errorf(http.StatusConflict, "Cannot %s mirror %q: it is still initializing; wait until it is running", what, m.Name)
-	case db.StatusSnapshotting:
-		return errorf(http.StatusConflict, "Cannot %s mirror %q: its snapshot is in progress; wait until it is running", what, m.Name)
-	case db.StatusStopped:
-		return errorf(http.StatusConflict, "Cannot %s mirror %q: it is stopped, which is final; delete it and create it again", what, m.Name)
-	case db.StatusCompleted:
-		return errorf(http.StatusConflict, "Cannot %s mirror %q: it was cut over to its destination (status completed, which is final); delete it, or create a new mirror", what, m.Name)
-	}
-	if m.PendingAction != nil {
-		action := *m.PendingAction
-		switch action {
-		case db.ActionSyncSchema:
-			action = "schema sync"
-		case db.ActionResync:
-			action = "resync"
-		case db.ActionCutover:
-			action = "cut-over"
-		}
-		return errorf(http.StatusConflict, "Cannot %s mirror %q: a %s is in progress; wait until it has finished", what, m.Name, action)
-	}
-	for _, t := range tables {
-		if t.ResyncRequestedAt != nil || t.Status == db.TableStatusSnapshotting {
-			return errorf(http.StatusConflict, "Cannot %s mirror %q: table %s.%s is being resynced; wait until it has finished", what, m.Name, t.SourceSchema, t.SourceTable)
-		}
+	if reason := m.ControlBlocked(tables); reason != "" {
+		return errorf(http.StatusConflict, "Cannot %s mirror %q: %s", what, m.Name, reason)
 	}
 	return nil
 }
@@ -174,7 +149,7 @@ func (h *handlers) pause(ctx context.Context, in *mirrorPath) (*statusMessageOut
 	}
 	out := &statusMessageOutput{}
 	out.Body.Message = fmt.Sprintf("Mirror %q paused; its replication slot keeps its position", in.Name)
-	out.Body.Status = db.StatusPaused
+	out.Body.Status = string(db.StatusPaused)
 	return out, nil
 }
 
@@ -196,12 +171,12 @@ func (h *handlers) resume(ctx context.Context, in *mirrorPath) (*statusMessageOu
 	}
 	out := &statusMessageOutput{}
 	out.Body.Message = fmt.Sprintf("Mirror %q resumed; CDC continues from the last replicated LSN", in.Name)
-	out.Body.Status = db.StatusRunning
+	out.Body.Status = string(db.StatusRunning)
 	return out, nil
 }
 
 // requestAction records a resync or schema sync for the mirror's worker.
-func (h *handlers) requestAction(ctx context.Context, name, action, what, logMsg string) (wasPaused bool, err error) {
+func (h *handlers) requestAction(ctx context.Context, name string, action db.PendingAction, what, logMsg string) (wasPaused bool, err error) {
 	err = h.controlTx(ctx, name, func(tx pgx.Tx, m db.Mirror) error {
 		tables, err := h.store.With(tx).MirrorTables(ctx, m.ID)
 		if err != nil {

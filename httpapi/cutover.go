@@ -186,7 +186,7 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 		return nil, err
 	}
 	out := &cutoverOutput{}
-	out.Body.Status, out.Body.Cutover = m.Status, cutoverResponse(m.Cutover)
+	out.Body.Status, out.Body.Cutover = string(m.Status), cutoverResponse(m.Cutover)
 	switch {
 	case m.Cutover == nil || !m.Cutover.RequestedAt.Equal(requested):
 		return nil, errorf(http.StatusConflict, "The cut-over of mirror %q was replaced or withdrawn while it ran: see GET /v1/mirrors/%s", in.Name, in.Name)

@@ -118,7 +118,7 @@ func configResponse(m db.Mirror, tables []db.MirrorTable) mirrorConfig {
 		SnapshotNumTablesInParallel: m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: m.CDCSyncIntervalSeconds,
 		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot,
 		PublicationName: m.PublicationName, ReplicationSlotName: m.ReplicationSlotName, Sequences: sequencesResponse(m.Sequences),
-		Status: m.Status, CreatedAt: m.CreatedAt,
+		Status: string(m.Status), CreatedAt: m.CreatedAt,
 	}
 }
 
@@ -253,7 +253,7 @@ func (h *handlers) listMirrors(ctx context.Context, _ *struct{}) (*mirrorListOut
 	out := &mirrorListOutput{Body: make([]mirrorSummary, 0, len(mirrors))}
 	for _, m := range mirrors {
 		out.Body = append(out.Body, mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
-			Status: m.Status, LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
+			Status: string(m.Status), LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
 			slotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt})
 	}
 	return out, nil
@@ -285,13 +285,13 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 		return nil, h.internal(ctx, "load the mirror's tables", err)
 	}
 	st := mirrorStatus{
-		mirrorConfig: configResponse(m, tables), DesiredState: m.DesiredState,
+		mirrorConfig: configResponse(m, tables), DesiredState: string(m.DesiredState),
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
 		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, slotHealth: slotHealthResponse(m), Cutover: cutoverResponse(m.Cutover), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
 	}
 	for _, t := range tables {
 		st.Tables = append(st.Tables, tableStatus{
-			TableName: change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}.String(), Status: t.Status,
+			TableName: change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}.String(), Status: string(t.Status),
 			RowsSynced: t.RowsSynced, RowsInserted: t.RowsInserted, RowsUpdated: t.RowsUpdated, RowsDeleted: t.RowsDeleted,
 			LastSyncedAt: t.LastSyncedAt, RowsEstimated: t.RowsEstimated, Progress: snapshotProgress(t),
 		})

@@ -208,7 +208,7 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 			return err
 		}
 	case phaseCopyTables:
-		return inStep(opSnapshot, r.copyTablesDuringCDC(ctx, in, tablesToCopy(in.m, in.tables)))
+		return inStep(opSnapshot, r.copyTablesDuringCDC(ctx, in, in.m.TablesToCopy(in.tables)))
 	case phaseCDC:
 		if err := inStep(opSetup, r.startWithoutCopy(ctx, in.m, in.tables)); err != nil {
 			return err

@@ -47,7 +47,7 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 	if err != nil {
 		return err
 	}
-	if !wantsToRun(m) {
+	if !m.WantsToRun() {
 		return nil
 	}
 	lock, err := store.MirrorTryLock(ctx, id)
@@ -62,12 +62,6 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id)}
 	defer r.releaseLock()
 	return r.work(ctx)
-}
-
-// wantsToRun reports whether a mirror needs a worker now.
-func wantsToRun(m db.Mirror) bool {
-	return m.DeletedAt == nil && m.Status != db.StatusStopped && m.Status != db.StatusCompleted &&
-		m.DesiredState == db.DesiredRunning && m.Status != db.StatusPaused
 }
 
 // mirrorRun is one run of one mirror by the worker holding its lock.
@@ -87,7 +81,7 @@ type mirrorRun struct {
 
 	stopMu     sync.Mutex
 	cdcStop    chan struct{} // non-nil while the CDC phase runs
-	stopReason string
+	stopReason stopReason
 	copying    map[int64]bool // mirror tables being copied beside CDC
 }
 
@@ -96,7 +90,7 @@ func (r *mirrorRun) work(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !wantsToRun(m) {
+	if !m.WantsToRun() {
 		return nil
 	}
 	if m.Status == db.StatusError && m.NextRetryAt != nil {
@@ -150,15 +144,18 @@ var (
 	errStopPaused  = errors.New("mirror paused")
 )
 
+// stopReason is why the CDC phase was asked to stop at a batch boundary.
+type stopReason string
+
 // Reasons why the CDC phase was asked to stop at a batch boundary.
 const (
-	reasonPaused  = "paused"
-	reasonDeleted = "deleted"
-	reasonAction  = "action"
-	reasonBudget  = "budget"
+	reasonPaused  stopReason = "paused"
+	reasonDeleted stopReason = "deleted"
+	reasonAction  stopReason = "action"
+	reasonBudget  stopReason = "budget"
 	// reasonLostLock: another worker took the mirror over while this run
 	// was cut off from the catalog.
-	reasonLostLock = "lost_lock"
+	reasonLostLock stopReason = "lost_lock"
 )
 
 // beginCDC returns the stop channel of a new CDC phase.
@@ -178,7 +175,7 @@ func (r *mirrorRun) inCDC() bool {
 }
 
 // endCDC ends the CDC phase and returns why it was stopped ("" if it was not).
-func (r *mirrorRun) endCDC() string {
+func (r *mirrorRun) endCDC() stopReason {
 	r.stopMu.Lock()
 	defer r.stopMu.Unlock()
 	r.cdcStop = nil
@@ -187,7 +184,7 @@ func (r *mirrorRun) endCDC() string {
 
 // stopCDC asks the running CDC phase to stop at a batch boundary. It
 // reports false when no CDC phase runs.
-func (r *mirrorRun) stopCDC(reason string) bool {
+func (r *mirrorRun) stopCDC(reason stopReason) bool {
 	r.stopMu.Lock()
 	defer r.stopMu.Unlock()
 	if r.cdcStop == nil {

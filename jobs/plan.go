@@ -33,7 +33,7 @@ const (
 // schemaPreparation decides how a run of m prepares the destination tables.
 func schemaPreparation(m db.Mirror) schemaStep {
 	switch {
-	case effectiveStatus(m) == db.StatusInitializing:
+	case m.EffectiveStatus() == db.StatusInitializing:
 		return schemaCreate
 	case m.PendingAction != nil && *m.PendingAction == db.ActionSyncSchema:
 		return schemaNone
@@ -98,9 +98,9 @@ func nextPhase(f runFacts) phase {
 		return phaseSlotTaken
 	}
 	usable := f.slot.Exists && f.slot.WALStatus != "lost"
-	toCopy := len(tablesToCopy(m, f.tables)) > 0
+	toCopy := len(m.TablesToCopy(f.tables)) > 0
 	switch {
-	case toCopy && (fullSnapshot(m) || !usable || !f.hasPosition):
+	case toCopy && (m.InFullSnapshot() || !usable || !f.hasPosition):
 		return phaseSnapshot
 	case !usable:
 		return phaseNewSlot
@@ -108,37 +108,6 @@ func nextPhase(f runFacts) phase {
 		return phaseCopyTables
 	}
 	return phaseCDC
-}
-
-// effectiveStatus is the mirror's status, or for a failed mirror the
-// status it returns to.
-func effectiveStatus(m db.Mirror) string {
-	if m.Status == db.StatusError && m.ResumeStatus != nil {
-		return *m.ResumeStatus
-	}
-	return m.Status
-}
-
-// fullSnapshot reports whether the mirror is (or was, before it failed) in
-// its initial setup and snapshot or a full resync.
-func fullSnapshot(m db.Mirror) bool {
-	status := effectiveStatus(m)
-	return status == db.StatusInitializing || status == db.StatusSnapshotting
-}
-
-// tablesToCopy returns the tables that wait for a copy: those being copied
-// when the last run ended, those with a resync request, and pending ones
-// unless the mirror skips initial snapshots (a full resync copies them even
-// then).
-func tablesToCopy(m db.Mirror, tables []db.MirrorTable) []db.MirrorTable {
-	copyPending := m.DoInitialSnapshot || effectiveStatus(m) == db.StatusSnapshotting
-	var out []db.MirrorTable
-	for _, t := range tables {
-		if t.ResyncRequestedAt != nil || t.Status == db.TableStatusSnapshotting || (t.Status == db.TableStatusPending && copyPending) {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 // phaseInputs is what the phases of one iteration work with: the mirror

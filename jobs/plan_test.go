@@ -17,7 +17,7 @@ import (
 func ptr[T any](v T) *T { return &v }
 
 // mirrorIn builds a mirror in status (in error, resuming to resume).
-func mirrorIn(status string, resume string) db.Mirror {
+func mirrorIn(status, resume db.MirrorStatus) db.Mirror {
 	m := db.Mirror{Name: "m", Status: status, DesiredState: db.DesiredRunning, DoInitialSnapshot: true, CreatedSlot: true,
 		ReplicationSlotName: "pgmirror_slot_m"}
 	if resume != "" {
@@ -26,7 +26,7 @@ func mirrorIn(status string, resume string) db.Mirror {
 	return m
 }
 
-func tablesIn(statuses ...string) []db.MirrorTable {
+func tablesIn(statuses ...db.TableStatus) []db.MirrorTable {
 	out := make([]db.MirrorTable, len(statuses))
 	for i, s := range statuses {
 		out[i] = db.MirrorTable{ID: int64(i + 1), SourceSchema: "public", SourceTable: fmt.Sprintf("t%d", i), Status: s}
@@ -47,7 +47,7 @@ func TestNextPhase(t *testing.T) {
 	resyncRequested[1].ResyncRequestedAt = ptr(time.Now())
 	noSnapshot := func(m db.Mirror) db.Mirror { m.DoInitialSnapshot = false; return m }
 	notOurs := func(m db.Mirror) db.Mirror { m.CreatedSlot = false; return m }
-	pendingAction := func(a string) func(db.Mirror) db.Mirror {
+	pendingAction := func(a db.PendingAction) func(db.Mirror) db.Mirror {
 		return func(m db.Mirror) db.Mirror { m.PendingAction = ptr(a); return m }
 	}
 	same := func(m db.Mirror) db.Mirror { return m }
@@ -94,7 +94,7 @@ func TestNextPhase(t *testing.T) {
 
 func TestSchemaPreparation(t *testing.T) {
 	t.Parallel()
-	withAction := func(m db.Mirror, a string) db.Mirror { m.PendingAction = ptr(a); return m }
+	withAction := func(m db.Mirror, a db.PendingAction) db.Mirror { m.PendingAction = ptr(a); return m }
 	require.Equal(t, schemaCreate, schemaPreparation(mirrorIn(db.StatusInitializing, "")))
 	require.Equal(t, schemaCreate, schemaPreparation(mirrorIn(db.StatusError, db.StatusInitializing)))
 	require.Equal(t, schemaFollow, schemaPreparation(mirrorIn(db.StatusRunning, "")))
@@ -143,20 +143,4 @@ func TestBackoff(t *testing.T) {
 	require.Equal(t, []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second,
 		160 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}, got)
 	require.Equal(t, 5*time.Minute, Backoff(10000))
-}
-
-func TestWantsToRun(t *testing.T) {
-	t.Parallel()
-	for status, want := range map[string]bool{
-		db.StatusInitializing: true, db.StatusSnapshotting: true, db.StatusRunning: true, db.StatusError: true,
-		db.StatusPaused: false, db.StatusStopped: false, db.StatusCompleted: false,
-	} {
-		require.Equal(t, want, wantsToRun(mirrorIn(status, "")), status)
-	}
-	paused := mirrorIn(db.StatusRunning, "")
-	paused.DesiredState = db.DesiredPaused
-	require.False(t, wantsToRun(paused), "pause requested")
-	deleted := mirrorIn(db.StatusRunning, "")
-	deleted.DeletedAt = ptr(time.Now())
-	require.False(t, wantsToRun(deleted))
 }

@@ -17,7 +17,7 @@ import (
 
 // reasonCopied stops the CDC phase that ran beside a table copy once the
 // copy is done.
-const reasonCopied = "copied"
+const reasonCopied stopReason = "copied"
 
 // copyTablesDuringCDC copies targets (a table resync, or tables added to the
 // mirror) while CDC keeps replicating the mirror's other tables.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgmirror/pgmirror/db"
 )
 
 // catalogReadTimeout bounds the catalog queries of one scrape.
@@ -14,8 +16,7 @@ const catalogReadTimeout = 5 * time.Second
 // The statuses and WAL statuses reported as labels, so that every mirror has
 // a series for each (1 for its current one, 0 for the others).
 var (
-	mirrorStatuses = []string{"initializing", "snapshotting", "running", "paused", "error", "stopped", "completed"}
-	walStatuses    = []string{"reserved", "extended", "unreserved", "lost", "missing"}
+	walStatuses = []string{"reserved", "extended", "unreserved", "lost", "missing"}
 )
 
 // catalogCollector reads the catalog series at scrape time, on River's
@@ -69,8 +70,8 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, boolValue(m.Leader))
 	for _, mh := range m.Mirrors {
-		for _, s := range mirrorStatuses {
-			ch <- prometheus.MustNewConstMetric(c.status, prometheus.GaugeValue, boolValue(mh.Status == s), mh.Name, s)
+		for _, s := range db.MirrorStatuses {
+			ch <- prometheus.MustNewConstMetric(c.status, prometheus.GaugeValue, boolValue(mh.Status == s), mh.Name, string(s))
 		}
 		if mh.LagSeconds != nil {
 			ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, *mh.LagSeconds, mh.Name)
