@@ -11,7 +11,7 @@
 // # A mirror's run (mirror_run.go)
 //
 // MirrorRunWorker.Work returns at once unless the mirror wants to run
-// (wantsToRun: live, desired state running, status not paused, stopped or
+// (db.Mirror.WantsToRun: live, desired state running, status not paused, stopped or
 // completed) and its session advisory lock is free; holding the lock, the
 // run snoozes until next_retry_at for a mirror in error, starts the control
 // watcher (LISTEN pgmirror_mirror_control on the lock's connection plus a

@@ -68,5 +68,6 @@
 // (folding a chunk to the final state of each key), keyed.go (staging and
 // the set-based statements), ordered.go (tables without a key, one-row
 // statements), statements.go (the SQL, as pure functions), copyenc.go (COPY
-// data in text and binary format) and meta.go (the destination metadata).
+// data in text and binary format). The destination metadata (_pgmirror) is
+// engine/positions's.
 package apply
