@@ -2,12 +2,12 @@ package db
 
 import (
 	"errors"
-	"io"
-	"net"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // ErrNotFound means the row asked for does not exist (or the mirror has been
@@ -102,26 +102,10 @@ func translate(err error) error {
 func Translate(err error) error { return translate(err) }
 
 // unreachable reports whether err says the catalog cannot be reached, as
-// opposed to a query that failed on a working connection.
+// opposed to a query that failed on a working connection (session.Classify,
+// the one classifier of connection failures).
 func unreachable(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"): // connection exception
-			return true
-		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // admin/crash shutdown, cannot connect now
-			return true
-		}
-		return false
-	}
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) {
-		return true
-	}
-	var netErr *net.OpError
-	return errors.As(err, &netErr) ||
-		errors.Is(err, pgconn.ErrConnClosed) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+	return session.Classify(err) == session.Unreachable
 }
 
 // Names of the catalog's unique constraints that the API reports as a name

@@ -170,7 +170,7 @@ func Classify(err error) Failure {
 	switch {
 	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.Timeout(err),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, net.ErrClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		errors.Is(err, net.ErrClosed), errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return Unreachable
 	case errors.As(err, &retry) && retry.SafeToRetry():
 		// pgconn's "conn closed" and "conn busy": nothing reached the server.
