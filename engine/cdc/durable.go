@@ -3,6 +3,7 @@ package cdc
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,25 +74,29 @@ type flushWatcher struct {
 	targets chan flushTarget // latest target (capacity 1)
 	flushed chan change.LSN  // latest flushed position seen (capacity 1)
 	errs    chan error       // the watcher's failure (capacity 1)
-	cancel  context.CancelFunc
+	quit    chan struct{}    // closed by stop
+	once    sync.Once
 	done    chan struct{}
 }
 
 // startFlushWatcher starts a watcher on conn, which it owns until stop.
+//
+// Stopping does not cancel a query in flight (pgx closes a connection whose
+// query is cancelled, and the caller flushes on it after stop): the watcher
+// ends after its current query, which the run's ctx still bounds.
 func startFlushWatcher(ctx context.Context, conn *pgx.Conn, mirrorUID string) *flushWatcher {
-	ctx, cancel := context.WithCancel(ctx)
 	w := &flushWatcher{
 		conn:    conn,
 		mirror:  mirrorUID,
 		targets: make(chan flushTarget, 1),
 		flushed: make(chan change.LSN, 1),
 		errs:    make(chan error, 1),
-		cancel:  cancel,
+		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
 	go func() {
 		defer close(w.done)
-		if err := w.run(ctx); err != nil && ctx.Err() == nil {
+		if err := w.run(ctx); err != nil && ctx.Err() == nil && !w.stopped() {
 			w.errs <- err
 		}
 	}()
@@ -124,8 +129,18 @@ func merge(a, b flushTarget) flushTarget {
 // stop ends the watcher's goroutine and waits for it; the connection stays
 // open for the caller (see positions.FlushWAL).
 func (w *flushWatcher) stop() {
-	w.cancel()
+	w.once.Do(func() { close(w.quit) })
 	<-w.done
+}
+
+// stopped reports whether stop was called.
+func (w *flushWatcher) stopped() bool {
+	select {
+	case <-w.quit:
+		return true
+	default:
+		return false
+	}
 }
 
 // run waits for targets and reports every advance of the flush position
@@ -143,6 +158,8 @@ func (w *flushWatcher) run(ctx context.Context) error {
 		if target.lsn == 0 {
 			select {
 			case <-ctx.Done():
+				return nil
+			case <-w.quit:
 				return nil
 			case target = <-w.targets:
 				since = time.Now()
@@ -178,6 +195,8 @@ func (w *flushWatcher) run(ctx context.Context) error {
 		for waiting := true; waiting; {
 			select {
 			case <-ctx.Done():
+				return nil
+			case <-w.quit:
 				return nil
 			case t := <-w.targets:
 				if t.urgent && !target.urgent {

@@ -79,3 +79,54 @@ func TestFlushWatcher(t *testing.T) {
 	w.want(last, true)
 	waitReported(last, time.Second)
 }
+
+// TestFlushWatcherStopKeepsConnection: stopping the watcher while its forced
+// flush waits on the destination does not break the connection; the run
+// flushes on it right after (the final confirmation at a stop).
+func TestFlushWatcherStopKeepsConnection(t *testing.T) {
+	t.Parallel()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dst)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	require.NoError(t, positions.Ensure(ctx, conn))
+	const uid = "00000000-0000-0000-0000-000000000002"
+	_, err = positions.FlushWAL(ctx, conn, uid)
+	require.NoError(t, err)
+
+	// Another session holds the row the forced flush writes, so the
+	// watcher's flush is in flight when it is stopped.
+	locker, err := pgx.Connect(ctx, dst)
+	require.NoError(t, err)
+	defer locker.Close(ctx)
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM _pgmirror.flushes WHERE mirror_uid = $1 FOR UPDATE`, uid)
+	require.NoError(t, err)
+
+	w := startFlushWatcher(ctx, conn, uid)
+	w.want(change.LSN(1)<<62, true) // never reached: the watcher forces flushes
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := locker.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting)
+		return err == nil && waiting
+	}, 5*time.Second, 10*time.Millisecond, "the watcher's forced flush waits on the lock")
+
+	stopped := make(chan struct{})
+	go func() { w.stop(); close(stopped) }()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, tx.Rollback(ctx))
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop did not return after the flush went through")
+	}
+	select {
+	case err := <-w.errs:
+		t.Fatalf("watcher reported an error at stop: %v", err)
+	default:
+	}
+	_, err = positions.FlushWAL(ctx, conn, uid)
+	require.NoError(t, err, "the connection is usable after stop")
+}
