@@ -78,7 +78,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &SlotMonitorWorker{cfg: cfg})
 
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:  cfg.Logger.With("component", "river"),
+		Logger:  riverLogger(cfg.Logger),
 		Workers: workers,
 		Queues: map[string]river.QueueConfig{
 			river.QueueDefault: {MaxWorkers: 10},

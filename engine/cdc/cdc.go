@@ -180,7 +180,7 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	cfg.Logger = logger.With("mirror", cfg.MirrorUID, "slot", cfg.SlotName)
+	cfg.Logger = logger.With("mirror_uid", cfg.MirrorUID, "slot", cfg.SlotName)
 	// A source column whose type was not checked for binary transfer ends a
 	// run with apply.ErrBinaryMismatch (DDL on the source); nothing of the
 	// open batch was kept or confirmed, so the next run decides the format
