@@ -235,7 +235,7 @@ func (a *Applier) Apply(ctx context.Context, c *change.Change) error {
 	if !p.buffered() {
 		a.dirty = append(a.dirty, p)
 	}
-	if p.keyed {
+	if p.keyed && !p.inOrder {
 		if mv := p.fold(c); mv != nil {
 			// The row moved to a new key and keeps values only the
 			// destination has: write the chunk, then move it in place.
@@ -440,10 +440,14 @@ func (a *Applier) flushAll(ctx context.Context, keepTail bool) error {
 }
 
 func (a *Applier) flushPlan(ctx context.Context, p *plan) error {
-	if p.keyed {
+	switch {
+	case p.inOrder:
+		return a.flushKeyedInOrder(ctx, p)
+	case p.keyed:
 		return a.flushKeyed(ctx, p)
+	default:
+		return a.flushOrdered(ctx, p)
 	}
-	return a.flushOrdered(ctx, p)
 }
 
 func (a *Applier) truncate(ctx context.Context, c *change.Change) error {

@@ -350,3 +350,48 @@ func connectUnprivileged(t *testing.T, ddl string) *pgx.Conn {
 	u.User = url.UserPassword(role, "pw")
 	return connect(t, u.String())
 }
+
+// TestUniqueOnAPartitionKeepsOrder: a unique index that only a partition
+// of the destination table has still makes the applier keep the source's
+// order, so a swap through a temporary value within one batch applies.
+func TestUniqueOnAPartitionKeepsOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, `CREATE TABLE public.acct (id int PRIMARY KEY, email text) PARTITION BY RANGE (id);
+		CREATE TABLE public.acct_low PARTITION OF public.acct FOR VALUES FROM (0) TO (1000);
+		CREATE UNIQUE INDEX ON public.acct_low (email)`)
+	rel := &change.Relation{ID: 7, Table: change.TableName{Schema: "public", Name: "acct"}, ReplicaIdentity: change.IdentityDefault,
+		Columns: []change.Column{{Name: "id", Key: true}, {Name: "email"}}}
+	conn := connect(t, dst)
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: []change.Mapping{{Source: rel.Table, Destination: rel.Table}}})
+	require.NoError(t, err)
+	row := func(id, email string) []change.Value { return []change.Value{text(id), text(email)} }
+	batch := func(lsn change.LSN, changes ...*change.Change) {
+		t.Helper()
+		require.NoError(t, a.Begin(ctx))
+		for _, c := range changes {
+			require.NoError(t, a.Apply(ctx, c))
+		}
+		_, err := a.Commit(ctx, lsn, int64(lsn))
+		require.NoError(t, err)
+	}
+	var inserts []*change.Change
+	for i := 1; i <= 20; i++ {
+		inserts = append(inserts, &change.Change{Op: change.OpInsert, Relation: rel, New: row(fmt.Sprint(i), fmt.Sprint("e", i))})
+	}
+	batch(1, inserts...)
+	// 1 and 2 swap their emails through 'tmp'; 3 hands its email to a new
+	// row before it is deleted.
+	batch(2,
+		&change.Change{Op: change.OpUpdate, Relation: rel, New: row("1", "tmp")},
+		&change.Change{Op: change.OpUpdate, Relation: rel, New: row("2", "e1")},
+		&change.Change{Op: change.OpUpdate, Relation: rel, New: row("1", "e2")},
+		&change.Change{Op: change.OpUpdate, Relation: rel, New: row("3", "old3")},
+		&change.Change{Op: change.OpInsert, Relation: rel, New: row("30", "e3")},
+		&change.Change{Op: change.OpDelete, Relation: rel, Old: []change.Value{text("3"), null}, OldKeyOnly: true},
+	)
+	var got string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(id || '=' || email, ' ' ORDER BY id) FROM acct WHERE id IN (1, 2, 3, 30)`).Scan(&got))
+	require.Equal(t, "1=e2 2=e1 30=e3", got)
+}

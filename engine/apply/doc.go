@@ -46,6 +46,19 @@
 // longer match that check fails with ErrBinaryMismatch, and the caller
 // starts the stream again in a format decided anew.
 //
+// A destination table with unique constraints besides its primary key (a
+// unique index, also one that only a partition has, or an exclusion
+// constraint; typically a schema restored from the source with pg_dump) is
+// not folded: a value that moves between rows within a chunk (two rows
+// swapping it through a temporary one, a new row taking it over from one
+// deleted later) would meet a row that still holds it, whatever the order
+// of the set-based statements. Its changes are written in the source's
+// order, one statement per change pipelined in one round trip per chunk,
+// with the same outcomes (delete by key, upsert, update of the columns a
+// change has), as PostgreSQL's own apply worker writes every table. Tables
+// that pgmirror creates get their secondary unique indexes only at the
+// cut-over, so they keep the folded path while they replicate.
+//
 // An unchanged TOAST value is taken from an earlier image of the same row in
 // the chunk when there is one (an insert and an update of one row in one
 // batch keep the inserted value). An update that moves a row to a new key
@@ -65,8 +78,9 @@
 //
 // The package's files: applier.go (the Applier and its batch), plan.go
 // (destination tables, plans per relation, source DDL), collapse.go
-// (folding a chunk to the final state of each key), keyed.go (staging and
-// the set-based statements), ordered.go (tables without a key, one-row
+// (folding a chunk to the final state of each key), keyed.go (staging, the
+// set-based statements, and the in-order statements of tables with other
+// unique constraints), ordered.go (tables without a key, one-row
 // statements), statements.go (the SQL, as pure functions), copyenc.go (COPY
 // data in text and binary format). The destination metadata (_pgmirror) is
 // engine/positions's.

@@ -189,10 +189,7 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 	b := a.newRowBatch(ctx, p.binaryChunk())
 	var missing []*entry // complete updates, in statement order
 	var updateAt []int   // their statements' positions in b
-	all := make([]int, len(p.names))
-	for i := range all {
-		all[i] = i
-	}
+	all := allPositions(len(p.names))
 	for _, k := range p.order {
 		e := p.entries[k]
 		var err error
@@ -253,6 +250,103 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 		}
 	}
 	return nil
+}
+
+// flushKeyedInOrder writes the changes of a keyed table whose destination
+// has other unique constraints (plan.inOrder) with one statement per change,
+// in the source's order, all in one pipelined round trip. Folding by key
+// would reorder them: two rows that swap a unique value through a third
+// (a to tmp, b to a, a to b) end as one update each, and whichever runs
+// first meets the other row still holding the value. In order, every
+// statement leaves a state the source had. The outcomes are flushKeyed's: a
+// delete by key; an upsert for an insert and for a complete update (so an
+// update of a row the destination lacks still ends as the source's row); an
+// update of the columns the change has when it carries unchanged TOAST
+// values, which only the destination holds; for a key change, a delete of
+// the old key and an upsert of the new one, or an update in place when
+// values are unchanged.
+func (a *Applier) flushKeyedInOrder(ctx context.Context, p *plan) error {
+	if len(p.ops) == 0 {
+		return nil
+	}
+	b := a.newRowBatch(ctx, p.binaryChunk())
+	for _, c := range p.ops {
+		if err := p.queueInOrder(b, c); err != nil {
+			return fmt.Errorf("apply %s to %s: %w", c.Op, p.dest.name, err)
+		}
+	}
+	p.ops = p.ops[:0]
+	if len(b.ops) == 0 {
+		return nil
+	}
+	if a.tailAllowed && b.binary {
+		// Nothing to check before COMMIT: the statements go in the
+		// commit's round trip.
+		a.tail = &tailRows{plan: p, rows: b}
+		return nil
+	}
+	_, err := a.sendRows(ctx, p, b)
+	return err
+}
+
+// queueInOrder adds the statement (or two, for a key change) that applies
+// c on its own to b (see flushKeyedInOrder).
+func (p *plan) queueInOrder(b *rowBatch, c *change.Change) error {
+	upsert := func(op string, vals []change.Value) error {
+		sql := p.statement("i", func() string { return insertRowSQL(p.dest.name, p.names, p.types, p.keyPos, true) })
+		return b.queue(p, op, sql, vals, allPositions(len(p.names)))
+	}
+	deleteKey := func(vals []change.Value) error {
+		sql := p.statement("d", func() string { return deleteRowSQL(p.dest.name, p.names, p.types, p.keyPos) })
+		return b.queue(p, "delete", sql, pick(vals, p.keyPos), p.keyPos)
+	}
+	switch c.Op {
+	case change.OpInsert:
+		return upsert("insert", p.project(c.New))
+	case change.OpDelete:
+		return deleteKey(p.project(c.Old))
+	}
+	vals := p.project(c.New)
+	old := vals
+	if c.Old != nil {
+		old = p.project(c.Old)
+	}
+	moved := p.key(old) != p.key(vals)
+	if !hasUnchanged(vals) {
+		if moved {
+			if err := deleteKey(old); err != nil {
+				return err
+			}
+		}
+		return upsert("update", vals)
+	}
+	// Only the destination has the unchanged values: update the row in
+	// place, at its old key when it moved.
+	set := p.settable(vals)
+	if moved {
+		set = set[:0]
+		for i, v := range vals {
+			if v.Kind != change.ValueUnchanged {
+				set = append(set, i)
+			}
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	cols := append(append([]int(nil), set...), p.keyPos...)
+	args := append(pick(vals, set), pick(old, p.keyPos)...)
+	sql := p.statement(fmt.Sprint("u", set), func() string { return moveSQL(p.dest.name, p.names, p.types, set, p.keyPos) })
+	return b.queue(p, "update", sql, args, cols)
+}
+
+// allPositions returns 0, 1, ..., n-1: every applied column.
+func allPositions(n int) []int {
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	return all
 }
 
 // settable returns the positions of vals that an update by key sets: the

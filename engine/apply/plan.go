@@ -19,6 +19,12 @@ type destTable struct {
 	pk          map[string]bool
 	required    map[string]bool // NOT NULL without a default: an insert must name it
 	partitioned bool
+	// otherUnique: the table (or a partition of it) has a unique index
+	// besides its primary key, or an exclusion constraint. Folding a chunk
+	// to the final state of each key could then meet a row that still
+	// holds a value another row takes over, so its changes are applied in
+	// the source's order (see flushKeyedInOrder).
+	otherUnique bool
 }
 
 // destColumn is a column of a destination table.
@@ -37,7 +43,11 @@ type destColumn struct {
 // (following domains over domains), with its modifier.
 const destTableSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid,
 		format_type(b.oid, b.typmod), coll.nspname, coll.collname,
-		coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p', a.attnotnull AND NOT a.atthasdef
+		coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p', a.attnotnull AND NOT a.atthasdef,
+		EXISTS (SELECT 1 FROM pg_index x WHERE (x.indrelid = c.oid OR x.indrelid IN (SELECT relid FROM pg_partition_tree(c.oid)))
+				AND x.indisunique AND NOT x.indisprimary)
+			OR EXISTS (SELECT 1 FROM pg_constraint x WHERE (x.conrelid = c.oid OR x.conrelid IN (SELECT relid FROM pg_partition_tree(c.oid)))
+				AND x.contype = 'x')
 	FROM pg_class c
 	JOIN pg_namespace n ON n.oid = c.relnamespace
 	JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -69,8 +79,9 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 			oid                  uint32
 			collSchema, collName *string
 			pk, part, required   bool
+			otherUnique          bool
 		)
-		if err := rows.Scan(&col, &typ, &oid, &stageType, &collSchema, &collName, &pk, &part, &required); err != nil {
+		if err := rows.Scan(&col, &typ, &oid, &stageType, &collSchema, &collName, &pk, &part, &required, &otherUnique); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 		}
@@ -85,6 +96,7 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 			t.required[col] = true
 		}
 		t.partitioned = part
+		t.otherUnique = otherUnique
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
@@ -110,8 +122,11 @@ type plan struct {
 	rowSQL map[string]string
 	// stageTypes define the staging columns (see destColumn.stage).
 	stageTypes []string
-	keyed      bool  // the destination primary key identifies rows
-	keyPos     []int // positions (in applied columns) of the key columns
+	keyed      bool // the destination primary key identifies rows
+	// inOrder: keyed, but the destination has other unique constraints,
+	// so changes are kept in order (ops) instead of folded by key.
+	inOrder bool
+	keyPos  []int // positions (in applied columns) of the key columns
 	// identPos are positions of the source's replica identity columns
 	// (ordered mode, when the old row image holds only the key).
 	identPos []int
@@ -121,7 +136,7 @@ type plan struct {
 
 	entries map[string]*entry // keyed: final state per key
 	order   []string          // keyed: keys in first-seen order
-	ops     []*change.Change  // ordered: changes in order
+	ops     []*change.Change  // ordered and inOrder: changes in order
 }
 
 func (p *plan) buffered() bool { return len(p.entries) > 0 || len(p.ops) > 0 }
@@ -225,6 +240,7 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 			}
 		}
 	}
+	p.inOrder = p.keyed && dest.otherUnique
 	a.plans[rel] = p
 	a.current[rel.Table] = p
 	return p, nil
