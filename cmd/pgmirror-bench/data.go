@@ -41,6 +41,11 @@ const destinationDDL = `CREATE TABLE public.bench (
   applied_at timestamptz DEFAULT clock_timestamp()
 ) WITH (autovacuum_enabled = false)`
 
+// destinationUniqueIndex is the destination's extra unique index with
+// -unique-index: unique because id is, so no workload can break it, but a
+// unique index besides the primary key all the same.
+const destinationUniqueIndex = `CREATE UNIQUE INDEX bench_b_id ON public.bench (b, id)`
+
 // benchColumns are the replicated columns, in order.
 const benchColumns = "id, a, b, c, note, ts"
 

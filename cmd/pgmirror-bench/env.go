@@ -89,8 +89,12 @@ func (b *bench) setup(ctx context.Context) error {
 			return err
 		}
 	}
+	ddl := []string{destinationDDL}
+	if b.opts.uniqueIndex {
+		ddl = append(ddl, destinationUniqueIndex)
+	}
 	for _, name := range []string{dstCopy, dstNative, dstPgmirror} {
-		if err := execSQL(ctx, b.url(b.dst, name), destinationDDL); err != nil {
+		if err := execSQL(ctx, b.url(b.dst, name), ddl...); err != nil {
 			return fmt.Errorf("create destination table in %s: %w", name, err)
 		}
 	}

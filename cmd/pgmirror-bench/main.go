@@ -104,9 +104,13 @@ type options struct {
 	keep        bool
 	// snapshotWorkers, when set, is the mirror's snapshot_max_parallel_workers.
 	snapshotWorkers int
-	pprofURL        string
-	profileDir      string
-	out             io.Writer
+	// uniqueIndex adds a unique index besides the primary key to every
+	// destination table (pgmirror then applies changes in the source's
+	// order instead of folding them by key).
+	uniqueIndex bool
+	pprofURL    string
+	profileDir  string
+	out         io.Writer
 }
 
 func parseOptions(args []string) (options, error) {
@@ -125,6 +129,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&durable, "durable", false, "alias for -modes durable")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "give up after this long (the whole run, all modes)")
 	fs.IntVar(&o.snapshotWorkers, "snapshot-workers", 0, "the mirror's snapshot_max_parallel_workers (default: the API's default, 4)")
+	fs.BoolVar(&o.uniqueIndex, "unique-index", false, "give every destination table a unique index besides its primary key (on b, id), as a schema restored with pg_dump has: pgmirror then applies in the source's order")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (cluster data, pgmirror log) after the run")
 	fs.StringVar(&o.pprofURL, "pgmirror-pprof", "", "base URL of the pgmirror process's net/http/pprof endpoint, if the binary has one: CPU profiles of the pgmirror measurements are saved")
 	fs.StringVar(&o.profileDir, "profile-dir", ".", "where -pgmirror-pprof profiles go (file names start with the mode)")

@@ -32,6 +32,26 @@ var ErrMissingColumn = errors.New("destination table lacks a replicated column")
 // stream must be restarted in a format decided anew.
 var ErrBinaryMismatch = errors.New("the source sends a column in binary whose type was not checked; restart the stream in a format decided anew")
 
+// OrderConflictError is a unique or exclusion violation met on a
+// destination table that has unique constraints besides its primary key,
+// while a chunk of its changes was applied folded by key: the rows may
+// only have traded a unique value within the chunk (a to tmp, b to a, a to
+// b), which the folded statements cannot apply. The batch must be rolled
+// back and applied again with Table in Config.InOrder. A violation met in
+// order is a real one (the destination holds rows the source does not) and
+// is returned as it is.
+type OrderConflictError struct {
+	// Table is the source table whose changes must be applied in order.
+	Table change.TableName
+	Err   error
+}
+
+func (e *OrderConflictError) Error() string {
+	return fmt.Sprintf("%v (applying the changes of %s in the source's order may resolve it)", e.Err, e.Table)
+}
+
+func (e *OrderConflictError) Unwrap() error { return e.Err }
+
 // Config configures an Applier.
 type Config struct {
 	// MirrorUID identifies the mirror's row in _pgmirror.applied.
@@ -59,6 +79,10 @@ type Config struct {
 	// (column name to OID), each checked to be identical and portable on
 	// both sides when the run started.
 	BinaryTypes map[change.TableName]map[string]uint32
+	// InOrder lists source tables whose changes are applied one statement
+	// per change in the source's order instead of folded by key (see
+	// OrderConflictError and flushKeyedInOrder).
+	InOrder map[change.TableName]bool
 	// Logger receives warnings. Default: discard.
 	Logger *slog.Logger
 	// OnColumnsDropped, when set, is called when the source describes a
@@ -296,9 +320,9 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 		for i, op := range tail.rows.ops {
 			switch {
 			case i < len(results) && results[i].Err != nil:
-				return nil, classify(fmt.Errorf("apply %s to %s: %w", op, tail.plan.dest.name, results[i].Err))
+				return nil, tail.plan.classify(fmt.Errorf("apply %s to %s: %w", op, tail.plan.dest.name, results[i].Err))
 			case i >= len(results) && err != nil:
-				return nil, classify(fmt.Errorf("apply %s to %s: %w", op, tail.plan.dest.name, err))
+				return nil, tail.plan.classify(fmt.Errorf("apply %s to %s: %w", op, tail.plan.dest.name, err))
 			}
 		}
 		results = results[len(tail.rows.ops):]
@@ -485,6 +509,18 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrForeignKeyViolation, err)
 	}
 	return err
+}
+
+// classify is the package's classify for an error writing p's changes,
+// which is an OrderConflictError when p was folded by key, its destination
+// has other unique constraints, and the error is a unique (23505) or
+// exclusion (23P01) violation.
+func (p *plan) classify(err error) error {
+	var pgErr *pgconn.PgError
+	if p.keyed && !p.inOrder && p.dest.otherUnique && errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "23P01") {
+		return &OrderConflictError{Table: p.rel.Table, Err: err}
+	}
+	return classify(err)
 }
 
 // joinNames lists table names for messages.

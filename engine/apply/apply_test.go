@@ -352,8 +352,10 @@ func connectUnprivileged(t *testing.T, ddl string) *pgx.Conn {
 }
 
 // TestUniqueOnAPartitionKeepsOrder: a unique index that only a partition
-// of the destination table has still makes the applier keep the source's
-// order, so a swap through a temporary value within one batch applies.
+// of the destination table has is seen too. Rows that swap a unique value
+// through a temporary one within a batch fail the folded statements with an
+// OrderConflictError naming the table (and leave nothing behind); with the
+// table in Config.InOrder the same batch applies.
 func TestUniqueOnAPartitionKeepsOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -364,33 +366,46 @@ func TestUniqueOnAPartitionKeepsOrder(t *testing.T) {
 	rel := &change.Relation{ID: 7, Table: change.TableName{Schema: "public", Name: "acct"}, ReplicaIdentity: change.IdentityDefault,
 		Columns: []change.Column{{Name: "id", Key: true}, {Name: "email"}}}
 	conn := connect(t, dst)
-	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: []change.Mapping{{Source: rel.Table, Destination: rel.Table}}})
-	require.NoError(t, err)
+	cfg := apply.Config{MirrorUID: "m", Mappings: []change.Mapping{{Source: rel.Table, Destination: rel.Table}}}
 	row := func(id, email string) []change.Value { return []change.Value{text(id), text(email)} }
-	batch := func(lsn change.LSN, changes ...*change.Change) {
+	batch := func(a *apply.Applier, lsn change.LSN, changes ...*change.Change) error {
 		t.Helper()
 		require.NoError(t, a.Begin(ctx))
 		for _, c := range changes {
-			require.NoError(t, a.Apply(ctx, c))
+			if err := a.Apply(ctx, c); err != nil {
+				return err
+			}
 		}
 		_, err := a.Commit(ctx, lsn, int64(lsn))
-		require.NoError(t, err)
+		return err
 	}
 	var inserts []*change.Change
 	for i := 1; i <= 20; i++ {
 		inserts = append(inserts, &change.Change{Op: change.OpInsert, Relation: rel, New: row(fmt.Sprint(i), fmt.Sprint("e", i))})
 	}
-	batch(1, inserts...)
+	folded, err := apply.New(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.NoError(t, batch(folded, 1, inserts...))
 	// 1 and 2 swap their emails through 'tmp'; 3 hands its email to a new
 	// row before it is deleted.
-	batch(2,
-		&change.Change{Op: change.OpUpdate, Relation: rel, New: row("1", "tmp")},
-		&change.Change{Op: change.OpUpdate, Relation: rel, New: row("2", "e1")},
-		&change.Change{Op: change.OpUpdate, Relation: rel, New: row("1", "e2")},
-		&change.Change{Op: change.OpUpdate, Relation: rel, New: row("3", "old3")},
-		&change.Change{Op: change.OpInsert, Relation: rel, New: row("30", "e3")},
-		&change.Change{Op: change.OpDelete, Relation: rel, Old: []change.Value{text("3"), null}, OldKeyOnly: true},
-	)
+	swaps := []*change.Change{
+		{Op: change.OpUpdate, Relation: rel, New: row("1", "tmp")},
+		{Op: change.OpUpdate, Relation: rel, New: row("2", "e1")},
+		{Op: change.OpUpdate, Relation: rel, New: row("1", "e2")},
+		{Op: change.OpUpdate, Relation: rel, New: row("3", "old3")},
+		{Op: change.OpInsert, Relation: rel, New: row("30", "e3")},
+		{Op: change.OpDelete, Relation: rel, Old: []change.Value{text("3"), null}, OldKeyOnly: true},
+	}
+	err = batch(folded, 2, swaps...)
+	var conflict *apply.OrderConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, rel.Table, conflict.Table)
+	require.NoError(t, folded.Rollback(ctx))
+
+	cfg.InOrder = map[change.TableName]bool{rel.Table: true}
+	inOrder, err := apply.New(ctx, conn, cfg)
+	require.NoError(t, err)
+	require.NoError(t, batch(inOrder, 2, swaps...))
 	var got string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(id || '=' || email, ' ' ORDER BY id) FROM acct WHERE id IN (1, 2, 3, 30)`).Scan(&got))
 	require.Equal(t, "1=e2 2=e1 30=e3", got)

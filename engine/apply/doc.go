@@ -49,15 +49,17 @@
 // A destination table with unique constraints besides its primary key (a
 // unique index, also one that only a partition has, or an exclusion
 // constraint; typically a schema restored from the source with pg_dump) is
-// not folded: a value that moves between rows within a chunk (two rows
+// folded too, but a value that moves between rows within a chunk (two rows
 // swapping it through a temporary one, a new row taking it over from one
-// deleted later) would meet a row that still holds it, whatever the order
-// of the set-based statements. Its changes are written in the source's
-// order, one statement per change pipelined in one round trip per chunk,
-// with the same outcomes (delete by key, upsert, update of the columns a
-// change has), as PostgreSQL's own apply worker writes every table. Tables
-// that pgmirror creates get their secondary unique indexes only at the
-// cut-over, so they keep the folded path while they replicate.
+// deleted later) makes a set-based statement meet a row that still holds
+// it, whatever the statements' order. Such a violation is returned as an
+// OrderConflictError; the caller rolls the batch back and applies it again
+// with the table in Config.InOrder: one statement per change in the
+// source's order, pipelined in one round trip per chunk, with the folded
+// path's outcomes (delete by key, upsert, update of the columns a change
+// has), as PostgreSQL's own apply worker writes every table. A violation
+// in order is a real one and is returned as it is. Tables that pgmirror
+// creates get their secondary unique indexes only at the cut-over.
 //
 // An unchanged TOAST value is taken from an earlier image of the same row in
 // the chunk when there is one (an insert and an update of one row in one
@@ -79,8 +81,7 @@
 // The package's files: applier.go (the Applier and its batch), plan.go
 // (destination tables, plans per relation, source DDL), collapse.go
 // (folding a chunk to the final state of each key), keyed.go (staging, the
-// set-based statements, and the in-order statements of tables with other
-// unique constraints), ordered.go (tables without a key, one-row
+// set-based statements, and the in-order statements of Config.InOrder), ordered.go (tables without a key, one-row
 // statements), statements.go (the SQL, as pure functions), copyenc.go (COPY
 // data in text and binary format). The destination metadata (_pgmirror) is
 // engine/positions's.

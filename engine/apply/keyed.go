@@ -109,21 +109,21 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 			tag, err := br.Exec()
 			if err != nil {
 				br.Close()
-				return classify(fmt.Errorf("apply %s to %s: %w", w, p.dest.name, err))
+				return p.classify(fmt.Errorf("apply %s to %s: %w", w, p.dest.name, err))
 			}
 			if i == updateAt {
 				updated = tag.RowsAffected()
 			}
 		}
 		if err := br.Close(); err != nil {
-			return classify(fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
+			return p.classify(fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
 		}
 	}
 	if updated < int64(updates) {
 		// Updated rows the destination lacks: insert them as they are now
 		// on the source.
 		if _, err := a.conn.Exec(ctx, insertSQL(p.dest.name, p.stage, p.names, p.keyPos, opUpdate)); err != nil {
-			return classify(fmt.Errorf("insert updated rows missing from %s: %w", p.dest.name, err))
+			return p.classify(fmt.Errorf("insert updated rows missing from %s: %w", p.dest.name, err))
 		}
 	}
 	return nil
@@ -232,7 +232,7 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 	}
 	affected, err := a.sendRows(ctx, p, b)
 	if err != nil {
-		return err
+		return p.classify(err)
 	}
 	// Updated rows the destination lacks: insert them as they are now on
 	// the source.
@@ -246,16 +246,16 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 	}
 	if len(fix.ops) > 0 {
 		if _, err := a.sendRows(ctx, p, fix); err != nil {
-			return err
+			return p.classify(err)
 		}
 	}
 	return nil
 }
 
-// flushKeyedInOrder writes the changes of a keyed table whose destination
-// has other unique constraints (plan.inOrder) with one statement per change,
-// in the source's order, all in one pipelined round trip. Folding by key
-// would reorder them: two rows that swap a unique value through a third
+// flushKeyedInOrder writes the changes of a keyed table listed in
+// Config.InOrder (plan.inOrder) with one statement per change, in the
+// source's order, all in one pipelined round trip. Folding by key reorders
+// them: two rows that swap a unique value through a third
 // (a to tmp, b to a, a to b) end as one update each, and whichever runs
 // first meets the other row still holding the value. In order, every
 // statement leaves a state the source had. The outcomes are flushKeyed's: a

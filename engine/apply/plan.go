@@ -21,9 +21,9 @@ type destTable struct {
 	partitioned bool
 	// otherUnique: the table (or a partition of it) has a unique index
 	// besides its primary key, or an exclusion constraint. Folding a chunk
-	// to the final state of each key could then meet a row that still
-	// holds a value another row takes over, so its changes are applied in
-	// the source's order (see flushKeyedInOrder).
+	// to the final state of each key can then meet a row that still holds
+	// a value another row takes over: a violation is an
+	// OrderConflictError.
 	otherUnique bool
 }
 
@@ -123,8 +123,8 @@ type plan struct {
 	// stageTypes define the staging columns (see destColumn.stage).
 	stageTypes []string
 	keyed      bool // the destination primary key identifies rows
-	// inOrder: keyed, but the destination has other unique constraints,
-	// so changes are kept in order (ops) instead of folded by key.
+	// inOrder: keyed, but listed in Config.InOrder, so changes are kept in
+	// order (ops) instead of folded by key.
 	inOrder bool
 	keyPos  []int // positions (in applied columns) of the key columns
 	// identPos are positions of the source's replica identity columns
@@ -240,7 +240,7 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 			}
 		}
 	}
-	p.inOrder = p.keyed && dest.otherUnique
+	p.inOrder = p.keyed && a.cfg.InOrder[rel.Table]
 	a.plans[rel] = p
 	a.current[rel.Table] = p
 	return p, nil

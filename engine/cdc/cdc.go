@@ -185,18 +185,37 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	// run with apply.ErrBinaryMismatch (DDL on the source); nothing of the
 	// open batch was kept or confirmed, so the next run decides the format
 	// again and starts at the applied position.
-	for attempt := 1; ; attempt++ {
-		err := runOnce(ctx, cfg, rep, stop, attempt > 3)
-		if !errors.Is(err, apply.ErrBinaryMismatch) {
+	//
+	// A unique violation on a destination table with unique constraints
+	// besides its primary key, met while a chunk was applied folded by key
+	// (apply.OrderConflictError), may come from rows trading a unique value
+	// within the chunk: the batch was rolled back, and the stream starts
+	// again at the applied position with that table applied in the
+	// source's order for the rest of the run. A violation in order is real
+	// and ends the run.
+	inOrder := map[change.TableName]bool{}
+	binaryRestarts := 0
+	for {
+		err := runOnce(ctx, cfg, rep, stop, binaryRestarts >= 3, inOrder)
+		var conflict *apply.OrderConflictError
+		switch {
+		case errors.As(err, &conflict) && !inOrder[conflict.Table]:
+			inOrder[conflict.Table] = true
+			cfg.Logger.Info("rows of a destination table with other unique constraints traded values within a batch; restarting the stream with the table applied in the source's order",
+				"table", conflict.Table.String(), "error", conflict.Err.Error())
+		case errors.Is(err, apply.ErrBinaryMismatch):
+			binaryRestarts++
+			cfg.Logger.Info("a source column type changed; restarting the stream with its format decided again", "error", err.Error())
+		default:
 			return err
 		}
-		cfg.Logger.Info("a source column type changed; restarting the stream with its format decided again", "error", err.Error())
 	}
 }
 
 // runOnce is one CDC run: connections, positions, stream and loop. With
-// textOnly it does not ask the source for binary values.
-func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}, textOnly bool) error {
+// textOnly it does not ask the source for binary values; the changes of
+// the tables in inOrder are applied in the source's order.
+func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}, textOnly bool, inOrder map[change.TableName]bool) error {
 	logger := cfg.Logger
 	dest, err := session.Connect(ctx, cfg.Dest)
 	if err != nil {
@@ -222,7 +241,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	}
 	applyCfg := apply.Config{
 		MirrorUID: cfg.MirrorUID, Mappings: cfg.Tables, ChunkSize: cfg.ChunkSize, ChunkBytes: cfg.MaxBufferedBytes, Logger: logger,
-		Binary: types != nil, BinaryTypes: types,
+		Binary: types != nil, BinaryTypes: types, InOrder: inOrder,
 	}
 	if sr, ok := rep.(SchemaReporter); ok {
 		applyCfg.OnColumnsDropped = sr.ColumnsDropped

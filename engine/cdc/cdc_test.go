@@ -2,6 +2,7 @@ package cdc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,9 +15,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
@@ -876,4 +879,33 @@ func TestOtherUniqueConstraints(t *testing.T) {
 		UPDATE acct SET email = 'e11' WHERE id = 12; UPDATE acct SET email = 'e12' WHERE id = 10; COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM acct`, `SELECT * FROM acct`)
 	require.NoError(t, r.halt(t))
+}
+
+// TestUniqueViolationOnDivergedDestination: a destination row the source
+// does not have holds a unique value that the source then uses. Applied in
+// order the violation stays, so the run ends with it (once, not in a loop
+// of restarts) and applies nothing of the batch.
+func TestUniqueViolationOnDivergedDestination(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.acct (id int PRIMARY KEY, email text UNIQUE)`
+	b := setup(t, ddl, ddl+`; INSERT INTO public.acct VALUES (999, 'taken')`, same("public", "acct"))
+	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO acct SELECT g, 'e' || g FROM generate_series(1, 20) g;
+		INSERT INTO acct VALUES (21, 'taken'); COMMIT`)
+	r := b.start(t)
+	select {
+	case err := <-r.done:
+		r.stopped = true
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "23505", pgErr.Code)
+		var conflict *apply.OrderConflictError
+		require.False(t, errors.As(err, &conflict), "a violation in order is returned as it is: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the run did not end on a unique violation that order cannot resolve")
+	}
+	conn, err := pgx.Connect(context.Background(), b.dst)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	n, _ := fingerprint(t, conn, `SELECT * FROM acct`)
+	require.EqualValues(t, 1, n, "nothing of the failed batch may stay on the destination")
 }
