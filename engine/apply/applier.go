@@ -32,11 +32,12 @@ var ErrMissingColumn = errors.New("destination table lacks a replicated column")
 // stream must be restarted in a format decided anew.
 var ErrBinaryMismatch = errors.New("the source sends a column in binary whose type was not checked; restart the stream in a format decided anew")
 
-// OrderConflictError is a unique or exclusion violation met on a
-// destination table that has unique constraints besides its primary key,
-// while a chunk of its changes was applied folded by key: the rows may
-// only have traded a unique value within the chunk (a to tmp, b to a, a to
-// b), which the folded statements cannot apply. The batch must be rolled
+// OrderConflictError is a violation met while a chunk of a table's changes
+// was applied folded by key that the source's order may not meet: a unique
+// or exclusion violation on a destination table with unique constraints
+// besides its primary key (the rows may only have traded a unique value
+// within the chunk: a to tmp, b to a, a to b), or a foreign key violation
+// when foreign keys are checked (a self-referencing table). The batch must be rolled
 // back and applied again with Table in Config.InOrder. A violation met in
 // order is a real one (the destination holds rows the source does not) and
 // is returned as it is.
@@ -110,8 +111,9 @@ type Config struct {
 // constraints checked, writing each run of consecutive changes to one table
 // before the next so that the source's order across tables is kept; a
 // violation is then returned as an error matching ErrForeignKeyViolation.
-// (Within one table, collapsing by key still reorders changes, so a
-// self-referencing foreign key can fail in that mode.)
+// Within one table, collapsing by key still reorders changes, so a
+// self-referencing foreign key can fail in that mode: that violation is an
+// OrderConflictError, and the table is then applied in order.
 type Applier struct {
 	conn     *pgx.Conn
 	cfg      Config
@@ -320,9 +322,9 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 		for i, op := range tail.rows.ops {
 			switch {
 			case i < len(results) && results[i].Err != nil:
-				return nil, tail.plan.classify(fmt.Errorf("apply %s to %s: %w", op, tail.plan.dest.name, results[i].Err))
+				return nil, a.classifyFolded(tail.plan, fmt.Errorf("apply %s to %s: %w", op, tail.plan.dest.name, results[i].Err))
 			case i >= len(results) && err != nil:
-				return nil, tail.plan.classify(fmt.Errorf("apply %s to %s: %w", op, tail.plan.dest.name, err))
+				return nil, a.classifyFolded(tail.plan, fmt.Errorf("apply %s to %s: %w", op, tail.plan.dest.name, err))
 			}
 		}
 		results = results[len(tail.rows.ops):]
@@ -511,14 +513,22 @@ func classify(err error) error {
 	return err
 }
 
-// classify is the package's classify for an error writing p's changes,
-// which is an OrderConflictError when p was folded by key, its destination
-// has other unique constraints, and the error is a unique (23505) or
-// exclusion (23P01) violation.
-func (p *plan) classify(err error) error {
+// classifyFolded is classify for an error writing p's changes. When p was
+// folded by key, a violation that the source's order may not have met is an
+// OrderConflictError: a unique (23505) or exclusion (23P01) violation on a
+// destination with unique constraints besides its primary key, or, when
+// foreign keys are checked (session_replication_role is not replica), a
+// foreign key violation (in a self-referencing table, a row updated to
+// reference one that the chunk inserts: the folded UPDATE runs before the
+// INSERT).
+func (a *Applier) classifyFolded(p *plan, err error) error {
 	var pgErr *pgconn.PgError
-	if p.keyed && !p.inOrder && p.dest.otherUnique && errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "23P01") {
-		return &OrderConflictError{Table: p.rel.Table, Err: err}
+	if p.keyed && !p.inOrder && errors.As(err, &pgErr) {
+		switch {
+		case (pgErr.Code == "23505" || pgErr.Code == "23P01") && p.dest.otherUnique,
+			pgErr.Code == "23503" && !a.replicaRole:
+			return &OrderConflictError{Table: p.rel.Table, Err: classify(err)}
+		}
 	}
 	return classify(err)
 }

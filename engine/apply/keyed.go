@@ -109,21 +109,21 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 			tag, err := br.Exec()
 			if err != nil {
 				br.Close()
-				return p.classify(fmt.Errorf("apply %s to %s: %w", w, p.dest.name, err))
+				return a.classifyFolded(p, fmt.Errorf("apply %s to %s: %w", w, p.dest.name, err))
 			}
 			if i == updateAt {
 				updated = tag.RowsAffected()
 			}
 		}
 		if err := br.Close(); err != nil {
-			return p.classify(fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
+			return a.classifyFolded(p, fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
 		}
 	}
 	if updated < int64(updates) {
 		// Updated rows the destination lacks: insert them as they are now
 		// on the source.
 		if _, err := a.conn.Exec(ctx, insertSQL(p.dest.name, p.stage, p.names, p.keyPos, opUpdate)); err != nil {
-			return p.classify(fmt.Errorf("insert updated rows missing from %s: %w", p.dest.name, err))
+			return a.classifyFolded(p, fmt.Errorf("insert updated rows missing from %s: %w", p.dest.name, err))
 		}
 	}
 	return nil
@@ -232,7 +232,7 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 	}
 	affected, err := a.sendRows(ctx, p, b)
 	if err != nil {
-		return p.classify(err)
+		return a.classifyFolded(p, err)
 	}
 	// Updated rows the destination lacks: insert them as they are now on
 	// the source.
@@ -246,7 +246,7 @@ func (a *Applier) flushKeyedRows(ctx context.Context, p *plan) error {
 	}
 	if len(fix.ops) > 0 {
 		if _, err := a.sendRows(ctx, p, fix); err != nil {
-			return p.classify(err)
+			return a.classifyFolded(p, err)
 		}
 	}
 	return nil
