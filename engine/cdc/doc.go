@@ -58,6 +58,16 @@
 // checked at the start (DDL on the source) ends the run's attempt with
 // apply.ErrBinaryMismatch and Run starts again with the format decided anew.
 //
+// # Tables applied in order
+//
+// The applier folds each chunk by key. On a destination table with unique
+// constraints besides its primary key (or, with foreign keys checked, a
+// self-referencing one), rows that trade a value within a chunk make the
+// folded statements fail (apply.OrderConflictError). The batch is rolled
+// back, and Run starts again at the applied position with that table in
+// apply.Config.InOrder for the rest of the run; a violation in order ends
+// the run.
+//
 // # Guarantees
 //
 //   - Nothing is lost: the source keeps every transaction after the
