@@ -270,8 +270,9 @@ func (a *Applier) flushKeyedInOrder(ctx context.Context, p *plan) error {
 		return nil
 	}
 	b := a.newRowBatch(ctx, p.binaryChunk())
+	all := allPositions(len(p.names))
 	for _, c := range p.ops {
-		if err := p.queueInOrder(b, c); err != nil {
+		if err := p.queueInOrder(b, c, all); err != nil {
 			return fmt.Errorf("apply %s to %s: %w", c.Op, p.dest.name, err)
 		}
 	}
@@ -290,11 +291,12 @@ func (a *Applier) flushKeyedInOrder(ctx context.Context, p *plan) error {
 }
 
 // queueInOrder adds the statement (or two, for a key change) that applies
-// c on its own to b (see flushKeyedInOrder).
-func (p *plan) queueInOrder(b *rowBatch, c *change.Change) error {
+// c on its own to b (see flushKeyedInOrder); all lists every applied
+// column's position.
+func (p *plan) queueInOrder(b *rowBatch, c *change.Change, all []int) error {
 	upsert := func(op string, vals []change.Value) error {
 		sql := p.statement("i", func() string { return insertRowSQL(p.dest.name, p.names, p.types, p.keyPos, true) })
-		return b.queue(p, op, sql, vals, allPositions(len(p.names)))
+		return b.queue(p, op, sql, vals, all)
 	}
 	deleteKey := func(vals []change.Value) error {
 		sql := p.statement("d", func() string { return deleteRowSQL(p.dest.name, p.names, p.types, p.keyPos) })
