@@ -18,8 +18,8 @@ import (
 const createdComment = "Created by pgmirror"
 
 // addColumnDef returns the definition of source column c in ADD COLUMN (by
-// sync-schema): nullable and without a default, so that existing rows stay
-// NULL, and a stored generated column with its expression.
+// sync-schema, see addColumn): nullable and without a default, and a stored
+// generated column with its expression.
 func addColumnDef(c Column) string {
 	def := change.QuoteIdent(c.Name) + " " + c.Type
 	if c.Generated {

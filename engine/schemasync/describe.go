@@ -86,6 +86,11 @@ type Column struct {
 	// expression (pg_get_expr, names qualified outside pg_catalog).
 	Generated      bool
 	GenerationExpr string
+	// Missing is the value rows older than the column have, as text: set
+	// when the column was added with a default that is not volatile
+	// (PostgreSQL keeps it in attmissingval instead of rewriting the
+	// table), nil otherwise.
+	Missing *string
 	// BinarySafe reports that the type's binary COPY form carries no
 	// database-specific OIDs (arrays of user-defined types and composite
 	// values do) and that the type has binary I/O functions.
@@ -191,7 +196,8 @@ SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid, t
        COALESCE(CASE WHEN a.attgenerated = 's' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END, ''),
        COALESCE(CASE WHEN a.attgenerated = '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END, ''),
        a.attidentity = 'a', seq.nspname, seq.relname, seq.typ, seq.seqstart, seq.seqincrement,
-       seq.seqmin, seq.seqmax, seq.seqcache, seq.seqcycle
+       seq.seqmin, seq.seqmax, seq.seqcache, seq.seqcycle,
+       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace
@@ -247,7 +253,7 @@ func describe(ctx context.Context, tx pgx.Tx, t change.TableName) (Table, error)
 		var cycle *bool
 		if err := rows.Scan(&c.Name, &c.Type, &c.TypeOID, &c.TypeSchema, &c.TypeName, &c.NotNull,
 			&c.HasDefault, &c.Identity, &c.Generated, &c.GenerationExpr, &c.Default, &c.IdentityAlways,
-			&seqSchema, &seqName, &seqType, &start, &inc, &minv, &maxv, &cache, &cycle); err != nil {
+			&seqSchema, &seqName, &seqType, &start, &inc, &minv, &maxv, &cache, &cycle, &c.Missing); err != nil {
 			rows.Close()
 			return Table{}, fmt.Errorf("read columns of %s: %w", t, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
 )
@@ -316,6 +317,53 @@ func checkExisting(s source, dt Table) error {
 	return nil
 }
 
+// addColumn adds source column c to destination table name (quoted), which
+// lacks it. The rows the destination already has get the value that the
+// source's rows older than the column have: PostgreSQL keeps it
+// (Column.Missing) when the column was added with a default that is not
+// volatile (ADD COLUMN flag boolean NOT NULL DEFAULT false), and
+// replication never sends those rows again. New rows get the source's
+// default expression (not a sequence's nextval: the destination lacks that
+// sequence); an expression the destination rejects is left out with a
+// warning.
+func addColumn(ctx context.Context, tx pgx.Tx, name string, c Column, log *ddlLog) (warnings []string, err error) {
+	def := addColumnDef(c)
+	if c.Missing != nil && !c.Generated {
+		def += " DEFAULT " + quoteLiteral(*c.Missing) + "::" + c.Type
+	}
+	if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s", name, def)); err != nil {
+		return nil, err
+	}
+	if c.Generated {
+		return nil, nil
+	}
+	col := change.QuoteIdent(c.Name)
+	defaultSet := false
+	if c.Default != "" && c.Sequence == nil {
+		err := tryExec(ctx, tx, log, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", name, col, c.Default))
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			defaultSet = true
+		case errors.As(err, &pgErr):
+			warnings = append(warnings, fmt.Sprintf("column %s of %s was added without the source's default %s, since the destination rejected it (%s)",
+				col, name, c.Default, pgErr.Message))
+		default:
+			return nil, err
+		}
+		if c.Missing == nil {
+			warnings = append(warnings, fmt.Sprintf("column %s of %s was added with NULL in the rows the destination already had; if the source's older rows have values in it (a volatile default, or a table rewrite since the column was added), resync the table",
+				col, name))
+		}
+	}
+	if c.Missing != nil && !defaultSet {
+		if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)); err != nil {
+			return nil, err
+		}
+	}
+	return warnings, nil
+}
+
 // syncTable adds and retypes columns of existing destination table dt to
 // match source s.
 func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog) (warnings []string, err error) {
@@ -327,10 +375,11 @@ func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog) 
 		dc, ok := dt.Column(sc.Name)
 		switch {
 		case !ok:
-			stmt := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s", name, addColumnDef(sc))
-			if err := log.exec(ctx, tx, stmt); err != nil {
+			w, err := addColumn(ctx, tx, name, sc, log)
+			if err != nil {
 				return nil, err
 			}
+			warnings = append(warnings, w...)
 		case sc.Generated || dc.Generated:
 			// Generated on either side: nothing is copied into it.
 		case !Compatible(sc.Type, dc.Type):

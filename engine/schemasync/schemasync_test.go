@@ -521,3 +521,60 @@ func TestRestoreIdentityAlways(t *testing.T) {
 	require.Empty(t, ddl, "a table the user made is left alone")
 	require.Equal(t, "d", identity("mine", "id"))
 }
+
+// TestSyncColumnsAddedWithDefault: a column added on the source with a
+// default that is not volatile gives the rows the source already had that
+// value without rewriting them; the rows the destination already has get
+// the same value when the column is added there, and new rows the source's
+// default. A default the destination rejects is left out with a warning,
+// and a volatile one is warned about (older rows cannot be known).
+func TestSyncColumnsAddedWithDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pgtest.Exec(t, b.srcURL, `CREATE TABLE t (id integer PRIMARY KEY); INSERT INTO t VALUES (1), (2);
+		CREATE TABLE v (id integer PRIMARY KEY); INSERT INTO v VALUES (1)`)
+	name := change.TableName{Schema: "public", Name: "t"}
+	m := change.Mapping{Source: name, Destination: name}
+	volatile := change.Mapping{Source: change.TableName{Schema: "public", Name: "v"}, Destination: change.TableName{Schema: "public", Name: "v"}}
+	_, err := EnsureTables(b.ctx, b.src, b.dst, []change.Mapping{m, volatile})
+	require.NoError(t, err)
+	pgtest.Exec(t, b.dstURL, `INSERT INTO t VALUES (1), (2); INSERT INTO v VALUES (1)`)
+
+	pgtest.Exec(t, b.srcURL, `CREATE FUNCTION public.only_here() RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 7';
+		ALTER TABLE t ADD COLUMN flag boolean NOT NULL DEFAULT false,
+			ADD COLUMN note text DEFAULT 'it''s {x} \ "q"',
+			ADD COLUMN tags integer[] DEFAULT '{1,2}',
+			ADD COLUMN at timestamptz DEFAULT now(),
+			ADD COLUMN n integer DEFAULT public.only_here(),
+			ADD COLUMN plain integer`)
+	// A volatile default rewrites the table: each row gets its own value.
+	pgtest.Exec(t, b.srcURL, `ALTER TABLE v ADD COLUMN stamp timestamptz DEFAULT clock_timestamp()`)
+	ddl, warnings, err := SyncColumns(b.ctx, b.src, b.dst, []change.Mapping{m, volatile})
+	require.NoError(t, err, "ddl: %v", ddl)
+	require.Len(t, warnings, 2, "%v", warnings)
+	require.Contains(t, warnings[0], `column "n" of "public"."t" was added without the source's default public.only_here()`)
+	require.Contains(t, warnings[1], `column "stamp" of "public"."v" was added with NULL in the rows the destination already had`)
+
+	// The rows both sides had agree, as text, in every added column.
+	cols := `flag::text, note, tags::text, at::text, n::text, plain::text`
+	var want, got string
+	require.NoError(t, b.src.QueryRow(b.ctx, `SELECT string_agg(concat_ws('|', id, `+cols+`), ' ' ORDER BY id) FROM t`).Scan(&want))
+	require.NoError(t, b.dst.QueryRow(b.ctx, `SELECT string_agg(concat_ws('|', id, `+cols+`), ' ' ORDER BY id) FROM t`).Scan(&got))
+	require.Equal(t, want, got)
+	require.Contains(t, got, `1|false|it's {x} \ "q"|{1,2}|`)
+
+	// New rows written on the destination get the source's defaults.
+	pgtest.Exec(t, b.dstURL, `INSERT INTO t (id) VALUES (3)`)
+	var flag bool
+	var note string
+	require.NoError(t, b.dst.QueryRow(b.ctx, `SELECT flag, note FROM t WHERE id = 3`).Scan(&flag, &note))
+	require.False(t, flag)
+	require.Equal(t, `it's {x} \ "q"`, note)
+	var atDefault string
+	var nDefault *string
+	require.NoError(t, b.dst.QueryRow(b.ctx, `SELECT
+		(SELECT column_default FROM information_schema.columns WHERE table_name = 't' AND column_name = 'at'),
+		(SELECT column_default FROM information_schema.columns WHERE table_name = 't' AND column_name = 'n')`).Scan(&atDefault, &nDefault))
+	require.Equal(t, "now()", atDefault, "the default of at is the source's, not the time the column was added")
+	require.Nil(t, nDefault, "a default the destination rejected is left out")
+}
