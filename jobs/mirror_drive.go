@@ -121,11 +121,12 @@ func (r *mirrorRun) logEnsureReport(ctx context.Context, tables []db.MirrorTable
 }
 
 // logSchemaWarnings logs what a schema sync found but left alone (columns
-// dropped or renamed on the source).
+// dropped or renamed on the source, a default the destination rejected,
+// older rows whose values in an added column cannot be known).
 func (r *mirrorRun) logSchemaWarnings(ctx context.Context, warnings []string) {
 	for _, w := range warnings {
 		r.log(ctx, db.LevelWarn, "Schema sync warning", map[string]any{"warning": w,
-			"policy": "destination columns are never dropped: the column stays and receives no new values; the remaining columns keep replicating"})
+			"policy": "destination columns are never dropped and replication goes on; the warning says what was left as it is and what to do about it"})
 	}
 }
 
