@@ -39,8 +39,10 @@
 //
 // # Keeping up with source DDL
 //
-// SyncColumns implements sync-schema: it adds columns the destination lacks,
-// changes the type of columns whose destination type cannot hold the
+// SyncColumns implements sync-schema: it adds columns the destination lacks
+// (the rows the destination already has get the value the source's older
+// rows have, Column.Missing, and new rows the source's default), changes
+// the type of columns whose destination type cannot hold the
 // source's, adds new enum labels, and never drops anything (columns dropped
 // on the source are reported as warnings and lose their NOT NULL). The
 // mirror's worker also calls it on its own when the change stream shows a
