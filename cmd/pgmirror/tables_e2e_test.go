@@ -226,12 +226,15 @@ func TestSourceDDLWithoutSyncSchema(t *testing.T) {
 	}, 201, nil)
 	s.waitStatus("ddl", "running", 60*time.Second)
 
-	exec1(t, src, `ALTER TABLE public.ddl ADD COLUMN added color; INSERT INTO public.ddl VALUES (11, 'a', 'b', 'c', 'green');
+	// A column added with a default: the rows that were there get it
+	// without a change the slot would send, on the destination too.
+	exec1(t, src, `ALTER TABLE public.ddl ADD COLUMN added color, ADD COLUMN flag boolean NOT NULL DEFAULT false;
+		INSERT INTO public.ddl VALUES (11, 'a', 'b', 'c', 'green', true);
 		UPDATE public.ddl SET added = 'red' WHERE id = 1`)
-	waitEqual(t, src, dst, "public.ddl", "public.ddl", "id, a, b, c, added::text", 60*time.Second)
+	waitEqual(t, src, dst, "public.ddl", "public.ddl", "id, a, b, c, added::text, flag", 60*time.Second)
 
 	exec1(t, src, `ALTER TABLE public.ddl DROP COLUMN b; ALTER TABLE public.ddl RENAME COLUMN c TO c2;
-		INSERT INTO public.ddl VALUES (12, 'a', 'c2', 'red'); UPDATE public.ddl SET a = 'after' WHERE id = 2`)
+		INSERT INTO public.ddl VALUES (12, 'a', 'c2', 'red', false); UPDATE public.ddl SET a = 'after' WHERE id = 2`)
 	waitEqual(t, src, dst, "public.ddl", "public.ddl", "id, a, added::text", 60*time.Second)
 	// The renamed column arrives as a new column; rows written after the
 	// rename carry its value there (older rows keep theirs under the old name).
