@@ -37,10 +37,10 @@ var ErrBinaryMismatch = errors.New("the source sends a column in binary whose ty
 // or exclusion violation on a destination table with unique constraints
 // besides its primary key (the rows may only have traded a unique value
 // within the chunk: a to tmp, b to a, a to b), or a foreign key violation
-// when foreign keys are checked (a self-referencing table). The batch must be rolled
-// back and applied again with Table in Config.InOrder. A violation met in
-// order is a real one (the destination holds rows the source does not) and
-// is returned as it is.
+// when foreign keys are checked (a self-referencing table). The batch must
+// be rolled back and applied again with Table in Config.InOrder. A
+// violation met in order is a real one (the destination holds rows the
+// source does not) and is returned as it is.
 type OrderConflictError struct {
 	// Table is the source table whose changes must be applied in order.
 	Table change.TableName

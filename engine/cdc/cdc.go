@@ -186,13 +186,12 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	// open batch was kept or confirmed, so the next run decides the format
 	// again and starts at the applied position.
 	//
-	// A unique violation on a destination table with unique constraints
-	// besides its primary key, met while a chunk was applied folded by key
-	// (apply.OrderConflictError), may come from rows trading a unique value
-	// within the chunk: the batch was rolled back, and the stream starts
-	// again at the applied position with that table applied in the
-	// source's order for the rest of the run. A violation in order is real
-	// and ends the run.
+	// A violation met while a chunk was applied folded by key that the
+	// source's order may not meet (apply.OrderConflictError: rows trading a
+	// unique value within the chunk, a self-referencing foreign key): the
+	// batch was rolled back, and the stream starts again at the applied
+	// position with that table applied in the source's order for the rest
+	// of the run. A violation in order is real and ends the run.
 	inOrder := map[change.TableName]bool{}
 	binaryRestarts := 0
 	for {
@@ -201,7 +200,7 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 		switch {
 		case errors.As(err, &conflict) && !inOrder[conflict.Table]:
 			inOrder[conflict.Table] = true
-			cfg.Logger.Info("rows of a destination table with other unique constraints traded values within a batch; restarting the stream with the table applied in the source's order",
+			cfg.Logger.Info("rows of a destination table met a constraint in the order folding by key gives them (a unique value traded within a batch, a self-referencing foreign key); restarting the stream with the table applied in the source's order",
 				"table", conflict.Table.String(), "error", conflict.Err.Error())
 		case errors.Is(err, apply.ErrBinaryMismatch):
 			binaryRestarts++
