@@ -368,24 +368,13 @@ func TestUniqueOnAPartitionKeepsOrder(t *testing.T) {
 	conn := connect(t, dst)
 	cfg := apply.Config{MirrorUID: "m", Mappings: []change.Mapping{{Source: rel.Table, Destination: rel.Table}}}
 	row := func(id, email string) []change.Value { return []change.Value{text(id), text(email)} }
-	batch := func(a *apply.Applier, lsn change.LSN, changes ...*change.Change) error {
-		t.Helper()
-		require.NoError(t, a.Begin(ctx))
-		for _, c := range changes {
-			if err := a.Apply(ctx, c); err != nil {
-				return err
-			}
-		}
-		_, err := a.Commit(ctx, lsn, int64(lsn))
-		return err
-	}
 	var inserts []*change.Change
 	for i := 1; i <= 20; i++ {
 		inserts = append(inserts, &change.Change{Op: change.OpInsert, Relation: rel, New: row(fmt.Sprint(i), fmt.Sprint("e", i))})
 	}
 	folded, err := apply.New(ctx, conn, cfg)
 	require.NoError(t, err)
-	require.NoError(t, batch(folded, 1, inserts...))
+	require.NoError(t, applyBatch(t, folded, 1, inserts))
 	// 1 and 2 swap their emails through 'tmp'; 3 hands its email to a new
 	// row before it is deleted.
 	swaps := []*change.Change{
@@ -396,7 +385,7 @@ func TestUniqueOnAPartitionKeepsOrder(t *testing.T) {
 		{Op: change.OpInsert, Relation: rel, New: row("30", "e3")},
 		{Op: change.OpDelete, Relation: rel, Old: []change.Value{text("3"), null}, OldKeyOnly: true},
 	}
-	err = batch(folded, 2, swaps...)
+	err = applyBatch(t, folded, 2, swaps)
 	var conflict *apply.OrderConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, rel.Table, conflict.Table)
@@ -405,7 +394,7 @@ func TestUniqueOnAPartitionKeepsOrder(t *testing.T) {
 	cfg.InOrder = map[change.TableName]bool{rel.Table: true}
 	inOrder, err := apply.New(ctx, conn, cfg)
 	require.NoError(t, err)
-	require.NoError(t, batch(inOrder, 2, swaps...))
+	require.NoError(t, applyBatch(t, inOrder, 2, swaps))
 	var got string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(id || '=' || email, ' ' ORDER BY id) FROM acct WHERE id IN (1, 2, 3, 30)`).Scan(&got))
 	require.Equal(t, "1=e2 2=e1 30=e3", got)
@@ -425,20 +414,9 @@ func TestSelfReferenceWithForeignKeysChecked(t *testing.T) {
 		Columns: []change.Column{{Name: "id", Key: true}, {Name: "parent"}}}
 	cfg := apply.Config{MirrorUID: "m", Mappings: []change.Mapping{{Source: rel.Table, Destination: rel.Table}}}
 	node := func(id int, parent change.Value) []change.Value { return []change.Value{text(fmt.Sprint(id)), parent} }
-	batch := func(a *apply.Applier, lsn change.LSN, changes []*change.Change) error {
-		t.Helper()
-		require.NoError(t, a.Begin(ctx))
-		for _, c := range changes {
-			if err := a.Apply(ctx, c); err != nil {
-				return err
-			}
-		}
-		_, err := a.Commit(ctx, lsn, int64(lsn))
-		return err
-	}
 	folded, err := apply.New(ctx, conn, cfg)
 	require.NoError(t, err)
-	require.NoError(t, batch(folded, 1, []*change.Change{
+	require.NoError(t, applyBatch(t, folded, 1, []*change.Change{
 		{Op: change.OpInsert, Relation: rel, New: node(1, null)},
 		{Op: change.OpInsert, Relation: rel, New: node(2, text("1"))},
 	}))
@@ -451,7 +429,7 @@ func TestSelfReferenceWithForeignKeysChecked(t *testing.T) {
 	changes = append(changes,
 		&change.Change{Op: change.OpInsert, Relation: rel, New: node(3, text("1"))},
 		&change.Change{Op: change.OpUpdate, Relation: rel, New: node(2, text("3"))})
-	err = batch(folded, 2, changes)
+	err = applyBatch(t, folded, 2, changes)
 	var conflict *apply.OrderConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.ErrorIs(t, err, apply.ErrForeignKeyViolation)
@@ -460,8 +438,24 @@ func TestSelfReferenceWithForeignKeysChecked(t *testing.T) {
 	cfg.InOrder = map[change.TableName]bool{rel.Table: true}
 	inOrder, err := apply.New(ctx, conn, cfg)
 	require.NoError(t, err)
-	require.NoError(t, batch(inOrder, 2, changes))
+	require.NoError(t, applyBatch(t, inOrder, 2, changes))
 	var parent int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT parent FROM node WHERE id = 2`).Scan(&parent))
 	require.Equal(t, 3, parent)
+}
+
+// applyBatch applies changes as one batch ending at lsn and returns the
+// first error of Apply or Commit (the batch is then left open for
+// Rollback).
+func applyBatch(t *testing.T, a *apply.Applier, lsn change.LSN, changes []*change.Change) error {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, a.Begin(ctx))
+	for _, c := range changes {
+		if err := a.Apply(ctx, c); err != nil {
+			return err
+		}
+	}
+	_, err := a.Commit(ctx, lsn, int64(lsn))
+	return err
 }
