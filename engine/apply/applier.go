@@ -37,7 +37,9 @@ var ErrBinaryMismatch = errors.New("the source sends a column in binary whose ty
 // or exclusion violation on a destination table with unique constraints
 // besides its primary key (the rows may only have traded a unique value
 // within the chunk: a to tmp, b to a, a to b), or a foreign key violation
-// when foreign keys are checked (a self-referencing table). The batch must
+// when foreign keys are checked (a self-referencing table); also a row the
+// destination already has, met by a chunk of new rows written by COPY
+// (in order, inserts are upserts). The batch must
 // be rolled back and applied again with Table in Config.InOrder. A
 // violation met in order is a real one (the destination holds rows the
 // source does not) and is returned as it is.

@@ -27,7 +27,12 @@
 //     only when it found fewer rows than it was given, by INSERT ... ON
 //     CONFLICT DO NOTHING for the rows the destination lacks,
 //   - INSERT ... SELECT ... ON CONFLICT (pk) DO UPDATE for new rows (an
-//     upsert, so that a destination that already has the row converges),
+//     upsert, so that a destination that already has the row converges);
+//     a chunk of nothing but new rows (a bulk load, an append-only table)
+//     goes by COPY straight into the table instead, about half the
+//     destination's work, and a row the destination already has then fails
+//     it with an OrderConflictError (the table is applied again in order,
+//     by upserts),
 //   - UPDATE ... FROM staging for rows with unchanged TOAST values, one
 //     statement per set of unchanged columns, leaving those columns alone.
 //

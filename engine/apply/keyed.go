@@ -3,10 +3,12 @@ package apply
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
 )
@@ -35,6 +37,9 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	}
 	if len(p.entries) <= a.cfg.RowStatementsUpTo {
 		return a.flushKeyedRows(ctx, p)
+	}
+	if p.onlyNewRows() {
+		return a.copyNewRows(ctx, p)
 	}
 	if err := a.begin(ctx); err != nil {
 		return err
@@ -127,6 +132,51 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 		}
 	}
 	return nil
+}
+
+// onlyNewRows reports whether every key of p's chunk is a complete new row
+// (a chunk of inserts, as a bulk load or an append-only table gives).
+func (p *plan) onlyNewRows() bool {
+	for _, e := range p.entries {
+		if e.op != opInsert || hasUnchanged(e.vals) {
+			return false
+		}
+	}
+	return true
+}
+
+// copyNewRows writes a chunk of new rows only with COPY straight into the
+// table: about half the destination's work of loading them into the
+// staging table and upserting them from there. A row the destination
+// already has (a mirror started without a snapshot over a filled table)
+// fails the COPY with a unique violation, returned as an
+// OrderConflictError: the batch is then applied again with the table in
+// order, whose upserts converge.
+func (a *Applier) copyNewRows(ctx context.Context, p *plan) error {
+	if err := a.begin(ctx); err != nil {
+		return err
+	}
+	binary := p.binaryChunk()
+	w := &a.copy
+	w.reset(binary)
+	for _, k := range p.order {
+		w.row(p.entries[k].vals)
+	}
+	clear(p.entries)
+	p.order = p.order[:0]
+	data, err := w.data()
+	if err == nil {
+		_, err = a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), copyTargetSQL(p.dest.name, p.names, binary))
+	}
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("copy new rows into %s: %w", p.dest.name, err)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "23P01") {
+		return &OrderConflictError{Table: p.rel.Table, Err: err}
+	}
+	return classify(err)
 }
 
 // prepareStage makes sure p's staging table exists and is empty.
