@@ -459,3 +459,46 @@ func applyBatch(t *testing.T, a *apply.Applier, lsn change.LSN, changes []*chang
 	_, err := a.Commit(ctx, lsn, int64(lsn))
 	return err
 }
+
+// TestNewRowsByCopy: a chunk of nothing but new rows goes by COPY into the
+// table; a key deleted and inserted again in the chunk is new but its row
+// is still on the destination, so that chunk takes the staging path and
+// applies without a conflict. A new row the destination already has fails
+// the COPY with an OrderConflictError.
+func TestNewRowsByCopy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, `CREATE TABLE public.child (id int PRIMARY KEY, parent_id int, note text);
+		INSERT INTO public.child SELECT g, 0, 'old' FROM generate_series(1, 10) g`)
+	conn := connect(t, dst)
+	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()})
+	require.NoError(t, err)
+	row := func(id int, note string) []change.Value { return []change.Value{text(fmt.Sprint(id)), text("1"), text(note)} }
+	changes := []*change.Change{
+		{Op: change.OpDelete, Relation: childRel, Old: []change.Value{text("5"), null, null}, OldKeyOnly: true},
+		{Op: change.OpInsert, Relation: childRel, New: row(5, "again")},
+	}
+	for id := 100; id < 120; id++ {
+		changes = append(changes, &change.Change{Op: change.OpInsert, Relation: childRel, New: row(id, "new")})
+	}
+	require.NoError(t, applyBatch(t, a, 1, changes))
+	var got string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT note || count(*) FROM child WHERE id = 5 OR id >= 100 GROUP BY note ORDER BY note`).Scan(&got))
+	require.Equal(t, "again1", got)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM child WHERE note = 'new'`).Scan(&n))
+	require.Equal(t, 20, n)
+
+	// Rows the destination has, sent as new (it was filled after the slot
+	// was created): the COPY meets them.
+	changes = changes[:0]
+	for id := 1; id <= 10; id++ {
+		changes = append(changes, &change.Change{Op: change.OpInsert, Relation: childRel, New: row(id+200, "x")})
+	}
+	changes = append(changes, &change.Change{Op: change.OpInsert, Relation: childRel, New: row(1, "dup")})
+	err = applyBatch(t, a, 2, changes)
+	var conflict *apply.OrderConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.NoError(t, a.Rollback(ctx))
+}

@@ -16,6 +16,12 @@ import (
 type entry struct {
 	op   byte           // opDelete, opInsert or opUpdate
 	vals []change.Value // applied-column order; for a delete, only the key columns count
+	// fresh: the key had no row when the chunk started (its first change
+	// in the chunk made it: an insert, or an update that moved a row to
+	// it), so an insert cannot meet a row on the destination. A key
+	// deleted and inserted again in the chunk is new (opInsert) but not
+	// fresh.
+	fresh bool
 }
 
 // Final states of a key in a chunk, and the op column of its staging row.
@@ -70,7 +76,9 @@ func (p *plan) fold(c *change.Change) *move {
 	switch c.Op {
 	case change.OpInsert:
 		vals := p.project(c.New)
-		p.put(p.key(vals), &entry{op: opInsert, vals: vals})
+		key := p.key(vals)
+		_, seen := p.entries[key]
+		p.put(key, &entry{op: opInsert, vals: vals, fresh: !seen})
 	case change.OpUpdate:
 		vals := p.project(c.New)
 		newKey := p.key(vals)
@@ -96,16 +104,17 @@ func (p *plan) fold(c *change.Change) *move {
 				return &move{old: oldVals, new: vals}
 			}
 			// The row left its old key and is new at its new one.
+			_, seen := p.entries[newKey]
 			p.put(oldKey, &entry{op: opDelete, vals: oldVals})
-			p.put(newKey, &entry{op: opInsert, vals: vals})
+			p.put(newKey, &entry{op: opInsert, vals: vals, fresh: !seen})
 			return nil
 		}
-		op := opUpdate
+		op, fresh := opUpdate, false
 		if prev := p.entries[newKey]; prev != nil && prev.op != opUpdate {
 			// Inserted in this chunk (or deleted first): still new.
-			op = opInsert
+			op, fresh = opInsert, prev.fresh
 		}
-		p.put(newKey, &entry{op: op, vals: vals})
+		p.put(newKey, &entry{op: op, vals: vals, fresh: fresh})
 	case change.OpDelete:
 		vals := p.project(c.Old)
 		p.put(p.key(vals), &entry{op: opDelete, vals: vals})

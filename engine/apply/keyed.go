@@ -134,11 +134,13 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	return nil
 }
 
-// onlyNewRows reports whether every key of p's chunk is a complete new row
-// (a chunk of inserts, as a bulk load or an append-only table gives).
+// onlyNewRows reports whether every key of p's chunk is a complete row at
+// a key that had none when the chunk started (a chunk of inserts, as a bulk
+// load or an append-only table gives; not a key deleted and inserted
+// again, whose row the destination still has).
 func (p *plan) onlyNewRows() bool {
 	for _, e := range p.entries {
-		if e.op != opInsert || hasUnchanged(e.vals) {
+		if e.op != opInsert || !e.fresh || hasUnchanged(e.vals) {
 			return false
 		}
 	}
