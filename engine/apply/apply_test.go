@@ -474,7 +474,9 @@ func TestNewRowsByCopy(t *testing.T) {
 	conn := connect(t, dst)
 	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: mappings()})
 	require.NoError(t, err)
-	row := func(id int, note string) []change.Value { return []change.Value{text(fmt.Sprint(id)), text("1"), text(note)} }
+	row := func(id int, note string) []change.Value {
+		return []change.Value{text(fmt.Sprint(id)), text("1"), text(note)}
+	}
 	changes := []*change.Change{
 		{Op: change.OpDelete, Relation: childRel, Old: []change.Value{text("5"), null, null}, OldKeyOnly: true},
 		{Op: change.OpInsert, Relation: childRel, New: row(5, "again")},
