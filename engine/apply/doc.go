@@ -26,13 +26,14 @@
 //   - UPDATE ... FROM staging for complete rows of updated keys, followed,
 //     only when it found fewer rows than it was given, by INSERT ... ON
 //     CONFLICT DO NOTHING for the rows the destination lacks,
-//   - INSERT ... SELECT ... ON CONFLICT (pk) DO UPDATE for new rows (an
-//     upsert, so that a destination that already has the row converges);
-//     a chunk of nothing but new rows (a bulk load, an append-only table)
-//     goes by COPY straight into the table instead, about half the
-//     destination's work, and a row the destination already has then fails
-//     it with an OrderConflictError (the table is applied again in order,
-//     by upserts),
+//   - INSERT ... SELECT ... ON CONFLICT (pk) DO UPDATE for new rows at
+//     keys that had a row when the chunk started (deleted and inserted
+//     again: an upsert, so that the destination's row is replaced); new
+//     rows at keys that had none go by COPY straight into the table after
+//     the statements, about half the destination's work, and a row the
+//     destination has all the same (a mirror started without a snapshot
+//     over a copy taken later) then fails it with an OrderConflictError
+//     (the table is applied again in order, where inserts are upserts),
 //   - UPDATE ... FROM staging for rows with unchanged TOAST values, one
 //     statement per set of unchanged columns, leaving those columns alone.
 //

@@ -25,9 +25,13 @@ import (
 //     update; when it updates fewer rows than were staged (the destination
 //     lacks some), INSERT ... ON CONFLICT DO NOTHING adds the missing ones,
 //     so an update of a missing row still ends as the source's row;
-//   - INSERT ... ON CONFLICT DO UPDATE for new rows;
+//   - INSERT ... ON CONFLICT DO UPDATE for new rows at keys that had a row
+//     when the chunk started (deleted and inserted again);
 //   - UPDATE ... FROM for rows with unchanged TOAST values, one statement
-//     per set of unchanged columns, leaving those columns alone.
+//     per set of unchanged columns, leaving those columns alone;
+//   - then COPY straight into the table for new rows at keys that had none
+//     (copyRows), the whole chunk when it holds nothing else
+//     (copyNewRows).
 //
 // Keys are distinct within a chunk, so the statements touch distinct rows
 // and their order does not matter.
@@ -48,8 +52,10 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 		return err
 	}
 	w := &a.copy
-	w.reset(p.binaryChunk())
+	binary := p.binaryChunk()
+	w.reset(binary)
 	var deletes, inserts, updates int
+	var fresh [][]change.Value // new rows at keys that had none: by COPY, after the statements
 	masks := map[string]bool{}
 	for _, k := range p.order {
 		e := p.entries[k]
@@ -59,6 +65,10 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 			w.stageRow(op, "", e.vals, p.keyPos)
 		default:
 			m := ""
+			if op == opInsert && e.fresh {
+				fresh = append(fresh, e.vals)
+				continue
+			}
 			if op == opInsert {
 				inserts++
 			} else if m = unchangedMask(e.vals); m == "" {
@@ -131,7 +141,7 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 			return a.classifyFolded(p, fmt.Errorf("insert updated rows missing from %s: %w", p.dest.name, err))
 		}
 	}
-	return nil
+	return a.copyRows(ctx, p, binary, fresh)
 }
 
 // onlyNewRows reports whether every key of p's chunk is a complete row at
@@ -147,25 +157,38 @@ func (p *plan) onlyNewRows() bool {
 	return true
 }
 
-// copyNewRows writes a chunk of new rows only with COPY straight into the
-// table: about half the destination's work of loading them into the
-// staging table and upserting them from there. A row the destination
-// already has (a mirror started without a snapshot over a filled table)
-// fails the COPY with a unique violation, returned as an
-// OrderConflictError: the batch is then applied again with the table in
-// order, whose upserts converge.
+// copyNewRows writes a chunk of new rows only (onlyNewRows) with COPY
+// straight into the table (copyRows).
 func (a *Applier) copyNewRows(ctx context.Context, p *plan) error {
 	if err := a.begin(ctx); err != nil {
 		return err
 	}
-	binary := p.binaryChunk()
-	w := &a.copy
-	w.reset(binary)
+	rows := make([][]change.Value, 0, len(p.order))
 	for _, k := range p.order {
-		w.row(p.entries[k].vals)
+		rows = append(rows, p.entries[k].vals)
 	}
+	binary := p.binaryChunk()
 	clear(p.entries)
 	p.order = p.order[:0]
+	return a.copyRows(ctx, p, binary, rows)
+}
+
+// copyRows writes complete new rows at keys that had none when the chunk
+// started with COPY straight into the table: about half the destination's
+// work of loading them into the staging table and upserting them from
+// there. A row the destination already has (a mirror started without a
+// snapshot over a filled table) fails the COPY with a unique violation,
+// returned as an OrderConflictError: the batch is then applied again with
+// the table in order, whose upserts converge.
+func (a *Applier) copyRows(ctx context.Context, p *plan, binary bool, rows [][]change.Value) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	w := &a.copy
+	w.reset(binary)
+	for _, vals := range rows {
+		w.row(vals)
+	}
 	data, err := w.data()
 	if err == nil {
 		_, err = a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), copyTargetSQL(p.dest.name, p.names, binary))
@@ -178,7 +201,7 @@ func (a *Applier) copyNewRows(ctx context.Context, p *plan) error {
 	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "23P01") {
 		return &OrderConflictError{Table: p.rel.Table, Err: err}
 	}
-	return classify(err)
+	return a.classifyFolded(p, err)
 }
 
 // prepareStage makes sure p's staging table exists and is empty.
