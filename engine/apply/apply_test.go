@@ -414,16 +414,7 @@ func TestUniqueOnAPartitionKeepsOrder(t *testing.T) {
 		{Op: change.OpInsert, Relation: rel, New: row("30", "e3")},
 		{Op: change.OpDelete, Relation: rel, Old: []change.Value{text("3"), null}, OldKeyOnly: true},
 	}
-	err = applyBatch(t, folded, 2, swaps)
-	var conflict *apply.OrderConflictError
-	require.ErrorAs(t, err, &conflict)
-	require.Equal(t, rel.Table, conflict.Table)
-	require.NoError(t, folded.Rollback(ctx))
-
-	cfg.InOrder = map[change.TableName]bool{rel.Table: true}
-	inOrder, err := apply.New(ctx, conn, cfg)
-	require.NoError(t, err)
-	require.NoError(t, applyBatch(t, inOrder, 2, swaps))
+	applyAgainInOrder(t, conn, cfg, folded, rel.Table, 2, swaps)
 	var got string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(id || '=' || email, ' ' ORDER BY id) FROM acct WHERE id IN (1, 2, 3, 30)`).Scan(&got))
 	require.Equal(t, "1=e2 2=e1 30=e3", got)
@@ -458,16 +449,8 @@ func TestSelfReferenceWithForeignKeysChecked(t *testing.T) {
 	changes = append(changes,
 		&change.Change{Op: change.OpInsert, Relation: rel, New: node(3, text("1"))},
 		&change.Change{Op: change.OpUpdate, Relation: rel, New: node(2, text("3"))})
-	err = applyBatch(t, folded, 2, changes)
-	var conflict *apply.OrderConflictError
-	require.ErrorAs(t, err, &conflict)
+	err = applyAgainInOrder(t, conn, cfg, folded, rel.Table, 2, changes)
 	require.ErrorIs(t, err, apply.ErrForeignKeyViolation)
-	require.NoError(t, folded.Rollback(ctx))
-
-	cfg.InOrder = map[change.TableName]bool{rel.Table: true}
-	inOrder, err := apply.New(ctx, conn, cfg)
-	require.NoError(t, err)
-	require.NoError(t, applyBatch(t, inOrder, 2, changes))
 	var parent int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT parent FROM node WHERE id = 2`).Scan(&parent))
 	require.Equal(t, 3, parent)
@@ -532,4 +515,23 @@ func TestNewRowsByCopy(t *testing.T) {
 	var conflict *apply.OrderConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.NoError(t, a.Rollback(ctx))
+}
+
+// applyAgainInOrder applies changes with the folding applier a and expects
+// an OrderConflictError naming table (returned, for more assertions); it
+// rolls the batch back and applies the same changes with a new applier on
+// conn that has table in Config.InOrder, which must succeed.
+func applyAgainInOrder(t *testing.T, conn *pgx.Conn, cfg apply.Config, a *apply.Applier, table change.TableName, lsn change.LSN, changes []*change.Change) error {
+	t.Helper()
+	ctx := context.Background()
+	err := applyBatch(t, a, lsn, changes)
+	var conflict *apply.OrderConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, table, conflict.Table)
+	require.NoError(t, a.Rollback(ctx))
+	cfg.InOrder = map[change.TableName]bool{table: true}
+	inOrder, ierr := apply.New(ctx, conn, cfg)
+	require.NoError(t, ierr)
+	require.NoError(t, applyBatch(t, inOrder, lsn, changes))
+	return err
 }
