@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		databaseURL = url
 	}
 
-	pool, err := openPool(ctx, databaseURL)
+	pool, err := openPool(ctx, databaseURL, cfg.MirrorWorkers)
 	if err != nil {
 		return err
 	}
@@ -111,14 +111,15 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 const catalogConnectTimeout = 5 * time.Second
 
 // openPool connects to the catalog, waiting up to a minute for it to accept
-// connections (a catalog that starts together with the service).
-func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// connections (a catalog that starts together with the service). The pool's
+// size comes from the URL's pool_max_conns or from workers (sizing.go).
+func openPool(ctx context.Context, url string, workers int) (*pgxpool.Pool, error) {
 	poolCfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse SERVICE_DATABASE_URL: %w", redact(err))
 	}
-	if poolCfg.MaxConns < 20 {
-		poolCfg.MaxConns = 20
+	if poolCfg.MaxConns, err = catalogPoolSize(url, poolCfg.MaxConns, workers); err != nil {
+		return nil, err
 	}
 	if poolCfg.ConnConfig.ConnectTimeout == 0 {
 		// Without a bound, a catalog host that drops packets would hold
@@ -204,8 +205,18 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 		}
 	}
 
+	// River gets a pool of its own: fetching jobs and electing a leader
+	// never wait behind API requests or mirror runs.
+	riverCfg := pool.Config()
+	riverCfg.MaxConns, riverCfg.MinConns = riverPoolConns, 0
+	riverPool, err := pgxpool.NewWithConfig(ctx, riverCfg)
+	if err != nil {
+		return fmt.Errorf("open River's catalog pool: %w", redact(err))
+	}
+	defer riverPool.Close()
+
 	registry := metrics.New()
-	riverClient, err := jobs.NewClient(pool, jobs.Config{
+	riverClient, err := jobs.NewClient(riverPool, jobs.Config{
 		Metrics:              registry,
 		SlotMonitorInterval:  cfg.SlotMonitorInterval,
 		SequenceSyncInterval: cfg.SequenceSyncInterval,
