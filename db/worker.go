@@ -20,17 +20,22 @@ import (
 // reads "pgm" in ASCII. pg_locks shows it as classid, the mirror id as objid.
 const mirrorLockClass = 0x70676d
 
-// MirrorLock is a session advisory lock on one mirror, held on a dedicated
-// catalog connection. Whoever holds it is the one consumer of the mirror's
-// replication slot; when the holder's process dies, PostgreSQL releases the
-// lock with the session.
+// MirrorLock is a session advisory lock on one mirror. A run holds it on
+// its replica's LockHolder connection; the API and the cleanup job take it
+// for a moment on a pool connection of their own (MirrorTryLock). Whoever
+// holds it is the one consumer of the mirror's replication slot; when the
+// holder's process dies, PostgreSQL releases the lock with the session.
 type MirrorLock struct {
-	conn     *pgxpool.Conn
+	conn     *pgxpool.Conn // a lock of MirrorTryLock
+	holder   *LockHolder   // a lock of LockHolder.TryLock
+	lost     chan struct{} // closed when the holder's connection died
 	mirrorID int64
 }
 
-// MirrorTryLock takes the mirror's lock without waiting. It returns nil and
-// no error when another session holds it.
+// MirrorTryLock takes the mirror's lock without waiting, on a pool
+// connection held until Release: for short waits (the API, the cleanup
+// job), not for runs (LockHolder). It returns nil and no error when another
+// session holds it.
 func (s *Store) MirrorTryLock(ctx context.Context, mirrorID int64) (*MirrorLock, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -67,13 +72,22 @@ func (s *Store) MirrorLockWait(ctx context.Context, mirrorID int64, timeout time
 	}
 }
 
-// Conn is the lock's catalog connection, for LISTEN on it: when the
-// connection dies, the lock is gone too.
-func (l *MirrorLock) Conn() *pgx.Conn { return l.conn.Conn() }
+// Lost is closed when the lock is gone with the connection that held it
+// (nil, never closed, for a lock of MirrorTryLock).
+func (l *MirrorLock) Lost() <-chan struct{} {
+	if l.lost == nil {
+		return nil
+	}
+	return l.lost
+}
 
 // Release unlocks and returns the connection. A connection that can no longer
 // unlock is closed, which releases the lock on the server.
 func (l *MirrorLock) Release() {
+	if l.holder != nil {
+		l.holder.unlock(l)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, _ = l.conn.Exec(ctx, "UNLISTEN *")

@@ -22,6 +22,10 @@ type Config struct {
 	Metrics *metrics.Registry
 	// Store is the catalog.
 	Store *db.Store
+	// Locks holds the locks of the mirrors this process runs, on one
+	// catalog connection, and hands them their control requests. Its Run
+	// must be going while the client works.
+	Locks *db.LockHolder
 	// Logger receives the process log (mirror logs go to the catalog).
 	Logger *slog.Logger
 	// MirrorWorkers is how many mirrors this process runs at once. Default 50.
@@ -66,8 +70,8 @@ func (c Config) withDefaults() Config {
 // the periodic supervisor, slot monitor and log pruning jobs scheduled. Every replica
 // registers every kind (River's rescuer discards jobs of unknown kinds).
 func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
-	if cfg.Store == nil {
-		return nil, fmt.Errorf("jobs: Config.Store is required")
+	if cfg.Store == nil || cfg.Locks == nil {
+		return nil, fmt.Errorf("jobs: Config.Store and Config.Locks are required")
 	}
 	cfg = cfg.withDefaults()
 	workers := river.NewWorkers()

@@ -50,7 +50,7 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 	if !m.WantsToRun() {
 		return nil
 	}
-	lock, err := store.MirrorTryLock(ctx, id)
+	lock, err := w.cfg.Locks.TryLock(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 		w.cfg.Logger.Debug("mirror is run by another worker", "mirror", m.Name)
 		return nil
 	}
-	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock,
+	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock, cdcBegun: make(chan struct{}, 1),
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id)}
 	defer r.releaseLock()
 	return r.work(ctx)
@@ -80,6 +80,7 @@ type mirrorRun struct {
 	logs     logKeeper   // log entries the catalog could not take yet
 
 	stopMu     sync.Mutex
+	cdcBegun   chan struct{} // signalled when a CDC phase begins: control is checked then
 	cdcStop    chan struct{} // non-nil while the CDC phase runs
 	stopReason stopReason
 	copying    map[int64]bool // mirror tables being copied beside CDC
@@ -164,6 +165,10 @@ func (r *mirrorRun) beginCDC() chan struct{} {
 	defer r.stopMu.Unlock()
 	r.cdcStop = make(chan struct{})
 	r.stopReason = ""
+	select {
+	case r.cdcBegun <- struct{}{}:
+	default:
+	}
 	return r.cdcStop
 }
 
@@ -197,15 +202,19 @@ func (r *mirrorRun) stopCDC(reason stopReason) bool {
 	return true
 }
 
-// watchControl listens for control notifications on the lock's connection
-// and also polls every two seconds, so that a pause, delete or control
-// request reaches the run within about a second even if a notification is
-// lost. When the lock connection dies during CDC, the run goes on and takes
-// the lock back once the catalog answers (catalog_outage.go); in other
-// phases the run is cancelled: another worker may take the mirror over.
+// controlPollEvery is how often a run reads its mirror's desired state
+// besides the control notifications, which the replica's lock connection
+// receives and hands to the run (db.LockHolder.Subscribe).
+const controlPollEvery = 15 * time.Second
+
+// watchControl follows control requests for the mirror: notifications, a
+// check when the CDC phase begins, and a poll every controlPollEvery. When
+// the lock's connection dies during CDC, the run goes on and takes the lock
+// back once the catalog answers (catalog_outage.go); in other phases the
+// run is cancelled: another worker may take the mirror over.
 func (r *mirrorRun) watchControl(ctx context.Context, cancel context.CancelCauseFunc) {
 	for ctx.Err() == nil {
-		r.listenControl(ctx, cancel)
+		r.followControl(ctx, cancel)
 		if ctx.Err() != nil {
 			return
 		}
@@ -219,22 +228,24 @@ func (r *mirrorRun) watchControl(ctx context.Context, cancel context.CancelCause
 	}
 }
 
-// listenControl follows control requests on the lock's connection until
-// that connection dies or ctx ends.
-func (r *mirrorRun) listenControl(ctx context.Context, cancel context.CancelCauseFunc) {
-	conn := r.currentLock().Conn()
-	if _, err := conn.Exec(ctx, `LISTEN pgmirror_mirror_control`); err != nil {
-		return
-	}
-	for ctx.Err() == nil {
-		waitCtx, waitCancel := context.WithTimeout(ctx, 2*time.Second)
-		err := conn.PgConn().WaitForNotification(waitCtx)
-		waitCancel()
-		if ctx.Err() != nil {
+// followControl checks the mirror's desired state whenever a control
+// request arrives, until the lock is lost or ctx ends.
+func (r *mirrorRun) followControl(ctx context.Context, cancel context.CancelCauseFunc) {
+	lost := r.currentLock().Lost()
+	events, unsubscribe := r.cfg.Locks.Subscribe(r.mirrorID)
+	defer unsubscribe()
+	tick := time.NewTicker(controlPollEvery)
+	defer tick.Stop()
+	r.checkControl(ctx, cancel) // a request may have come before the subscription
+	for {
+		select {
+		case <-ctx.Done():
 			return
-		}
-		if err != nil && conn.PgConn().IsClosed() {
+		case <-lost:
 			return
+		case <-events:
+		case <-r.cdcBegun:
+		case <-tick.C:
 		}
 		r.checkControl(ctx, cancel)
 	}

@@ -342,9 +342,9 @@ func TestCatalogOutage(t *testing.T) {
 	if strings.Contains(s.output.String(), "mirror failed") {
 		t.Errorf("the run failed during the catalog outage:\n%s", tail(s.output.String(), 40))
 	}
-	if !strings.Contains(s.output.String(), "mirror lock taken back") {
-		t.Errorf("no \"mirror lock taken back\" in the process log:\n%s", tail(s.output.String(), 40))
-	}
+	waitFor(t, "\"mirror lock taken back\" in the process log", 10*time.Second, func() bool {
+		return strings.Contains(s.output.String(), "mirror lock taken back")
+	})
 }
 
 // TestLockTakenWhileCutOff: the catalog connection holding a mirror's lock

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 
 	"time"
 
@@ -96,6 +97,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return nil
 	}
 	return serve(ctx, cfg, store, logger)
+}
+
+// replicaName names this process among the replicas: the host name and the
+// process id, shown as the worker of the mirrors it runs.
+func replicaName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "pgmirror"
+	}
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
 }
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
@@ -215,8 +226,19 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	}
 	defer riverPool.Close()
 
+	// One connection holds the locks of every mirror this replica runs. It
+	// outlives the job client, whose runs release their locks as they stop.
+	locks := db.NewLockHolder(replicaName(), cfg.MirrorWorkers, pool.Config().ConnConfig, logger)
+	locksCtx, stopLocks := context.WithCancel(context.Background())
+	go locks.Run(locksCtx)
+	defer func() {
+		stopLocks()
+		<-locks.Done()
+	}()
+
 	registry := metrics.New()
 	riverClient, err := jobs.NewClient(riverPool, jobs.Config{
+		Locks:                locks,
 		Metrics:              registry,
 		SlotMonitorInterval:  cfg.SlotMonitorInterval,
 		SequenceSyncInterval: cfg.SequenceSyncInterval,
@@ -253,7 +275,7 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- serveHTTP(server, listener) }()
-	logger.Info("pgmirror serving", "addr", listener.Addr().String(), "tls", server.TLSConfig != nil, "version", version)
+	logger.Info("pgmirror serving", "replica", locks.Name(), "addr", listener.Addr().String(), "tls", server.TLSConfig != nil, "version", version)
 
 	select {
 	case <-ctx.Done():
