@@ -135,6 +135,7 @@ type mirrorSummary struct {
 	ErrorMessage    *string `json:"error_message" doc:"Set when status is error."`
 	ErrorCount      int     `json:"error_count" doc:"Consecutive errors."`
 	slotHealth
+	workerInfo
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -187,6 +188,7 @@ type mirrorStatus struct {
 	// in step (engine/seqsync).
 	SequencesSyncedAt *time.Time `json:"sequences_synced_at" doc:"When the sequences of the mirrored tables (serial and identity) were last set forward on the destination to the source's values: after the snapshot and every SERVICE_SEQUENCE_SYNC_INTERVAL (30 s) while CDC runs; null before the first time."`
 	slotHealth
+	workerInfo
 	Cutover   *cutoverRecord `json:"cutover" doc:"The mirror's last cut-over (POST /v1/mirrors/{name}/cutover) with its steps; null before the first."`
 	Tables    []tableStatus  `json:"tables"`
 	UpdatedAt time.Time      `json:"updated_at"`
@@ -250,11 +252,17 @@ func (h *handlers) listMirrors(ctx context.Context, _ *struct{}) (*mirrorListOut
 	if err != nil {
 		return nil, h.internal(ctx, "list mirrors", err)
 	}
+	workers, err := h.store.MirrorWorkers(ctx)
+	if err != nil {
+		return nil, h.internal(ctx, "read the mirrors' workers", err)
+	}
 	out := &mirrorListOutput{Body: make([]mirrorSummary, 0, len(mirrors))}
 	for _, m := range mirrors {
-		out.Body = append(out.Body, mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
+		sum := mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
 			Status: string(m.Status), LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
-			slotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt})
+			slotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
+		sum.workerInfo = withWorker(m, workers, &sum.slotHealth)
+		out.Body = append(out.Body, sum)
 	}
 	return out, nil
 }
@@ -289,6 +297,11 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
 		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, slotHealth: slotHealthResponse(m), Cutover: cutoverResponse(m.Cutover), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
 	}
+	workers, err := h.store.MirrorWorkers(ctx)
+	if err != nil {
+		return nil, h.internal(ctx, "read the mirror's worker", err)
+	}
+	st.workerInfo = withWorker(m, workers, &st.slotHealth)
 	for _, t := range tables {
 		st.Tables = append(st.Tables, tableStatus{
 			TableName: change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}.String(), Status: string(t.Status),

@@ -1,0 +1,86 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MirrorWorker is the replica that runs a mirror: the one whose lock
+// connection holds the mirror's lock, and when it last reported.
+type MirrorWorker struct {
+	Name   string
+	SeenAt time.Time
+}
+
+// MirrorWorkers returns the worker of every mirror that has one, by mirror
+// id. It reads pg_locks, so it tells who holds each lock right now: a
+// replica that died holds nothing.
+func (s *Store) MirrorWorkers(ctx context.Context) (map[int64]MirrorWorker, error) {
+	rows, err := s.q.Query(ctx, `
+		SELECT l.objid::bigint, r.name, r.seen_at
+		FROM pg_locks l JOIN replicas r ON r.lock_pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $1::oid
+		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`, int64(mirrorLockClass))
+	if err != nil {
+		return nil, fmt.Errorf("read mirror workers: %w", translate(err))
+	}
+	out := map[int64]MirrorWorker{}
+	var (
+		id int64
+		w  MirrorWorker
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &w.Name, &w.SeenAt}, func() error {
+		out[id] = w
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read mirror workers: %w", translate(err))
+	}
+	return out, nil
+}
+
+// Replica is a pgmirror process serving the catalog, as it last reported.
+type Replica struct {
+	Name          string
+	MirrorWorkers int // its SERVICE_MIRROR_WORKERS
+	Running       int // mirrors it ran at its last report
+	StartedAt     time.Time
+	SeenAt        time.Time
+}
+
+// LiveReplicas returns the replicas that reported within ReplicaLiveFor
+// and whose lock connection is still open, by name.
+func (s *Store) LiveReplicas(ctx context.Context) ([]Replica, error) {
+	rows, err := s.q.Query(ctx, `
+		SELECT name, mirror_workers, running, started_at, seen_at FROM replicas r
+		WHERE seen_at > now() - make_interval(secs => $1)
+		  AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.lock_pid)
+		ORDER BY name`, ReplicaLiveFor.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("read replicas: %w", translate(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Replica, error) {
+		var r Replica
+		err := row.Scan(&r.Name, &r.MirrorWorkers, &r.Running, &r.StartedAt, &r.SeenAt)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read replicas: %w", translate(err))
+	}
+	return out, nil
+}
+
+// LagWithoutWorker is the lag to show of a mirror that should be streaming
+// (status running, desired running) but has no worker: the last measure
+// plus the time since it was taken, so that it grows while nobody runs the
+// mirror. Other mirrors get Lag.
+func (m Mirror) LagWithoutWorker(now time.Time) *float64 {
+	if m.Status != StatusRunning || m.DesiredState != DesiredRunning || m.DeletedAt != nil ||
+		m.LagSeconds == nil || m.LagMeasuredAt == nil {
+		return m.Lag(now)
+	}
+	lag := *m.LagSeconds + max(0, now.Sub(*m.LagMeasuredAt).Seconds())
+	return &lag
+}
