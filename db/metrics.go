@@ -14,8 +14,10 @@ type MirrorHealth struct {
 	SlotLagBytes  *int64
 	SlotWALStatus *string
 	// LagSeconds is the mirror's lag as the catalog knows it (see
-	// Mirror.Lag); nil when unknown.
+	// Mirror.Lag and Mirror.LagWithoutWorker); nil when unknown.
 	LagSeconds *float64
+	// HasWorker says whether a replica runs the mirror now.
+	HasWorker bool
 }
 
 // JobCount is the number of River jobs of one kind in one state.
@@ -32,6 +34,8 @@ type CatalogMetrics struct {
 	Leader  bool
 	Mirrors []MirrorHealth
 	Jobs    []JobCount
+	// Replicas is the number of live replicas (LiveReplicas).
+	Replicas int
 }
 
 // CatalogMetrics reads the catalog's part of the metrics when clientID (a
@@ -46,6 +50,15 @@ func (s *Store) CatalogMetrics(ctx context.Context, clientID string, now time.Ti
 	if !out.Leader {
 		return out, nil
 	}
+	workers, err := s.MirrorWorkers(ctx)
+	if err != nil {
+		return out, err
+	}
+	replicas, err := s.LiveReplicas(ctx)
+	if err != nil {
+		return out, err
+	}
+	out.Replicas = len(replicas)
 	rows, err := s.q.Query(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.deleted_at IS NULL ORDER BY m.name`)
 	if err != nil {
 		return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))
@@ -56,8 +69,13 @@ func (s *Store) CatalogMetrics(ctx context.Context, clientID string, now time.Ti
 			rows.Close()
 			return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))
 		}
+		_, hasWorker := workers[m.ID]
+		lag := m.Lag(now)
+		if !hasWorker {
+			lag = m.LagWithoutWorker(now)
+		}
 		out.Mirrors = append(out.Mirrors, MirrorHealth{Name: m.Name, Status: m.Status, SlotLagBytes: m.SlotLagBytes,
-			SlotWALStatus: m.SlotWALStatus, LagSeconds: m.Lag(now)})
+			SlotWALStatus: m.SlotWALStatus, LagSeconds: lag, HasWorker: hasWorker})
 	}
 	if err := rows.Err(); err != nil {
 		return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))

@@ -26,7 +26,7 @@ type catalogCollector struct {
 	clientID string
 	logger   *slog.Logger
 
-	status, lag, slotLag, walStatus, jobs, leader, up *prometheus.Desc
+	status, lag, slotLag, walStatus, jobs, leader, up, worker, replicas *prometheus.Desc
 }
 
 func newCatalogCollector(c Catalog, clientID string, logger *slog.Logger) *catalogCollector {
@@ -47,13 +47,17 @@ func newCatalogCollector(c Catalog, clientID string, logger *slog.Logger) *catal
 			"River jobs in the catalog by kind and state (available and scheduled ones make the queue depth).", []string{"kind", "state"}, nil),
 		leader: prometheus.NewDesc("pgmirror_catalog_reporter",
 			"1 on the replica that reports the catalog series (River's leader), 0 on the others.", nil, nil),
+		worker: prometheus.NewDesc("pgmirror_mirror_worker",
+			"1 while a replica runs the mirror (holds its lock), 0 while none does (docs/status.md).", []string{"mirror"}, nil),
+		replicas: prometheus.NewDesc("pgmirror_replicas",
+			"pgmirror replicas that reported to the catalog within the last 20 s.", nil, nil),
 		up: prometheus.NewDesc("pgmirror_catalog_up",
 			"1 when the last scrape could read the catalog, 0 when it could not.", nil, nil),
 	}
 }
 
 func (c *catalogCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.status, c.lag, c.slotLag, c.walStatus, c.jobs, c.leader, c.up} {
+	for _, d := range []*prometheus.Desc{c.status, c.lag, c.slotLag, c.walStatus, c.jobs, c.leader, c.up, c.worker, c.replicas} {
 		ch <- d
 	}
 }
@@ -69,7 +73,12 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, boolValue(m.Leader))
+	if !m.Leader {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.replicas, prometheus.GaugeValue, float64(m.Replicas))
 	for _, mh := range m.Mirrors {
+		ch <- prometheus.MustNewConstMetric(c.worker, prometheus.GaugeValue, boolValue(mh.HasWorker), mh.Name)
 		for _, s := range db.MirrorStatuses {
 			ch <- prometheus.MustNewConstMetric(c.status, prometheus.GaugeValue, boolValue(mh.Status == s), mh.Name, string(s))
 		}
