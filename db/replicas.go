@@ -84,3 +84,43 @@ func (m Mirror) LagWithoutWorker(now time.Time) *float64 {
 	lag := *m.LagSeconds + max(0, now.Sub(*m.LagMeasuredAt).Seconds())
 	return &lag
 }
+
+// LagMeasure is one streaming worker's measure of a mirror's lag (see
+// MirrorRecordLag).
+type LagMeasure struct {
+	MirrorID      int64
+	LagSeconds    float64
+	MeasuredAt    time.Time
+	AppliedCommit time.Time // zero: not known yet, the stored one is kept
+}
+
+// MirrorRecordLags stores the lag measures of many mirrors in one
+// statement: a replica writes those of all the mirrors it streams
+// together, so that its catalog writes do not grow with them. Measures of
+// mirrors deleted meanwhile are skipped.
+func (s *Store) MirrorRecordLags(ctx context.Context, measures []LagMeasure) error {
+	if len(measures) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(measures))
+	lags := make([]float64, len(measures))
+	at := make([]time.Time, len(measures))
+	applied := make([]*time.Time, len(measures))
+	for i, m := range measures {
+		ids[i], lags[i], at[i] = m.MirrorID, max(0, m.LagSeconds), m.MeasuredAt
+		if !m.AppliedCommit.IsZero() {
+			a := m.AppliedCommit
+			applied[i] = &a
+		}
+	}
+	_, err := s.q.Exec(ctx, `INSERT INTO mirror_lag (mirror_id, lag_seconds, measured_at, applied_commit_at)
+		SELECT u.id, u.lag, u.at, u.applied FROM unnest($1::bigint[], $2::float8[], $3::timestamptz[], $4::timestamptz[]) AS u(id, lag, at, applied)
+		WHERE EXISTS (SELECT 1 FROM mirrors m WHERE m.id = u.id)
+		ON CONFLICT (mirror_id) DO UPDATE SET lag_seconds = EXCLUDED.lag_seconds, measured_at = EXCLUDED.measured_at,
+			applied_commit_at = coalesce(EXCLUDED.applied_commit_at, mirror_lag.applied_commit_at)`,
+		ids, lags, at, applied)
+	if err != nil {
+		return fmt.Errorf("record lag of %d mirrors: %w", len(measures), translate(err))
+	}
+	return nil
+}

@@ -134,7 +134,7 @@ func (b *batchReporter) flushLag(ctx context.Context) {
 	lag, at, applied := b.lag, b.lagAt, b.appliedCommit
 	b.lagDirty, b.lagWritten = false, time.Now()
 	b.mu.Unlock()
-	if err := b.run.store.MirrorRecordLag(ctx, b.mirror.ID, lag.Seconds(), at, applied); err != nil {
+	if err := b.run.recordLag(ctx, lag.Seconds(), at, applied); err != nil {
 		b.run.logger.Debug("record lag", "error", err)
 	}
 }

@@ -51,6 +51,8 @@ type Config struct {
 	// SequenceSyncInterval is how often a running mirror's destination
 	// sequences are set in step with the source's. Default 30 s.
 	SequenceSyncInterval time.Duration
+
+	lags *lagWriter // set by NewClient
 }
 
 func (c Config) withDefaults() Config {
@@ -74,6 +76,8 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		return nil, fmt.Errorf("jobs: Config.Store and Config.Locks are required")
 	}
 	cfg = cfg.withDefaults()
+	cfg.lags = newLagWriter(cfg.Store, cfg.Logger)
+	go cfg.lags.loop(cfg.Locks.Done())
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &MirrorRunWorker{cfg: cfg})
 	river.AddWorker(workers, &MirrorCleanupWorker{cfg: cfg})

@@ -176,10 +176,7 @@ func (e *slotExistsError) Error() string {
 func (r *mirrorRun) iteration(ctx context.Context) error {
 	in, err := r.prepare(ctx)
 	if in != nil {
-		defer closeConn(in.src)
-		if in.dst != nil {
-			defer closeConn(in.dst)
-		}
+		defer in.closeConns()
 	}
 	if err != nil {
 		return inStep(opSetup, err)
@@ -215,7 +212,22 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 			return err
 		}
 	}
+	// CDC opens the connections it needs: the setup's are not held for
+	// the whole run (a mirror's connections to its peers stay few).
+	in.closeConns()
 	return inStep(opCDC, r.runCDC(ctx, in))
+}
+
+// closeConns closes the setup's peer connections, if still open.
+func (in *phaseInputs) closeConns() {
+	if in.src != nil {
+		closeConn(in.src)
+		in.src = nil
+	}
+	if in.dst != nil {
+		closeConn(in.dst)
+		in.dst = nil
+	}
 }
 
 // prepare loads the mirror, its tables and peers, connects to both peers,

@@ -140,5 +140,10 @@ func (r *mirrorRun) keepSequencesInStep(ctx context.Context, srcPeer, dstPeer db
 			}
 		}
 		s.sync(ctx, src, dst)
+		// Not held between syncs: a running mirror keeps few
+		// connections to its peers.
+		closeConn(src)
+		closeConn(dst)
+		src, dst = nil, nil
 	}
 }
