@@ -52,7 +52,8 @@ type Config struct {
 	// sequences are set in step with the source's. Default 30 s.
 	SequenceSyncInterval time.Duration
 
-	lags *lagWriter // set by NewClient
+	lags    *lagWriter // set by NewClient
+	balance *balancer  // set by NewClient
 }
 
 func (c Config) withDefaults() Config {
@@ -78,6 +79,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	cfg = cfg.withDefaults()
 	cfg.lags = newLagWriter(cfg.Store, cfg.Logger)
 	go cfg.lags.loop(cfg.Locks.Done())
+	cfg.balance = newBalancer(cfg)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &MirrorRunWorker{cfg: cfg})
 	river.AddWorker(workers, &MirrorCleanupWorker{cfg: cfg})
@@ -116,6 +118,8 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	if err != nil {
 		return nil, fmt.Errorf("create River client: %w", err)
 	}
+	cfg.balance.client.Store(client)
+	go cfg.balance.loop(cfg.Locks.Done())
 	return client, nil
 }
 

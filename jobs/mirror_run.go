@@ -50,6 +50,11 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 	if !m.WantsToRun() {
 		return nil
 	}
+	if w.cfg.balance != nil && w.cfg.balance.refusing() {
+		// This replica runs its share while another runs less: leave
+		// the mirror to it (balance.go).
+		return river.JobSnooze(refuseSnooze)
+	}
 	lock, err := w.cfg.Locks.TryLock(ctx, id)
 	if err != nil {
 		return err
@@ -61,6 +66,9 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock, cdcBegun: make(chan struct{}, 1),
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id)}
 	defer r.releaseLock()
+	if w.cfg.balance != nil {
+		defer w.cfg.balance.started(r)()
+	}
 	return r.work(ctx)
 }
 

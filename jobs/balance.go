@@ -1,0 +1,160 @@
+package jobs
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/pgmirror/pgmirror/db"
+)
+
+// Every replica, not only River's leader, looks for mirrors without a
+// worker and spreads the mirrors over the live replicas:
+//   - every orphanCheckEvery it enqueues a run job for each mirror that
+//     wants to run and has neither a lock holder nor a waiting job (a
+//     replica died): a takeover does not wait for River to elect a new
+//     leader when the dead replica was the leader;
+//   - every balanceEvery it reads the live replicas (db.LiveReplicas) and
+//     the fair share, the running mirrors divided by the live replicas
+//     (rounded up, at most each one's SERVICE_MIRROR_WORKERS). While this
+//     replica runs its share or more and another live replica runs less
+//     than its share, it snoozes new run jobs for refuseSnooze, leaving
+//     them to the others; above its share it hands the extra mirrors back
+//     to the queue at their next batch boundary (as a run budget does).
+const (
+	orphanCheckEvery = 2 * time.Second
+	balanceEvery     = 10 * time.Second
+	refuseSnooze     = 2 * time.Second
+)
+
+// balancer spreads mirrors over replicas and takes over those of dead
+// replicas (see above).
+type balancer struct {
+	cfg    Config
+	client atomic.Pointer[river.Client[pgx.Tx]]
+
+	mu   sync.Mutex
+	runs map[int64]*mirrorRun // the runs of this replica that hold their lock
+
+	share  atomic.Int64 // this replica's fair share; 0 while unknown
+	refuse atomic.Bool  // leave new mirrors to replicas below their share
+}
+
+func newBalancer(cfg Config) *balancer {
+	return &balancer{cfg: cfg, runs: map[int64]*mirrorRun{}}
+}
+
+// started records a run that holds its lock; the returned function forgets it.
+func (b *balancer) started(r *mirrorRun) func() {
+	b.mu.Lock()
+	b.runs[r.mirrorID] = r
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		if b.runs[r.mirrorID] == r {
+			delete(b.runs, r.mirrorID)
+		}
+		b.mu.Unlock()
+	}
+}
+
+// refusing reports whether this replica leaves new mirrors to others now.
+func (b *balancer) refusing() bool { return b.refuse.Load() }
+
+// loop runs the orphan checks and the balancing until done closes.
+func (b *balancer) loop(done <-chan struct{}) {
+	lastBalance := time.Time{}
+	for {
+		// Some jitter, so that replicas started together do not query in step.
+		wait := orphanCheckEvery + time.Duration(rand.Int64N(int64(orphanCheckEvery/4)))
+		select {
+		case <-done:
+			return
+		case <-time.After(wait):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		b.enqueueOrphans(ctx)
+		if time.Since(lastBalance) >= balanceEvery {
+			lastBalance = time.Now()
+			b.balance(ctx)
+		}
+		cancel()
+	}
+}
+
+// enqueueOrphans enqueues a run job for every mirror without a worker.
+func (b *balancer) enqueueOrphans(ctx context.Context) {
+	client := b.client.Load()
+	if client == nil {
+		return
+	}
+	ids, err := b.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind())
+	if err != nil {
+		b.cfg.Logger.Debug("look for mirrors without worker", "error", err)
+		return
+	}
+	for _, id := range ids {
+		b.cfg.Logger.Info("mirror has no worker: enqueueing a run job", "mirror_id", id)
+		if _, err := client.Insert(ctx, MirrorRunArgs{MirrorID: id}, nil); err != nil {
+			b.cfg.Logger.Debug("enqueue run of mirror without worker", "mirror_id", id, "error", err)
+			return
+		}
+	}
+}
+
+// balance computes the fair share and hands extra mirrors back.
+func (b *balancer) balance(ctx context.Context) {
+	replicas, err := b.cfg.Store.LiveReplicas(ctx)
+	if err != nil {
+		b.cfg.Logger.Debug("read live replicas", "error", err)
+		return
+	}
+	me := b.cfg.Locks.Name()
+	mine := b.cfg.Locks.Running()
+	total, others, found := 0, []db.Replica{}, false
+	for _, r := range replicas {
+		if r.Name == me {
+			found = true
+			total += mine
+			continue
+		}
+		total += r.Running
+		others = append(others, r)
+	}
+	if !found || len(others) == 0 {
+		b.share.Store(0)
+		b.refuse.Store(false)
+		return
+	}
+	share := (total + len(replicas) - 1) / len(replicas)
+	share = max(share, 1)
+	b.share.Store(int64(share))
+	// Another replica below its share with room for more?
+	below := slices.ContainsFunc(others, func(r db.Replica) bool { return r.Running < share && r.Running < r.MirrorWorkers })
+	b.refuse.Store(below && mine >= share)
+	if !below || mine <= share {
+		return
+	}
+	extra := mine - share
+	b.mu.Lock()
+	var shed []*mirrorRun
+	for _, r := range b.runs {
+		if len(shed) == extra {
+			break
+		}
+		if r.inCDC() {
+			shed = append(shed, r)
+		}
+	}
+	b.mu.Unlock()
+	for _, r := range shed {
+		r.logger.Info("handing the mirror to a replica below its share", "share", share, "running_here", mine)
+		r.stopCDC(reasonBudget)
+	}
+}
