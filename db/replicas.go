@@ -94,6 +94,27 @@ type LagMeasure struct {
 	AppliedCommit time.Time // zero: not known yet, the stored one is kept
 }
 
+// MirrorsSequencesSynced records, for many mirrors in one statement, when
+// their destination sequences were last set in step (see
+// MirrorSequencesSynced).
+func (s *Store) MirrorsSequencesSynced(ctx context.Context, synced map[int64]time.Time) error {
+	if len(synced) == 0 {
+		return nil
+	}
+	ids := make([]int64, 0, len(synced))
+	at := make([]time.Time, 0, len(synced))
+	for id, t := range synced {
+		ids = append(ids, id)
+		at = append(at, t)
+	}
+	_, err := s.q.Exec(ctx, `UPDATE mirrors m SET sequences_synced_at = u.at
+		FROM unnest($1::bigint[], $2::timestamptz[]) AS u(id, at) WHERE m.id = u.id`, ids, at)
+	if err != nil {
+		return fmt.Errorf("record sequence sync of %d mirrors: %w", len(synced), translate(err))
+	}
+	return nil
+}
+
 // MirrorRecordLags stores the lag measures of many mirrors in one
 // statement: a replica writes those of all the mirrors it streams
 // together, so that its catalog writes do not grow with them. Measures of

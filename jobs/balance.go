@@ -20,7 +20,7 @@ import (
 //     wants to run and has neither a lock holder nor a waiting job (a
 //     replica died): a takeover does not wait for River to elect a new
 //     leader when the dead replica was the leader;
-//   - every balanceEvery it reads the live replicas (db.LiveReplicas) and
+//   - as often, it reads the live replicas (db.LiveReplicas) and
 //     the fair share, the running mirrors divided by the live replicas
 //     (rounded up, at most each one's SERVICE_MIRROR_WORKERS). While this
 //     replica runs its share or more and another live replica runs less
@@ -29,7 +29,6 @@ import (
 //     to the queue at their next batch boundary (as a run budget does).
 const (
 	orphanCheckEvery = 2 * time.Second
-	balanceEvery     = 10 * time.Second
 	refuseSnooze     = 2 * time.Second
 )
 
@@ -69,7 +68,6 @@ func (b *balancer) refusing() bool { return b.refuse.Load() }
 
 // loop runs the orphan checks and the balancing until done closes.
 func (b *balancer) loop(done <-chan struct{}) {
-	lastBalance := time.Time{}
 	for {
 		// Some jitter, so that replicas started together do not query in step.
 		wait := orphanCheckEvery + time.Duration(rand.Int64N(int64(orphanCheckEvery/4)))
@@ -79,11 +77,10 @@ func (b *balancer) loop(done <-chan struct{}) {
 		case <-time.After(wait):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Balance first: a replica that died no longer counts, so that
+		// the orphans' jobs are not refused here.
+		b.balance(ctx)
 		b.enqueueOrphans(ctx)
-		if time.Since(lastBalance) >= balanceEvery {
-			lastBalance = time.Now()
-			b.balance(ctx)
-		}
 		cancel()
 	}
 }

@@ -45,7 +45,8 @@ type batchReporter struct {
 	lastLogAt   time.Time
 	lastBatchAt time.Time
 	lastIdleLog time.Time
-	slowBatch   bool // a batch took longer than logEvery: log it at once
+	slowBatch   bool      // a batch took longer than logEvery: log it at once
+	emptyAt     time.Time // when the position of a batch without changes was last marked for writing
 
 	progressFailing bool // the last progress write failed (only loop and close touch it)
 
@@ -76,6 +77,9 @@ func newBatchReporter(r *mirrorRun, m db.Mirror, mappings []change.Mapping) *bat
 
 // BatchApplied records a batch that the destination committed.
 func (b *batchReporter) BatchApplied(ctx context.Context, batch cdc.Batch) error {
+	if b.emptyBatch(batch) {
+		return nil
+	}
 	b.mu.Lock()
 	for table, c := range batch.Tables {
 		id, ok := b.tableIDs[table]

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/metrics"
 )
 
@@ -33,7 +34,9 @@ type Config struct {
 	// LogRetention is how long mirror log entries are kept. Default 7 days.
 	LogRetention time.Duration
 	// SupervisorInterval is how often the leader looks for mirrors that
-	// nobody runs (for example because their replica died). Default 5 s.
+	// nobody runs and deleted mirrors without a cleanup job. Default 30 s:
+	// every replica also looks for mirrors without a worker every 2 s
+	// (balance.go).
 	SupervisorInterval time.Duration
 	// HeartbeatTimeout is how long a replication stream may stay silent
 	// before the mirror fails with "Heartbeat timeout". Default 2 minutes.
@@ -52,15 +55,16 @@ type Config struct {
 	// sequences are set in step with the source's. Default 30 s.
 	SequenceSyncInterval time.Duration
 
-	lags    *lagWriter // set by NewClient
-	balance *balancer  // set by NewClient
+	lags    *lagWriter       // set by NewClient
+	balance *balancer        // set by NewClient
+	sources *cdc.SourceWatch // set by NewClient: the source polls shared by the runs of this process
 }
 
 func (c Config) withDefaults() Config {
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	c.MirrorWorkers = cmp.Or(c.MirrorWorkers, 50)
 	c.LogRetention = cmp.Or(c.LogRetention, 7*24*time.Hour)
-	c.SupervisorInterval = cmp.Or(c.SupervisorInterval, 5*time.Second)
+	c.SupervisorInterval = cmp.Or(c.SupervisorInterval, 30*time.Second)
 	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, 2*time.Minute)
 	c.RunBudget = cmp.Or(c.RunBudget, 10*time.Minute)
 	c.MaxFailures = cmp.Or(c.MaxFailures, 2016)
@@ -79,6 +83,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	cfg = cfg.withDefaults()
 	cfg.lags = newLagWriter(cfg.Store, cfg.Logger)
 	go cfg.lags.loop(cfg.Locks.Done())
+	cfg.sources = cdc.NewSourceWatch()
 	cfg.balance = newBalancer(cfg)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &MirrorRunWorker{cfg: cfg})
@@ -95,7 +100,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 			QueueMirrors:       {MaxWorkers: cfg.MirrorWorkers},
 		},
 		FetchCooldown:     50 * time.Millisecond,
-		FetchPollInterval: time.Second,
+		// New jobs arrive by notification at once; the poll only backs
+		// that up, and costs the catalog a query per queue each time.
+		FetchPollInterval: 2 * time.Second,
 		// The mirror run job bounds itself (RunBudget); a job whose process
 		// died is taken over by the supervisor long before this rescue.
 		RescueStuckJobsAfter: cfg.RunBudget + 30*time.Minute,

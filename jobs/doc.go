@@ -14,10 +14,11 @@
 // (db.Mirror.WantsToRun: live, desired state running, status not paused, stopped or
 // completed) and its session advisory lock is free; holding the lock, the
 // run snoozes until next_retry_at for a mirror in error, starts the control
-// watcher (LISTEN pgmirror_mirror_control on the lock's connection plus a
-// 2 s poll: a delete or pause stops the CDC phase at a batch boundary and
-// cancels other phases; a pending action or table request stops the CDC
-// phase so that the loop carries it out), and drives the mirror.
+// watcher (notifications of pgmirror_mirror_control from the replica's lock
+// connection, db.LockHolder, plus a poll every minute: a delete or pause
+// stops the CDC phase at a batch boundary and cancels other phases; a
+// pending action or table request stops the CDC phase so that the loop
+// carries it out), and drives the mirror.
 //
 // # One iteration (mirror_drive.go, plan.go)
 //

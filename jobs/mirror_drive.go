@@ -619,6 +619,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		BatchSize:        m.CDCBatchSize,
 		SyncInterval:     time.Duration(m.CDCSyncIntervalSeconds) * time.Second,
 		HeartbeatTimeout: r.cfg.HeartbeatTimeout,
+		SourceWatch:      r.cfg.sources,
 		Logger:           r.logger,
 	}, nil
 }

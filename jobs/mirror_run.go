@@ -50,11 +50,6 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 	if !m.WantsToRun() {
 		return nil
 	}
-	if w.cfg.balance != nil && w.cfg.balance.refusing() {
-		// This replica runs its share while another runs less: leave
-		// the mirror to it (balance.go).
-		return river.JobSnooze(refuseSnooze)
-	}
 	lock, err := w.cfg.Locks.TryLock(ctx, id)
 	if err != nil {
 		return err
@@ -62,6 +57,12 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 	if lock == nil {
 		w.cfg.Logger.Debug("mirror is run by another worker", "mirror", m.Name)
 		return nil
+	}
+	if w.cfg.balance != nil && w.cfg.balance.refusing() {
+		// This replica runs its share while another runs less: leave
+		// the mirror to it (balance.go).
+		lock.Release()
+		return river.JobSnooze(refuseSnooze)
 	}
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock, cdcBegun: make(chan struct{}, 1),
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id)}
@@ -213,7 +214,7 @@ func (r *mirrorRun) stopCDC(reason stopReason) bool {
 // controlPollEvery is how often a run reads its mirror's desired state
 // besides the control notifications, which the replica's lock connection
 // receives and hands to the run (db.LockHolder.Subscribe).
-const controlPollEvery = 15 * time.Second
+const controlPollEvery = 5 * time.Minute
 
 // watchControl follows control requests for the mirror: notifications, a
 // check when the CDC phase begins, and a poll every controlPollEvery. When

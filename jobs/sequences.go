@@ -91,7 +91,7 @@ func (s *sequenceSyncer) syncOnce(ctx context.Context, src, dst *pgx.Conn) error
 		return err
 	}
 	now := time.Now()
-	if err := s.run.store.MirrorSequencesSynced(ctx, s.run.mirrorID, now); err != nil {
+	if err := s.run.recordSequencesSynced(ctx, now); err != nil {
 		s.run.logger.Warn("record sequence sync", "error", err)
 	}
 	s.failing = false

@@ -108,6 +108,19 @@ func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watch
 	if err != nil {
 		return err
 	}
+	// One catalog transaction for the source's mirrors, not one each.
+	tx, err := w.cfg.Store.Pool().Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("record slot health: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	store := w.cfg.Store.With(tx)
+	type recorded struct {
+		sw       db.SlotWatch
+		previous *string
+		h        db.SlotHealth
+	}
+	var done []recorded
 	for _, sw := range watches {
 		h := db.SlotHealth{}
 		if row, ok := slots[sw.Slot]; ok {
@@ -116,13 +129,19 @@ func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watch
 			missing := db.SlotWALMissing
 			h.WALStatus = &missing
 		}
-		previous, found, err := w.cfg.Store.MirrorRecordSlotHealth(ctx, sw.MirrorID, h)
+		previous, found, err := store.MirrorRecordSlotHealth(ctx, sw.MirrorID, h)
 		if err != nil {
 			return err
 		}
 		if found {
-			w.warnIfAtRisk(ctx, sw, previous, h)
+			done = append(done, recorded{sw: sw, previous: previous, h: h})
 		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("record slot health: %w", err)
+	}
+	for _, d := range done {
+		w.warnIfAtRisk(ctx, d.sw, d.previous, d.h)
 	}
 	return nil
 }

@@ -7,24 +7,33 @@ import (
 	"time"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/cdc"
 )
 
 // lagWriteBatchEvery is how often a replica writes the lag measures of all
 // the mirrors it streams, in one statement.
 const lagWriteBatchEvery = 2 * time.Second
 
-// lagWriter gathers the lag measures of the runs of one replica and writes
-// them together every lagWriteBatchEvery, so that an idle replica's catalog
-// writes do not grow with its mirrors.
+// lagWriter gathers the lag measures and sequence sync times of the runs of
+// one replica and writes them together every lagWriteBatchEvery, so that an
+// idle replica's catalog writes do not grow with its mirrors.
 type lagWriter struct {
-	store  *db.Store
-	logger *slog.Logger
-	mu     sync.Mutex
-	latest map[int64]db.LagMeasure // the newest measure of each mirror not written yet
+	store     *db.Store
+	logger    *slog.Logger
+	mu        sync.Mutex
+	latest    map[int64]db.LagMeasure // the newest measure of each mirror not written yet
+	seqSynced map[int64]time.Time     // sequence syncs not written yet
 }
 
 func newLagWriter(store *db.Store, logger *slog.Logger) *lagWriter {
-	return &lagWriter{store: store, logger: logger, latest: map[int64]db.LagMeasure{}}
+	return &lagWriter{store: store, logger: logger, latest: map[int64]db.LagMeasure{}, seqSynced: map[int64]time.Time{}}
+}
+
+// sequencesSynced keeps a mirror's sequence sync time for the next write.
+func (w *lagWriter) sequencesSynced(mirrorID int64, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seqSynced[mirrorID] = at
 }
 
 // add keeps m for the next write, replacing an older measure of the mirror.
@@ -54,13 +63,28 @@ func (w *lagWriter) loop(done <-chan struct{}) {
 			measures = append(measures, m)
 		}
 		w.latest = map[int64]db.LagMeasure{}
+		synced := w.seqSynced
+		w.seqSynced = map[int64]time.Time{}
 		w.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := w.store.MirrorRecordLags(ctx, measures); err != nil {
 			w.logger.Debug("record lag", "mirrors", len(measures), "error", err)
 		}
+		if err := w.store.MirrorsSequencesSynced(ctx, synced); err != nil {
+			w.logger.Debug("record sequence syncs", "mirrors", len(synced), "error", err)
+		}
 		cancel()
 	}
+}
+
+// recordSequencesSynced hands the time of a sequence sync to the replica's
+// writer, or writes it at once when there is none.
+func (r *mirrorRun) recordSequencesSynced(ctx context.Context, at time.Time) error {
+	if r.cfg.lags != nil {
+		r.cfg.lags.sequencesSynced(r.mirrorID, at)
+		return nil
+	}
+	return r.store.MirrorSequencesSynced(ctx, r.mirrorID, at)
 }
 
 // recordLag hands a lag measure to the replica's lag writer, or writes it
@@ -71,4 +95,28 @@ func (r *mirrorRun) recordLag(ctx context.Context, lagSeconds float64, at, appli
 		return nil
 	}
 	return r.store.MirrorRecordLag(ctx, r.mirrorID, lagSeconds, at, applied)
+}
+
+// emptyProgressEvery is how often at most the position reached by batches
+// without changes (the heartbeats of an idle source, every 10 s) is written
+// to the catalog.
+const emptyProgressEvery = time.Minute
+
+// emptyBatch takes a batch without changes (a heartbeat, or transactions
+// with nothing for the mirror): it moves the position, written with the next
+// progress flush at most every emptyProgressEvery, and is neither logged nor
+// counted as activity, so that an idle mirror costs the catalog next to
+// nothing. It reports whether batch was such a batch.
+func (b *batchReporter) emptyBatch(batch cdc.Batch) bool {
+	if batch.Changes != 0 || len(batch.Tables) != 0 {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lastLSN, b.lastBatch = batch.LSN, batch.ID
+	if time.Since(b.emptyAt) >= emptyProgressEvery {
+		b.dirty = true
+		b.emptyAt = time.Now()
+	}
+	return true
 }

@@ -137,13 +137,14 @@ func TestWritableDestinationTables(t *testing.T) {
 		return queryInt64(t, dst, `SELECT count(*) FROM pg_sequences WHERE sequencename IN ('ident_id_seq', 'alw_id_seq', 'ser_id_seq')
 			AND last_value >= 60`) == 3
 	})
-	var st struct {
-		SequencesSyncedAt *time.Time `json:"sequences_synced_at"`
-	}
-	s.mustDo("GET", "/v1/mirrors/writable", nil, 200, &st)
-	if st.SequencesSyncedAt == nil {
-		t.Error("sequences_synced_at is null after the sequences were synced")
-	}
+	// The replica writes its mirrors' sync times together every 2 s.
+	waitFor(t, "sequences_synced_at after the sequences were synced", 10*time.Second, func() bool {
+		var st struct {
+			SequencesSyncedAt *time.Time `json:"sequences_synced_at"`
+		}
+		s.mustDo("GET", "/v1/mirrors/writable", nil, 200, &st)
+		return st.SequencesSyncedAt != nil
+	})
 	if !hasLog(s.logs("writable", ""), "Sequences synced") {
 		t.Error(`no "Sequences synced" log entry`)
 	}

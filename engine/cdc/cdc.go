@@ -112,6 +112,11 @@ type Config struct {
 	// (EmitMarker) and passes its position, so that such a transaction
 	// always comes. Needs PostgreSQL 14 or later on the source.
 	StopAt change.LSN
+	// SourceWatch, when set, follows the source's WAL end and writes the
+	// heartbeats for this run together with the other runs of the same
+	// source database (one connection and one poll for all of them);
+	// without it the run does so on a source connection of its own.
+	SourceWatch *SourceWatch
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -281,7 +286,15 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if cfg.StopAt != 0 && heartbeatEvery == 0 {
 		return ErrStopAtUnsupported
 	}
-	source := watchSourcePosition(ctx, src, heartbeatEvery, logger)
+	var source *sourcePosition
+	if cfg.SourceWatch != nil {
+		// The shared poll follows the source: this run's plain source
+		// connection is not needed any more.
+		source = cfg.SourceWatch.join(cfg.Source, heartbeatEvery, logger)
+		closeQuietly(src)
+	} else {
+		source = watchSourcePosition(ctx, src, heartbeatEvery, logger)
+	}
 	defer source.stop()
 	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, applied: applied, batchID: batchID,
 		positions: positions, skip: map[change.TableName]bool{}, source: source}

@@ -25,6 +25,7 @@ const sourcePollEvery = 100 * time.Millisecond
 // connection and remembers those not yet seen coming back through the slot.
 type sourcePosition struct {
 	end     atomic.Uint64
+	shared  *sharedSource // set when the position follows a SourceWatch's poll (conn is nil then)
 	conn    *pgx.Conn
 	stopped chan struct{}
 	wg      sync.WaitGroup
@@ -80,12 +81,7 @@ func watchSourcePosition(ctx context.Context, conn *pgx.Conn, heartbeatEvery tim
 func (p *sourcePosition) poll(ctx context.Context) error {
 	pollCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var text string
-	if err := p.conn.QueryRow(pollCtx, `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-		ELSE pg_current_wal_flush_lsn() END)::text`).Scan(&text); err != nil {
-		return err
-	}
-	lsn, err := change.ParseLSN(text)
+	lsn, err := readWALEnd(pollCtx, p.conn)
 	if err != nil {
 		return err
 	}
@@ -100,14 +96,7 @@ func (p *sourcePosition) poll(ctx context.Context) error {
 // and a warning; lag is then measured from received transactions only.
 func (p *sourcePosition) beat(ctx context.Context) {
 	p.lastHeartbeat = time.Now()
-	beatCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	var text string
-	err := p.conn.QueryRow(beatCtx, `SELECT pg_logical_emit_message(true, 'pgmirror_heartbeat', '')::text`).Scan(&text)
-	var lsn change.LSN
-	if err == nil {
-		lsn, err = change.ParseLSN(text)
-	}
+	lsn, err := writeHeartbeat(ctx, p.conn)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("cannot write heartbeats on the source (pg_logical_emit_message); lag_seconds then only counts transactions received, and an idle mirror whose stream is stuck shows 0",
@@ -116,10 +105,15 @@ func (p *sourcePosition) beat(ctx context.Context) {
 		p.heartbeatEvery = 0
 		return
 	}
+	p.addHeartbeat(heartbeat{lsn: lsn, at: p.lastHeartbeat})
+}
+
+// addHeartbeat remembers a heartbeat written on the source.
+func (p *sourcePosition) addHeartbeat(h heartbeat) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.heartbeats) < maxHeartbeats {
-		p.heartbeats = append(p.heartbeats, heartbeat{lsn: lsn, at: p.lastHeartbeat})
+		p.heartbeats = append(p.heartbeats, h)
 	}
 }
 
@@ -157,8 +151,13 @@ func (p *sourcePosition) behind(lsn change.LSN) uint64 {
 	return 0
 }
 
-// stop ends the polling and closes the connection.
+// stop ends the polling and closes the connection (or leaves the shared
+// poll).
 func (p *sourcePosition) stop() {
+	if p.shared != nil {
+		p.shared.leave(p)
+		return
+	}
 	close(p.stopped)
 	p.wg.Wait()
 	closeQuietly(p.conn)

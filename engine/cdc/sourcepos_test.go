@@ -46,3 +46,44 @@ func TestSourcePosition(t *testing.T) {
 	require.GreaterOrEqual(t, p.behind(start), uint64(end-start))
 	require.Zero(t, p.behind(p.End()+1), "past the WAL end is not behind")
 }
+
+// TestSourceWatchShared: runs of one source database share one connection
+// that follows the WAL end and writes heartbeats for all of them; the poll
+// stops with the last run.
+func TestSourceWatchShared(t *testing.T) {
+	t.Parallel()
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(src + "&application_name=shared_watch")
+	require.NoError(t, err)
+	w := NewSourceWatch()
+	a := w.join(cfg, 200*time.Millisecond, nil)
+	b := w.join(cfg, 200*time.Millisecond, nil)
+	require.Equal(t, 1, w.Sources())
+
+	writer, err := pgx.Connect(ctx, src)
+	require.NoError(t, err)
+	defer writer.Close(ctx)
+	_, err = writer.Exec(ctx, `CREATE TABLE w AS SELECT g FROM generate_series(1, 1000) g`)
+	require.NoError(t, err)
+	var after string
+	require.NoError(t, writer.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&after))
+	end, err := change.ParseLSN(after)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.End() >= end && b.End() >= end }, 5*time.Second, 20*time.Millisecond,
+		"both runs see the source's WAL end")
+	require.Eventually(t, func() bool { return !a.oldestHeartbeat().IsZero() && !b.oldestHeartbeat().IsZero() }, 5*time.Second, 20*time.Millisecond,
+		"both runs hear of the shared heartbeats")
+	conns := func() int64 {
+		var n int64
+		require.NoError(t, writer.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'shared_watch'`).Scan(&n))
+		return n
+	}
+	require.EqualValues(t, 1, conns(), "one connection for both runs")
+
+	a.stop()
+	require.Equal(t, 1, w.Sources(), "the poll goes on for the other run")
+	b.stop()
+	require.Equal(t, 0, w.Sources())
+	require.Eventually(t, func() bool { return conns() == 0 }, 5*time.Second, 50*time.Millisecond, "the last run closes the connection")
+}
