@@ -41,23 +41,27 @@ func (s *Store) MirrorWorkers(ctx context.Context) (map[int64]MirrorWorker, erro
 	return out, nil
 }
 
-// Replica is a pgmirror process serving the catalog, as it last reported.
+// Replica is a pgmirror process serving the catalog.
 type Replica struct {
 	Name          string
 	MirrorWorkers int // its SERVICE_MIRROR_WORKERS
-	Running       int // mirrors it ran at its last report
+	Running       int // mirror locks its lock connection holds now
 	StartedAt     time.Time
-	SeenAt        time.Time
+	SeenAt        time.Time // its last report
 }
 
 // LiveReplicas returns the replicas that reported within ReplicaLiveFor
-// and whose lock connection is still open, by name.
+// and whose lock connection is still open, by name, with the mirrors each
+// runs now (read from pg_locks, not from their last report).
 func (s *Store) LiveReplicas(ctx context.Context) ([]Replica, error) {
 	rows, err := s.q.Query(ctx, `
-		SELECT name, mirror_workers, running, started_at, seen_at FROM replicas r
+		SELECT name, mirror_workers,
+		       (SELECT count(*) FROM pg_locks l WHERE l.pid = r.lock_pid AND l.locktype = 'advisory' AND l.granted
+		          AND l.objsubid = 2 AND l.classid = $2::oid)::int,
+		       started_at, seen_at FROM replicas r
 		WHERE seen_at > now() - make_interval(secs => $1)
 		  AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.lock_pid)
-		ORDER BY name`, ReplicaLiveFor.Seconds())
+		ORDER BY name`, ReplicaLiveFor.Seconds(), int64(mirrorLockClass))
 	if err != nil {
 		return nil, fmt.Errorf("read replicas: %w", translate(err))
 	}

@@ -458,6 +458,11 @@ func TestMirrorListGetDelete(t *testing.T) {
 	}
 	require.Nil(t, fields["last_lsn"])
 	require.Nil(t, fields["error_message"])
+	// No replica runs it here: no worker, shown as null.
+	require.Contains(t, fields, "worker")
+	require.Contains(t, fields, "worker_seen_at")
+	require.Nil(t, fields["worker"])
+	require.Nil(t, fields["worker_seen_at"])
 	tables := fields["tables"].([]any)
 	require.Len(t, tables, 2)
 	for _, tb := range tables {

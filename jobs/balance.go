@@ -118,7 +118,8 @@ func (b *balancer) balance(ctx context.Context) {
 	for _, r := range replicas {
 		if r.Name == me {
 			found = true
-			total += mine
+			total += r.Running
+			mine = r.Running
 			continue
 		}
 		total += r.Running
@@ -142,10 +143,15 @@ func (b *balancer) balance(ctx context.Context) {
 	b.mu.Lock()
 	var shed []*mirrorRun
 	for _, r := range b.runs {
-		if len(shed) == extra {
+		if r.stopping() {
+			extra-- // handed back already, still finishing its batch
+		}
+	}
+	for _, r := range b.runs {
+		if len(shed) >= extra {
 			break
 		}
-		if r.inCDC() {
+		if r.inCDC() && !r.stopping() {
 			shed = append(shed, r)
 		}
 	}

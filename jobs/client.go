@@ -99,7 +99,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 			river.QueueDefault: {MaxWorkers: 10},
 			QueueMirrors:       {MaxWorkers: cfg.MirrorWorkers},
 		},
-		FetchCooldown:     50 * time.Millisecond,
+		FetchCooldown: 50 * time.Millisecond,
 		// New jobs arrive by notification at once; the poll only backs
 		// that up, and costs the catalog a query per queue each time.
 		FetchPollInterval: 2 * time.Second,

@@ -188,6 +188,14 @@ func (r *mirrorRun) inCDC() bool {
 	return r.cdcStop != nil
 }
 
+// stopping reports whether the CDC phase was asked to stop and has not
+// ended yet.
+func (r *mirrorRun) stopping() bool {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	return r.cdcStop != nil && r.stopReason != ""
+}
+
 // endCDC ends the CDC phase and returns why it was stopped ("" if it was not).
 func (r *mirrorRun) endCDC() stopReason {
 	r.stopMu.Lock()
