@@ -538,12 +538,15 @@ func (r *mirrorRun) runCDC(ctx context.Context, in *phaseInputs) error {
 		r.stopCDC(reasonBudget)
 	})
 	defer budget.Stop()
-	healthy := time.AfterFunc(30*time.Second, func() {
-		resetCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = r.store.MirrorResetErrorCount(resetCtx, m.ID)
-	})
-	defer healthy.Stop()
+	if m.ErrorCount > 0 {
+		// Only a mirror that failed before has a count to reset.
+		healthy := time.AfterFunc(30*time.Second, func() {
+			resetCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = r.store.MirrorResetErrorCount(resetCtx, m.ID)
+		})
+		defer healthy.Stop()
+	}
 
 	rep := newBatchReporter(r, m, mappings)
 	seqCtx, stopSequences := context.WithCancel(ctx)
