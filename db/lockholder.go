@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,7 @@ type LockHolder struct {
 	trying  map[int64]bool // locks being taken
 	subs    map[int64]map[chan struct{}]struct{}
 	stopped chan struct{}
+	retired atomic.Bool // shutting down: no longer reported as a replica
 }
 
 // holderReq is a statement to run on the holder's connection.
@@ -140,6 +142,19 @@ func (h *LockHolder) waitDown(ctx context.Context) *holderReq {
 	}
 }
 
+// Retire removes the replica from the replicas table for good, as its
+// process begins to shut down: the other replicas stop leaving mirrors to it
+// at once. The locks it holds stay until their runs release them.
+func (h *LockHolder) Retire(ctx context.Context) {
+	h.retired.Store(true)
+	err := h.do(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return h.report(ctx, conn)
+	})
+	if err != nil {
+		h.logger.Debug("remove the replica from the replicas table", "error", err)
+	}
+}
+
 // Done is closed when Run has returned.
 func (h *LockHolder) Done() <-chan struct{} { return h.stopped }
 
@@ -164,6 +179,10 @@ func (h *LockHolder) connect(ctx context.Context) (*pgx.Conn, error) {
 // report writes the replica's row: its lock connection's pid, its worker
 // cap, the mirrors it runs and the time.
 func (h *LockHolder) report(ctx context.Context, conn *pgx.Conn) error {
+	if h.retired.Load() {
+		_, err := conn.Exec(ctx, `DELETE FROM replicas WHERE name = $1`, h.name)
+		return err
+	}
 	h.mu.Lock()
 	running := len(h.held)
 	h.mu.Unlock()

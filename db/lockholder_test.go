@@ -104,4 +104,12 @@ func TestLockHolder(t *testing.T) {
 	require.Nil(t, tryLock(t, a, m1.ID), "the reconnected holder sees the lock held")
 	l1b.Release()
 	require.NotNil(t, tryLock(t, a, m1.ID), "and takes it once released")
+
+	// A replica that shuts down is no longer counted at once.
+	b.Retire(ctx)
+	replicas, err = store.LiveReplicas(ctx)
+	require.NoError(t, err)
+	require.Len(t, replicas, 1)
+	require.Equal(t, "replica-a", replicas[0].Name)
+	require.Equal(t, 1, replicas[0].Running)
 }

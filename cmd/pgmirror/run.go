@@ -292,7 +292,10 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 		logger.Error("HTTP server shutdown", "error", err)
 	}
 	// Cancel running mirror jobs: each stops at a batch boundary and hands
-	// its mirror back to the queue so another replica takes it over at once.
+	// its mirror back to the queue so another replica takes it over at once
+	// (which the others do without waiting: this replica is no longer
+	// counted among them).
+	locks.Retire(shutdownCtx)
 	if err := riverClient.StopAndCancel(shutdownCtx); err != nil {
 		logger.Error("job workers shutdown", "error", err)
 	}
