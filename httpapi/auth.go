@@ -212,7 +212,7 @@ func message(msg string) *messageOutput {
 
 func (h *handlers) registerAuth(api huma.API) {
 	register(api, open, huma.Operation{
-		OperationID: "login", Method: http.MethodPost, Path: "/v1/auth/login", Tags: []string{"Auth"},
+		OperationID: "login", Method: http.MethodPost, Path: "/v1/auth/login", Tags: []string{"Auth"}, MaxBodyBytes: loginMaxBody,
 		Summary: "Log in",
 		Description: "Exchange a username and password for a bearer token that expires after the service's token lifetime. " +
 			"Too many failed logins for a user name or from a client address within the throttling window are answered 429 with Retry-After, " +

@@ -57,6 +57,6 @@ func TestRoutingErrors(t *testing.T) {
 	b.requireError(http.MethodPost, "/v1/auth/login", "", `{"username": "admin", "password": `, http.StatusBadRequest, "Malformed JSON")
 	b.requireError(http.MethodPost, "/v1/auth/login", "", nil, http.StatusBadRequest, "body is required")
 	huge := `{"username": "admin", "password": "` + strings.Repeat("x", 1<<20+10) + `"}`
-	b.requireError(http.MethodPost, "/v1/auth/login", "", huge, http.StatusRequestEntityTooLarge, "1 MiB")
+	b.requireError(http.MethodPost, "/v1/auth/login", "", huge, http.StatusRequestEntityTooLarge, "4 KiB")
 	b.requireError(http.MethodPost, "/v1/peers", b.adminToken, `[1,2]`, http.StatusBadRequest)
 }

@@ -118,7 +118,7 @@ func (h *handlers) registerPeers(api huma.API) {
 		Summary: "List peers", Description: "Connection details of every peer; never the password.",
 	}, h.listPeers)
 	register(api, adminOnly, huma.Operation{
-		OperationID: "create-peer", Method: http.MethodPost, Path: "/v1/peers", Tags: []string{"Peers"},
+		OperationID: "create-peer", Method: http.MethodPost, Path: "/v1/peers", Tags: []string{"Peers"}, MaxBodyBytes: peerMaxBody,
 		Summary: "Create a peer", DefaultStatus: http.StatusCreated,
 		Description: "The password is stored encrypted and never returned. ssl_root_cert: " + sslRootCertDoc,
 		Errors:      []int{http.StatusBadRequest, http.StatusConflict},
@@ -128,7 +128,7 @@ func (h *handlers) registerPeers(api huma.API) {
 		Summary: "Get a peer", Errors: []int{http.StatusNotFound},
 	}, h.getPeer)
 	register(api, adminOnly, huma.Operation{
-		OperationID: "update-peer", Method: http.MethodPut, Path: "/v1/peers/{name}", Tags: []string{"Peers"},
+		OperationID: "update-peer", Method: http.MethodPut, Path: "/v1/peers/{name}", Tags: []string{"Peers"}, MaxBodyBytes: peerMaxBody,
 		Summary:     "Update a peer",
 		Description: "Changes the given fields only. Mirrors using the peer pick the change up when they next connect; pause them first. ssl_root_cert: " + sslRootCertDoc,
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},

@@ -222,8 +222,8 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	registry.WatchRiver(riverClient)
 
 	handler, err := httpapi.New(httpapi.Config{
-		Metrics: registry.Handler(cfg.MetricsToken),
-		Store:   store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version, TokenTTL: cfg.TokenTTL,
+		Metrics: registry.Handler(cfg.MetricsToken), ReadTimeout: cfg.HTTP.ReadTimeout,
+		Store: store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version, TokenTTL: cfg.TokenTTL,
 		Login: httpapi.LoginLimits{UserFailures: cfg.LoginUserFailures, AddressFailures: cfg.LoginAddressFailures,
 			Window: cfg.LoginFailureWindow, TrustedProxies: cfg.TrustedProxies},
 	})
