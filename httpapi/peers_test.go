@@ -413,3 +413,25 @@ func (b *bundle) on(t *testing.T) *bundle {
 	c.t = t
 	return &c
 }
+
+// TestPeerErrorsAreNoPasswordOracle checks that a connection error a viewer
+// reads does not tell a weak password by masking it wherever it appears: a
+// peer whose password equals its user name, or is a single letter, shows
+// the error text as the server gave it.
+func TestPeerErrorsAreNoPasswordOracle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	port := pgtest.SourceCluster(t).Port()
+	for _, c := range []struct{ name, user, password string }{
+		{"same", "peeruser", "peeruser"},
+		{"letter", "alphauser", "a"},
+	} {
+		b.mustDo(http.MethodPost, "/v1/peers", b.adminToken, map[string]any{
+			"name": c.name, "host": "127.0.0.1", "port": port, "user": c.user, "password": c.password,
+			"database": "postgres", "ssl_mode": "disable",
+		}, http.StatusCreated)
+		msg := b.requireError(http.MethodGet, "/v1/peers/"+c.name+"/tables", b.viewerToken, nil, http.StatusBadRequest,
+			"user="+c.user)
+		require.NotContains(t, msg, "*", c.name)
+	}
+}
