@@ -45,6 +45,11 @@ type Config struct {
 	// ReadTimeout, when not zero, is the server's read timeout: a request
 	// body must arrive within it (and within 5 s), else the answer is 408.
 	ReadTimeout time.Duration
+	// AllowSocketPeers lets a peer's host be a Unix-socket directory (an
+	// absolute path). Off by default: a socket connection can authenticate
+	// as pgmirror's own operating-system user (peer authentication), beyond
+	// the credentials the peer gives.
+	AllowSocketPeers bool
 }
 
 // handlers holds the dependencies of every operation.
@@ -56,6 +61,8 @@ type handlers struct {
 	version  string
 	tokenTTL time.Duration
 	logins   *loginGuard
+	// allowSocketPeers: Config.AllowSocketPeers.
+	allowSocketPeers bool
 }
 
 // New returns the HTTP handler serving the whole API.
@@ -80,7 +87,7 @@ func New(cfg Config) (http.Handler, error) {
 		cfg.TokenTTL = 12 * time.Hour
 	}
 	h := &handlers{store: cfg.Store, river: cfg.River, secret: cfg.JWTSecret, logger: cfg.Logger, version: cfg.Version,
-		tokenTTL: cfg.TokenTTL, logins: newLoginGuard(cfg.Store, cfg.Login)}
+		tokenTTL: cfg.TokenTTL, logins: newLoginGuard(cfg.Store, cfg.Login), allowSocketPeers: cfg.AllowSocketPeers}
 
 	mux := http.NewServeMux()
 	hcfg := huma.DefaultConfig("pgmirror API", cfg.Version)

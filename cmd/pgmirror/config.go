@@ -44,7 +44,9 @@ type config struct {
 	LoginAddressFailures int
 	LoginFailureWindow   time.Duration
 	TrustedProxies       []netip.Prefix
-	HTTP                 httpConfig
+	// AllowSocketPeers lets a peer's host be a Unix-socket directory.
+	AllowSocketPeers bool
+	HTTP             httpConfig
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -99,6 +101,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.HTTP, err = loadHTTPConfig(getenv); err != nil {
 		return cfg, err
 	}
+	if cfg.AllowSocketPeers, err = boolVar(getenv, "SERVICE_ALLOW_SOCKET_PEERS", false); err != nil {
+		return cfg, err
+	}
 	switch strings.ToLower(cmp.Or(getenv("SERVICE_LOG_LEVEL"), "info")) {
 	case "debug":
 		cfg.LogLevel = slog.LevelDebug
@@ -124,6 +129,18 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return cfg, fmt.Errorf("SERVICE_ENCRYPTION_KEY and SERVICE_ENCRYPTION_KEY_FILE are both set: use one of them")
 	}
 	return cfg, nil
+}
+
+func boolVar(getenv func(string) string, name string, def bool) (bool, error) {
+	s := getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: use true or false", name, s)
+	}
+	return b, nil
 }
 
 func intVar(getenv func(string) string, name string, def, lo, hi int) (int, error) {

@@ -26,7 +26,8 @@ import (
 func TestSlowAndOversizedBodies(t *testing.T) {
 	t.Parallel()
 	const readTimeout = 2 * time.Second
-	s := startService(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)), "SERVICE_HTTP_READ_TIMEOUT="+readTimeout.String())
+	s := startService(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)), "SERVICE_HTTP_READ_TIMEOUT="+readTimeout.String(),
+		"SERVICE_HOST=127.0.0.1")
 	addr := strings.TrimPrefix(s.baseURL, "http://")
 	admin := "Authorization: Bearer " + s.token + "\r\n"
 	big := "{" + strings.Repeat(`"k":1,`, 1000) // 6 KB, more than login's 4 KiB
