@@ -171,6 +171,9 @@ func (h *handlers) createPeer(ctx context.Context, in *peerCreateInput) (*peerOu
 	if err := h.checkPeerHost(b.Host); err != nil {
 		return nil, err
 	}
+	if err := checkNames(map[string]*string{"user": &b.User, "database": &b.Database}); err != nil {
+		return nil, err
+	}
 	if err := checkRootCert(&b.SSLRootCert); err != nil {
 		return nil, err
 	}
@@ -222,6 +225,9 @@ func (h *handlers) updatePeer(ctx context.Context, in *peerUpdateInput) (*peerOu
 		if err := h.checkPeerHost(*b.Host); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkNames(map[string]*string{"user": b.User, "database": b.Database}); err != nil {
+		return nil, err
 	}
 	if err := checkRootCert(b.SSLRootCert); err != nil {
 		return nil, err

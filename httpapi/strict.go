@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
 )
@@ -103,6 +104,10 @@ func strictBody(api huma.API, readTimeout time.Duration) func(huma.Context, func
 			_ = huma.WriteErr(api, ctx, http.StatusRequestEntityTooLarge, tooLarge(op.MaxBodyBytes))
 			return
 		}
+		if !utf8.Valid(raw) {
+			_ = huma.WriteErr(api, ctx, http.StatusBadRequest, "Invalid request: the body is not valid UTF-8: send JSON text encoded as UTF-8")
+			return
+		}
 		// The whole body is read: no deadline may be left on the connection
 		// (it would make net/http's background read fail when it passes,
 		// which cancels the request's context while the handler still works).
@@ -174,7 +179,12 @@ func (w *keyWalker) value(s *huma.Schema, path string, depth int) error {
 	}
 	delim, isDelim := tok.(json.Delim)
 	if !isDelim {
-		return nil // a scalar: Huma checks its type and bounds
+		// A scalar: Huma checks its type and bounds. PostgreSQL cannot
+		// store a NUL character in text.
+		if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
+			return &problemError{at(path) + "text must be UTF-8 without NUL (\\u0000) characters"}
+		}
+		return nil
 	}
 	if s == nil {
 		return w.skip()
@@ -207,6 +217,9 @@ func (w *keyWalker) object(s *huma.Schema, path string, depth int) error {
 			return errMalformed
 		}
 		key, _ := tok.(string)
+		if strings.ContainsRune(key, 0) {
+			return &problemError{at(path) + "keys must be UTF-8 without NUL (\\u0000) characters"}
+		}
 		if seen[key] {
 			return &problemError{fmt.Sprintf("%skey %q appears more than once; send each field once", at(path), key)}
 		}
