@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
@@ -133,6 +134,8 @@ type root struct {
 }
 
 func (rt *root) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// No browser may guess another content type than the one sent.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	tw := &trackingWriter{ResponseWriter: w}
 	if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody {
 		tw.body = &eofReader{ReadCloser: r.Body}
@@ -142,6 +145,15 @@ func (rt *root) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer logAccess()
 	r = r.WithContext(context.WithValue(r.Context(), loggerKey{}, rt.logger))
 	defer rt.recoverPanic(tw, r)
+	if headerSize(r) > MaxHeaderBytes {
+		writeJSONError(tw, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("Request headers are too large: the limit is %d KiB; send fewer or shorter headers", MaxHeaderBytes>>10))
+		return
+	}
+	if p := r.URL.Path; p != "/" && path.Clean(p) != p {
+		// ServeMux would answer with a redirect to the clean path, in HTML.
+		writeJSONError(tw, http.StatusNotFound, fmt.Sprintf("No endpoint at %s: use the path without empty, '.' or '..' segments or a trailing slash (%s)", p, path.Clean("/"+p)))
+		return
+	}
 	if _, pattern := rt.mux.Handler(r); pattern != "" {
 		rt.mux.ServeHTTP(tw, r)
 		return
@@ -160,6 +172,22 @@ func (rt *root) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusNotFound
 	}
 	writeJSONError(tw, status, msg)
+}
+
+// MaxHeaderBytes is the most a request's line and headers may take; more is
+// answered 431 in JSON. The HTTP server's own limit, whose answer is plain
+// text, must be larger.
+const MaxHeaderBytes = 64 << 10
+
+// headerSize is about the size of r's request line and headers on the wire.
+func headerSize(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: \r\n") + len(r.Host)
+	for k, values := range r.Header {
+		for _, v := range values {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // recoverPanic answers a request whose handler, middleware or validation

@@ -165,8 +165,13 @@ type loginInput struct {
 	}
 }
 
+// noStore is the Cache-Control of answers that carry a token: no cache
+// (a browser's, a proxy's) may keep one.
+const noStore = "no-store"
+
 type loginOutput struct {
-	Body struct {
+	CacheControl string `header:"Cache-Control" doc:"no-store: the answer holds a token."`
+	Body         struct {
 		Token     string    `json:"token" doc:"Bearer token (JWT) for the Authorization header. It expires after the service's token lifetime and is revoked when the user's password or role changes."`
 		Username  string    `json:"username"`
 		Role      string    `json:"role" enum:"admin,viewer"`
@@ -196,7 +201,8 @@ type messageOutput struct {
 }
 
 type changePasswordOutput struct {
-	Body struct {
+	CacheControl string `header:"Cache-Control" doc:"no-store: the answer holds a token."`
+	Body         struct {
 		Message   string    `json:"message"`
 		Token     string    `json:"token" doc:"A new token for the caller: the change revokes every token issued before it, including the one this request used."`
 		ExpiresAt time.Time `json:"expires_at" doc:"When the new token expires."`
@@ -247,7 +253,7 @@ func (h *handlers) login(ctx context.Context, in *loginInput) (*loginOutput, err
 	if err != nil {
 		return nil, h.internal(ctx, "issue a token", err)
 	}
-	out := &loginOutput{}
+	out := &loginOutput{CacheControl: noStore}
 	out.Body.Token, out.Body.Username, out.Body.Role = token, u.Username, u.Role
 	out.Body.ExpiresAt, out.Body.ExpiresIn = expires.UTC(), int64(h.tokenTTL.Seconds())
 	return out, nil
@@ -330,7 +336,7 @@ func (h *handlers) changePassword(ctx context.Context, in *changePasswordInput) 
 	if err != nil {
 		return nil, err
 	}
-	out := &changePasswordOutput{}
+	out := &changePasswordOutput{CacheControl: noStore}
 	if in.Body.NewPassword == in.Body.CurrentPassword {
 		setAuditDetails(ctx, map[string]any{"changed": false})
 		out.Body.Message = "Password unchanged: the new password is the current one; existing tokens stay valid"

@@ -87,7 +87,9 @@ func newHTTPServer(cfg httpConfig, port int, handler http.Handler) *http.Server 
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
+		// The API answers more than httpapi.MaxHeaderBytes with a JSON 431;
+		// net/http's own (plain text) 431 only comes far above it.
+		MaxHeaderBytes: 16 * httpapi.MaxHeaderBytes,
 	}
 	if cfg.certificate != nil {
 		server.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cfg.certificate}, MinVersion: tls.VersionTLS12}

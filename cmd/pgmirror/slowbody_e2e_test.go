@@ -68,6 +68,13 @@ func TestSlowAndOversizedBodies(t *testing.T) {
 	}
 	wg.Wait()
 
+	// Headers over the API's 64 KiB limit: a JSON 431 (net/http's own,
+	// plain text, only comes far above it).
+	if err := slowRequest(addr, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: "+strings.Repeat("a", 100<<10)+"\r\n\r\n",
+		http.StatusRequestHeaderFieldsTooLarge, "64 KiB", time.Second); err != nil {
+		t.Errorf("large headers: %v", err)
+	}
+
 	// The service still serves ordinary requests.
 	var health struct{ Status string }
 	s.mustDo(http.MethodGet, "/health", nil, http.StatusOK, &health)
