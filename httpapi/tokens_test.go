@@ -123,3 +123,14 @@ func TestTokenDefaultNoExpiry(t *testing.T) {
 	old["exp"] = time.Now().Add(-time.Minute).Unix()
 	b.requireError(http.MethodGet, "/v1/auth/me", b.resign(old), nil, http.StatusUnauthorized, "token expired")
 }
+
+// TestTokenExpiresOnTime lets a token issued with a one-second lifetime run
+// out for real (past the five seconds of clock leeway).
+func TestTokenExpiresOnTime(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, func(cfg *httpapi.Config) { cfg.TokenTTL = time.Second })
+	token := b.login("viewer", "viewer-password")
+	b.mustDo(http.MethodGet, "/v1/auth/me", token, nil, http.StatusOK)
+	time.Sleep(6500 * time.Millisecond)
+	b.requireError(http.MethodGet, "/v1/auth/me", token, nil, http.StatusUnauthorized, "token expired: log in again")
+}
