@@ -133,8 +133,9 @@ func currentUser(ctx context.Context) db.User {
 // authMiddleware enforces each operation's permission level. It loads the
 // token's user from the catalog on every request, so deleted users are
 // rejected and an increment of the user's token version (a role change, or
-// a password change when revocation is on) revokes older tokens at once. It also keeps the client
-// address for login throttling and records audited operations.
+// a password change when revocation is on) revokes older tokens at once. It
+// also keeps the client address for login throttling and records audited
+// operations.
 func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
 		var forwardedFor []string
