@@ -163,6 +163,7 @@ func TestChangePasswordRevokes(t *testing.T) {
 	}
 	b.mustDecode(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password", "new_password": "brand-new"}, http.StatusOK, &out)
 	require.Contains(t, out.Message, "revoked")
+	require.Equal(t, true, b.lastAudit("change-password").Details["tokens_revoked"])
 	require.Equal(t, int64(12*3600), out.ExpiresIn)
 	// Every earlier token of the user is revoked, the caller's and the other session's.
 	for _, token := range []string{old, other, same.Token} {
