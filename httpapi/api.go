@@ -159,8 +159,10 @@ func (rt *root) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(tw, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("Request headers are too large: the limit is %d KiB; send fewer or shorter headers", MaxHeaderBytes>>10))
 		return
 	}
-	if p := r.URL.Path; p != "/" && path.Clean(p) != p {
+	if p := r.URL.EscapedPath(); p != "/" && path.Clean(p) != p {
 		// ServeMux would answer with a redirect to the clean path, in HTML.
+		// (Like ServeMux, this looks at the escaped path: a name with an
+		// escaped slash, such as a user "a/..%2F", stays reachable.)
 		writeJSONError(tw, http.StatusNotFound, fmt.Sprintf("No endpoint at %s: use the path without empty, '.' or '..' segments or a trailing slash (%s)", p, path.Clean("/"+p)))
 		return
 	}
@@ -226,10 +228,11 @@ func (rt *root) recoverPanic(w *trackingWriter, r *http.Request) {
 // An HTTP/1 answer that starts before the request body was read to its end
 // (a 408 or 413, a 401 before the body was looked at, a route that takes no
 // body) closes the connection: it carries Connection: close, and reading
-// from the connection stops soon after (drainTime). Otherwise net/http would wait for the
-// rest of the body (up to 256 KiB of it) before sending the answer, with no
-// time limit once a body read deadline has been set, so that a client
-// could hold a connection open forever by never finishing its body.
+// from the connection stops soon after (drainTime). Otherwise net/http
+// would wait for the rest of the body (up to 256 KiB of it) before sending
+// the answer, with no time limit once a body read deadline has been set,
+// so that a client could hold a connection open forever by never finishing
+// its body.
 type trackingWriter struct {
 	http.ResponseWriter
 	// body is the request body of an HTTP/1 request that has one.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -117,6 +118,9 @@ func TestResponseHeadersAndOddRequests(t *testing.T) {
 		requireErrorShape(t, []byte(body), p)
 		require.Contains(t, body, "/v1/users)", p)
 	}
+	// A user name with an escaped slash and dots is still reachable.
+	b.mustDo(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "a/../", "password": "pw-123456", "role": "viewer"}, http.StatusCreated)
+	b.mustDo(http.MethodDelete, "/v1/users/"+url.PathEscape("a/../"), b.adminToken, nil, http.StatusOK)
 	resp, body := raw("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\nConnection: close\r\n\r\n")
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode, body)
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
