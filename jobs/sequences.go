@@ -14,8 +14,8 @@ import (
 
 // How a mirror's destination sequences are kept in step (engine/seqsync):
 // once after the snapshot, then every Config.SequenceSyncInterval while CDC
-// runs, off the apply path. The log says so at the first sync of a run and
-// then at most every sequenceLogEvery, when something moved.
+// runs, off the apply path. The log says so after the snapshot and then,
+// when something moved, at most every sequenceLogEvery.
 const sequenceLogEvery = 10 * time.Minute
 
 // sequenceSyncer syncs one run's sequences and reports it.
@@ -25,6 +25,7 @@ type sequenceSyncer struct {
 	listed   []change.TableName // sequences listed in the mirror's configuration
 	pairs    []seqsync.Pair
 	planned  bool
+	periodic bool // the sync every SequenceSyncInterval of a CDC run: logs only when sequences moved
 	logged   time.Time
 	failing  bool
 }
@@ -95,7 +96,7 @@ func (s *sequenceSyncer) syncOnce(ctx context.Context, src, dst *pgx.Conn) error
 		s.run.logger.Warn("record sequence sync", "error", err)
 	}
 	s.failing = false
-	if s.logged.IsZero() || (len(res.Moved) > 0 && now.Sub(s.logged) >= sequenceLogEvery) {
+	if (s.logged.IsZero() && !s.periodic) || (len(res.Moved) > 0 && now.Sub(s.logged) >= sequenceLogEvery) {
 		s.logged = now
 		moved := make([]string, len(res.Moved))
 		for i, t := range res.Moved {
@@ -109,6 +110,7 @@ func (s *sequenceSyncer) syncOnce(ctx context.Context, src, dst *pgx.Conn) error
 // keepSequencesInStep syncs the sequences every SequenceSyncInterval until
 // ctx ends, on its own connections (opened again after a failure).
 func (r *mirrorRun) keepSequencesInStep(ctx context.Context, srcPeer, dstPeer db.Peer, s *sequenceSyncer) {
+	s.periodic = true // every run would log its first sync otherwise (one every run budget)
 	tick := time.NewTicker(r.cfg.SequenceSyncInterval)
 	defer tick.Stop()
 	var src, dst *pgx.Conn

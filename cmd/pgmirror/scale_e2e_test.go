@@ -40,9 +40,10 @@ func workersOf(s *service) (byWorker map[string]int, running int) {
 // (SERVICE_MIRROR_WORKERS 50, the default catalog pool): every create
 // answers at once, every mirror runs with a worker, the mirrors spread over
 // both replicas, each replica's catalog connections stay below the mirror
-// count, an idle mirror costs well under one source and half a catalog
-// transaction a second, and after a kill -9 of one replica the other runs
-// every mirror within 10 s and they replicate.
+// count; after a kill -9 of one replica the other runs every mirror within
+// 10 s and they replicate; a replica that joins takes its share; and an
+// idle mirror costs well under one source and half a catalog transaction a
+// second.
 func TestScale(t *testing.T) {
 	t.Parallel()
 	const n = 30
@@ -92,7 +93,6 @@ func TestScale(t *testing.T) {
 		}
 		return true
 	})
-	spreadAt := time.Now()
 	t.Logf("mirrors by worker: %v, %s after the first create", byWorker, time.Since(started).Round(time.Millisecond))
 
 	// Catalog connections do not grow with the mirrors: the shared pool
@@ -128,24 +128,6 @@ func TestScale(t *testing.T) {
 	insertAll("streamed")
 	allEqual(60 * time.Second)
 
-	// Idle cost per mirror: transactions on the catalog and the source
-	// while nothing is written (heartbeats, position polls, status).
-	xacts := func(dbURL string) int64 {
-		return queryInt64(t, dbURL, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`)
-	}
-	// The window starts once the runs' one-off writes after their first
-	// 30 s are done (the periodic sequence sync's first entry).
-	const idle = 12 * time.Second
-	time.Sleep(time.Until(spreadAt.Add(32 * time.Second)))
-	catalogBefore, srcBefore := xacts(catalog), xacts(src)
-	time.Sleep(idle)
-	catalogRate := float64(xacts(catalog)-catalogBefore) / idle.Seconds() / n
-	srcRate := float64(xacts(src)-srcBefore) / idle.Seconds() / n
-	t.Logf("idle transactions per mirror and second: catalog %.3f, source %.3f", catalogRate, srcRate)
-	if catalogRate > 0.5 || srcRate > 1 {
-		t.Errorf("idle cost per mirror: %.3f catalog and %.3f source transactions a second, want well under 0.5 and 1", catalogRate, srcRate)
-	}
-
 	// kill -9 the replica that runs more mirrors: the other runs them all
 	// within 10 s.
 	victim, survivor := "r1", "r2"
@@ -167,6 +149,34 @@ func TestScale(t *testing.T) {
 	insertAll("after kill")
 	allEqual(30 * time.Second)
 	t.Logf("every mirror replicated the rows written after the kill %s after it", time.Since(killedAt).Round(time.Millisecond))
+
+	// A replica that joins takes its share within a minute.
+	joinedAt := time.Now()
+	replicas["r3"] = startService(t, withApp("r3"))
+	joinerName := workerOf(t, catalog, "r3")
+	waitFor(t, "the joining replica to take its share", 60*time.Second, func() bool {
+		byWorker, running := workersOf(replicas[survivor])
+		return running == n && byWorker[survivorName] >= n/2-1 && byWorker[joinerName] >= n/2-1
+	})
+	t.Logf("the joining replica runs its share %s after it started", time.Since(joinedAt).Round(time.Millisecond))
+
+	// Idle cost per mirror: transactions on the catalog and the source
+	// while nothing is written (heartbeats, position polls, status).
+	xacts := func(dbURL string) int64 {
+		return queryInt64(t, dbURL, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`)
+	}
+	const idle = 12 * time.Second
+	time.Sleep(12 * time.Second) // the handed-over runs' start-up reads and writes first
+	catalogBefore, srcBefore := xacts(catalog), xacts(src)
+	time.Sleep(idle)
+	catalogRate := float64(xacts(catalog)-catalogBefore) / idle.Seconds() / n
+	srcRate := float64(xacts(src)-srcBefore) / idle.Seconds() / n
+	t.Logf("idle transactions per mirror and second: catalog %.3f, source %.3f", catalogRate, srcRate)
+	if catalogRate > 0.5 || srcRate > 1 {
+		t.Errorf("idle cost per mirror: %.3f catalog and %.3f source transactions a second, want well under 0.5 and 1", catalogRate, srcRate)
+	}
+	insertAll("after join")
+	allEqual(30 * time.Second)
 }
 
 // workerOf is the replica name (host:pid) of the replica whose catalog
