@@ -186,5 +186,8 @@ func TestOpenAPIDocumentLints(t *testing.T) {
 		}
 	}
 	sort.Strings(problems)
+	// The validation messages still describe patterns in words.
+	b.requireError(http.MethodPost, "/v1/peers", b.adminToken, map[string]any{"name": "-bad", "host": "h", "port": 5432,
+		"user": "u", "password": "p", "database": "d"}, http.StatusBadRequest, "letters, digits")
 	require.Empty(t, problems, "the OpenAPI document breaks lint rules:\n%s", strings.Join(problems, "\n"))
 }
