@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/httpapi/client"
+)
+
+// cliUser runs the client commands of the real binary as one user, with its
+// own config directory (XDG_CONFIG_HOME) and environment.
+type cliUser struct {
+	t         *testing.T
+	configDir string
+	env       []string
+}
+
+func newCLIUser(t *testing.T, env ...string) *cliUser {
+	t.Helper()
+	return &cliUser{t: t, configDir: t.TempDir(), env: env}
+}
+
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs pgmirror with args and stdin; it returns the output and exit code.
+func (u *cliUser) run(stdin string, args ...string) cliResult {
+	u.t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+u.configDir, "HOME="+u.configDir, "SERVICE_URL=")
+	cmd.Env = append(cmd.Env, u.env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		u.t.Fatalf("pgmirror %s: %v", strings.Join(args, " "), err)
+	}
+	return cliResult{stdout: stdout.String(), stderr: stderr.String(), code: code}
+}
+
+// ok runs pgmirror and requires exit code 0.
+func (u *cliUser) ok(args ...string) string {
+	u.t.Helper()
+	r := u.run("", args...)
+	if r.code != 0 {
+		u.t.Fatalf("pgmirror %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// fails runs pgmirror and requires the exit code and a message on stderr
+// containing each fragment.
+func (u *cliUser) fails(code int, fragments []string, args ...string) cliResult {
+	u.t.Helper()
+	r := u.run("", args...)
+	if r.code != code {
+		u.t.Fatalf("pgmirror %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, code, r.stdout, r.stderr)
+	}
+	for _, f := range fragments {
+		if !strings.Contains(r.stderr, f) {
+			u.t.Fatalf("pgmirror %s: stderr lacks %q:\n%s", strings.Join(args, " "), f, r.stderr)
+		}
+	}
+	return r
+}
+
+// jsonOut runs pgmirror with --json and decodes its output into out.
+func (u *cliUser) jsonOut(out any, args ...string) {
+	u.t.Helper()
+	stdout := u.ok(append(args, "--json")...)
+	if err := json.Unmarshal([]byte(stdout), out); err != nil {
+		u.t.Fatalf("pgmirror %s --json: output is not the expected JSON: %v\n%s", strings.Join(args, " "), err, stdout)
+	}
+}
+
+func peerFlags(t *testing.T, name, dbURL string) []string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"peers", "create", "--name", name, "--host", u.Hostname(), "--port", u.Port(), "--user", u.User.Username(),
+		"--database", strings.TrimPrefix(u.Path, "/"), "--ssl-mode", "disable"}
+}
+
+// TestCLI runs the client commands against a real service: login (the
+// password read from stdin, the token saved 0600), peers create, list and
+// test, a mirror created from a file that reaches running, get, pause and
+// resume, logs with a search, --json output that parses, and the exit codes
+// of a 404, a 409, a 401, a refused connection and a bad flag.
+func TestCLI(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	exec1(t, src, `CREATE TABLE public.items (id int PRIMARY KEY, v text);
+		INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 500) g`)
+	s := startService(t, catalog)
+	u := newCLIUser(t)
+
+	// Not logged in yet: exit 3.
+	u.fails(exitNotLoggedIn, []string{"pgmirror login"}, "mirrors", "list")
+	// A wrong password: exit 3, nothing saved.
+	r := u.run("wrong-password\n", "login", "--url", s.baseURL, "--user", "admin")
+	if r.code != exitNotLoggedIn || !strings.Contains(r.stderr, "Invalid credentials") {
+		t.Fatalf("login with a wrong password: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// The password from stdin (not a terminal).
+	r = u.run(testAdminPassword+"\n", "login", "--url", s.baseURL, "--user", "admin")
+	if r.code != 0 || !strings.Contains(r.stdout, "Logged in to "+s.baseURL+" as admin (admin)") {
+		t.Fatalf("login: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stdout+r.stderr, testAdminPassword) {
+		t.Fatal("login printed the password")
+	}
+	credPath := filepath.Join(u.configDir, "pgmirror", "credentials.json")
+	fi, err := os.Stat(credPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("credentials file mode %v, want 0600", fi.Mode().Perm())
+	}
+
+	// Peers: one from flags with the password on stdin, one from a file.
+	srcURL, _ := url.Parse(src)
+	srcPW, _ := srcURL.User.Password()
+	r = u.run(srcPW+"\n", peerFlags(t, "src", src)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "Created peer src") {
+		t.Fatalf("peers create: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	dstURL, _ := url.Parse(dst)
+	dstPW, _ := dstURL.User.Password()
+	dstPort, _ := strconv.Atoi(dstURL.Port())
+	peerFile := filepath.Join(t.TempDir(), "dst.json")
+	writeJSON(t, peerFile, client.PeerCreate{Name: "dst", Host: dstURL.Hostname(), Port: dstPort, User: dstURL.User.Username(),
+		Password: dstPW, Database: strings.TrimPrefix(dstURL.Path, "/"), SSLMode: "disable"})
+	u.ok("peers", "create", "-f", peerFile)
+	// The same name again: the API's 409, exit 1 with its message.
+	u.fails(exitAPIError, []string{"HTTP 409"}, "peers", "create", "-f", peerFile)
+
+	out := u.ok("peers", "list")
+	if !strings.Contains(out, "NAME") || !strings.Contains(out, "src") || !strings.Contains(out, "dst") {
+		t.Fatalf("peers list:\n%s", out)
+	}
+	var peers []client.Peer
+	u.jsonOut(&peers, "peers", "list")
+	if len(peers) != 2 {
+		t.Fatalf("peers list --json: %+v", peers)
+	}
+	if out := u.ok("peers", "test", "src"); !strings.Contains(out, "Connection to peer src succeeded: 1") {
+		t.Fatalf("peers test:\n%s", out)
+	}
+	var test client.PeerTest
+	u.jsonOut(&test, "peers", "test", "dst")
+	if !test.Success || test.Version == "" {
+		t.Fatalf("peers test --json: %+v", test)
+	}
+
+	// A mirror from a file.
+	mirrorFile := filepath.Join(t.TempDir(), "mirror.json")
+	writeJSON(t, mirrorFile, map[string]any{"name": "m1", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{mapping("public", "items", "public", "items")}})
+	if out := u.ok("mirrors", "create", "-f", mirrorFile); !strings.Contains(out, "Created mirror m1") {
+		t.Fatalf("mirrors create:\n%s", out)
+	}
+	s.dumpOnFailure("m1")
+	// An unknown field in the file is a usage error, before any request.
+	badFile := filepath.Join(t.TempDir(), "bad.json")
+	writeJSON(t, badFile, map[string]any{"name": "m2", "source_peer": "src", "destination_peer": "dst", "table_mapings": []any{}})
+	u.fails(exitUsage, []string{"table_mapings"}, "mirrors", "create", "-f", badFile)
+
+	s.waitStatus("m1", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.items", "public.items", "id, v", 30*time.Second)
+	out = u.ok("mirrors", "list")
+	if !strings.Contains(out, "m1") || !strings.Contains(out, "running") {
+		t.Fatalf("mirrors list:\n%s", out)
+	}
+	out = u.ok("mirrors", "get", "m1")
+	if !strings.Contains(out, "Status:") || !strings.Contains(out, "public.items") || !strings.Contains(out, "500") {
+		t.Fatalf("mirrors get:\n%s", out)
+	}
+	var status client.MirrorStatus
+	u.jsonOut(&status, "mirrors", "get", "m1")
+	if status.Name != "m1" || status.Status != "running" || len(status.Tables) != 1 || status.Tables[0].RowsSynced != 500 {
+		t.Fatalf("mirrors get --json: %+v", status)
+	}
+
+	// Pause, pause again (409: exit 1), resume.
+	if out := u.ok("mirrors", "pause", "m1"); !strings.Contains(out, "paused") {
+		t.Fatalf("mirrors pause:\n%s", out)
+	}
+	u.fails(exitAPIError, []string{"HTTP 409"}, "mirrors", "pause", "m1")
+	var resumed client.StatusMessage
+	u.jsonOut(&resumed, "mirrors", "resume", "m1")
+	if resumed.Status != "running" {
+		t.Fatalf("mirrors resume --json: %+v", resumed)
+	}
+	s.waitStatus("m1", "running", 30*time.Second)
+
+	// Logs: the table, a search, and the JSON page.
+	out = u.ok("logs", "m1", "--limit", "500")
+	if !strings.Contains(out, "Mirror paused") || !strings.Contains(out, "Mirror resumed") {
+		t.Fatalf("logs:\n%s", out)
+	}
+	out = u.ok("logs", "m1", "--search", "paused", "--limit", "500")
+	if !strings.Contains(out, "Mirror paused") || strings.Contains(out, "Mirror resumed") {
+		t.Fatalf("logs --search paused:\n%s", out)
+	}
+	var page client.LogPage
+	u.jsonOut(&page, "logs", "m1", "--level", "info")
+	if page.Total == 0 || len(page.Logs) == 0 || page.Logs[0].Level != "INFO" {
+		t.Fatalf("logs --json: %+v", page)
+	}
+
+	// Exit codes: 404 and a bad flag.
+	u.fails(exitAPIError, []string{"HTTP 404"}, "mirrors", "get", "nope")
+	u.fails(exitUsage, []string{"flag provided but not defined"}, "mirrors", "list", "--bogus")
+	u.fails(exitUsage, []string{"usage: pgmirror mirrors get NAME"}, "mirrors", "get")
+	u.fails(exitUsage, nil, "mirrors", "frobnicate")
+	// delete needs --yes when stdin is not a terminal.
+	u.fails(exitUsage, []string{"--yes"}, "mirrors", "delete", "m1")
+
+	// --url and SERVICE_URL take precedence over the saved URL; a URL
+	// without a saved token is not sent the other service's token.
+	other := newCLIUser(t, "SERVICE_URL=http://127.0.0.1:1")
+	other.configDir = u.configDir
+	other.fails(exitNotLoggedIn, []string{"not logged in to http://127.0.0.1:1"}, "mirrors", "list")
+	// Nothing listens there: exit 4.
+	other.fails(exitConnection, []string{"cannot reach the service"}, "login", "--user", "admin", "--password", "x")
+
+	// A token the service refuses: exit 3.
+	var creds credentials
+	raw, err := os.ReadFile(credPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &creds); err != nil {
+		t.Fatal(err)
+	}
+	saved := creds.Logins[s.baseURL]
+	saved.Token += "x"
+	creds.Logins[s.baseURL] = saved
+	writeJSON(t, credPath, creds)
+	u.fails(exitNotLoggedIn, []string{"pgmirror login"}, "mirrors", "list")
+
+	// Log in again with --password, then delete.
+	u.ok("login", "--url", s.baseURL, "--user", "admin", "--password", testAdminPassword)
+	var deleted client.Deleted
+	u.jsonOut(&deleted, "mirrors", "delete", "m1", "--yes")
+	if deleted.Deleted != "m1" {
+		t.Fatalf("mirrors delete --json: %+v", deleted)
+	}
+	u.ok("logout")
+	u.fails(exitNotLoggedIn, nil, "peers", "list", "--url", s.baseURL)
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
