@@ -87,7 +87,9 @@ func TestClientCoversEveryOperation(t *testing.T) {
 // schemaTypes maps every schema of the OpenAPI document to the client type
 // for it.
 var schemaTypes = map[string]any{
-	"ApiError":                 struct{ Error string `json:"error"` }{},
+	"ApiError": struct {
+		Error string `json:"error"`
+	}{},
 	"AuditEntryBody":           client.AuditEntry{},
 	"AuditOutputBody":          client.AuditPage{},
 	"ChangePasswordInputBody":  client.ChangePasswordRequest{},
