@@ -230,6 +230,37 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("logs --json: %+v", page)
 	}
 
+	// logs --follow prints entries as they arrive; resync of one table.
+	follow := exec.Command(binary, "logs", "m1", "--follow", "--search", "Table resync started")
+	follow.Env = append(os.Environ(), "XDG_CONFIG_HOME="+u.configDir, "HOME="+u.configDir, "SERVICE_URL=")
+	followOut := &syncBuffer{}
+	follow.Stdout, follow.Stderr = followOut, followOut
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = follow.Process.Kill(); _ = follow.Wait() })
+	time.Sleep(500 * time.Millisecond)
+	if out := u.ok("mirrors", "resync", "m1", "public.items"); !strings.Contains(out, "m1:") {
+		t.Fatalf("mirrors resync m1 public.items:\n%s", out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(followOut.String(), "Table resync started") {
+		if time.Now().After(deadline) {
+			t.Fatalf("logs --follow did not print the new entry:\n%s", followOut.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_ = follow.Process.Kill()
+	s.waitStatus("m1", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.items", "public.items", "id, v", 30*time.Second)
+
+	// Cut-over with the source idle, followed to its end.
+	out = u.ok("mirrors", "cutover", "m1", "--quiet", "1")
+	if !strings.Contains(out, "Cut-over of m1: completed") || !strings.Contains(out, "apply_changes") {
+		t.Fatalf("mirrors cutover:\n%s", out)
+	}
+	u.fails(exitAPIError, []string{"HTTP 409"}, "mirrors", "cutover", "m1")
+
 	// Exit codes: 404 and a bad flag.
 	u.fails(exitAPIError, []string{"HTTP 404"}, "mirrors", "get", "nope")
 	u.fails(exitUsage, []string{"flag provided but not defined"}, "mirrors", "list", "--bogus")
@@ -280,5 +311,51 @@ func writeJSON(t *testing.T, path string, v any) {
 	}
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCLITerminal runs the client commands in-process as on a terminal:
+// login prompts for the password (read without echo) and mirrors delete
+// asks for confirmation, deleting nothing unless the answer is yes.
+func TestCLITerminal(t *testing.T) {
+	t.Parallel()
+	s := startService(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)))
+	configDir := t.TempDir()
+	newCLI := func(stdin string) (*cli, *bytes.Buffer, *bytes.Buffer) {
+		var stdout, stderr bytes.Buffer
+		return &cli{
+			getenv: func(string) string { return "" }, stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr,
+			configDir:    func() (string, error) { return configDir, nil },
+			isTerminal:   func() bool { return true },
+			readPassword: func() ([]byte, error) { return []byte(testAdminPassword), nil },
+			pollInterval: 100 * time.Millisecond,
+		}, &stdout, &stderr
+	}
+	ctx := t.Context()
+
+	c, stdout, stderr := newCLI("")
+	if err := c.run(ctx, "login", []string{"--url", s.baseURL, "--user", "admin"}); err != nil {
+		t.Fatalf("login: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr.String(), "Password for admin at "+s.baseURL) || strings.Contains(stderr.String()+stdout.String(), testAdminPassword) {
+		t.Fatalf("login prompt: stderr %q, stdout %q", stderr, stdout)
+	}
+
+	// The saved URL is used without --url.
+	c, stdout, _ = newCLI("")
+	if err := c.run(ctx, "peers", []string{"list"}); err != nil || !strings.Contains(stdout.String(), "NAME") {
+		t.Fatalf("peers list: %v\n%s", err, stdout)
+	}
+
+	// Deleting asks first; "n" deletes nothing (exit 2), "y" deletes.
+	c, _, stderr = newCLI("n\n")
+	err := c.run(ctx, "mirrors", []string{"delete", "nope"})
+	if exitCode(err) != exitUsage || !strings.Contains(stderr.String(), "Delete mirror nope?") {
+		t.Fatalf("mirrors delete answered n: %v (exit %d), stderr %q", err, exitCode(err), stderr)
+	}
+	c, _, _ = newCLI("y\n")
+	err = c.run(ctx, "mirrors", []string{"delete", "nope"})
+	if exitCode(err) != exitAPIError || !strings.Contains(err.Error(), "HTTP 404") {
+		t.Fatalf("mirrors delete answered y: %v (exit %d), want the API's 404", err, exitCode(err))
 	}
 }
