@@ -42,9 +42,10 @@ fuzz:
 		$(GO) test ./httpapi/ -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
-## deps: install the PostgreSQL server binaries when initdb is missing (Debian/Ubuntu)
+## deps: install the PostgreSQL server binaries when initdb is missing (Debian/Ubuntu), and Redocly CLI for the OpenAPI lint (when npm is there)
 deps:
 	@bash scripts/install-deps.sh
+	@bash scripts/install-redocly.sh
 
 clean:
 	rm -rf bin

@@ -1,13 +1,19 @@
 package httpapi_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -186,8 +192,33 @@ func TestOpenAPIDocumentLints(t *testing.T) {
 		}
 	}
 	sort.Strings(problems)
+	redoclyLint(t, raw)
 	// The validation messages still describe patterns in words.
 	b.requireError(http.MethodPost, "/v1/peers", b.adminToken, map[string]any{"name": "-bad", "host": "h", "port": 5432,
 		"user": "u", "password": "p", "database": "d"}, http.StatusBadRequest, "letters, digits")
 	require.Empty(t, problems, "the OpenAPI document breaks lint rules:\n%s", strings.Join(problems, "\n"))
+}
+
+// redoclyLint lints the document with Redocly CLI's recommended rules when
+// it is installed (make deps puts it in .tools/redocly; REDOCLY names
+// another binary) and fails on any error; warnings are logged.
+func redoclyLint(t *testing.T, doc []byte) {
+	t.Helper()
+	bin := os.Getenv("REDOCLY")
+	if bin == "" {
+		bin = filepath.Join("..", ".tools", "redocly", "node_modules", ".bin", "redocly")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Logf("Redocly CLI not installed (%v): checked the Go rules only; make deps installs it", err)
+		return
+	}
+	path := filepath.Join(t.TempDir(), "openapi.json")
+	require.NoError(t, os.WriteFile(path, doc, 0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "lint", "--extends=recommended", path)
+	cmd.Env = append(os.Environ(), "REDOCLY_TELEMETRY=off", "REDOCLY_SUPPRESS_UPDATE_NOTICE=true")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "redocly lint (recommended rules) failed:\n%s", out)
+	t.Logf("redocly lint: %s", bytes.TrimSpace(out[max(0, len(out)-200):]))
 }
