@@ -335,7 +335,12 @@ func (c *cli) mirrorsGet(ctx context.Context, args []string) error {
 	fmt.Fprintf(w, "Peers:\t%s -> %s\n", m.SourcePeer, m.DestinationPeer)
 	fmt.Fprintf(w, "Last LSN:\t%s (batch %d)\n", orDash(m.LastLSN), m.LastSyncBatchID)
 	fmt.Fprintf(w, "Lag:\t%s\n", formatLag(m.LagSeconds))
-	fmt.Fprintf(w, "Slot:\t%s, %s retained (checked %s)\n", m.ReplicationSlotName, formatBytes(m.SlotLagBytes), formatTime(m.SlotCheckedAt))
+	if m.SlotCheckedAt == nil {
+		fmt.Fprintf(w, "Slot:\t%s (not read yet)\n", m.ReplicationSlotName)
+	} else {
+		fmt.Fprintf(w, "Slot:\t%s, %s retained, wal_status %s (read %s)\n", m.ReplicationSlotName, formatBytes(m.SlotLagBytes),
+			orDash(m.SlotWALStatus), formatTime(m.SlotCheckedAt))
+	}
 	if m.ErrorCount > 0 || m.ErrorMessage != nil {
 		fmt.Fprintf(w, "Errors:\t%d: %s (next retry %s)\n", m.ErrorCount, orDash(m.ErrorMessage), formatTime(m.NextRetryAt))
 	}
