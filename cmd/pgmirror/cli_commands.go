@@ -166,10 +166,13 @@ func (c *cli) peersCreate(ctx context.Context, args []string) error {
 	if _, err := parse(fs, args, 0, 0, ""); err != nil {
 		return err
 	}
+	var body any = &req
 	if *file != "" {
-		if err := readJSONFile(*file, c, &req); err != nil {
+		raw, err := readJSONFile(*file, c, &req)
+		if err != nil {
 			return err
 		}
+		body = raw
 	} else {
 		var missing []string
 		for name, v := range map[string]string{"--name": req.Name, "--host": req.Host, "--user": req.User, "--database": req.Database} {
@@ -201,8 +204,8 @@ func (c *cli) peersCreate(ctx context.Context, args []string) error {
 		return err
 	}
 	var raw []byte
-	p, err := api.CreatePeer(client.CaptureBody(ctx, &raw), req)
-	if err != nil {
+	var p client.Peer
+	if _, err := api.Do(client.CaptureBody(ctx, &raw), client.OpCreatePeer, nil, nil, body, &p); err != nil {
 		return apiErr(err)
 	}
 	if c.json {
@@ -262,9 +265,12 @@ func (c *cli) peersDelete(ctx context.Context, args []string) error {
 	return nil
 }
 
-// readJSONFile decodes a JSON file (- for stdin) into v, refusing unknown
-// fields so that a misspelt option is not silently ignored.
-func readJSONFile(path string, c *cli, v any) error {
+// readJSONFile reads a request body from a JSON file (- for stdin) and
+// checks that it decodes into v, refusing unknown fields so that a misspelt
+// option is not silently ignored. It returns the file's JSON, which is sent
+// as it is: a field given explicitly (even as 0 or "") reaches the service's
+// validation instead of being dropped.
+func readJSONFile(path string, c *cli, v any) (json.RawMessage, error) {
 	var raw []byte
 	var err error
 	if path == "-" {
@@ -275,14 +281,17 @@ func readJSONFile(path string, c *cli, v any) error {
 		raw, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return usageErrorf("read %s: %v", path, err)
+		return nil, usageErrorf("read %s: %v", path, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return usageErrorf("%s is not a valid request: %v", path, err)
+		return nil, usageErrorf("%s is not a valid request: %v", path, err)
 	}
-	return nil
+	if dec.More() {
+		return nil, usageErrorf("%s is not a valid request: it holds more than one JSON value", path)
+	}
+	return bytes.TrimSpace(raw), nil
 }
 
 // mirrorsList is `pgmirror mirrors list`.
@@ -376,8 +385,8 @@ func (c *cli) mirrorsCreate(ctx context.Context, args []string) error {
 	if *file == "" {
 		return usageErrorf("mirrors create: -f mirror.json is required (see docs/cli.md for an example)")
 	}
-	var req client.MirrorCreate
-	if err := readJSONFile(*file, c, &req); err != nil {
+	body, err := readJSONFile(*file, c, &client.MirrorCreate{})
+	if err != nil {
 		return err
 	}
 	api, err := c.api()
@@ -385,8 +394,8 @@ func (c *cli) mirrorsCreate(ctx context.Context, args []string) error {
 		return err
 	}
 	var raw []byte
-	m, err := api.CreateMirror(client.CaptureBody(ctx, &raw), req)
-	if err != nil {
+	var m client.MirrorConfig
+	if _, err := api.Do(client.CaptureBody(ctx, &raw), client.OpCreateMirror, nil, nil, body, &m); err != nil {
 		return apiErr(err)
 	}
 	if c.json {

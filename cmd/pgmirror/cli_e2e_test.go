@@ -186,6 +186,12 @@ func TestCLI(t *testing.T) {
 	badFile := filepath.Join(t.TempDir(), "bad.json")
 	writeJSON(t, badFile, map[string]any{"name": "m2", "source_peer": "src", "destination_peer": "dst", "table_mapings": []any{}})
 	u.fails(exitUsage, []string{"table_mapings"}, "mirrors", "create", "-f", badFile)
+	// The file is sent as it is: an explicit 0 meets the service's validation
+	// (400, exit 1) instead of being dropped for the default.
+	zeroFile := filepath.Join(t.TempDir(), "zero.json")
+	writeJSON(t, zeroFile, map[string]any{"name": "m3", "source_peer": "src", "destination_peer": "dst", "cdc_batch_size": 0,
+		"table_mappings": []any{mapping("public", "items", "public", "items")}})
+	u.fails(exitAPIError, []string{"cdc_batch_size", "HTTP 400"}, "mirrors", "create", "-f", zeroFile)
 
 	s.waitStatus("m1", "running", 60*time.Second)
 	waitEqual(t, src, dst, "public.items", "public.items", "id, v", 30*time.Second)
