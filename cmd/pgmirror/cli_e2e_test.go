@@ -174,6 +174,21 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("peers test --json: %+v", test)
 	}
 
+	// A peer the service cannot connect to: peers test exits 1 with the reason.
+	r = u.run("pw\n", "peers", "create", "--name", "down", "--host", "127.0.0.1", "--port", "1", "--user", "u", "--database", "d", "--ssl-mode", "disable")
+	if r.code != 0 {
+		t.Fatalf("peers create down: exit %d: %s", r.code, r.stderr)
+	}
+	u.fails(exitAPIError, []string{"connection to peer down failed"}, "peers", "test", "down")
+	u.ok("peers", "delete", "down")
+
+	// A viewer reads but may not change anything: the API's 403 is exit 1.
+	s.mustDo("POST", "/v1/users", map[string]any{"username": "viewer", "password": "viewer-password", "role": "viewer"}, 201, nil)
+	viewer := newCLIUser(t)
+	viewer.ok("login", "--url", s.baseURL, "--user", "viewer", "--password", "viewer-password")
+	viewer.ok("peers", "list")
+	viewer.fails(exitAPIError, []string{"HTTP 403"}, "peers", "test", "src")
+
 	// A mirror from a file.
 	mirrorFile := filepath.Join(t.TempDir(), "mirror.json")
 	writeJSON(t, mirrorFile, map[string]any{"name": "m1", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
