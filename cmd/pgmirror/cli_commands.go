@@ -633,7 +633,7 @@ func (c *cli) logs(ctx context.Context, args []string) error {
 		return c.printJSON(raw)
 	}
 	var lastID int64
-	print := func(entries []client.LogEntry) {
+	show := func(entries []client.LogEntry) {
 		// The API sends newest first; print oldest first, like a log file.
 		for i := len(entries) - 1; i >= 0; i-- {
 			e := entries[i]
@@ -652,7 +652,7 @@ func (c *cli) logs(ctx context.Context, args []string) error {
 			fmt.Fprintf(c.stdout, "%s %-5s %s%s\n", e.CreatedAt.Local().Format("2006-01-02 15:04:05.000"), e.Level, e.Message, details)
 		}
 	}
-	print(page.Logs)
+	show(page.Logs)
 	if !*follow {
 		if !c.json && page.Total > len(page.Logs)+page.Offset {
 			fmt.Fprintf(c.stderr, "(%d of %d entries; --limit and --offset page further)\n", len(page.Logs), page.Total)
@@ -673,6 +673,6 @@ func (c *cli) logs(ctx context.Context, args []string) error {
 			}
 			return apiErr(err)
 		}
-		print(page.Logs)
+		show(page.Logs)
 	}
 }
