@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -72,41 +73,44 @@ type Operation struct {
 	ID     string
 	Method string
 	Path   string
+	// Query lists the query parameters the client sends, in the order of
+	// the document.
+	Query []string
 }
 
 // The API's operations; each method of Client uses one.
 var (
-	OpHealth          = Operation{"health", http.MethodGet, "/health"}
-	OpReady           = Operation{"ready", http.MethodGet, "/ready"}
-	OpLogin           = Operation{"login", http.MethodPost, "/v1/auth/login"}
-	OpMe              = Operation{"me", http.MethodGet, "/v1/auth/me"}
-	OpChangePassword  = Operation{"change-password", http.MethodPost, "/v1/auth/change-password"}
-	OpListUsers       = Operation{"list-users", http.MethodGet, "/v1/users"}
-	OpCreateUser      = Operation{"create-user", http.MethodPost, "/v1/users"}
-	OpDeleteUser      = Operation{"delete-user", http.MethodDelete, "/v1/users/{username}"}
-	OpListPeers       = Operation{"list-peers", http.MethodGet, "/v1/peers"}
-	OpCreatePeer      = Operation{"create-peer", http.MethodPost, "/v1/peers"}
-	OpGetPeer         = Operation{"get-peer", http.MethodGet, "/v1/peers/{name}"}
-	OpUpdatePeer      = Operation{"update-peer", http.MethodPut, "/v1/peers/{name}"}
-	OpDeletePeer      = Operation{"delete-peer", http.MethodDelete, "/v1/peers/{name}"}
-	OpListPeerTables  = Operation{"list-peer-tables", http.MethodGet, "/v1/peers/{name}/tables"}
-	OpTestPeer        = Operation{"test-peer", http.MethodPost, "/v1/peers/{name}/test"}
-	OpListMirrors     = Operation{"list-mirrors", http.MethodGet, "/v1/mirrors"}
-	OpCreateMirror    = Operation{"create-mirror", http.MethodPost, "/v1/mirrors"}
-	OpGetMirror       = Operation{"get-mirror", http.MethodGet, "/v1/mirrors/{name}"}
-	OpDeleteMirror    = Operation{"delete-mirror", http.MethodDelete, "/v1/mirrors/{name}"}
-	OpPauseMirror     = Operation{"pause-mirror", http.MethodPost, "/v1/mirrors/{name}/pause"}
-	OpResumeMirror    = Operation{"resume-mirror", http.MethodPost, "/v1/mirrors/{name}/resume"}
-	OpResyncMirror    = Operation{"resync-mirror", http.MethodPost, "/v1/mirrors/{name}/resync"}
-	OpResyncTable     = Operation{"resync-table", http.MethodPost, "/v1/mirrors/{name}/resync/{table}"}
-	OpRetryMirror     = Operation{"retry-mirror", http.MethodPost, "/v1/mirrors/{name}/retry"}
-	OpSyncSchema      = Operation{"sync-schema", http.MethodPost, "/v1/mirrors/{name}/sync-schema"}
-	OpGetTables       = Operation{"get-mirror-tables", http.MethodGet, "/v1/mirrors/{name}/tables"}
-	OpPutTables       = Operation{"put-mirror-tables", http.MethodPut, "/v1/mirrors/{name}/tables"}
-	OpAvailableTables = Operation{"available-tables", http.MethodGet, "/v1/mirrors/{name}/available-tables"}
-	OpCutover         = Operation{"cutover-mirror", http.MethodPost, "/v1/mirrors/{name}/cutover"}
-	OpMirrorLogs      = Operation{"mirror-logs", http.MethodGet, "/v1/mirrors/{name}/logs"}
-	OpAuditLog        = Operation{"audit-log", http.MethodGet, "/v1/audit"}
+	OpHealth          = Operation{"health", http.MethodGet, "/health", nil}
+	OpReady           = Operation{"ready", http.MethodGet, "/ready", nil}
+	OpLogin           = Operation{"login", http.MethodPost, "/v1/auth/login", nil}
+	OpMe              = Operation{"me", http.MethodGet, "/v1/auth/me", nil}
+	OpChangePassword  = Operation{"change-password", http.MethodPost, "/v1/auth/change-password", nil}
+	OpListUsers       = Operation{"list-users", http.MethodGet, "/v1/users", nil}
+	OpCreateUser      = Operation{"create-user", http.MethodPost, "/v1/users", nil}
+	OpDeleteUser      = Operation{"delete-user", http.MethodDelete, "/v1/users/{username}", nil}
+	OpListPeers       = Operation{"list-peers", http.MethodGet, "/v1/peers", nil}
+	OpCreatePeer      = Operation{"create-peer", http.MethodPost, "/v1/peers", nil}
+	OpGetPeer         = Operation{"get-peer", http.MethodGet, "/v1/peers/{name}", nil}
+	OpUpdatePeer      = Operation{"update-peer", http.MethodPut, "/v1/peers/{name}", nil}
+	OpDeletePeer      = Operation{"delete-peer", http.MethodDelete, "/v1/peers/{name}", nil}
+	OpListPeerTables  = Operation{"list-peer-tables", http.MethodGet, "/v1/peers/{name}/tables", nil}
+	OpTestPeer        = Operation{"test-peer", http.MethodPost, "/v1/peers/{name}/test", nil}
+	OpListMirrors     = Operation{"list-mirrors", http.MethodGet, "/v1/mirrors", nil}
+	OpCreateMirror    = Operation{"create-mirror", http.MethodPost, "/v1/mirrors", nil}
+	OpGetMirror       = Operation{"get-mirror", http.MethodGet, "/v1/mirrors/{name}", nil}
+	OpDeleteMirror    = Operation{"delete-mirror", http.MethodDelete, "/v1/mirrors/{name}", nil}
+	OpPauseMirror     = Operation{"pause-mirror", http.MethodPost, "/v1/mirrors/{name}/pause", nil}
+	OpResumeMirror    = Operation{"resume-mirror", http.MethodPost, "/v1/mirrors/{name}/resume", nil}
+	OpResyncMirror    = Operation{"resync-mirror", http.MethodPost, "/v1/mirrors/{name}/resync", nil}
+	OpResyncTable     = Operation{"resync-table", http.MethodPost, "/v1/mirrors/{name}/resync/{table}", nil}
+	OpRetryMirror     = Operation{"retry-mirror", http.MethodPost, "/v1/mirrors/{name}/retry", nil}
+	OpSyncSchema      = Operation{"sync-schema", http.MethodPost, "/v1/mirrors/{name}/sync-schema", nil}
+	OpGetTables       = Operation{"get-mirror-tables", http.MethodGet, "/v1/mirrors/{name}/tables", nil}
+	OpPutTables       = Operation{"put-mirror-tables", http.MethodPut, "/v1/mirrors/{name}/tables", nil}
+	OpAvailableTables = Operation{"available-tables", http.MethodGet, "/v1/mirrors/{name}/available-tables", nil}
+	OpCutover         = Operation{"cutover-mirror", http.MethodPost, "/v1/mirrors/{name}/cutover", nil}
+	OpMirrorLogs      = Operation{"mirror-logs", http.MethodGet, "/v1/mirrors/{name}/logs", []string{"limit", "offset", "search", "level"}}
+	OpAuditLog        = Operation{"audit-log", http.MethodGet, "/v1/audit", []string{"limit", "offset", "username", "action", "target_type", "target_name", "result"}}
 )
 
 // Operations lists every operation the client implements.
@@ -143,6 +147,11 @@ func (c *Client) Do(ctx context.Context, op Operation, params []string, query ur
 	}
 	if strings.Contains(path, "{") {
 		return 0, fmt.Errorf("%s: missing path parameters for %s", op.ID, op.Path)
+	}
+	for k := range query {
+		if !slices.Contains(op.Query, k) {
+			return 0, fmt.Errorf("%s: %s takes no query parameter %q", op.ID, op.Path, k)
+		}
 	}
 	u := strings.TrimRight(c.BaseURL, "/") + path
 	if len(query) > 0 {

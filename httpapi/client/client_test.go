@@ -64,7 +64,7 @@ func openAPI(t *testing.T, base string) map[string]any {
 
 // TestClientCoversEveryOperation fails when the service has an operation
 // the client lacks, or the client one the service lacks, or when they
-// disagree on an operation's method or path.
+// disagree on an operation's method, path or query parameters.
 func TestClientCoversEveryOperation(t *testing.T) {
 	t.Parallel()
 	doc := openAPI(t, serve(t))
@@ -72,12 +72,19 @@ func TestClientCoversEveryOperation(t *testing.T) {
 	for path, item := range doc["paths"].(map[string]any) {
 		for method, op := range item.(map[string]any) {
 			if op, ok := op.(map[string]any); ok {
-				server = append(server, op["operationId"].(string)+" "+strings.ToUpper(method)+" "+path)
+				var query []string
+				params, _ := op["parameters"].([]any)
+				for _, p := range params {
+					if p := p.(map[string]any); p["in"] == "query" {
+						query = append(query, p["name"].(string))
+					}
+				}
+				server = append(server, op["operationId"].(string)+" "+strings.ToUpper(method)+" "+path+" query="+strings.Join(query, ","))
 			}
 		}
 	}
 	for _, op := range client.Operations {
-		mine = append(mine, op.ID+" "+op.Method+" "+op.Path)
+		mine = append(mine, op.ID+" "+op.Method+" "+op.Path+" query="+strings.Join(op.Query, ","))
 	}
 	sort.Strings(server)
 	sort.Strings(mine)
