@@ -200,7 +200,7 @@ func TestOpenAPIDocumentLints(t *testing.T) {
 }
 
 // redoclyLint lints the document with Redocly CLI's recommended rules when
-// it is installed (make deps puts it in .tools/redocly; REDOCLY names
+// it is installed (make test-deps puts it in .tools/redocly; REDOCLY names
 // another binary) and fails on any error; warnings are logged.
 func redoclyLint(t *testing.T, doc []byte) {
 	t.Helper()
@@ -209,7 +209,7 @@ func redoclyLint(t *testing.T, doc []byte) {
 		bin = filepath.Join("..", ".tools", "redocly", "node_modules", ".bin", "redocly")
 	}
 	if _, err := os.Stat(bin); err != nil {
-		t.Logf("Redocly CLI not installed (%v): checked the Go rules only; make deps installs it", err)
+		t.Logf("Redocly CLI not installed (%v): checked the Go rules only; make test-deps installs it", err)
 		return
 	}
 	path := filepath.Join(t.TempDir(), "openapi.json")
