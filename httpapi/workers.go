@@ -7,8 +7,8 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 )
 
-// workerInfo says which replica runs a mirror (see docs/status.md).
-type workerInfo struct {
+// WorkerInfo says which replica runs a mirror (see docs/status.md).
+type WorkerInfo struct {
 	Worker       *string    `json:"worker" doc:"The pgmirror replica running the mirror now (host:pid), which holds its lock; null when no replica runs it: between runs, waiting for a free worker, or because its replica died and no other took it over yet. A mirror whose status is running, initializing or snapshotting with worker null for more than a few seconds is not replicating."`
 	WorkerSeenAt *time.Time `json:"worker_seen_at" doc:"When the worker last reported (every 5 s); null without a worker."`
 }
@@ -16,15 +16,15 @@ type workerInfo struct {
 // withWorker fills in the mirror's worker and, for a mirror that should be
 // streaming but has none, a lag that grows with the time since its last
 // measure instead of the slot's view.
-func withWorker(m db.Mirror, workers map[int64]db.MirrorWorker, health *slotHealth) workerInfo {
+func withWorker(m db.Mirror, workers map[int64]db.MirrorWorker, health *SlotHealth) WorkerInfo {
 	w, ok := workers[m.ID]
 	if !ok {
 		if lag := m.LagWithoutWorker(time.Now()); lag != nil {
 			rounded := math.Round(*lag*1000) / 1000
 			health.LagSeconds = &rounded
 		}
-		return workerInfo{}
+		return WorkerInfo{}
 	}
 	name, seen := w.Name, w.SeenAt
-	return workerInfo{Worker: &name, WorkerSeenAt: &seen}
+	return WorkerInfo{Worker: &name, WorkerSeenAt: &seen}
 }
