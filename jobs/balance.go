@@ -18,19 +18,26 @@ import (
 // worker and spreads the mirrors over the live replicas:
 //   - every orphanCheckEvery it enqueues a run job for each mirror that
 //     wants to run and has neither a lock holder nor a waiting job (a
-//     replica died): a takeover does not wait for River to elect a new
-//     leader when the dead replica was the leader;
+//     replica died) at two checks in a row (a run handing its mirror back
+//     is briefly in neither state): a takeover does not wait for River to
+//     elect a new leader when the dead replica was the leader;
 //   - as often, it reads the live replicas (db.LiveReplicas) and
 //     the fair share, the running mirrors divided by the live replicas
 //     (rounded up, at most each one's SERVICE_MIRROR_WORKERS). While this
 //     replica runs its share or more and another live replica runs less
-//     than its share, it snoozes new run jobs for refuseSnooze, leaving
-//     them to the others; above its share it hands the extra mirrors back
-//     to the queue at their next batch boundary (as a run budget does).
-const (
-	orphanCheckEvery = 2 * time.Second
-	refuseSnooze     = 2 * time.Second
-)
+//     than its share, it snoozes new run jobs for refuseSnooze (one to five
+//     seconds at random, so that its job fetches do not fall in step with
+//     the others' and always win), leaving them to the others; more than one above its share (so that mirrors
+//     between runs do not make it shed back and forth) it hands the extra
+//     mirrors back to the queue at their next batch boundary (as a run
+//     budget does).
+const orphanCheckEvery = 2 * time.Second
+
+// refuseSnooze is how long a replica that leaves a run job to the others
+// snoozes it: one to five seconds at random.
+func refuseSnooze() time.Duration {
+	return time.Second + time.Duration(rand.Int64N(int64(4*time.Second)))
+}
 
 // balancer spreads mirrors over replicas and takes over those of dead
 // replicas (see above).
@@ -43,6 +50,8 @@ type balancer struct {
 
 	share  atomic.Int64 // this replica's fair share; 0 while unknown
 	refuse atomic.Bool  // leave new mirrors to replicas below their share
+
+	orphans map[int64]bool // mirrors without worker at the last check (loop only)
 }
 
 func newBalancer(cfg Config) *balancer {
@@ -96,7 +105,13 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 		b.cfg.Logger.Debug("look for mirrors without worker", "error", err)
 		return
 	}
+	seen := b.orphans
+	b.orphans = make(map[int64]bool, len(ids))
 	for _, id := range ids {
+		b.orphans[id] = true
+		if !seen[id] {
+			continue // maybe between two runs: enqueue at the next check
+		}
 		b.cfg.Logger.Info("mirror has no worker: enqueueing a run job", "mirror_id", id)
 		if _, err := client.Insert(ctx, MirrorRunArgs{MirrorID: id}, nil); err != nil {
 			b.cfg.Logger.Debug("enqueue run of mirror without worker", "mirror_id", id, "error", err)
@@ -136,7 +151,7 @@ func (b *balancer) balance(ctx context.Context) {
 	// Another replica below its share with room for more?
 	below := slices.ContainsFunc(others, func(r db.Replica) bool { return r.Running < share && r.Running < r.MirrorWorkers })
 	b.refuse.Store(below && mine >= share)
-	if !below || mine <= share {
+	if !below || mine <= share+1 {
 		return
 	}
 	extra := mine - share

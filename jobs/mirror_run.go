@@ -62,7 +62,7 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 		// This replica runs its share while another runs less: leave
 		// the mirror to it (balance.go).
 		lock.Release()
-		return river.JobSnooze(refuseSnooze)
+		return river.JobSnooze(refuseSnooze())
 	}
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock, cdcBegun: make(chan struct{}, 1),
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id)}
