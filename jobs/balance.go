@@ -21,20 +21,20 @@ import (
 //     replica died) at two checks in a row (a run handing its mirror back
 //     is briefly in neither state): a takeover does not wait for River to
 //     elect a new leader when the dead replica was the leader;
-//   - as often, it reads the live replicas (db.LiveReplicas) and
-//     the fair share, the running mirrors divided by the live replicas
-//     (rounded up, at most each one's SERVICE_MIRROR_WORKERS). While this
-//     replica runs its share or more and another live replica runs less
-//     than its share, it snoozes new run jobs for refuseSnooze (one to five
-//     seconds at random, so that its job fetches do not fall in step with
-//     the others' and always win), leaving them to the others; more than one above its share (so that mirrors
-//     between runs do not make it shed back and forth) it hands the extra
-//     mirrors back to the queue at their next batch boundary (as a run
-//     budget does).
+//   - as often, it reads the live replicas (db.LiveReplicas, with the
+//     mirrors each runs now) and the fair share: the running mirrors
+//     divided by the live replicas, rounded up. While this replica runs
+//     its share or more and another live replica runs less than its share
+//     (and has room under its SERVICE_MIRROR_WORKERS), it snoozes new run
+//     jobs for refuseSnooze, leaving them to the others; more than one
+//     above its share (so that mirrors between runs do not make replicas
+//     shed back and forth) it hands the extra mirrors back to the queue at
+//     their next batch boundary, as a run budget does.
 const orphanCheckEvery = 2 * time.Second
 
 // refuseSnooze is how long a replica that leaves a run job to the others
-// snoozes it: one to five seconds at random.
+// snoozes it: one to five seconds at random, so that its job fetches do
+// not fall in step with the others' and always win the job back.
 func refuseSnooze() time.Duration {
 	return time.Second + time.Duration(rand.Int64N(int64(4*time.Second)))
 }
@@ -48,8 +48,7 @@ type balancer struct {
 	mu   sync.Mutex
 	runs map[int64]*mirrorRun // the runs of this replica that hold their lock
 
-	share  atomic.Int64 // this replica's fair share; 0 while unknown
-	refuse atomic.Bool  // leave new mirrors to replicas below their share
+	refuse atomic.Bool // leave new mirrors to replicas below their share
 
 	orphans map[int64]bool // mirrors without worker at the last check (loop only)
 }
@@ -141,13 +140,11 @@ func (b *balancer) balance(ctx context.Context) {
 		others = append(others, r)
 	}
 	if !found || len(others) == 0 {
-		b.share.Store(0)
 		b.refuse.Store(false)
 		return
 	}
 	share := (total + len(replicas) - 1) / len(replicas)
 	share = max(share, 1)
-	b.share.Store(int64(share))
 	// Another replica below its share with room for more?
 	below := slices.ContainsFunc(others, func(r db.Replica) bool { return r.Running < share && r.Running < r.MirrorWorkers })
 	b.refuse.Store(below && mine >= share)
