@@ -463,4 +463,3 @@ func (t *table) keysBare() []string {
 	}
 	return out
 }
-
