@@ -76,6 +76,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &SupervisorWorker{cfg: cfg})
 	river.AddWorker(workers, &LogPruneWorker{cfg: cfg})
 	river.AddWorker(workers, &SlotMonitorWorker{cfg: cfg})
+	river.AddWorker(workers, &VerifyWorker{cfg: cfg})
 
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger:  riverLogger(cfg.Logger),

@@ -1,0 +1,209 @@
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Verification states (Verification.State).
+const (
+	VerifyRunning   = "running"
+	VerifyDone      = "done"
+	VerifyFailed    = "failed"
+	VerifyCancelled = "cancelled"
+)
+
+// Hold states (verifications.hold_state): the hand-shake between a
+// verification job and the mirror's CDC run.
+const (
+	HoldRequested = "requested"
+	HoldArmed     = "armed"
+	HoldHeld      = "held"
+	HoldReleased  = "released"
+	HoldExpired   = "expired"
+)
+
+// Verification is one comparison of a mirror's destination with its source.
+type Verification struct {
+	ID            int64
+	MirrorID      int64
+	State         string
+	RequestedBy   string
+	Tables        []string // requested tables; nil means all
+	LSN           string   // the source position compared at ("" before it is known)
+	StartedAt     time.Time
+	FinishedAt    *time.Time
+	Error         string
+	Result        json.RawMessage // array of per-table results
+	RowsDiffering *int64
+	HoldState     string
+	HoldFloor     string
+	HoldLSN       string
+	HeldApplied   string
+}
+
+const verificationColumns = `id, mirror_id, state, coalesce(requested_by, ''), tables, coalesce(lsn::text, ''), started_at, finished_at,
+	coalesce(error, ''), result, rows_differing, coalesce(hold_state, ''), coalesce(hold_floor::text, ''), coalesce(hold_lsn::text, ''),
+	coalesce(held_applied::text, '')`
+
+func scanVerification(row pgx.Row) (Verification, error) {
+	var v Verification
+	err := row.Scan(&v.ID, &v.MirrorID, &v.State, &v.RequestedBy, &v.Tables, &v.LSN, &v.StartedAt, &v.FinishedAt,
+		&v.Error, &v.Result, &v.RowsDiffering, &v.HoldState, &v.HoldFloor, &v.HoldLSN, &v.HeldApplied)
+	return v, err
+}
+
+// VerificationCreate records a new running verification of the mirror.
+func (s *Store) VerificationCreate(ctx context.Context, mirrorID int64, requestedBy string, tables []string) (Verification, error) {
+	v, err := scanVerification(s.q.QueryRow(ctx, `INSERT INTO verifications (mirror_id, requested_by, tables)
+		VALUES ($1, nullif($2, ''), $3) RETURNING `+verificationColumns, mirrorID, requestedBy, tables))
+	if err != nil {
+		return Verification{}, fmt.Errorf("create verification: %w", translate(err))
+	}
+	return v, nil
+}
+
+// VerificationGet returns one verification of the mirror.
+func (s *Store) VerificationGet(ctx context.Context, mirrorID, id int64) (Verification, error) {
+	v, err := scanVerification(s.q.QueryRow(ctx, `SELECT `+verificationColumns+` FROM verifications WHERE mirror_id = $1 AND id = $2`, mirrorID, id))
+	if err != nil {
+		return Verification{}, fmt.Errorf("get verification %d: %w", id, translate(err))
+	}
+	return v, nil
+}
+
+// VerificationByID returns a verification by its id alone.
+func (s *Store) VerificationByID(ctx context.Context, id int64) (Verification, error) {
+	v, err := scanVerification(s.q.QueryRow(ctx, `SELECT `+verificationColumns+` FROM verifications WHERE id = $1`, id))
+	if err != nil {
+		return Verification{}, fmt.Errorf("get verification %d: %w", id, translate(err))
+	}
+	return v, nil
+}
+
+// VerificationList returns the mirror's verifications, newest first, at
+// most limit.
+func (s *Store) VerificationList(ctx context.Context, mirrorID int64, limit int) ([]Verification, error) {
+	rows, err := s.q.Query(ctx, `SELECT `+verificationColumns+` FROM verifications WHERE mirror_id = $1 ORDER BY id DESC LIMIT $2`, mirrorID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list verifications: %w", translate(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Verification, error) { return scanVerification(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list verifications: %w", translate(err))
+	}
+	return out, nil
+}
+
+// VerificationCancel cancels a running verification. It reports false when
+// the verification had already ended.
+func (s *Store) VerificationCancel(ctx context.Context, mirrorID, id int64) (bool, error) {
+	tag, err := s.q.Exec(ctx, `UPDATE verifications SET state = 'cancelled', finished_at = now(), updated_at = now(),
+		hold_state = CASE WHEN hold_state IS NULL THEN NULL ELSE 'released' END
+		WHERE mirror_id = $1 AND id = $2 AND state = 'running'`, mirrorID, id)
+	if err != nil {
+		return false, fmt.Errorf("cancel verification %d: %w", id, translate(err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// VerificationFinish ends a running verification (done or failed) with its
+// result. It reports false when it was no longer running (cancelled).
+func (s *Store) VerificationFinish(ctx context.Context, id int64, state, errText string, result any, rowsDiffering *int64) (bool, error) {
+	body, err := json.Marshal(result)
+	if err != nil {
+		return false, fmt.Errorf("encode verification result: %w", err)
+	}
+	tag, err := s.q.Exec(ctx, `UPDATE verifications SET state = $2, error = nullif($3, ''), result = $4, rows_differing = $5,
+		finished_at = now(), updated_at = now(), hold_state = CASE WHEN hold_state IS NULL THEN NULL ELSE 'released' END
+		WHERE id = $1 AND state = 'running'`, id, state, errText, body, rowsDiffering)
+	if err != nil {
+		return false, fmt.Errorf("finish verification %d: %w", id, translate(err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// VerificationSetResult records partial results and the position of a
+// running verification.
+func (s *Store) VerificationSetResult(ctx context.Context, id int64, lsn string, result any) error {
+	body, err := json.Marshal(result)
+	if err != nil {
+		return fmt.Errorf("encode verification result: %w", err)
+	}
+	_, err = s.q.Exec(ctx, `UPDATE verifications SET lsn = nullif($2, '')::pg_lsn, result = $3, updated_at = now() WHERE id = $1`, id, lsn, body)
+	if err != nil {
+		return fmt.Errorf("record verification %d: %w", id, translate(err))
+	}
+	return nil
+}
+
+// VerificationSetHold moves a running verification's hold from one of the
+// states in from to the state to, with the positions given (empty leaves
+// one as it is). It reports whether the row was in one of those states.
+func (s *Store) VerificationSetHold(ctx context.Context, id int64, from []string, to, floor, at, applied string) (bool, error) {
+	tag, err := s.q.Exec(ctx, `UPDATE verifications SET hold_state = $3,
+		hold_floor = coalesce(nullif($4, '')::pg_lsn, hold_floor),
+		hold_lsn = coalesce(nullif($5, '')::pg_lsn, hold_lsn),
+		held_applied = coalesce(nullif($6, '')::pg_lsn, held_applied), updated_at = now()
+		WHERE id = $1 AND state = 'running' AND coalesce(hold_state, '') = ANY($2)`, id, from, to, floor, at, applied)
+	if err != nil {
+		return false, fmt.Errorf("set the hold of verification %d: %w", id, translate(err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// VerificationHoldRequest returns the mirror's running verification that
+// requests or holds a hold (hold_state requested, armed or held), if any.
+func (s *Store) VerificationHoldRequest(ctx context.Context, mirrorID int64) (Verification, bool, error) {
+	v, err := scanVerification(s.q.QueryRow(ctx, `SELECT `+verificationColumns+` FROM verifications
+		WHERE mirror_id = $1 AND state = 'running' AND hold_state IN ('requested', 'armed', 'held') ORDER BY id LIMIT 1`, mirrorID))
+	if err == pgx.ErrNoRows {
+		return Verification{}, false, nil
+	}
+	if err != nil {
+		return Verification{}, false, fmt.Errorf("read hold requests: %w", translate(err))
+	}
+	return v, true, nil
+}
+
+// VerificationsRunning counts the mirror's running verifications.
+func (s *Store) VerificationsRunning(ctx context.Context, mirrorID int64) (int, error) {
+	var n int
+	if err := s.q.QueryRow(ctx, `SELECT count(*) FROM verifications WHERE mirror_id = $1 AND state = 'running'`, mirrorID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count running verifications: %w", translate(err))
+	}
+	return n, nil
+}
+
+// VerificationTouch records that the verification's job is alive and
+// returns its state (a cancelled verification's job stops).
+func (s *Store) VerificationTouch(ctx context.Context, id int64) (string, error) {
+	var state string
+	err := s.q.QueryRow(ctx, `UPDATE verifications SET updated_at = now() WHERE id = $1 RETURNING state`, id).Scan(&state)
+	if err != nil {
+		return "", fmt.Errorf("touch verification %d: %w", id, translate(err))
+	}
+	return state, nil
+}
+
+// VerificationStaleAfter is how long a running verification may go without
+// a sign of life from its job (VerificationTouch, every few seconds) before
+// it is marked failed: the replica running it stopped.
+const VerificationStaleAfter = time.Minute
+
+// VerificationsFailStale marks the mirror's running verifications whose job
+// has not been heard of for VerificationStaleAfter failed, with the reason.
+func (s *Store) VerificationsFailStale(ctx context.Context, mirrorID int64) error {
+	_, err := s.q.Exec(ctx, `UPDATE verifications SET state = 'failed', finished_at = now(),
+		error = 'the pgmirror replica running this verification stopped before it finished (no sign of life for ' || $2::int || ' s); start a new verification',
+		hold_state = CASE WHEN hold_state IS NULL THEN NULL ELSE 'released' END
+		WHERE mirror_id = $1 AND state = 'running' AND updated_at < now() - make_interval(secs => $2::int)`, mirrorID, int(VerificationStaleAfter.Seconds()))
+	if err != nil {
+		return fmt.Errorf("fail stale verifications: %w", translate(err))
+	}
+	return nil
+}
