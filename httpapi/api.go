@@ -111,6 +111,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerMirrors(api)
 	h.registerControl(api)
 	h.registerCutover(api)
+	h.registerVerify(api)
 	h.registerLogs(api)
 	h.registerAudit(api)
 	mux.HandleFunc("GET /docs", serveDocs)
