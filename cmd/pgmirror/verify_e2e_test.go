@@ -1,0 +1,142 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+)
+
+type verifyTable struct {
+	Table           string   `json:"table"`
+	Method          string   `json:"method"`
+	RowsSource      int64    `json:"rows_source"`
+	RowsDestination int64    `json:"rows_destination"`
+	Chunks          int      `json:"chunks"`
+	ChunksDiffering int      `json:"chunks_differing"`
+	RowsDiffering   int64    `json:"rows_differing"`
+	Missing         []string `json:"missing"`
+	Extra           []string `json:"extra"`
+	Different       []string `json:"different"`
+	Skipped         string   `json:"skipped"`
+}
+
+type verifyResult struct {
+	ID            int64         `json:"id"`
+	State         string        `json:"state"`
+	LSN           *string       `json:"lsn"`
+	Error         *string       `json:"error"`
+	RowsDiffering *int64        `json:"rows_differing"`
+	Tables        []verifyTable `json:"tables"`
+}
+
+// runVerify starts a verification of the mirror and waits until it ends.
+func (s *service) runVerify(t *testing.T, name string, body any) verifyResult {
+	t.Helper()
+	var v verifyResult
+	s.mustDo("POST", "/v1/mirrors/"+name+"/verify", body, 202, &v)
+	require.Equal(t, "running", v.State)
+	return s.waitVerify(t, name, v.ID)
+}
+
+func (s *service) waitVerify(t *testing.T, name string, id int64) verifyResult {
+	t.Helper()
+	var v verifyResult
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		s.mustDo("GET", fmt.Sprintf("/v1/mirrors/%s/verifications/%d", name, id), nil, 200, &v)
+		if v.State != "running" {
+			return v
+		}
+	}
+	t.Fatalf("verification %d still running: %+v", id, v)
+	return v
+}
+
+func byName(v verifyResult) map[string]verifyTable {
+	out := map[string]verifyTable{}
+	for _, t := range v.Tables {
+		out[t.Table] = t
+	}
+	return out
+}
+
+// Through the API, while a write load runs: repeated verifications find
+// the mirror exact; direct changes on the destination are reported with
+// their keys (and rows, for the table without a key); the log has the
+// entries; cancel and a verification whose replica died end with a reason.
+func TestVerifyMirror(t *testing.T) {
+	t.Parallel()
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	s := startLoadMirrorOn(t, catalog, "ver", src, dst)
+	l := startLoad(src)
+	l.waitMore(t, 50, 30*time.Second)
+	for i := range 3 {
+		v := s.runVerify(t, "ver", nil)
+		require.Equal(t, "done", v.State, "run %d: %+v", i, v)
+		require.NotNil(t, v.LSN)
+		require.Len(t, v.Tables, 2)
+		for _, tb := range v.Tables {
+			require.Empty(t, tb.Skipped)
+			require.Zero(t, tb.RowsDiffering, "run %d, false difference in %+v", i, tb)
+			require.Zero(t, tb.ChunksDiffering, "run %d: %+v", i, tb)
+			require.Equal(t, tb.RowsSource, tb.RowsDestination)
+			require.Positive(t, tb.RowsSource)
+		}
+		require.Equal(t, int64(0), *v.RowsDiffering)
+	}
+	l.end()
+	checkLoadEqual(t, src, dst, 60*time.Second)
+
+	changed := queryInt64(t, dst, `SELECT min(id) FROM public.items`)
+	deleted := queryInt64(t, dst, `SELECT max(id) FROM public.items`)
+	exec1(t, dst, fmt.Sprintf(`UPDATE public.items SET v = 'changed' WHERE id = %d;
+		DELETE FROM public.items WHERE id = %d;`, changed, deleted)+`
+		INSERT INTO public.items (id, n, v) VALUES (999999, 1, 'extra');
+		INSERT INTO public.events VALUES (-1, 'extra')`)
+	v := s.runVerify(t, "ver", map[string]any{"tables": []string{"public.items", "public.events"}})
+	require.Equal(t, "done", v.State, "%+v", v)
+	items, events := byName(v)["public.items"], byName(v)["public.events"]
+	require.Equal(t, []string{fmt.Sprintf("(id)=('%d')", changed)}, items.Different)
+	require.Equal(t, []string{fmt.Sprintf("(id)=('%d')", deleted)}, items.Missing)
+	require.Equal(t, []string{"(id)=('999999')"}, items.Extra)
+	require.Equal(t, int64(3), items.RowsDiffering)
+	require.Equal(t, "multiset", events.Method)
+	require.Equal(t, []string{"(-1,extra)"}, events.Extra)
+	require.Equal(t, int64(4), *v.RowsDiffering)
+	done := s.waitLog("ver", "Verification completed", 10*time.Second, func(e logEntry) bool { return e.Level == "WARN" })
+	require.NotNil(t, done)
+	require.NotEmpty(t, s.logsWith("ver", "Verification started"))
+	require.NotEmpty(t, s.logsWith("ver", "Verification table compared"))
+
+	// Bad requests.
+	require.Equal(t, 400, s.do("POST", "/v1/mirrors/ver/verify", map[string]any{"tables": []string{"public.nope"}}, nil))
+	require.Equal(t, 404, s.do("POST", "/v1/mirrors/nope/verify", nil, nil))
+	require.Equal(t, 404, s.do("GET", "/v1/mirrors/ver/verifications/999999", nil, nil))
+
+	// Cancel: a running verification ends cancelled; cancelling again is 409.
+	var started verifyResult
+	s.mustDo("POST", "/v1/mirrors/ver/verify", nil, 202, &started)
+	var cancelled verifyResult
+	s.mustDo("DELETE", fmt.Sprintf("/v1/mirrors/ver/verifications/%d", started.ID), nil, 200, &cancelled)
+	require.Equal(t, "cancelled", cancelled.State)
+	require.Equal(t, 409, s.do("DELETE", fmt.Sprintf("/v1/mirrors/ver/verifications/%d", started.ID), nil, nil))
+	require.Equal(t, "cancelled", s.waitVerify(t, "ver", started.ID).State)
+
+	// A verification whose job went silent (its replica died) is marked
+	// failed with the reason, never left running.
+	var id int64
+	queryOne(t, catalog, &id, `INSERT INTO verifications (mirror_id, updated_at) SELECT id, now() - interval '2 minutes' FROM mirrors WHERE name = 'ver' RETURNING id`)
+	stale := s.waitVerify(t, "ver", id)
+	require.Equal(t, "failed", stale.State)
+	require.Contains(t, *stale.Error, "replica running this verification stopped")
+
+	// A paused mirror cannot be verified.
+	s.mustDo("POST", "/v1/mirrors/ver/pause", nil, 200, nil)
+	s.waitStatus("ver", "paused", 30*time.Second)
+	require.Equal(t, 409, s.do("POST", "/v1/mirrors/ver/verify", nil, nil))
+}
