@@ -60,7 +60,7 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 	}
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock,
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id),
-		hold: &runHold{store: store, mirrorID: id}}
+		hold:   &runHold{store: store, mirrorID: id}}
 	defer r.releaseLock()
 	return r.work(ctx)
 }
