@@ -36,11 +36,15 @@ func TestPermissionMatrix(t *testing.T) {
 	for name, status := range map[string]string{
 		"m": "running", "m-pause": "running", "m-resume": "paused", "m-resync": "running", "m-tresync": "running",
 		"m-retry": "error", "m-schema": "running", "m-tables": "paused", "m-del": "initializing", "m-cut": "running",
+		"m-ver": "running",
 	} {
 		b.createMirror(name)
 		b.setStatus(name, status)
 	}
 	b.exec(`UPDATE mirror_tables SET status = 'running' WHERE mirror_id = (SELECT id FROM mirrors WHERE name = 'm-cut' AND deleted_at IS NULL)`)
+	// Verifications 1 (to read) and 2 (to cancel) of mirror m.
+	b.exec(`INSERT INTO verifications (mirror_id) SELECT id FROM mirrors WHERE name = 'm' AND deleted_at IS NULL`)
+	b.exec(`INSERT INTO verifications (mirror_id) SELECT id FROM mirrors WHERE name = 'm' AND deleted_at IS NULL`)
 	passwordFor := map[string]string{"admin": "admin-password", "viewer": "viewer-password"}
 
 	matrix := []endpoint{
@@ -79,6 +83,10 @@ func TestPermissionMatrix(t *testing.T) {
 		{http.MethodGet, "/v1/mirrors/{name}/available-tables", "/v1/mirrors/m/available-tables", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/mirrors/{name}/logs", "/v1/mirrors/m/logs", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/audit", "/v1/audit", "adminOnly", nil, http.StatusOK},
+		{http.MethodPost, "/v1/mirrors/{name}/verify", "/v1/mirrors/m-ver/verify", "adminOnly", nil, http.StatusAccepted},
+		{http.MethodGet, "/v1/mirrors/{name}/verifications", "/v1/mirrors/m/verifications", "authed", nil, http.StatusOK},
+		{http.MethodGet, "/v1/mirrors/{name}/verifications/{id}", "/v1/mirrors/m/verifications/1", "authed", nil, http.StatusOK},
+		{http.MethodDelete, "/v1/mirrors/{name}/verifications/{id}", "/v1/mirrors/m/verifications/2", "adminOnly", nil, http.StatusOK},
 	}
 
 	// The matrix covers every operation the server offers, and nothing else.
