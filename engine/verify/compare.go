@@ -50,7 +50,7 @@ func (t *table) compareRange(ctx context.Context, p *pair, lo, hi []string, top 
 		return nil
 	}
 	if max(src.count, dst.count) <= int64(t.cfg.LeafRows) {
-		return t.compareRows(ctx, p, where, args)
+		return t.compareRows(ctx, p, lo, hi, where, args)
 	}
 	// Cut the range further, with boundaries from the side with more rows
 	// in it (a range may be empty on one side).
@@ -64,7 +64,7 @@ func (t *table) compareRange(ctx context.Context, p *pair, lo, hi []string, top 
 		return fmt.Errorf("cut a differing range of %s: %w", rel, err)
 	}
 	if len(bounds) == 0 {
-		return t.compareRows(ctx, p, where, args)
+		return t.compareRows(ctx, p, lo, hi, where, args)
 	}
 	bs := append([][]string{lo}, bounds...)
 	for i := range bs {
@@ -83,7 +83,7 @@ func (t *table) compareRange(ctx context.Context, p *pair, lo, hi []string, top 
 
 // compareRows fetches keys and row hashes of a small range from both sides
 // and records each difference.
-func (t *table) compareRows(ctx context.Context, p *pair, where string, args []any) error {
+func (t *table) compareRows(ctx context.Context, p *pair, lo, hi []string, where string, args []any) error {
 	fetch := func(tx pgx.Tx, rel string) (map[string]string, error) {
 		texts := make([]string, len(t.names))
 		for i, n := range t.names {
@@ -116,6 +116,12 @@ func (t *table) compareRows(ctx context.Context, p *pair, where string, args []a
 	prefix := "(" + strings.Join(t.names, ", ") + ")=("
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	before := t.res.RowsDiffering
+	defer func() {
+		if t.res.RowsDiffering > before {
+			t.addRange(lo, hi)
+		}
+	}()
 	for k, h := range src {
 		dh, ok := dst[k]
 		switch {
@@ -254,4 +260,21 @@ func (t *table) compareBucketRows(ctx context.Context, p *pair, bucket string) e
 		}
 	}
 	return nil
+}
+
+// maxRepairRanges bounds the differing key ranges a result keeps for a
+// repair; a table with more is repaired with a table resync.
+const maxRepairRanges = 1000
+
+// addRange records a differing leaf range for a repair; call with mu held.
+func (t *table) addRange(lo, hi []string) {
+	if t.res.RepairRanges == nil {
+		t.res.RepairRanges = &RepairRanges{KeyColumns: t.names, KeyTypes: t.types, Collate: t.collate}
+	}
+	rr := t.res.RepairRanges
+	if len(rr.Ranges) >= maxRepairRanges {
+		rr.Incomplete = true
+		return
+	}
+	rr.Ranges = append(rr.Ranges, KeyRange{Lo: lo, Hi: hi})
 }

@@ -88,6 +88,9 @@ type SnapshotConfig struct {
 	Note string
 	// Tables are the mirror's source tables (for their own positions).
 	Tables []change.TableName
+	// WhileHeld, when set, runs while the mirror is held at the position,
+	// with the snapshots open (Repair).
+	WhileHeld func(ctx context.Context, s *Snapshots) error
 }
 
 // OpenSnapshots obtains a source and a destination snapshot at one source
@@ -179,14 +182,19 @@ func OpenSnapshots(ctx context.Context, cfg SnapshotConfig, hc HoldControl) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("read the applied position in the destination snapshot: %w", err)
 	}
-	released = true
-	if err := hc.Release(ctx); err != nil {
-		return nil, fmt.Errorf("release the mirror: %w", err)
-	}
 	if !found || applied != held {
 		return nil, fmt.Errorf("the destination snapshot stands at %s, not at the position the mirror held at (%s): try again", applied, held)
 	}
 	s.Applied = applied
+	if cfg.WhileHeld != nil {
+		if err := cfg.WhileHeld(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	released = true
+	if err := hc.Release(ctx); err != nil {
+		return nil, fmt.Errorf("release the mirror: %w", err)
+	}
 	if s.TablePositions, _, err = positions.Tables(ctx, s.tx, cfg.MirrorUID, cfg.Tables); err != nil {
 		return nil, fmt.Errorf("read table positions in the destination snapshot: %w", err)
 	}

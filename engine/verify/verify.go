@@ -80,6 +80,26 @@ type TableResult struct {
 	// Skipped, when set, says why the table was not compared.
 	Skipped    string `json:"skipped,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
+	// RepairRanges are the key ranges where rows differ (tables with a
+	// primary key), for Repair.
+	RepairRanges *RepairRanges `json:"repair_ranges,omitempty"`
+}
+
+// RepairRanges are a table's differing key ranges.
+type RepairRanges struct {
+	KeyColumns []string   `json:"key_columns"`
+	KeyTypes   []string   `json:"key_types"`
+	// Collate says that text keys are compared in the C collation.
+	Collate bool       `json:"collate,omitempty"`
+	Ranges     []KeyRange `json:"ranges"`
+	// Incomplete says that more ranges differ than were kept.
+	Incomplete bool `json:"incomplete,omitempty"`
+}
+
+// KeyRange is the key range [Lo, Hi) (nil: open), key values as text.
+type KeyRange struct {
+	Lo []string `json:"lo"`
+	Hi []string `json:"hi"`
 }
 
 // Equal reports whether the table was compared and no difference found.
@@ -263,7 +283,8 @@ type table struct {
 	keys   []string // quoted key columns (with COLLATE "C" where needed)
 	names  []string // key column names
 	types  []string // key column types
-	multi  bool
+	multi   bool
+	collate bool // text keys in the C collation
 	bounds [][]string // first-level boundaries (key values as text)
 
 	mu      sync.Mutex
@@ -310,6 +331,7 @@ func plan(ctx context.Context, p *pair, cfg Config, m change.Mapping) (*table, e
 	if err != nil {
 		return nil, err
 	}
+	t.collate = collate
 	for _, k := range src.PrimaryKey {
 		c, _ := src.Column(k)
 		expr := change.QuoteIdent(k)
