@@ -40,6 +40,9 @@ type Verification struct {
 	Error         string
 	Result        json.RawMessage // array of per-table results
 	RowsDiffering *int64
+	// RepairOf, when set, is the verification whose differing key ranges
+	// this one repairs before it compares again.
+	RepairOf  *int64
 	HoldState     string
 	HoldFloor     string
 	HoldLSN       string
@@ -47,20 +50,21 @@ type Verification struct {
 }
 
 const verificationColumns = `id, mirror_id, state, coalesce(requested_by, ''), tables, coalesce(lsn::text, ''), started_at, finished_at,
-	coalesce(error, ''), result, rows_differing, coalesce(hold_state, ''), coalesce(hold_floor::text, ''), coalesce(hold_lsn::text, ''),
+	coalesce(error, ''), result, rows_differing, repair_of, coalesce(hold_state, ''), coalesce(hold_floor::text, ''), coalesce(hold_lsn::text, ''),
 	coalesce(held_applied::text, '')`
 
 func scanVerification(row pgx.Row) (Verification, error) {
 	var v Verification
 	err := row.Scan(&v.ID, &v.MirrorID, &v.State, &v.RequestedBy, &v.Tables, &v.LSN, &v.StartedAt, &v.FinishedAt,
-		&v.Error, &v.Result, &v.RowsDiffering, &v.HoldState, &v.HoldFloor, &v.HoldLSN, &v.HeldApplied)
+		&v.Error, &v.Result, &v.RowsDiffering, &v.RepairOf, &v.HoldState, &v.HoldFloor, &v.HoldLSN, &v.HeldApplied)
 	return v, err
 }
 
 // VerificationCreate records a new running verification of the mirror.
-func (s *Store) VerificationCreate(ctx context.Context, mirrorID int64, requestedBy string, tables []string) (Verification, error) {
-	v, err := scanVerification(s.q.QueryRow(ctx, `INSERT INTO verifications (mirror_id, requested_by, tables)
-		VALUES ($1, nullif($2, ''), $3) RETURNING `+verificationColumns, mirrorID, requestedBy, tables))
+// repairOf, when not 0, names the verification whose differences it repairs.
+func (s *Store) VerificationCreate(ctx context.Context, mirrorID int64, requestedBy string, tables []string, repairOf int64) (Verification, error) {
+	v, err := scanVerification(s.q.QueryRow(ctx, `INSERT INTO verifications (mirror_id, requested_by, tables, repair_of)
+		VALUES ($1, nullif($2, ''), $3, nullif($4, 0)) RETURNING `+verificationColumns, mirrorID, requestedBy, tables, repairOf))
 	if err != nil {
 		return Verification{}, fmt.Errorf("create verification: %w", translate(err))
 	}
@@ -143,12 +147,12 @@ func (s *Store) VerificationSetResult(ctx context.Context, id int64, lsn string,
 
 // VerificationSetHold moves a running verification's hold from one of the
 // states in from to the state to, with the positions given (empty leaves
-// one as it is). It reports whether the row was in one of those states.
+// one as it is; a new request clears the positions of an earlier hold). It reports whether the row was in one of those states.
 func (s *Store) VerificationSetHold(ctx context.Context, id int64, from []string, to, floor, at, applied string) (bool, error) {
 	tag, err := s.q.Exec(ctx, `UPDATE verifications SET hold_state = $3,
 		hold_floor = coalesce(nullif($4, '')::pg_lsn, hold_floor),
-		hold_lsn = coalesce(nullif($5, '')::pg_lsn, hold_lsn),
-		held_applied = coalesce(nullif($6, '')::pg_lsn, held_applied), updated_at = now()
+		hold_lsn = CASE WHEN $3 = 'requested' THEN NULL ELSE coalesce(nullif($5, '')::pg_lsn, hold_lsn) END,
+		held_applied = CASE WHEN $3 = 'requested' THEN NULL ELSE coalesce(nullif($6, '')::pg_lsn, held_applied) END, updated_at = now()
 		WHERE id = $1 AND state = 'running' AND coalesce(hold_state, '') = ANY($2)`, id, from, to, floor, at, applied)
 	if err != nil {
 		return false, fmt.Errorf("set the hold of verification %d: %w", id, translate(err))

@@ -40,6 +40,7 @@ var auditedOperations = map[string]string{
 	"cutover-mirror":      db.AuditTargetMirror,
 	"verify-mirror":       db.AuditTargetMirror,
 	"cancel-verification": db.AuditTargetMirror,
+	"repair-verification": db.AuditTargetMirror,
 }
 
 // notAudited lists the operations with a write method that change nothing.

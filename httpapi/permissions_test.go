@@ -36,7 +36,7 @@ func TestPermissionMatrix(t *testing.T) {
 	for name, status := range map[string]string{
 		"m": "running", "m-pause": "running", "m-resume": "paused", "m-resync": "running", "m-tresync": "running",
 		"m-retry": "error", "m-schema": "running", "m-tables": "paused", "m-del": "initializing", "m-cut": "running",
-		"m-ver": "running",
+		"m-ver": "running", "m-rep": "running",
 	} {
 		b.createMirror(name)
 		b.setStatus(name, status)
@@ -45,6 +45,10 @@ func TestPermissionMatrix(t *testing.T) {
 	// Verifications 1 (to read) and 2 (to cancel) of mirror m.
 	b.exec(`INSERT INTO verifications (mirror_id) SELECT id FROM mirrors WHERE name = 'm' AND deleted_at IS NULL`)
 	b.exec(`INSERT INTO verifications (mirror_id) SELECT id FROM mirrors WHERE name = 'm' AND deleted_at IS NULL`)
+	// Verification 3, done with a difference to repair, of mirror m-rep.
+	b.exec(`INSERT INTO verifications (mirror_id, state, rows_differing, result) SELECT id, 'done', 1,
+		'[{"table": "public.orders", "rows_differing": 1, "repair_ranges": {"key_columns": ["id"], "key_types": ["integer"], "ranges": [{"lo": null, "hi": null}]}}]'
+		FROM mirrors WHERE name = 'm-rep' AND deleted_at IS NULL`)
 	passwordFor := map[string]string{"admin": "admin-password", "viewer": "viewer-password"}
 
 	matrix := []endpoint{
@@ -87,6 +91,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{http.MethodGet, "/v1/mirrors/{name}/verifications", "/v1/mirrors/m/verifications", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/mirrors/{name}/verifications/{id}", "/v1/mirrors/m/verifications/1", "authed", nil, http.StatusOK},
 		{http.MethodDelete, "/v1/mirrors/{name}/verifications/{id}", "/v1/mirrors/m/verifications/2", "adminOnly", nil, http.StatusOK},
+		{http.MethodPost, "/v1/mirrors/{name}/verifications/{id}/repair", "/v1/mirrors/m-rep/verifications/3/repair", "adminOnly", nil, http.StatusAccepted},
 	}
 
 	// The matrix covers every operation the server offers, and nothing else.

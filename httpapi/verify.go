@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/verify"
 	"github.com/pgmirror/pgmirror/jobs"
 )
 
@@ -53,6 +54,7 @@ type verificationTable struct {
 // verification is a verification as the API shows it.
 type verification struct {
 	ID            int64               `json:"id"`
+	RepairOf      *int64              `json:"repair_of" doc:"The verification whose differences this one repaired first (null for a plain verification)."`
 	Mirror        string              `json:"mirror"`
 	State         string              `json:"state" enum:"running,done,failed,cancelled"`
 	LSN           *string             `json:"lsn" doc:"The source position both sides were compared at (null until known)."`
@@ -65,7 +67,7 @@ type verification struct {
 }
 
 func toVerification(m db.Mirror, v db.Verification) verification {
-	out := verification{ID: v.ID, Mirror: m.Name, State: v.State, RequestedBy: v.RequestedBy, StartedAt: v.StartedAt,
+	out := verification{ID: v.ID, RepairOf: v.RepairOf, Mirror: m.Name, State: v.State, RequestedBy: v.RequestedBy, StartedAt: v.StartedAt,
 		FinishedAt: v.FinishedAt, RowsDiffering: v.RowsDiffering, Tables: []verificationTable{}}
 	if v.LSN != "" {
 		out.LSN = &v.LSN
@@ -121,6 +123,16 @@ func (h *handlers) registerVerify(api huma.API) {
 		Errors: []int{http.StatusNotFound},
 	}, h.getVerification)
 	register(api, adminOnly, huma.Operation{
+		OperationID: "repair-verification", Method: http.MethodPost, Path: "/v1/mirrors/{name}/verifications/{id}/repair", Tags: []string{"Verification"},
+		Summary: "Copy again only what a verification found different, then verify again",
+		Description: "Starts a new verification (202) that first copies the source rows of the key ranges where verification {id} found " +
+			"differences over the destination's rows, at one source position beside running CDC, and then compares those tables again. " +
+			"409 unless verification {id} is done and found differences in tables with a primary key (tables without one, or with more " +
+			"than 1000 differing ranges, need POST /v1/mirrors/{name}/resync/{table}), or when the mirror is not running or another verification runs.",
+		DefaultStatus: http.StatusAccepted,
+		Errors:        []int{http.StatusNotFound, http.StatusConflict},
+	}, h.repairVerification)
+	register(api, adminOnly, huma.Operation{
 		OperationID: "cancel-verification", Method: http.MethodDelete, Path: "/v1/mirrors/{name}/verifications/{id}", Tags: []string{"Verification"},
 		Summary: "Cancel a running verification", Description: "409 when it has already ended.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
@@ -164,7 +176,7 @@ func (h *handlers) verify(ctx context.Context, in *verifyInput) (*verificationOu
 		} else if n > 0 {
 			return errorf(http.StatusConflict, "A verification of mirror %q is already running: wait for it (GET /v1/mirrors/%s/verifications) or cancel it", m.Name, m.Name)
 		}
-		v, err := store.VerificationCreate(ctx, m.ID, currentUser(ctx).Username, tables)
+		v, err := store.VerificationCreate(ctx, m.ID, currentUser(ctx).Username, tables, 0)
 		if err != nil {
 			return err
 		}
@@ -250,4 +262,64 @@ func (h *handlers) cancelVerification(ctx context.Context, in *verificationPath)
 		return nil, err
 	}
 	return &verificationOutput{Status: http.StatusOK, Body: out}, nil
+}
+
+func (h *handlers) repairVerification(ctx context.Context, in *verificationPath) (*verificationOutput, error) {
+	var out verification
+	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
+		store := h.store.With(tx)
+		old, err := store.VerificationGet(ctx, m.ID, in.ID)
+		if errors.Is(err, db.ErrNotFound) {
+			return errorf(http.StatusNotFound, "Mirror %q has no verification %d: see GET /v1/mirrors/%s/verifications", m.Name, in.ID, m.Name)
+		}
+		if err != nil {
+			return err
+		}
+		setAuditDetails(ctx, map[string]any{"repair_of": old.ID})
+		if old.State != db.VerifyDone || old.RowsDiffering == nil || *old.RowsDiffering == 0 {
+			return errorf(http.StatusConflict, "Verification %d of mirror %q has nothing to repair (state %s): only a done verification that found differences can be repaired", old.ID, m.Name, old.State)
+		}
+		if m.Status != db.StatusRunning || m.DesiredState != db.DesiredRunning {
+			return errorf(http.StatusConflict, "Cannot repair mirror %q: its status is %s; a repair needs a running mirror (resume or retry it first)", m.Name, m.Status)
+		}
+		var results []verify.TableResult
+		if err := json.Unmarshal(old.Result, &results); err != nil {
+			return fmt.Errorf("read verification result: %w", err)
+		}
+		var tables, resync []string
+		for _, r := range results {
+			switch {
+			case r.Skipped != "" || r.Equal():
+			case r.RepairRanges == nil || len(r.RepairRanges.Ranges) == 0 || r.RepairRanges.Incomplete:
+				resync = append(resync, r.Table)
+			default:
+				tables = append(tables, r.Table)
+			}
+		}
+		if len(resync) > 0 {
+			return errorf(http.StatusConflict, "Cannot repair %s of mirror %q by key ranges (no primary key, or too many differing ranges): resync them with POST /v1/mirrors/%s/resync/{table}", strings.Join(resync, ", "), m.Name, m.Name)
+		}
+		if err := store.VerificationsFailStale(ctx, m.ID); err != nil {
+			return err
+		}
+		if n, err := store.VerificationsRunning(ctx, m.ID); err != nil {
+			return err
+		} else if n > 0 {
+			return errorf(http.StatusConflict, "A verification of mirror %q is already running: wait for it (GET /v1/mirrors/%s/verifications) or cancel it", m.Name, m.Name)
+		}
+		v, err := store.VerificationCreate(ctx, m.ID, currentUser(ctx).Username, tables, old.ID)
+		if err != nil {
+			return err
+		}
+		setAuditDetails(ctx, map[string]any{"repair_of": old.ID, "verification_id": v.ID, "tables": tables})
+		if _, err := h.river.InsertTx(ctx, tx, jobs.VerifyArgs{VerificationID: v.ID}, nil); err != nil {
+			return fmt.Errorf("enqueue the repair: %w", err)
+		}
+		out = toVerification(m, v)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &verificationOutput{Status: http.StatusAccepted, Body: out}, nil
 }

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -113,6 +114,9 @@ func (w *VerifyWorker) Work(ctx context.Context, job *river.Job[VerifyArgs]) err
 		if !errors.As(err, &ve) {
 			msg = "verification failed: " + msg
 		}
+		if results == nil {
+			results = []verify.TableResult{}
+		}
 		if ok, ferr := store.VerificationFinish(ctx, v.ID, db.VerifyFailed, msg, results, nil); ferr != nil || !ok {
 			return ferr
 		}
@@ -189,22 +193,53 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 	_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification started", map[string]any{
 		"verification_id": v.ID, "tables": len(maps), "requested_by": v.RequestedBy})
 
-	var snaps *verify.Snapshots
 	hc := &catalogHold{store: store, id: v.ID}
-	for attempt := 1; ; attempt++ {
-		snaps, err = verify.OpenSnapshots(ctx, verify.SnapshotConfig{
-			Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID,
-			SlotName: fmt.Sprintf("pgmirror_verify_%d", v.ID), Note: fmt.Sprintf("verify %s %d", m.UID, v.ID), Tables: all,
-		}, hc)
-		if err == nil || !errors.Is(err, verify.ErrHoldTimeout) || attempt == verifyAttempts {
-			break
+	open := func(slot string, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
+		var snaps *verify.Snapshots
+		var err error
+		for attempt := 1; ; attempt++ {
+			snaps, err = verify.OpenSnapshots(ctx, verify.SnapshotConfig{
+				Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID,
+				SlotName: slot, Note: fmt.Sprintf("verify %s %d", m.UID, v.ID), Tables: all, WhileHeld: whileHeld,
+			}, hc)
+			if err == nil || (!errors.Is(err, verify.ErrHoldTimeout) && !errors.Is(err, verify.ErrRepairMoved)) || attempt == verifyAttempts {
+				break
+			}
+			w.cfg.Logger.Info("verification hold timed out; trying again", "mirror", m.Name, "verification_id", v.ID, "attempt", attempt)
 		}
-		w.cfg.Logger.Info("verification hold timed out; trying again", "mirror", m.Name, "verification_id", v.ID, "attempt", attempt)
-	}
-	if err != nil {
 		if errors.Is(err, verify.ErrHoldTimeout) {
-			return nil, 0, &verifyError{msg: fmt.Sprintf("could not hold the mirror at one source position in %d attempts (%v): long-running transactions on the source delay the temporary slot; try again later", verifyAttempts, err)}
+			return nil, &verifyError{msg: fmt.Sprintf("could not hold the mirror at one source position in %d attempts (%v): long-running transactions on the source delay the temporary slot; try again later", verifyAttempts, err)}
 		}
+		return snaps, err
+	}
+	if v.RepairOf != nil {
+		repairs, err := w.repairsOf(ctx, *v.RepairOf, maps, skipped)
+		if err != nil {
+			return nil, 0, err
+		}
+		var written int64
+		started := time.Now()
+		snaps, err := open(fmt.Sprintf("pgmirror_verify_%d_r", v.ID), func(ctx context.Context, s *verify.Snapshots) error {
+			var err error
+			written, err = verify.Repair(ctx, verify.RepairConfig{Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID, Tables: repairs}, s)
+			return err
+		})
+		if err != nil {
+			return nil, 0, fmt.Errorf("repair: %w", err)
+		}
+		names := make([]string, len(repairs))
+		ranges := 0
+		for i, r := range repairs {
+			names[i] = r.Mapping.Source.String()
+			ranges += len(r.Ranges.Ranges)
+		}
+		_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification repair applied", map[string]any{
+			"verification_id": v.ID, "repair_of": *v.RepairOf, "lsn": snaps.LSN.String(), "tables": names,
+			"key_ranges": ranges, "rows_written": written, "duration_ms": time.Since(started).Milliseconds()})
+		snaps.Close()
+	}
+	snaps, err := open(fmt.Sprintf("pgmirror_verify_%d", v.ID), nil)
+	if err != nil {
 		return nil, 0, err
 	}
 	defer snaps.Close()
@@ -270,4 +305,36 @@ func (r *verifyReporter) results() []verify.TableResult {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.done)
+}
+
+// repairsOf returns the differing key ranges that verification id found in
+// the tables of maps (that are not skipped now).
+func (w *VerifyWorker) repairsOf(ctx context.Context, id int64, maps []change.Mapping, skipped map[change.TableName]string) ([]verify.TableRepair, error) {
+	old, err := w.cfg.Store.VerificationByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var results []verify.TableResult
+	if err := json.Unmarshal(old.Result, &results); err != nil {
+		return nil, fmt.Errorf("read the result of verification %d: %w", id, err)
+	}
+	byTable := map[string]verify.TableResult{}
+	for _, r := range results {
+		byTable[r.Table] = r
+	}
+	var out []verify.TableRepair
+	for _, mp := range maps {
+		r, ok := byTable[mp.Source.String()]
+		if !ok || r.RepairRanges == nil || len(r.RepairRanges.Ranges) == 0 {
+			continue
+		}
+		if reason := skipped[mp.Source]; reason != "" {
+			return nil, &verifyError{msg: fmt.Sprintf("cannot repair %s: %s", mp.Source, reason)}
+		}
+		out = append(out, verify.TableRepair{Mapping: mp, Ranges: *r.RepairRanges})
+	}
+	if len(out) == 0 {
+		return nil, &verifyError{msg: fmt.Sprintf("verification %d found no key ranges to repair", id)}
+	}
+	return out, nil
 }

@@ -42,6 +42,9 @@ func (h *runHold) refresh(ctx context.Context) {
 		return
 	}
 	h.mu.Lock()
+	if v.HoldState == db.HoldRequested {
+		delete(h.ended, v.ID) // a new request of the same verification (a repair's second hold)
+	}
 	if h.ended[v.ID] {
 		h.mu.Unlock()
 		return

@@ -19,6 +19,7 @@ CREATE TABLE verifications (
     error         text,
     result        jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(result) = 'array'),
     rows_differing bigint,
+    repair_of     bigint REFERENCES verifications (id) ON DELETE SET NULL,
     hold_state    text CHECK (hold_state IN ('requested', 'armed', 'held', 'released', 'expired')),
     hold_floor    pg_lsn,
     hold_lsn      pg_lsn,

@@ -87,11 +87,11 @@ type TableResult struct {
 
 // RepairRanges are a table's differing key ranges.
 type RepairRanges struct {
-	KeyColumns []string   `json:"key_columns"`
-	KeyTypes   []string   `json:"key_types"`
+	KeyColumns []string `json:"key_columns"`
+	KeyTypes   []string `json:"key_types"`
 	// Collate says that text keys are compared in the C collation.
 	Collate bool       `json:"collate,omitempty"`
-	Ranges     []KeyRange `json:"ranges"`
+	Ranges  []KeyRange `json:"ranges"`
 	// Incomplete says that more ranges differ than were kept.
 	Incomplete bool `json:"incomplete,omitempty"`
 }
@@ -277,15 +277,15 @@ func (e *skipError) Error() string { return e.reason }
 
 // table is the plan and running result of one table.
 type table struct {
-	cfg    Config
-	m      change.Mapping
-	rowSQL string   // ROW(cols)::text
-	keys   []string // quoted key columns (with COLLATE "C" where needed)
-	names  []string // key column names
-	types  []string // key column types
+	cfg     Config
+	m       change.Mapping
+	rowSQL  string   // ROW(cols)::text
+	keys    []string // quoted key columns (with COLLATE "C" where needed)
+	names   []string // key column names
+	types   []string // key column types
 	multi   bool
-	collate bool // text keys in the C collation
-	bounds [][]string // first-level boundaries (key values as text)
+	collate bool       // text keys in the C collation
+	bounds  [][]string // first-level boundaries (key values as text)
 
 	mu      sync.Mutex
 	res     TableResult
