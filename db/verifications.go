@@ -42,11 +42,11 @@ type Verification struct {
 	RowsDiffering *int64
 	// RepairOf, when set, is the verification whose differing key ranges
 	// this one repairs before it compares again.
-	RepairOf  *int64
-	HoldState     string
-	HoldFloor     string
-	HoldLSN       string
-	HeldApplied   string
+	RepairOf    *int64
+	HoldState   string
+	HoldFloor   string
+	HoldLSN     string
+	HeldApplied string
 }
 
 const verificationColumns = `id, mirror_id, state, coalesce(requested_by, ''), tables, coalesce(lsn::text, ''), started_at, finished_at,
