@@ -211,3 +211,60 @@ func (s *Store) VerificationsFailStale(ctx context.Context, mirrorID int64) erro
 	}
 	return nil
 }
+
+// VerifyIntervalSet sets the mirror's verification interval (0 turns it off).
+func (s *Store) VerifyIntervalSet(ctx context.Context, mirrorID int64, seconds int) error {
+	var err error
+	if seconds == 0 {
+		_, err = s.q.Exec(ctx, `DELETE FROM verify_schedules WHERE mirror_id = $1`, mirrorID)
+	} else {
+		_, err = s.q.Exec(ctx, `INSERT INTO verify_schedules (mirror_id, interval_seconds) VALUES ($1, $2)
+			ON CONFLICT (mirror_id) DO UPDATE SET interval_seconds = EXCLUDED.interval_seconds, updated_at = now()`, mirrorID, seconds)
+	}
+	if err != nil {
+		return fmt.Errorf("set the verification interval: %w", translate(err))
+	}
+	return nil
+}
+
+// VerifyInterval returns the mirror's verification interval in seconds (0: off).
+func (s *Store) VerifyInterval(ctx context.Context, mirrorID int64) (int, error) {
+	var n int
+	err := s.q.QueryRow(ctx, `SELECT coalesce((SELECT interval_seconds FROM verify_schedules WHERE mirror_id = $1), 0)`, mirrorID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read the verification interval: %w", translate(err))
+	}
+	return n, nil
+}
+
+// VerificationsDue returns the running mirrors whose verification interval
+// has passed since their last verification started, with none running.
+func (s *Store) VerificationsDue(ctx context.Context) ([]int64, error) {
+	rows, err := s.q.Query(ctx, `SELECT m.id FROM verify_schedules vs JOIN mirrors m ON m.id = vs.mirror_id
+		WHERE m.deleted_at IS NULL AND m.status = 'running' AND m.desired_state = 'running'
+		AND NOT EXISTS (SELECT 1 FROM verifications v WHERE v.mirror_id = m.id
+			AND (v.state = 'running' OR v.started_at > now() - make_interval(secs => vs.interval_seconds)))
+		ORDER BY m.id`)
+	if err != nil {
+		return nil, fmt.Errorf("read due verifications: %w", translate(err))
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("read due verifications: %w", translate(err))
+	}
+	return ids, nil
+}
+
+// VerificationLatest returns the mirror's newest verification that ended
+// done, if any.
+func (s *Store) VerificationLatest(ctx context.Context, mirrorID int64) (Verification, bool, error) {
+	v, err := scanVerification(s.q.QueryRow(ctx, `SELECT `+verificationColumns+` FROM verifications
+		WHERE mirror_id = $1 AND state = 'done' ORDER BY id DESC LIMIT 1`, mirrorID))
+	if err == pgx.ErrNoRows {
+		return Verification{}, false, nil
+	}
+	if err != nil {
+		return Verification{}, false, fmt.Errorf("read the latest verification: %w", translate(err))
+	}
+	return v, true, nil
+}

@@ -41,6 +41,7 @@ var auditedOperations = map[string]string{
 	"verify-mirror":       db.AuditTargetMirror,
 	"cancel-verification": db.AuditTargetMirror,
 	"repair-verification": db.AuditTargetMirror,
+	"set-verify-interval": db.AuditTargetMirror,
 }
 
 // notAudited lists the operations with a write method that change nothing.

@@ -91,6 +91,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{http.MethodGet, "/v1/mirrors/{name}/verifications", "/v1/mirrors/m/verifications", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/mirrors/{name}/verifications/{id}", "/v1/mirrors/m/verifications/1", "authed", nil, http.StatusOK},
 		{http.MethodDelete, "/v1/mirrors/{name}/verifications/{id}", "/v1/mirrors/m/verifications/2", "adminOnly", nil, http.StatusOK},
+		{http.MethodPut, "/v1/mirrors/{name}/verify-interval", "/v1/mirrors/m/verify-interval", "adminOnly", fixed(map[string]any{"verify_interval_seconds": 3600}), http.StatusOK},
 		{http.MethodPost, "/v1/mirrors/{name}/verifications/{id}/repair", "/v1/mirrors/m-rep/verifications/3/repair", "adminOnly", nil, http.StatusAccepted},
 	}
 

@@ -102,6 +102,7 @@ type verificationsOutput struct {
 }
 
 func (h *handlers) registerVerify(api huma.API) {
+	h.registerVerifyInterval(api)
 	register(api, adminOnly, huma.Operation{
 		OperationID: "verify-mirror", Method: http.MethodPost, Path: "/v1/mirrors/{name}/verify", Tags: []string{"Verification"},
 		Summary: "Compare the destination with the source at one source position",
@@ -322,4 +323,81 @@ func (h *handlers) repairVerification(ctx context.Context, in *verificationPath)
 		return nil, err
 	}
 	return &verificationOutput{Status: http.StatusAccepted, Body: out}, nil
+}
+
+// mirrorVerification is the verification part of GET /v1/mirrors/{name}.
+type mirrorVerification struct {
+	VerifyIntervalSeconds int                 `json:"verify_interval_seconds" doc:"How often the mirror is verified on its own; 0: off."`
+	Last                  *verificationLatest `json:"last" doc:"The latest verification that completed (state done); null before the first."`
+}
+
+type verificationLatest struct {
+	ID            int64      `json:"id"`
+	LSN           string     `json:"lsn"`
+	FinishedAt    *time.Time `json:"finished_at"`
+	RowsDiffering int64      `json:"rows_differing"`
+}
+
+func (h *handlers) mirrorVerification(ctx context.Context, m db.Mirror) (mirrorVerification, error) {
+	var out mirrorVerification
+	var err error
+	if out.VerifyIntervalSeconds, err = h.store.VerifyInterval(ctx, m.ID); err != nil {
+		return out, h.internal(ctx, "load the mirror's verification interval", err)
+	}
+	v, ok, err := h.store.VerificationLatest(ctx, m.ID)
+	if err != nil {
+		return out, h.internal(ctx, "load the mirror's latest verification", err)
+	}
+	if ok {
+		out.Last = &verificationLatest{ID: v.ID, LSN: v.LSN, FinishedAt: v.FinishedAt}
+		if v.RowsDiffering != nil {
+			out.Last.RowsDiffering = *v.RowsDiffering
+		}
+	}
+	return out, nil
+}
+
+type verifyIntervalInput struct {
+	Name string `path:"name" doc:"Mirror name."`
+	Body struct {
+		VerifyIntervalSeconds int `json:"verify_interval_seconds" minimum:"0" maximum:"2592000" doc:"Verify the mirror every this many seconds (at least 60); 0 turns it off."`
+	}
+}
+
+type verifyIntervalOutput struct {
+	Body struct {
+		Message               string `json:"message"`
+		VerifyIntervalSeconds int    `json:"verify_interval_seconds"`
+	}
+}
+
+func (h *handlers) registerVerifyInterval(api huma.API) {
+	register(api, adminOnly, huma.Operation{
+		OperationID: "set-verify-interval", Method: http.MethodPut, Path: "/v1/mirrors/{name}/verify-interval", Tags: []string{"Verification"},
+		Summary: "Verify a mirror on a schedule",
+		Description: "verify_interval_seconds (60 to 2592000, or 0 for off, the default) starts a verification of the mirror whenever that long " +
+			"has passed since its last one started, while it is running. The latest result is in GET /v1/mirrors/{name} (verification) and in /metrics.",
+		Errors: []int{http.StatusBadRequest, http.StatusNotFound},
+	}, h.setVerifyInterval)
+}
+
+func (h *handlers) setVerifyInterval(ctx context.Context, in *verifyIntervalInput) (*verifyIntervalOutput, error) {
+	n := in.Body.VerifyIntervalSeconds
+	if n != 0 && n < 60 {
+		return nil, errorf(http.StatusBadRequest, "Invalid request: verify_interval_seconds must be 0 (off) or at least 60, got %d", n)
+	}
+	setAuditDetails(ctx, map[string]any{"verify_interval_seconds": n})
+	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
+		return h.store.With(tx).VerifyIntervalSet(ctx, m.ID, n)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &verifyIntervalOutput{}
+	out.Body.VerifyIntervalSeconds = n
+	out.Body.Message = fmt.Sprintf("Mirror %q is verified every %d s while it runs", in.Name, n)
+	if n == 0 {
+		out.Body.Message = fmt.Sprintf("Mirror %q is no longer verified on a schedule", in.Name)
+	}
+	return out, nil
 }

@@ -29,6 +29,15 @@ CREATE TABLE verifications (
 CREATE INDEX verifications_mirror ON verifications (mirror_id, id DESC);
 COMMENT ON TABLE verifications IS 'Comparisons of a mirror''s destination with its source at one source position (docs/consistency.md); result holds one object per table.';
 
+-- Continuous verification: a mirror with a row here is verified every
+-- interval_seconds (PUT /v1/mirrors/{name}/verify-interval).
+CREATE TABLE verify_schedules (
+    mirror_id        bigint PRIMARY KEY REFERENCES mirrors (id) ON DELETE CASCADE,
+    interval_seconds integer NOT NULL CHECK (interval_seconds BETWEEN 60 AND 2592000),
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE verify_schedules IS 'Mirrors verified on a schedule (verify_interval_seconds); no row means off.';
+
 -- Wake the mirror's run when a verification asks for, or ends, a hold.
 -- +goose StatementBegin
 CREATE FUNCTION pgmirror_notify_verification() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -42,5 +51,6 @@ CREATE TRIGGER verifications_notify AFTER INSERT OR UPDATE OF hold_state, hold_l
     FOR EACH ROW EXECUTE FUNCTION pgmirror_notify_verification();
 
 -- +goose Down
+DROP TABLE verify_schedules;
 DROP TABLE verifications;
 DROP FUNCTION pgmirror_notify_verification();

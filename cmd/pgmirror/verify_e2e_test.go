@@ -191,3 +191,66 @@ func TestCutoverVerifiesChecksums(t *testing.T) {
 		require.NotEqual(t, "verify_checksums", step.Name)
 	}
 }
+
+// verify_interval starts verifications on its own; the latest result is in
+// GET mirror and in /metrics, where a difference shows.
+func TestVerifySchedule(t *testing.T) {
+	t.Parallel()
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	exec1(t, src, loadTables)
+	s := startService(t, catalog, "SERVICE_VERIFY_SCHEDULE_INTERVAL=1s", "SERVICE_METRICS_TOKEN=metrics-token-for-tests")
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{"name": "sched", "source_peer": "src", "destination_peer": "dst",
+		"cdc_sync_interval_seconds": 1, "table_mappings": loadMappings()}, 201, nil)
+	s.dumpOnFailure("sched")
+	s.waitStatus("sched", "running", 60*time.Second)
+	require.Equal(t, 400, s.do("PUT", "/v1/mirrors/sched/verify-interval", map[string]any{"verify_interval_seconds": 30}, nil))
+	s.mustDo("PUT", "/v1/mirrors/sched/verify-interval", map[string]any{"verify_interval_seconds": 3600}, 200, nil)
+
+	type mirrorView struct {
+		Verification struct {
+			VerifyIntervalSeconds int `json:"verify_interval_seconds"`
+			Last                  *struct {
+				ID            int64  `json:"id"`
+				LSN           string `json:"lsn"`
+				RowsDiffering int64  `json:"rows_differing"`
+			} `json:"last"`
+		} `json:"verification"`
+	}
+	var m mirrorView
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		s.mustDo("GET", "/v1/mirrors/sched", nil, 200, &m)
+		if m.Verification.Last != nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.Equal(t, 3600, m.Verification.VerifyIntervalSeconds)
+	require.NotNil(t, m.Verification.Last, "no scheduled verification within 60 s")
+	require.Zero(t, m.Verification.Last.RowsDiffering)
+	var list []struct {
+		RequestedBy string `json:"requested_by"`
+	}
+	s.mustDo("GET", "/v1/mirrors/sched/verifications", nil, 200, &list)
+	require.Len(t, list, 1, "one verification per interval")
+	require.Equal(t, "schedule", list[0].RequestedBy)
+
+	exec1(t, dst, `DELETE FROM public.items WHERE id = (SELECT min(id) FROM public.items)`)
+	v := s.runVerify(t, "sched", nil)
+	require.Equal(t, int64(1), *v.RowsDiffering)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		got, ok := metricValue(s.scrape("metrics-token-for-tests"), "pgmirror_mirror_verify_rows_differing", map[string]string{"mirror": "sched"})
+		if ok && got == 1 {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "pgmirror_mirror_verify_rows_differing = %v (%v), want 1", got, ok)
+	}
+	at, ok := metricValue(s.scrape("metrics-token-for-tests"), "pgmirror_mirror_verified_timestamp_seconds", map[string]string{"mirror": "sched"})
+	require.True(t, ok)
+	require.InDelta(t, float64(time.Now().Unix()), at, 120)
+	_, ok = metricValue(s.scrape("metrics-token-for-tests"), "pgmirror_mirror_verified_lsn_bytes", map[string]string{"mirror": "sched"})
+	require.True(t, ok)
+	s.mustDo("PUT", "/v1/mirrors/sched/verify-interval", map[string]any{"verify_interval_seconds": 0}, 200, nil)
+}
