@@ -197,7 +197,7 @@ func (s *Store) VerificationTouch(ctx context.Context, id int64) (string, error)
 // VerificationStaleAfter is how long a running verification may go without
 // a sign of life from its job (VerificationTouch, every few seconds) before
 // it is marked failed: the replica running it stopped.
-const VerificationStaleAfter = time.Minute
+const VerificationStaleAfter = 30 * time.Second
 
 // VerificationsFailStale marks the mirror's running verifications whose job
 // has not been heard of for VerificationStaleAfter failed, with the reason.

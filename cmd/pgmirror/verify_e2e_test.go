@@ -254,3 +254,41 @@ func TestVerifySchedule(t *testing.T) {
 	require.True(t, ok)
 	s.mustDo("PUT", "/v1/mirrors/sched/verify-interval", map[string]any{"verify_interval_seconds": 0}, 200, nil)
 }
+
+// A verification whose pgmirror process is killed (kill -9) either
+// completes after the restart or is marked failed with the reason: it is
+// never left running.
+func TestVerifySurvivesRestart(t *testing.T) {
+	t.Parallel()
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	exec1(t, src, `CREATE TABLE public.wide (id bigint PRIMARY KEY, pad text);
+		INSERT INTO public.wide SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 300000) g`)
+	s := startService(t, catalog)
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{"name": "rs", "source_peer": "src", "destination_peer": "dst",
+		"cdc_sync_interval_seconds": 1, "table_mappings": []any{mapping("public", "wide", "public", "wide")}}, 201, nil)
+	s.waitStatus("rs", "running", 120*time.Second)
+	var v verifyResult
+	s.mustDo("POST", "/v1/mirrors/rs/verify", nil, 202, &v)
+	// Kill the process while the verification runs (its log says it started).
+	s.waitLog("rs", "Verification started", 30*time.Second, nil)
+	s.kill()
+
+	s2 := startService(t, catalog)
+	s2.dumpOnFailure("rs")
+	end := s2.waitVerify(t, "rs", v.ID)
+	switch end.State {
+	case "done":
+		require.Equal(t, int64(0), *end.RowsDiffering)
+	case "failed":
+		require.Contains(t, *end.Error, "replica running this verification stopped")
+	default:
+		t.Fatalf("verification ended %s after the restart", end.State)
+	}
+	// A new verification works on the restarted service.
+	again := s2.runVerify(t, "rs", nil)
+	require.Equal(t, "done", again.State, "%+v", again)
+}
