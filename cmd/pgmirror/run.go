@@ -38,10 +38,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return healthcheck(ctx, getenv, stdout)
 	case "serve", "migrate", "rotate-key":
 	case "help", "--help", "-h":
-		fmt.Fprintln(stdout, "usage: pgmirror [serve|migrate|rotate-key|gen-key|demo|healthcheck|version]\nConfiguration comes from SERVICE_* environment variables; see docs/configuration.md. `pgmirror demo -h` lists the demo's flags.")
+		fmt.Fprintln(stdout, "usage: pgmirror [serve|migrate|rotate-key|gen-key|demo|healthcheck|version]\n"+
+			"       pgmirror [login|logout|peers|mirrors|logs] ...   (client commands; see docs/cli.md)\n"+
+			"Configuration comes from SERVICE_* environment variables; see docs/configuration.md. `pgmirror demo -h` lists the demo's flags.")
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate, rotate-key, gen-key, demo, healthcheck or version", command)
+		if cliCommands[command] {
+			return runCLI(ctx, command, args[1:], getenv, stdout)
+		}
+		return &exitError{code: exitUsage, err: fmt.Errorf("unknown command %q: use serve, migrate, rotate-key, gen-key, demo, healthcheck, version, "+
+			"or the client commands login, logout, peers, mirrors and logs", command)}
 	}
 
 	cfg, err := loadConfig(getenv)
@@ -223,8 +229,9 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	registry.WatchRiver(riverClient)
 
 	handler, err := httpapi.New(httpapi.Config{
-		Metrics: registry.Handler(cfg.MetricsToken),
-		Store:   store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version,
+		Metrics: registry.Handler(cfg.MetricsToken), ReadTimeout: cfg.HTTP.ReadTimeout,
+		AllowSocketPeers: cfg.AllowSocketPeers,
+		Store:            store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version,
 		TokenTTL: cfg.TokenTTL, RevokeTokensOnPasswordChange: cfg.RevokeTokensOnPasswordChange,
 		Login: httpapi.LoginLimits{UserFailures: cfg.LoginUserFailures, AddressFailures: cfg.LoginAddressFailures,
 			Window: cfg.LoginFailureWindow, TrustedProxies: cfg.TrustedProxies},
@@ -235,7 +242,7 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	server := newHTTPServer(cfg.HTTP, cfg.Port, handler)
 	listener, err := net.Listen("tcp", server.Addr)
 	if err != nil {
-		return fmt.Errorf("listen on port %d: %w", cfg.Port, err)
+		return fmt.Errorf("listen on %s (SERVICE_HOST, SERVICE_PORT): %w", server.Addr, err)
 	}
 
 	if err := riverClient.Start(ctx); err != nil {
