@@ -156,7 +156,7 @@ func TestEqualUnderWriteLoad(t *testing.T) {
 			writes.Add(1)
 		}
 	}()
-	for range 4 {
+	for range 8 {
 		res, snaps := b.verifyOnce(t)
 		for _, r := range res {
 			require.True(t, r.Equal(), "false difference at %s: %+v", snaps.LSN, r)
