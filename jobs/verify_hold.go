@@ -94,6 +94,14 @@ func (h *runHold) expire(id int64, from string) {
 	h.end(id)
 }
 
+// read reads the verification with a deadline: the CDC run never waits
+// for the catalog longer than its hold allows.
+func (h *runHold) read(ctx context.Context, id int64, deadline time.Time) (db.Verification, error) {
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return h.store.VerificationByID(rctx, id)
+}
+
 // Hold implements cdc.Holder.
 func (h *runHold) Hold(ctx context.Context, next, applied change.LSN) {
 	h.mu.Lock()
@@ -110,7 +118,7 @@ func (h *runHold) Hold(ctx context.Context, next, applied change.LSN) {
 				return
 			}
 			time.Sleep(holdPoll)
-			v, err := h.store.VerificationByID(ctx, id)
+			v, err := h.read(ctx, id, deadline)
 			if err != nil || v.State != db.VerifyRunning || v.HoldState != db.HoldArmed {
 				if err == nil {
 					h.end(id)
@@ -139,7 +147,7 @@ func (h *runHold) Hold(ctx context.Context, next, applied change.LSN) {
 	deadline := time.Now().Add(holdWait)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		time.Sleep(holdPoll)
-		v, err := h.store.VerificationByID(ctx, id)
+		v, err := h.read(ctx, id, deadline)
 		if err == nil && (v.State != db.VerifyRunning || v.HoldState != db.HoldHeld) {
 			h.end(id)
 			return

@@ -183,7 +183,7 @@ func OpenSnapshots(ctx context.Context, cfg SnapshotConfig, hc HoldControl) (_ *
 		return nil, fmt.Errorf("read the applied position in the destination snapshot: %w", err)
 	}
 	if !found || applied != held {
-		return nil, fmt.Errorf("the destination snapshot stands at %s, not at the position the mirror held at (%s): try again", applied, held)
+		return nil, fmt.Errorf("the destination snapshot stands at %s, not at the position the mirror held at (%s; the hold ended too early): %w", applied, held, ErrHoldTimeout)
 	}
 	s.Applied = applied
 	if cfg.WhileHeld != nil {
