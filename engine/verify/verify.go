@@ -242,8 +242,7 @@ func Compare(ctx context.Context, cfg Config, rep Reporter) ([]TableResult, erro
 				}
 				continue
 			}
-			cancel(err)
-			firstErr = err
+			errOnce.Do(func() { firstErr = err; cancel(err) })
 			break
 		}
 		tablesWG.Add(1)
