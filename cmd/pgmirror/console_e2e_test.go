@@ -1,0 +1,362 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// These tests drive the web console (/ui) in a real headless Chromium
+// against a real service with peers on real clusters.
+
+// browser is one headless Chromium with one tab, and the errors its pages
+// reported (uncaught exceptions, console errors, Content-Security-Policy
+// violations).
+type browser struct {
+	t      *testing.T
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+}
+
+// chromiumPath finds the Chromium that scripts/install-deps.sh installs.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no Chromium on PATH: the console tests need it; run `make deps` (scripts/install-deps.sh installs the Debian package chromium)")
+	return ""
+}
+
+// newBrowser starts a headless Chromium with a fresh profile; the test's
+// context bounds every step.
+func newBrowser(t *testing.T, timeout time.Duration) *browser {
+	t.Helper()
+	ctx, cancelTimeout := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancelTimeout)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 800),
+	)
+	t.Cleanup(cancelAlloc)
+	tabCtx, cancelTab := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelTab)
+	b := &browser{t: t, ctx: tabCtx}
+	if err := chromedp.Listen(tabCtx, func(ev any) {
+		var msg string
+		switch e := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			msg = "exception: " + e.ExceptionDetails.Text
+			if e.ExceptionDetails.Exception != nil {
+				msg += " " + e.ExceptionDetails.Exception.Description
+			}
+		case *runtime.EventConsoleAPICalled:
+			if e.Type == runtime.ConsoleAPICalledTypeError {
+				msg = "console.error"
+			}
+		case *cdplog.EventEntryAdded:
+			if e.Entry.Level == cdplog.EntryLevelError && !strings.Contains(e.Entry.Text, "status of 4") {
+				// Failed API calls (4xx) are expected in some steps; any
+				// other error, such as a CSP violation, is not.
+				msg = "log: " + e.Entry.Text
+			}
+		}
+		if msg != "" {
+			b.mu.Lock()
+			b.errors = append(b.errors, msg)
+			b.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	if _, err := chromedp.Call(tabCtx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatalf("enable the browser's log: %v", err)
+	}
+	return b
+}
+
+// do runs browser steps and fails the test with what went wrong.
+func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("browser: %s: %v", what, err)
+	}
+}
+
+// wait waits until the JavaScript expression is truthy.
+func (b *browser) wait(what, expr string) {
+	b.t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[any](expr, chromedp.WithPollingInterval(100*time.Millisecond),
+		chromedp.WithPollingTimeout(90*time.Second))); err != nil {
+		page, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.getElementById('view').innerText`))
+		b.t.Fatalf("browser: waiting for %s: %v\npage shows:\n%s", what, err, tail(page, 3000))
+	}
+}
+
+// eval evaluates a JavaScript expression and decodes its value.
+func evalIn[T any](b *browser, expr string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("browser: evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// noPageErrors fails the test when a page reported an error.
+func (b *browser) noPageErrors() {
+	b.t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.errors) > 0 {
+		b.t.Fatalf("the console reported errors in the browser:\n%s", strings.Join(b.errors, "\n"))
+	}
+}
+
+// screenshot saves the visible page as docs/img/console-NAME.png when
+// PGMIRROR_SCREENSHOTS names a directory (relative to the repository root),
+// so that the documentation's pictures are made from the real console.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	dir := os.Getenv("PGMIRROR_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join("..", "..", dir)
+	}
+	raw, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	img, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	var out bytes.Buffer
+	if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, img); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "console-"+name+".png"), out.Bytes(), 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// login logs in through the console's form.
+func (b *browser) login(baseURL, user, password string) {
+	b.t.Helper()
+	b.do("open the login page",
+		chromedp.Navigate(baseURL+"/ui"),
+		chromedp.WaitVisible(chromedp.CSS("#login-username")),
+		chromedp.SendKeys(chromedp.CSS("#login-username"), user),
+		chromedp.SendKeys(chromedp.CSS("#login-password"), password))
+	b.do("log in", chromedp.Click(chromedp.CSS("#login-submit")))
+	b.wait("the mirrors page after login", `document.querySelector('#mirrors') !== null && document.getElementById('who').textContent.includes(`+jsString(user)+`)`)
+}
+
+// jsString quotes s as a JavaScript string literal.
+func jsString(s string) string {
+	return fmt.Sprintf("%q", s)
+}
+
+const consoleSourceSQL = `CREATE TABLE items (id bigserial PRIMARY KEY, label text NOT NULL);
+INSERT INTO items (label) SELECT 'item ' || g FROM generate_series(1, 20000) g;`
+
+// TestConsoleAdmin logs in as admin, creates a mirror with the form (first
+// with an error the API reports next to the form), sees it reach running
+// with its snapshot at 100 %, pauses and resumes it with the buttons,
+// searches and filters its logs, and tests a peer's connection.
+func TestConsoleAdmin(t *testing.T) {
+	t.Parallel()
+	_, _, _, s := newEnv(t, consoleSourceSQL)
+	s.mustDo("POST", "/v1/users", map[string]any{"username": "watcher", "password": "watcher-password-1", "role": "viewer"}, 201, nil)
+	b := newBrowser(t, 4*time.Minute)
+
+	// A wrong password is refused with the API's message.
+	b.do("open the login page", chromedp.Navigate(s.baseURL+"/ui"), chromedp.WaitVisible(chromedp.CSS("#login-username")),
+		chromedp.SendKeys(chromedp.CSS("#login-username"), "admin"),
+		chromedp.SendKeys(chromedp.CSS("#login-password"), "wrong"),
+		chromedp.Click(chromedp.CSS("#login-submit")))
+	b.wait("the login error", `document.getElementById('login-error').textContent.includes('Invalid credentials')`)
+	b.screenshot("login")
+	if tok := evalIn[string](b, `sessionStorage.getItem('pgmirror.token') || ''`); tok != "" {
+		t.Fatalf("a failed login stored a token")
+	}
+	b.login(s.baseURL, "admin", testAdminPassword)
+	if tok := evalIn[string](b, `sessionStorage.getItem('pgmirror.token') || ''`); tok == "" {
+		t.Fatalf("the console keeps no token in sessionStorage after login")
+	}
+	if cookies := evalIn[string](b, `document.cookie`); cookies != "" {
+		t.Fatalf("the console set cookies: %q", cookies)
+	}
+
+	// Create a mirror with the form; first without a table: the API's
+	// error shows on the form and next to the tables.
+	b.do("open the mirror form", chromedp.Click(chromedp.CSS("#new-mirror button"), chromedp.NodeVisible),
+		chromedp.WaitVisible(chromedp.CSS("#mirror-form")),
+		chromedp.SendKeys(chromedp.CSS("#f-name"), "webmirror"))
+	b.wait("the peers in the form", `document.querySelectorAll('#f-source_peer option').length === 3`)
+	evalIn[bool](b, `(() => { for (const [n, v] of [['source_peer', 'src'], ['destination_peer', 'dst'], ['cdc_sync_interval_seconds', '1']]) {
+		const e = document.querySelector('#mirror-form [name="' + n + '"]'); e.value = v; e.dispatchEvent(new Event('change')); } return true; })()`)
+	b.wait("the source's tables", `document.querySelector('#source-tables input[name="table"]') !== null`)
+	b.do("submit without tables", chromedp.Click(chromedp.CSS("#mirror-submit")))
+	b.wait("the API's error on the form", `document.querySelector('#mirror-form .form-error').textContent.includes('table_mappings')`)
+	if msg := evalIn[string](b, `document.querySelector('.field-error[data-for="table_mappings"]').textContent`); msg == "" {
+		t.Fatalf("the table_mappings error is not shown next to the tables")
+	}
+	b.screenshot("create-mirror")
+	b.do("choose the table and submit", chromedp.Click(chromedp.CSS(`#source-tables input[name="table"]`)),
+		chromedp.Click(chromedp.CSS("#mirror-submit")))
+
+	// The detail page: the mirror reaches running with its snapshot done.
+	b.wait("the mirror page", `location.hash === '#/mirrors/webmirror' && document.querySelector('h1[data-status]') !== null`)
+	b.wait("status running", `document.querySelector('h1').dataset.status === 'running'`)
+	b.wait("the snapshot at 100%", `(() => { const r = document.querySelector('#tables tr[data-table="public.items"]');
+		return r && r.querySelector('progress') && r.querySelector('progress').value === 1 && r.querySelector('.pct').textContent === '100%'
+			&& r.querySelector('td:nth-child(4)').textContent.replace(/\D/g, '') === '20000'; })()`)
+	if m := s.mirror("webmirror"); m.Status != "running" || len(m.Tables) != 1 || m.Tables[0].RowsSynced != 20000 {
+		t.Fatalf("API after the console showed running: %+v", m)
+	}
+	b.wait("a lag sample in the chart", `Number(document.getElementById('lag-chart').dataset.samples) > 0`)
+	b.screenshot("mirror")
+
+	// Pause and resume with the buttons.
+	b.do("pause", chromedp.Click(chromedp.CSS("#pause"), chromedp.NodeEnabled))
+	b.wait("status paused", `document.querySelector('h1').dataset.status === 'paused' && document.getElementById('control-result').textContent !== 'Pause…'`)
+	if m := s.mirror("webmirror"); m.Status != "paused" {
+		t.Fatalf("after Pause the API says %q", m.Status)
+	}
+	if msg := evalIn[string](b, `document.getElementById('control-result').className`); msg != "notice" {
+		t.Fatalf("pause result: %q: %s", msg, evalIn[string](b, `document.getElementById('control-result').textContent`))
+	}
+	b.do("resume", chromedp.Click(chromedp.CSS("#resume"), chromedp.NodeEnabled))
+	b.wait("status running again", `document.querySelector('h1').dataset.status === 'running'`)
+	if m := s.mirror("webmirror"); m.Status != "running" {
+		t.Fatalf("after Resume the API says %q", m.Status)
+	}
+
+	// Search the logs: only matching entries, as many as the API counts.
+	var paused struct {
+		Total int `json:"total"`
+	}
+	s.mustDo("GET", "/v1/mirrors/webmirror/logs?search=paused", nil, 200, &paused)
+	if paused.Total == 0 {
+		t.Fatal("the API has no log entry matching 'paused'")
+	}
+	b.do("search the logs", chromedp.SendKeys(chromedp.CSS("#log-search"), "paused"), chromedp.Click(chromedp.CSS("#log-apply")))
+	b.wait("the search's entries", fmt.Sprintf(`(() => { const ms = [...document.querySelectorAll('#log-table tr.log')];
+		return ms.length === %d && ms.some((r) => r.querySelector('.message').textContent === 'Mirror paused')
+			&& ms.every((r) => r.textContent.toLowerCase().includes('paused'))
+			&& document.getElementById('log-info').textContent.endsWith('of %d'); })()`, min(paused.Total, 50), paused.Total))
+	// Newest first: the first row is the newest entry.
+	var newest struct {
+		Logs []struct {
+			Message string `json:"message"`
+		} `json:"logs"`
+	}
+	s.mustDo("GET", "/v1/mirrors/webmirror/logs?search=paused&limit=1", nil, 200, &newest)
+	if got := evalIn[string](b, `document.querySelector('#log-table tr.log .message').textContent`); got != newest.Logs[0].Message {
+		t.Fatalf("first log row %q, newest entry %q", got, newest.Logs[0].Message)
+	}
+	// The level filter: INFO only.
+	evalIn[bool](b, `(() => { const l = document.getElementById('log-level'); l.value = 'INFO'; l.dispatchEvent(new Event('change')); return true; })()`)
+	b.wait("INFO entries only", `(() => { const ls = [...document.querySelectorAll('#log-table tr.log td:nth-child(2)')];
+		return ls.length > 0 && ls.every((c) => c.textContent === 'INFO'); })()`)
+
+	// Paging: with the search cleared there are more entries than a page
+	// once enough batches ran; Older moves to the next page.
+	var all struct {
+		Total int `json:"total"`
+	}
+	s.mustDo("GET", "/v1/mirrors/webmirror/logs", nil, 200, &all)
+	if all.Total > 50 {
+		b.do("clear the search", chromedp.Clear(chromedp.CSS("#log-search")))
+		evalIn[bool](b, `(() => { const l = document.getElementById('log-level'); l.value = ''; l.dispatchEvent(new Event('change')); return true; })()`)
+		b.wait("the first page", `document.getElementById('log-info').textContent.startsWith('1–50 of')`)
+		b.do("older", chromedp.Click(chromedp.CSS("#log-older"), chromedp.NodeEnabled))
+		b.wait("the second page", `document.getElementById('log-info').textContent.startsWith('51–')`)
+	}
+
+	// The mirrors list shows it with its status.
+	b.do("mirrors list", chromedp.Navigate(s.baseURL+"/ui#/mirrors"))
+	b.wait("the mirror in the list", `(() => { const r = document.querySelector('#mirrors tr[data-mirror="webmirror"]');
+		return r && r.querySelector('.status-running') !== null; })()`)
+	b.screenshot("mirrors")
+
+	// Peers: test a connection.
+	b.do("peers", chromedp.Navigate(s.baseURL+"/ui#/peers"))
+	b.wait("the peers", `document.querySelector('#peers tr[data-peer="src"] .test-peer') !== null`)
+	b.do("test src", chromedp.Click(chromedp.CSS(`#peers tr[data-peer="src"] .test-peer`)))
+	b.wait("the connection test's answer", `document.querySelector('#peers tr[data-peer="src"] .test-result').textContent.startsWith('OK: ')`)
+	b.screenshot("peers")
+
+	// Users: the viewer made above is listed.
+	b.do("users", chromedp.Navigate(s.baseURL+"/ui#/users"))
+	b.wait("the users", `document.querySelector('#users tr[data-user="watcher"]') !== null`)
+	b.screenshot("users")
+	b.noPageErrors()
+}
+
+// TestConsoleViewer logs in as a viewer: the mirror, its tables and logs
+// show, and no control button, form or user page does.
+func TestConsoleViewer(t *testing.T) {
+	t.Parallel()
+	_, _, _, s := newEnv(t, consoleSourceSQL)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "viewed", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []map[string]any{{"source_schema": "public", "source_table": "items", "destination_schema": "public", "destination_table": "items"}},
+	}, 201, nil)
+	s.mustDo("POST", "/v1/users", map[string]any{"username": "watcher", "password": "watcher-password-1", "role": "viewer"}, 201, nil)
+	s.waitStatus("viewed", "running", 90*time.Second)
+	b := newBrowser(t, 3*time.Minute)
+	b.login(s.baseURL, "watcher", "watcher-password-1")
+
+	b.wait("the mirror in the list", `document.querySelector('#mirrors tr[data-mirror="viewed"] .status-running') !== null`)
+	if n := evalIn[int](b, `document.querySelectorAll('#new-mirror, button.primary').length`); n != 0 {
+		t.Fatalf("a viewer sees %d create buttons", n)
+	}
+	if hidden := evalIn[bool](b, `document.querySelector('[data-nav="users"]').hidden`); !hidden {
+		t.Fatal("a viewer sees the Users link")
+	}
+	b.do("open the mirror", chromedp.Click(chromedp.CSS(`#mirrors tr[data-mirror="viewed"] a`)))
+	b.wait("the mirror with its tables and logs", `document.querySelector('h1[data-status="running"]') !== null
+		&& document.querySelector('#tables tr[data-table="public.items"] .pct') !== null
+		&& document.querySelectorAll('#log-table tr.log').length > 0`)
+	if n := evalIn[int](b, `document.querySelectorAll('#controls button, .resync-table, #pause, #resume, #delete').length`); n != 0 {
+		t.Fatalf("a viewer sees %d control buttons", n)
+	}
+	b.do("peers", chromedp.Navigate(s.baseURL+"/ui#/peers"))
+	b.wait("the peers", `document.querySelector('#peers tr[data-peer="src"]') !== null`)
+	if n := evalIn[int](b, `document.querySelectorAll('.test-peer, #new-peer').length`); n != 0 {
+		t.Fatalf("a viewer sees %d peer buttons", n)
+	}
+	// The API still refuses what the console does not offer.
+	status, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`fetch('/v1/mirrors/viewed/pause', {method: 'POST',
+		headers: {Authorization: 'Bearer ' + sessionStorage.getItem('pgmirror.token')}}).then((r) => r.status)`, chromedp.EvalAwaitPromise))
+	if err != nil || status != 403 {
+		t.Fatalf("a viewer's pause from the browser: status %d, %v; want 403", status, err)
+	}
+	b.noPageErrors()
+}
