@@ -94,6 +94,7 @@ func newBrowser(t *testing.T, timeout time.Duration) *browser {
 	if _, err := chromedp.Call(tabCtx, cdplog.Enable, cdp.Empty{}); err != nil {
 		t.Fatalf("enable the browser's log: %v", err)
 	}
+	b.do("set the viewport", chromedp.EmulateViewport(1200, 800))
 	return b
 }
 
@@ -190,7 +191,7 @@ INSERT INTO items (label) SELECT 'item ' || g FROM generate_series(1, 20000) g;`
 // searches and filters its logs, and tests a peer's connection.
 func TestConsoleAdmin(t *testing.T) {
 	t.Parallel()
-	_, _, _, s := newEnv(t, consoleSourceSQL)
+	catalog, _, _, s := newEnv(t, consoleSourceSQL)
 	s.mustDo("POST", "/v1/users", map[string]any{"username": "watcher", "password": "watcher-password-1", "role": "viewer"}, 201, nil)
 	b := newBrowser(t, 4*time.Minute)
 
@@ -241,6 +242,9 @@ func TestConsoleAdmin(t *testing.T) {
 	}
 	b.wait("a lag sample in the chart", `Number(document.getElementById('lag-chart').dataset.samples) > 0`)
 	b.screenshot("mirror")
+	evalIn[bool](b, `(document.getElementById('lag-chart').scrollIntoView(), true)`)
+	b.screenshot("mirror-tables")
+	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)
 
 	// Pause and resume with the buttons.
 	b.do("pause", chromedp.Click(chromedp.CSS("#pause"), chromedp.NodeEnabled))
@@ -285,19 +289,28 @@ func TestConsoleAdmin(t *testing.T) {
 	b.wait("INFO entries only", `(() => { const ls = [...document.querySelectorAll('#log-table tr.log td:nth-child(2)')];
 		return ls.length > 0 && ls.every((c) => c.textContent === 'INFO'); })()`)
 
-	// Paging: with the search cleared there are more entries than a page
-	// once enough batches ran; Older moves to the next page.
-	var all struct {
+	// Paging and escaping: 120 more WARN entries, the newest one made of
+	// markup, which must show as text and not run.
+	const markup = `<b id="injected">bold</b><img src="x" onerror="window.injected = 1">`
+	exec1(t, catalog, `INSERT INTO mirror_logs (mirror_id, level, message)
+		SELECT id, 'WARN', 'paging probe ' || g FROM mirrors, generate_series(1, 120) g WHERE name = 'webmirror'`)
+	exec1(t, catalog, `INSERT INTO mirror_logs (mirror_id, level, message) SELECT id, 'WARN', $1 FROM mirrors WHERE name = 'webmirror'`, markup)
+	var warn struct {
 		Total int `json:"total"`
 	}
-	s.mustDo("GET", "/v1/mirrors/webmirror/logs", nil, 200, &all)
-	if all.Total > 50 {
-		b.do("clear the search", chromedp.Clear(chromedp.CSS("#log-search")))
-		evalIn[bool](b, `(() => { const l = document.getElementById('log-level'); l.value = ''; l.dispatchEvent(new Event('change')); return true; })()`)
-		b.wait("the first page", `document.getElementById('log-info').textContent.startsWith('1–50 of')`)
-		b.do("older", chromedp.Click(chromedp.CSS("#log-older"), chromedp.NodeEnabled))
-		b.wait("the second page", `document.getElementById('log-info').textContent.startsWith('51–')`)
+	s.mustDo("GET", "/v1/mirrors/webmirror/logs?level=WARN", nil, 200, &warn)
+	evalIn[bool](b, `(() => { document.getElementById('log-search').value = '';
+		const l = document.getElementById('log-level'); l.value = 'WARN'; l.dispatchEvent(new Event('change')); return true; })()`)
+	b.wait("the first page of WARN entries", fmt.Sprintf(`document.getElementById('log-info').textContent === '1–50 of %d'
+		&& document.querySelector('#log-table tr.log .message').textContent === %s && document.getElementById('log-newer').disabled`, warn.Total, jsString(markup)))
+	if injected := evalIn[bool](b, `document.getElementById('injected') !== null || window.injected === 1`); injected {
+		t.Fatal("a log message was put into the page as markup")
 	}
+	b.do("older", chromedp.Click(chromedp.CSS("#log-older"), chromedp.NodeEnabled))
+	b.wait("the second page", fmt.Sprintf(`document.getElementById('log-info').textContent === '51–100 of %d'
+		&& document.querySelectorAll('#log-table tr.log').length === 50 && !document.getElementById('log-newer').disabled`, warn.Total))
+	b.do("newer", chromedp.Click(chromedp.CSS("#log-newer"), chromedp.NodeEnabled))
+	b.wait("the first page again", fmt.Sprintf(`document.getElementById('log-info').textContent === '1–50 of %d'`, warn.Total))
 
 	// The mirrors list shows it with its status.
 	b.do("mirrors list", chromedp.Navigate(s.baseURL+"/ui#/mirrors"))
@@ -358,5 +371,22 @@ func TestConsoleViewer(t *testing.T) {
 	if err != nil || status != 403 {
 		t.Fatalf("a viewer's pause from the browser: status %d, %v; want 403", status, err)
 	}
+
+	// A cut-over's steps show on the mirror's page.
+	var cut struct {
+		Cutover struct {
+			Steps []struct {
+				Name string `json:"name"`
+			} `json:"steps"`
+		} `json:"cutover"`
+	}
+	s.mustDo("POST", "/v1/mirrors/viewed/cutover", map[string]any{"quiet_seconds": 1}, 200, &cut)
+	b.do("the mirror after its cut-over", chromedp.Navigate(s.baseURL+"/ui#/mirrors/viewed"))
+	b.wait("the cut-over's steps", fmt.Sprintf(`(() => { const rows = [...document.querySelectorAll('#cutover tbody tr')];
+		return document.querySelector('h1[data-status="completed"]') !== null && rows.length === %d
+			&& rows[0].querySelector('td').textContent === %s && rows.every((r) => r.querySelector('.status-done') !== null); })()`,
+		len(cut.Cutover.Steps), jsString(cut.Cutover.Steps[0].Name)))
+	evalIn[bool](b, `(document.getElementById('cutover').scrollIntoView(), true)`)
+	b.screenshot("cutover")
 	b.noPageErrors()
 }

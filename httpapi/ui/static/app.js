@@ -584,9 +584,9 @@
       formField('Password', input('password', { type: 'password', autocomplete: 'new-password' })),
       formField('Database', input('database', { required: true })),
       formField('SSL mode', ssl),
+      el('p', { class: 'form-error actions', role: 'alert' }),
       el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'primary', id: 'peer-submit', text: 'Create peer' }), ' ',
-        el('a', { href: '#/peers', text: 'Cancel' })),
-      el('p', { class: 'form-error actions', role: 'alert' }));
+        el('a', { href: '#/peers', text: 'Cancel' })));
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
       const v = (n) => form.elements[n].value;
@@ -624,9 +624,9 @@
       formField('Rows per snapshot partition', num('snapshot_num_rows_per_partition', 500000)),
       formField('Snapshot workers', num('snapshot_max_parallel_workers', 4)),
       formField('Tables in parallel', num('snapshot_num_tables_in_parallel', 4)),
+      el('p', { class: 'form-error actions', role: 'alert' }),
       el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'primary', id: 'mirror-submit', text: 'Create mirror' }), ' ',
-        el('a', { href: '#/mirrors', text: 'Cancel' })),
-      el('p', { class: 'form-error actions', role: 'alert' }));
+        el('a', { href: '#/mirrors', text: 'Cancel' })));
     src.addEventListener('change', async () => {
       if (!src.value) { replace(tables, 'Choose the source peer to list its tables.'); return; }
       replace(tables, 'Loading tables…');
@@ -715,8 +715,8 @@
       formField('User name', el('input', { name: 'username', required: true, autocomplete: 'off' })),
       formField('Password', el('input', { name: 'password', type: 'password', autocomplete: 'new-password', required: true })),
       formField('Role', role),
-      el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'primary', id: 'user-submit', text: 'Add user' })),
-      el('p', { class: 'form-error actions', role: 'alert' }));
+      el('p', { class: 'form-error actions', role: 'alert' }),
+      el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'primary', id: 'user-submit', text: 'Add user' })));
     const load = async () => {
       try {
         const users = await api('GET', '/v1/users');
