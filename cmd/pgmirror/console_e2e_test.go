@@ -242,7 +242,7 @@ func TestConsoleAdmin(t *testing.T) {
 	}
 	b.wait("a lag sample in the chart", `Number(document.getElementById('lag-chart').dataset.samples) > 0`)
 	b.screenshot("mirror")
-	evalIn[bool](b, `(document.getElementById('lag-chart').scrollIntoView(), true)`)
+	evalIn[bool](b, `(document.getElementById('lag-chart').parentNode.scrollIntoView(), true)`)
 	b.screenshot("mirror-tables")
 	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)
 

@@ -471,6 +471,7 @@
 
     // ---- logs: search, level, paging (newest first) ----
     let logOffset = 0;
+    let logSeq = 0; // only the answer to the latest request is shown
     const search = el('input', { type: 'search', id: 'log-search', placeholder: 'Search messages and details' });
     const level = el('select', { id: 'log-level' },
       ['', 'ERROR', 'WARN', 'INFO', 'DEBUG'].map((l) => el('option', { value: l, text: l || 'All levels' })));
@@ -481,15 +482,16 @@
     const older = el('button', { type: 'button', id: 'log-older', text: 'Older →', onclick: () => { logOffset += LOG_PAGE; loadLogs(); } });
 
     const loadLogs = async () => {
+      const seq = ++logSeq;
       const q = new URLSearchParams({ limit: LOG_PAGE, offset: logOffset });
       if (search.value.trim()) q.set('search', search.value.trim());
       if (level.value) q.set('level', level.value);
       try {
         const res = await api('GET', path + '/logs?' + q);
-        if (!ctx.live()) return;
+        if (!ctx.live() || seq !== logSeq) return;
         logErr.textContent = '';
         replace(logBody, res.logs.map((l) => el('tr', { class: 'log' },
-          el('td', { text: fmtTime(l.created_at) }),
+          el('td', { class: 'time', text: fmtTime(l.created_at) }),
           el('td', { class: 'level-' + l.level, text: l.level }),
           el('td', {}, el('span', { class: 'message', text: l.message }),
             l.details && Object.keys(l.details).length ? el('pre', { class: 'details', text: JSON.stringify(l.details) }) : null))));
@@ -514,8 +516,8 @@
 
     replace(view, el('p', {}, el('a', { href: '#/mirrors', text: '← Mirrors' })), title, errBox, controls, notice, summary, logsBox);
     if (!isAdmin()) controls.hidden = true;
-    every(REFRESH_MS, refresh);
-    loadLogs();
+    // The first page of logs follows the newest entries; older pages stay put.
+    every(REFRESH_MS, () => { refresh(); if (logOffset === 0) loadLogs(); });
   }
 
   function dt(label, value) {
@@ -524,7 +526,7 @@
 
   // lagChart draws the polled lag samples as a line in an inline SVG.
   function lagChart(samples) {
-    const W = 600, H = 160, L = 48, B = 20, T = 8, R = 8;
+    const W = 1100, H = 170, L = 56, B = 22, T = 10, R = 10;
     const now = Date.now();
     const max = Math.max(1, ...samples.map((s) => s.lag)) * 1.1;
     const x = (t) => L + (W - L - R) * (1 - (now - t) / LAG_WINDOW_MS);
@@ -539,10 +541,12 @@
     ];
     if (samples.length) {
       parts.push(svg('polyline', { class: 'line', points: samples.map((s) => `${x(s.t).toFixed(1)},${y(s.lag).toFixed(1)}`).join(' ') }));
+      const last = samples[samples.length - 1];
+      parts.push(svg('circle', { class: 'dot', cx: x(last.t).toFixed(1), cy: y(last.lag).toFixed(1), r: 4 }));
     } else {
       parts.push(svg('text', { x: L + 10, y: H / 2, text: 'No lag reading yet' }));
     }
-    return svg('svg', { class: 'chart', id: 'lag-chart', viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', role: 'img',
+    return svg('svg', { class: 'chart', id: 'lag-chart', viewBox: `0 0 ${W} ${H}`, role: 'img',
       'aria-label': 'replication lag over the last 10 minutes', 'data-samples': samples.length }, parts);
   }
 
