@@ -325,9 +325,36 @@ func TestConsoleAdmin(t *testing.T) {
 	b.wait("the connection test's answer", `document.querySelector('#peers tr[data-peer="src"] .test-result').textContent.startsWith('OK: ')`)
 	b.screenshot("peers")
 
+	// Create a peer with the form: a name the API refuses shows its error
+	// next to the name; then a good one lands in the list.
+	b.do("open the peer form", chromedp.Click(chromedp.CSS("#new-peer button")), chromedp.WaitVisible(chromedp.CSS("#peer-form")),
+		chromedp.SendKeys(chromedp.CSS("#f-name"), "bad name"), chromedp.SendKeys(chromedp.CSS("#f-host"), "127.0.0.1"),
+		chromedp.SendKeys(chromedp.CSS("#f-user"), "someone"), chromedp.SendKeys(chromedp.CSS("#f-password"), "peer-secret"),
+		chromedp.SendKeys(chromedp.CSS("#f-database"), "somedb"), chromedp.Click(chromedp.CSS("#peer-submit")))
+	b.wait("the name's error", `document.querySelector('.field-error[data-for="name"]').textContent !== ''
+		&& document.getElementById('f-name').classList.contains('invalid')
+		&& document.querySelector('#peer-form .form-error').textContent.startsWith('Invalid request')`)
+	if leaked := evalIn[bool](b, `document.getElementById('view').innerText.includes('peer-secret')`); leaked {
+		t.Fatal("the peer form's error shows the password")
+	}
+	evalIn[bool](b, `(document.getElementById('f-name').value = 'other', document.querySelector('[name="ssl_mode"]').value = 'disable', true)`)
+	b.do("submit the peer", chromedp.Click(chromedp.CSS("#peer-submit")))
+	b.wait("the new peer in the list", `location.hash === '#/peers' && document.querySelector('#peers tr[data-peer="other"]') !== null`)
+	var other struct {
+		Host    string `json:"host"`
+		SSLMode string `json:"ssl_mode"`
+	}
+	s.mustDo("GET", "/v1/peers/other", nil, 200, &other)
+	if other.Host != "127.0.0.1" || other.SSLMode != "disable" {
+		t.Fatalf("peer from the form: %+v", other)
+	}
+
 	// Users: the viewer made above is listed.
 	b.do("users", chromedp.Navigate(s.baseURL+"/ui#/users"))
 	b.wait("the users", `document.querySelector('#users tr[data-user="watcher"]') !== null`)
+	b.do("add a user", chromedp.SendKeys(chromedp.CSS("#f-username"), "operator"),
+		chromedp.SendKeys(chromedp.CSS("#f-password"), "operator-password-1"), chromedp.Click(chromedp.CSS("#user-submit")))
+	b.wait("the new user", `(() => { const r = document.querySelector('#users tr[data-user="operator"]'); return r && r.children[1].textContent === 'viewer'; })()`)
 	b.screenshot("users")
 	b.noPageErrors()
 }
