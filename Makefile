@@ -2,14 +2,14 @@
 GO ?= go
 PORT ?= 8112
 
-.PHONY: run test check-files build vet bench fuzz demo deps clean
+.PHONY: run test test-deps check-files build vet bench fuzz demo deps clean
 
 ## run: start the service on :8112 (embedded PostgreSQL under ./.pgmirror unless SERVICE_DATABASE_URL is set)
 run: deps
 	$(GO) run ./cmd/pgmirror serve
 
-## test: check that the repository holds only source, install what is missing (PostgreSQL server) and run every test against real PostgreSQL
-test: check-files deps
+## test: check that the repository holds only source, install what is missing (PostgreSQL server, Chromium) and run every test against real PostgreSQL
+test: check-files test-deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
 
@@ -45,6 +45,11 @@ fuzz:
 ## deps: install the PostgreSQL server binaries when initdb is missing (Debian/Ubuntu)
 deps:
 	@bash scripts/install-deps.sh
+
+## test-deps: what deps installs, plus what only the tests use: Chromium for the web console's browser tests (apt-get, same step as PostgreSQL) and Redocly CLI for the OpenAPI lint (never fatal)
+test-deps:
+	@bash scripts/install-deps.sh --browser
+	@bash scripts/install-redocly.sh
 
 clean:
 	rm -rf bin

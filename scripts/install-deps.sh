@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Installs what pgmirror's tests and embedded catalog need on a fresh Debian
-# machine: the PostgreSQL server binaries (initdb, pg_ctl, postgres) and
-# Chromium, in which the web console's browser tests run headless.
+# Installs what pgmirror's embedded catalog and tests need on a fresh Debian
+# machine: the PostgreSQL server binaries (initdb, pg_ctl, postgres) and, with
+# --browser (make test), Chromium, in which the web console's browser tests
+# run headless. Both come from the distribution's packages in one apt-get step.
 set -euo pipefail
+
+want_browser=false
+for arg in "$@"; do
+  case "$arg" in
+    --browser) want_browser=true ;;
+    *) echo "install-deps: unknown argument $arg (use --browser to install Chromium too)" >&2; exit 2 ;;
+  esac
+done
 
 have_initdb() {
   [ -n "${PGBIN:-}" ] && [ -x "$PGBIN/initdb" ] && return 0
@@ -22,7 +31,9 @@ fi
 need_postgres=false
 need_chromium=false
 have_initdb || need_postgres=true
-have_chromium || need_chromium=true
+if $want_browser && ! have_chromium; then
+  need_chromium=true
+fi
 if ! $need_postgres && ! $need_chromium; then
   exit 0
 fi

@@ -40,7 +40,7 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
-	t.Fatal("no Chromium on PATH: the console tests need it; run `make deps` (scripts/install-deps.sh installs the Debian package chromium)")
+	t.Fatal("no Chromium on PATH: the console tests need it; run `make test-deps` (scripts/install-deps.sh --browser installs the Debian package chromium)")
 	return ""
 }
 
