@@ -17,6 +17,8 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/pgmirror/pgmirror/httpapi/client"
 )
 
 // These tests drive the web console (/ui) in a real headless Chromium
@@ -177,6 +179,34 @@ func (b *browser) login(baseURL, user, password string) {
 	b.wait("the mirrors page after login", `document.querySelector('#mirrors') !== null && document.getElementById('who').textContent.includes(`+jsString(user)+`)`)
 }
 
+// apiClient is the typed API client (httpapi/client) logged in as the
+// service's admin, for the steps the tests do or check outside the browser.
+func apiClient(t *testing.T, s *service) *client.Client {
+	t.Helper()
+	return client.New(s.baseURL, s.token)
+}
+
+// callCtx is the context of one API call from a console test.
+func callCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getMirror(t *testing.T, api *client.Client, name string) *client.MirrorStatus {
+	t.Helper()
+	m, err := api.GetMirror(callCtx(t), name)
+	must(t, err)
+	return m
+}
+
 // jsString quotes s as a JavaScript string literal.
 func jsString(s string) string {
 	return fmt.Sprintf("%q", s)
@@ -192,7 +222,9 @@ INSERT INTO items (label) SELECT 'item ' || g FROM generate_series(1, 20000) g;`
 func TestConsoleAdmin(t *testing.T) {
 	t.Parallel()
 	catalog, _, _, s := newEnv(t, consoleSourceSQL)
-	s.mustDo("POST", "/v1/users", map[string]any{"username": "watcher", "password": "watcher-password-1", "role": "viewer"}, 201, nil)
+	api := apiClient(t, s)
+	_, err := api.CreateUser(callCtx(t), client.UserCreate{Username: "watcher", Password: "watcher-password-1", Role: "viewer"})
+	must(t, err)
 	b := newBrowser(t, 4*time.Minute)
 
 	// A wrong password is refused with the API's message.
@@ -237,7 +269,7 @@ func TestConsoleAdmin(t *testing.T) {
 	b.wait("the snapshot at 100%", `(() => { const r = document.querySelector('#tables tr[data-table="public.items"]');
 		return r && r.querySelector('progress') && r.querySelector('progress').value === 1 && r.querySelector('.pct').textContent === '100%'
 			&& r.querySelector('td:nth-child(4)').textContent.replace(/\D/g, '') === '20000'; })()`)
-	if m := s.mirror("webmirror"); m.Status != "running" || len(m.Tables) != 1 || m.Tables[0].RowsSynced != 20000 {
+	if m := getMirror(t, api, "webmirror"); m.Status != "running" || len(m.Tables) != 1 || m.Tables[0].RowsSynced != 20000 {
 		t.Fatalf("API after the console showed running: %+v", m)
 	}
 	b.wait("a lag sample in the chart", `Number(document.getElementById('lag-chart').dataset.samples) > 0`)
@@ -249,7 +281,7 @@ func TestConsoleAdmin(t *testing.T) {
 	// Pause and resume with the buttons.
 	b.do("pause", chromedp.Click(chromedp.CSS("#pause"), chromedp.NodeEnabled))
 	b.wait("status paused", `document.querySelector('h1').dataset.status === 'paused' && document.getElementById('control-result').textContent !== 'Pause…'`)
-	if m := s.mirror("webmirror"); m.Status != "paused" {
+	if m := getMirror(t, api, "webmirror"); m.Status != "paused" {
 		t.Fatalf("after Pause the API says %q", m.Status)
 	}
 	if msg := evalIn[string](b, `document.getElementById('control-result').className`); msg != "notice" {
@@ -257,15 +289,13 @@ func TestConsoleAdmin(t *testing.T) {
 	}
 	b.do("resume", chromedp.Click(chromedp.CSS("#resume"), chromedp.NodeEnabled))
 	b.wait("status running again", `document.querySelector('h1').dataset.status === 'running'`)
-	if m := s.mirror("webmirror"); m.Status != "running" {
+	if m := getMirror(t, api, "webmirror"); m.Status != "running" {
 		t.Fatalf("after Resume the API says %q", m.Status)
 	}
 
 	// Search the logs: only matching entries, as many as the API counts.
-	var paused struct {
-		Total int `json:"total"`
-	}
-	s.mustDo("GET", "/v1/mirrors/webmirror/logs?search=paused", nil, 200, &paused)
+	paused, err := api.MirrorLogs(callCtx(t), "webmirror", client.LogQuery{Search: "paused"})
+	must(t, err)
 	if paused.Total == 0 {
 		t.Fatal("the API has no log entry matching 'paused'")
 	}
@@ -275,12 +305,8 @@ func TestConsoleAdmin(t *testing.T) {
 			&& ms.every((r) => r.textContent.toLowerCase().includes('paused'))
 			&& document.getElementById('log-info').textContent.endsWith('of %d'); })()`, min(paused.Total, 50), paused.Total))
 	// Newest first: the first row is the newest entry.
-	var newest struct {
-		Logs []struct {
-			Message string `json:"message"`
-		} `json:"logs"`
-	}
-	s.mustDo("GET", "/v1/mirrors/webmirror/logs?search=paused&limit=1", nil, 200, &newest)
+	newest, err := api.MirrorLogs(callCtx(t), "webmirror", client.LogQuery{Search: "paused", Limit: 1})
+	must(t, err)
 	if got := evalIn[string](b, `document.querySelector('#log-table tr.log .message').textContent`); got != newest.Logs[0].Message {
 		t.Fatalf("first log row %q, newest entry %q", got, newest.Logs[0].Message)
 	}
@@ -295,10 +321,8 @@ func TestConsoleAdmin(t *testing.T) {
 	exec1(t, catalog, `INSERT INTO mirror_logs (mirror_id, level, message)
 		SELECT id, 'WARN', 'paging probe ' || g FROM mirrors, generate_series(1, 120) g WHERE name = 'webmirror'`)
 	exec1(t, catalog, `INSERT INTO mirror_logs (mirror_id, level, message) SELECT id, 'WARN', $1 FROM mirrors WHERE name = 'webmirror'`, markup)
-	var warn struct {
-		Total int `json:"total"`
-	}
-	s.mustDo("GET", "/v1/mirrors/webmirror/logs?level=WARN", nil, 200, &warn)
+	warn, err := api.MirrorLogs(callCtx(t), "webmirror", client.LogQuery{Level: "WARN"})
+	must(t, err)
 	evalIn[bool](b, `(() => { document.getElementById('log-search').value = '';
 		const l = document.getElementById('log-level'); l.value = 'WARN'; l.dispatchEvent(new Event('change')); return true; })()`)
 	b.wait("the first page of WARN entries", fmt.Sprintf(`document.getElementById('log-info').textContent === '1–50 of %d'
@@ -340,11 +364,8 @@ func TestConsoleAdmin(t *testing.T) {
 	evalIn[bool](b, `(document.getElementById('f-name').value = 'other', document.querySelector('[name="ssl_mode"]').value = 'disable', true)`)
 	b.do("submit the peer", chromedp.Click(chromedp.CSS("#peer-submit")))
 	b.wait("the new peer in the list", `location.hash === '#/peers' && document.querySelector('#peers tr[data-peer="other"]') !== null`)
-	var other struct {
-		Host    string `json:"host"`
-		SSLMode string `json:"ssl_mode"`
-	}
-	s.mustDo("GET", "/v1/peers/other", nil, 200, &other)
+	other, err := api.GetPeer(callCtx(t), "other")
+	must(t, err)
 	if other.Host != "127.0.0.1" || other.SSLMode != "disable" {
 		t.Fatalf("peer from the form: %+v", other)
 	}
@@ -364,11 +385,12 @@ func TestConsoleAdmin(t *testing.T) {
 func TestConsoleViewer(t *testing.T) {
 	t.Parallel()
 	_, _, _, s := newEnv(t, consoleSourceSQL)
-	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "viewed", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
-		"table_mappings": []map[string]any{{"source_schema": "public", "source_table": "items", "destination_schema": "public", "destination_table": "items"}},
-	}, 201, nil)
-	s.mustDo("POST", "/v1/users", map[string]any{"username": "watcher", "password": "watcher-password-1", "role": "viewer"}, 201, nil)
+	api := apiClient(t, s)
+	_, err := api.CreateMirror(callCtx(t), client.MirrorCreate{Name: "viewed", SourcePeer: "src", DestinationPeer: "dst", CDCSyncIntervalSeconds: 1,
+		TableMappings: []client.TableMapping{{SourceSchema: "public", SourceTable: "items", DestinationSchema: "public", DestinationTable: "items"}}})
+	must(t, err)
+	_, err = api.CreateUser(callCtx(t), client.UserCreate{Username: "watcher", Password: "watcher-password-1", Role: "viewer"})
+	must(t, err)
 	s.waitStatus("viewed", "running", 90*time.Second)
 	b := newBrowser(t, 3*time.Minute)
 	b.login(s.baseURL, "watcher", "watcher-password-1")
@@ -400,14 +422,12 @@ func TestConsoleViewer(t *testing.T) {
 	}
 
 	// A cut-over's steps show on the mirror's page.
-	var cut struct {
-		Cutover struct {
-			Steps []struct {
-				Name string `json:"name"`
-			} `json:"steps"`
-		} `json:"cutover"`
+	quiet := 1
+	cut, done, err := api.Cutover(callCtx(t), "viewed", client.CutoverRequest{QuietSeconds: &quiet})
+	must(t, err)
+	if !done || cut.Cutover == nil || len(cut.Cutover.Steps) == 0 {
+		t.Fatalf("cut-over: done %v, %+v", done, cut)
 	}
-	s.mustDo("POST", "/v1/mirrors/viewed/cutover", map[string]any{"quiet_seconds": 1}, 200, &cut)
 	b.do("the mirror after its cut-over", chromedp.Navigate(s.baseURL+"/ui#/mirrors/viewed"))
 	b.wait("the cut-over's steps", fmt.Sprintf(`(() => { const rows = [...document.querySelectorAll('#cutover tbody tr')];
 		return document.querySelector('h1[data-status="completed"]') !== null && rows.length === %d
