@@ -207,6 +207,25 @@ func getMirror(t *testing.T, api *client.Client, name string) *client.MirrorStat
 	return m
 }
 
+// waitLogIn waits until the mirror has a log entry with the message.
+func waitLogIn(t *testing.T, api *client.Client, name, message string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		page, err := api.MirrorLogs(callCtx(t), name, client.LogQuery{Search: message})
+		must(t, err)
+		for _, e := range page.Logs {
+			if e.Message == message {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mirror %s: no log entry %q after 30s", name, message)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // jsString quotes s as a JavaScript string literal.
 func jsString(s string) string {
 	return fmt.Sprintf("%q", s)
@@ -292,6 +311,24 @@ func TestConsoleAdmin(t *testing.T) {
 	if m := getMirror(t, api, "webmirror"); m.Status != "running" {
 		t.Fatalf("after Resume the API says %q", m.Status)
 	}
+
+	// Delete asks first; Cancel brings the buttons back and deletes nothing.
+	b.do("delete, then cancel", chromedp.Click(chromedp.CSS("#delete"), chromedp.NodeEnabled),
+		chromedp.WaitVisible(chromedp.CSS("#confirm-no")), chromedp.Click(chromedp.CSS("#confirm-no")),
+		chromedp.WaitVisible(chromedp.CSS("#pause")))
+	if m := getMirror(t, api, "webmirror"); m.Status != "running" {
+		t.Fatalf("after a cancelled delete the API says %q", m.Status)
+	}
+	// A table's Resync, confirmed: the API's answer shows and the table is
+	// copied again.
+	b.do("resync the table", chromedp.Click(chromedp.CSS(`#tables tr[data-table="public.items"] .resync-table`)),
+		chromedp.WaitVisible(chromedp.CSS("#confirm-yes")), chromedp.Click(chromedp.CSS("#confirm-yes")))
+	b.wait("the table resync's answer", `document.getElementById('control-result').className === 'notice'
+		&& document.getElementById('control-result').textContent.includes('public.items')`)
+	waitLogIn(t, api, "webmirror", "Table resync started")
+	b.wait("the table copied again", `(() => { const r = document.querySelector('#tables tr[data-table="public.items"]');
+		return document.querySelector('h1').dataset.status === 'running' && r.querySelector('.status-running') !== null
+			&& r.querySelector('.pct').textContent === '100%'; })()`)
 
 	// Search the logs: only matching entries, as many as the API counts.
 	paused, err := api.MirrorLogs(callCtx(t), "webmirror", client.LogQuery{Search: "paused"})

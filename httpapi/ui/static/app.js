@@ -248,8 +248,8 @@
           const res = await api('POST', '/v1/auth/login', { username: user.value, password: pass.value });
           sessionStorage.setItem(TOKEN_KEY, res.token);
           me = { username: res.username, role: res.role };
-          if (!location.hash || location.hash === '#/login') location.hash = '#/mirrors';
-          route();
+          // A changed hash routes by itself (hashchange).
+          if (!location.hash || location.hash === '#/login') location.hash = '#/mirrors'; else route();
         } catch (e) {
           err.textContent = e.message;
         }
@@ -341,10 +341,13 @@
     };
 
     // control sends one control request and shows its answer.
+    let busy = false; // a control request is under way
+
     const control = async (label, method, p) => {
+      busy = true;
+      updateControls(current);
       notice.className = '';
       notice.textContent = label + '…';
-      for (const b of controls.querySelectorAll('button')) b.disabled = true;
       try {
         const res = await api(method, p);
         if (!ctx.live()) return;
@@ -358,39 +361,57 @@
         if (!ctx.live()) return;
         notice.className = 'error';
         notice.textContent = label + ' failed: ' + e.message;
+      } finally {
+        busy = false;
       }
       await refresh();
       loadLogs();
     };
 
-    // confirmThen shows an inline confirmation before a destructive action.
-    const confirmThen = (question, label, action) => {
-      replace(controls,
-        el('span', { class: 'error', text: question }),
-        el('button', { type: 'button', class: 'danger', id: 'confirm-yes', text: label, onclick: action }),
-        el('button', { type: 'button', id: 'confirm-no', text: 'Cancel', onclick: () => updateControls(current, true) }));
-      controls.dataset.confirming = '1';
+    // The buttons are made once; each refresh only enables or disables
+    // them, so that a click never lands on a button being replaced.
+    const buttons = [];
+    const button = (id, label, enabled, onclick, cls) => {
+      const b = el('button', { type: 'button', id, class: cls || '', text: label, onclick });
+      b.enabledFor = enabled;
+      buttons.push(b);
+    };
+    const showButtons = () => {
+      delete controls.dataset.confirming;
+      replace(controls, buttons);
+      updateControls(current);
     };
 
-    const updateControls = (m, force) => {
-      if (!isAdmin()) { controls.hidden = true; return; }
-      if (controls.dataset.confirming && !force) return;
-      delete controls.dataset.confirming;
-      const s = m ? m.status : '';
-      const btn = (id, label, enabled, onclick, cls) =>
-        el('button', { type: 'button', id, class: cls || '', text: label, disabled: !enabled, onclick });
+    // confirmThen shows an inline confirmation before a destructive action.
+    const confirmThen = (question, label, action) => {
+      controls.dataset.confirming = '1';
       replace(controls,
-        btn('pause', 'Pause', ['running', 'snapshotting', 'initializing', 'error'].includes(s), () => control('Pause', 'POST', path + '/pause')),
-        btn('resume', 'Resume', s === 'paused', () => control('Resume', 'POST', path + '/resume')),
-        btn('retry', 'Retry now', s !== 'completed', () => control('Retry', 'POST', path + '/retry')),
-        btn('sync-schema', 'Sync schema', s !== 'completed', () => control('Sync schema', 'POST', path + '/sync-schema')),
-        btn('resync', 'Resync all tables', s !== 'completed', () => confirmThen(
-          `Resync ${name}? Every destination table is truncated and copied again.`, 'Yes, resync',
-          () => control('Resync', 'POST', path + '/resync')), 'danger'),
-        btn('delete', 'Delete', true, () => confirmThen(
-          `Delete ${name}? Its replication slot and publication are dropped; destination data stays. This cannot be undone.`,
-          'Yes, delete', () => control('Delete', 'DELETE', path)), 'danger'));
+        el('span', { class: 'error', text: question }),
+        el('button', { type: 'button', class: 'danger', id: 'confirm-yes', text: label, onclick: () => { showButtons(); action(); } }),
+        el('button', { type: 'button', id: 'confirm-no', text: 'Cancel', onclick: showButtons }));
+      controls.scrollIntoView({ block: 'nearest' });
     };
+
+    const updateControls = (m) => {
+      if (!isAdmin()) { controls.hidden = true; return; }
+      const s = m ? m.status : '';
+      for (const b of buttons) b.disabled = busy || !m || !b.enabledFor(s);
+    };
+
+    if (isAdmin()) {
+      const notDone = (s) => s !== 'completed';
+      button('pause', 'Pause', (s) => ['running', 'snapshotting', 'initializing', 'error'].includes(s), () => control('Pause', 'POST', path + '/pause'));
+      button('resume', 'Resume', (s) => s === 'paused', () => control('Resume', 'POST', path + '/resume'));
+      button('retry', 'Retry now', notDone, () => control('Retry', 'POST', path + '/retry'));
+      button('sync-schema', 'Sync schema', notDone, () => control('Sync schema', 'POST', path + '/sync-schema'));
+      button('resync', 'Resync all tables', notDone, () => confirmThen(
+        `Resync ${name}? Every destination table is truncated and copied again.`, 'Yes, resync',
+        () => control('Resync', 'POST', path + '/resync')), 'danger');
+      button('delete', 'Delete', () => true, () => confirmThen(
+        `Delete ${name}? Its replication slot and publication are dropped; destination data stays. This cannot be undone.`,
+        'Yes, delete', () => control('Delete', 'DELETE', path)), 'danger');
+      showButtons();
+    }
 
     const resyncTable = (table) => confirmThen(
       `Resync table ${table}? It is truncated on the destination and copied again.`, 'Yes, resync table',
