@@ -59,6 +59,8 @@ func newBrowser(t *testing.T, timeout time.Duration) *browser {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
+		// Containers often have a small /dev/shm, which crashes Chromium.
+		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1200, 800),
 	)
