@@ -476,3 +476,34 @@ func TestConsoleViewer(t *testing.T) {
 	b.screenshot("cutover")
 	b.noPageErrors()
 }
+
+// TestConsoleSnapshotScreenshot pictures a mirror's page while its snapshot
+// runs (progress bars part way). It only makes the documentation's picture:
+// it runs when PGMIRROR_SCREENSHOTS is set.
+func TestConsoleSnapshotScreenshot(t *testing.T) {
+	if os.Getenv("PGMIRROR_SCREENSHOTS") == "" {
+		t.Skip("set PGMIRROR_SCREENSHOTS=docs/img to make the console's pictures")
+	}
+	_, _, _, s := newEnv(t, `CREATE TABLE orders (id bigint PRIMARY KEY, item text, qty int);
+		CREATE TABLE customers (id bigint PRIMARY KEY, name text);
+		CREATE TABLE events (id bigint PRIMARY KEY, payload text);
+		INSERT INTO orders SELECT g, 'item ' || g, g % 7 FROM generate_series(1, 1500000) g;
+		INSERT INTO customers SELECT g, 'customer ' || g FROM generate_series(1, 300000) g;
+		INSERT INTO events SELECT g, repeat('x', 40) FROM generate_series(1, 1500000) g;
+		ANALYZE`)
+	api := apiClient(t, s)
+	b := newBrowser(t, 3*time.Minute)
+	b.login(s.baseURL, "admin", testAdminPassword)
+	var maps []client.TableMapping
+	for _, table := range []string{"customers", "orders", "events"} {
+		maps = append(maps, client.TableMapping{SourceSchema: "public", SourceTable: table, DestinationSchema: "public", DestinationTable: table})
+	}
+	_, err := api.CreateMirror(callCtx(t), client.MirrorCreate{Name: "shop", SourcePeer: "src", DestinationPeer: "dst",
+		TableMappings: maps, SnapshotNumTablesInParallel: 1, SnapshotNumRowsPerPartition: 50000, SnapshotMaxParallelWorkers: 1})
+	must(t, err)
+	b.do("the mirror's page", chromedp.Navigate(s.baseURL+"/ui#/mirrors/shop"))
+	b.wait("a snapshot part way", `[...document.querySelectorAll('#tables progress')].some((p) => p.value > 0.1 && p.value < 0.9)`)
+	evalIn[bool](b, `(document.getElementById('tables').parentNode.scrollIntoView(), true)`)
+	b.screenshot("snapshot")
+	b.noPageErrors()
+}

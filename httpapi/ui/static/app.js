@@ -457,7 +457,7 @@
           : el('span', {}, el('progress', { max: 1, value: p, 'aria-label': 'snapshot progress of ' + t.table_name }),
             ' ', el('span', { class: 'pct', text: Math.floor(p * 100) + '%' }));
         return el('tr', { 'data-table': t.table_name },
-          el('td', { text: t.table_name }), el('td', {}, statusBadge(t.status)), el('td', {}, progress),
+          el('td', { text: t.table_name }), el('td', {}, statusBadge(t.status)), el('td', { class: 'progress' }, progress),
           el('td', { class: 'num', text: fmtNum(t.rows_synced) }),
           el('td', { class: 'num', text: fmtNum(t.rows_estimated) }),
           el('td', { class: 'num', text: fmtNum(t.rows_inserted) }),
