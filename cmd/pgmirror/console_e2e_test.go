@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"image/png"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -431,6 +432,18 @@ func TestConsoleViewer(t *testing.T) {
 	_, err = api.CreateUser(callCtx(t), client.UserCreate{Username: "watcher", Password: "watcher-password-1", Role: "viewer"})
 	must(t, err)
 	s.waitStatus("viewed", "running", 90*time.Second)
+
+	// The console's files through the real server: their types, the
+	// Content-Security-Policy and nosniff, no token needed.
+	for path, ctype := range map[string]string{"/ui": "text/html; charset=utf-8", "/ui/app.js": "text/javascript; charset=utf-8", "/ui/app.css": "text/css; charset=utf-8"} {
+		resp, err := http.Get(s.baseURL + path)
+		must(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != ctype || resp.Header.Get("X-Content-Type-Options") != "nosniff" ||
+			!strings.HasPrefix(resp.Header.Get("Content-Security-Policy"), "default-src 'self'") {
+			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, resp.Header)
+		}
+	}
 	b := newBrowser(t, 3*time.Minute)
 	b.login(s.baseURL, "watcher", "watcher-password-1")
 
