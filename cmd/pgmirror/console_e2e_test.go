@@ -340,10 +340,11 @@ func TestConsoleAdmin(t *testing.T) {
 		t.Fatal("the API has no log entry matching 'paused'")
 	}
 	b.do("search the logs", chromedp.SendKeys(chromedp.CSS("#log-search"), "paused"), chromedp.Click(chromedp.CSS("#log-apply")))
+	// (Entries can only be added meanwhile: the page may count more.)
 	b.wait("the search's entries", fmt.Sprintf(`(() => { const ms = [...document.querySelectorAll('#log-table tr.log')];
-		return ms.length === %d && ms.some((r) => r.querySelector('.message').textContent === 'Mirror paused')
-			&& ms.every((r) => r.textContent.toLowerCase().includes('paused'))
-			&& document.getElementById('log-info').textContent.endsWith('of %d'); })()`, min(paused.Total, 50), paused.Total))
+		const total = Number((/of (\d+)$/.exec(document.getElementById('log-info').textContent) || [])[1]);
+		return total >= %d && ms.length === Math.min(total, 50) && ms.some((r) => r.querySelector('.message').textContent === 'Mirror paused')
+			&& ms.every((r) => r.textContent.toLowerCase().includes('paused')); })()`, paused.Total))
 	// Newest first: the first row is the newest entry.
 	newest, err := api.MirrorLogs(callCtx(t), "webmirror", client.LogQuery{Search: "paused", Limit: 1})
 	must(t, err)
@@ -365,16 +366,16 @@ func TestConsoleAdmin(t *testing.T) {
 	must(t, err)
 	evalIn[bool](b, `(() => { document.getElementById('log-search').value = '';
 		const l = document.getElementById('log-level'); l.value = 'WARN'; l.dispatchEvent(new Event('change')); return true; })()`)
-	b.wait("the first page of WARN entries", fmt.Sprintf(`document.getElementById('log-info').textContent === '1–50 of %d'
+	b.wait("the first page of WARN entries", fmt.Sprintf(`Number((/^1–50 of (\d+)$/.exec(document.getElementById('log-info').textContent) || [])[1]) >= %d
 		&& document.querySelector('#log-table tr.log .message').textContent === %s && document.getElementById('log-newer').disabled`, warn.Total, jsString(markup)))
 	if injected := evalIn[bool](b, `document.getElementById('injected') !== null || window.injected === 1`); injected {
 		t.Fatal("a log message was put into the page as markup")
 	}
 	b.do("older", chromedp.Click(chromedp.CSS("#log-older"), chromedp.NodeEnabled))
-	b.wait("the second page", fmt.Sprintf(`document.getElementById('log-info').textContent === '51–100 of %d'
-		&& document.querySelectorAll('#log-table tr.log').length === 50 && !document.getElementById('log-newer').disabled`, warn.Total))
+	b.wait("the second page", `document.getElementById('log-info').textContent.startsWith('51–100 of ')
+		&& document.querySelectorAll('#log-table tr.log').length === 50 && !document.getElementById('log-newer').disabled`)
 	b.do("newer", chromedp.Click(chromedp.CSS("#log-newer"), chromedp.NodeEnabled))
-	b.wait("the first page again", fmt.Sprintf(`document.getElementById('log-info').textContent === '1–50 of %d'`, warn.Total))
+	b.wait("the first page again", `document.getElementById('log-info').textContent.startsWith('1–50 of ')`)
 
 	// The mirrors list shows it with its status.
 	b.do("mirrors list", chromedp.Navigate(s.baseURL+"/ui#/mirrors"))
