@@ -117,6 +117,9 @@ type Config struct {
 	// source database (one connection and one poll for all of them);
 	// without it the run does so on a source connection of its own.
 	SourceWatch *SourceWatch
+	// Holder, when set, lets a verification hold the run for an instant at
+	// a source position (see Holder).
+	Holder Holder
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -485,6 +488,9 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 	case capture.EventBegin:
 		if r.cfg.StopAt != 0 && ev.LSN >= r.cfg.StopAt {
 			return errStopReached
+		}
+		if err := r.maybeHold(ctx, ev.LSN); err != nil {
+			return err
 		}
 		r.inTx = true
 		r.txLSN = ev.LSN
