@@ -130,16 +130,20 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 	if err != nil {
 		return err
 	}
-	return tablesync.Run(ctx, tablesync.Config{
+	existing, taken := r.existingRows(m, targets)
+	err = tablesync.Run(ctx, tablesync.Config{
 		Source:             srcCfg,
 		Dest:               dstCfg,
 		SnapshotName:       info.SnapshotName,
 		Tables:             toMappings(targets),
+		Existing:           existing,
+		Taken:              taken,
 		RowsPerPartition:   m.SnapshotNumRowsPerPartition,
 		MaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		TablesInParallel:   m.SnapshotNumTablesInParallel,
 		Logger:             r.logger,
 	}, rep)
+	return explainExistingRows(m, err)
 }
 
 // tempSlotName names the temporary slot of a table copy: unique per mirror

@@ -12,6 +12,9 @@ COMMENT ON COLUMN mirrors.existing_destination_rows IS 'What the first copy of a
 -- or a full resync was requested. From then on the rows are the mirror's and
 -- a copy truncates the table first.
 ALTER TABLE mirror_tables ADD COLUMN destination_taken_at timestamptz;
+-- Tables copied (or being copied) before this column existed were truncated
+-- by their copy: they are taken over.
+UPDATE mirror_tables SET destination_taken_at = coalesce(last_synced_at, now()) WHERE status <> 'pending';
 COMMENT ON COLUMN mirror_tables.destination_taken_at IS 'When the mirror took the destination table over (its first copy checked or emptied it, or a full resync was requested); NULL before: the first copy follows mirrors.existing_destination_rows.';
 
 -- TRUNCATEs of the source table applied on the destination by CDC.
