@@ -47,6 +47,31 @@ func (r *mirrorRun) existingRows(m db.Mirror, tables []db.MirrorTable) (map[chan
 	return existing, taken
 }
 
+// refusedCopy handles the end of a copy of tables: when err is a refusal of
+// destination rows, nothing was truncated or copied, so the tables of their
+// first copy go back to pending (a table being copied blocks pause, and
+// pausing is how existing_destination_rows is changed), and the error says
+// what the operator can do. Other errors are returned as they are.
+func (r *mirrorRun) refusedCopy(ctx context.Context, m db.Mirror, tables []db.MirrorTable, err error) error {
+	var refused *tablesync.ExistingRowsError
+	var noKey *tablesync.NoPrimaryKeyError
+	if !errors.As(err, &refused) && !errors.As(err, &noKey) {
+		return err
+	}
+	var first []int64
+	for _, t := range tables {
+		if t.DestinationTakenAt == nil && t.ResyncRequestedAt == nil {
+			first = append(first, t.ID)
+		}
+	}
+	if len(first) > 0 {
+		if serr := r.store.MirrorTablesSetStatus(ctx, m.ID, first, db.TableStatusPending); serr != nil {
+			r.logger.Warn("set refused tables back to pending", "error", serr)
+		}
+	}
+	return explainExistingRows(m, err)
+}
+
 // explainExistingRows adds to a copy's refusal of destination rows what
 // the operator can do about it.
 func explainExistingRows(m db.Mirror, err error) error {

@@ -378,7 +378,7 @@ func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 		DestConn:   dst,
 	}, rep)
 	if err != nil {
-		return explainExistingRows(m, err)
+		return r.refusedCopy(ctx, m, tables, err)
 	}
 	if err := positions.SnapshotTaken(ctx, dst, m.UID, info.ConsistentPoint, m.LastSyncBatchID); err != nil {
 		return err

@@ -143,7 +143,7 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 		TablesInParallel:   m.SnapshotNumTablesInParallel,
 		Logger:             r.logger,
 	}, rep)
-	return explainExistingRows(m, err)
+	return r.refusedCopy(ctx, m, targets, err)
 }
 
 // tempSlotName names the temporary slot of a table copy: unique per mirror
