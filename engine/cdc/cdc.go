@@ -281,6 +281,11 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if cfg.StopAt != 0 && heartbeatEvery == 0 {
 		return ErrStopAtUnsupported
 	}
+	// Read before src is handed to the source watcher.
+	confirmed, err := slotConfirmed(ctx, src, cfg.SlotName)
+	if err != nil {
+		return err
+	}
 	source := watchSourcePosition(ctx, src, heartbeatEvery, logger)
 	defer source.stop()
 	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, applied: applied, batchID: batchID,
@@ -289,6 +294,9 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		r.skip[t] = true
 	}
 	r.floor = r.lowest()
+	// Nothing is pending before the stream's start, nor before the slot's
+	// confirmed position (the source never sends what precedes it).
+	source.begin(max(r.floor, confirmed))
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
