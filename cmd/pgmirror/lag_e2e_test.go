@@ -59,7 +59,7 @@ func TestLagIdleAndPaused(t *testing.T) {
 	idle("after the copy", 12*time.Second)
 	for i := range 2 {
 		s.kill()
-		time.Sleep(time.Duration(i) * 3 * time.Second)
+		time.Sleep(time.Duration(i) * 20 * time.Second)
 		s = startService(t, catalog)
 		// Until a worker streams the mirror again (River hands a killed
 		// process's job over after a while), lag_seconds is the slot's

@@ -294,9 +294,6 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		r.skip[t] = true
 	}
 	r.floor = r.lowest()
-	// Nothing is pending before the stream's start, nor before the slot's
-	// confirmed position (the source never sends what precedes it).
-	source.begin(max(r.floor, confirmed))
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
@@ -307,6 +304,10 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	}
 	defer stream.Close()
 	r.stream = stream
+	// Nothing is pending before the stream's start, nor before the slot's
+	// confirmed position (the source never sends what precedes it). The
+	// heartbeats start now that the stream is open.
+	source.begin(max(r.floor, confirmed))
 	r.flush = startFlushWatcher(ctx, flushConn, cfg.MirrorUID)
 	defer r.flush.stop()
 	logger.Info("CDC started", "lsn", applied.String(), "start_lsn", r.floor.String(), "batch_id", batchID,
