@@ -151,8 +151,9 @@ type Reporter interface {
 // LagReporter may also be implemented by a Reporter to be told, about every
 // second, how far the mirror is behind: lag is the time since the source
 // commit of the oldest transaction not yet applied (a transaction of the
-// open batch, or a heartbeat written on the source and not yet received),
-// 0 when the run has applied everything it knows of; appliedCommit is the
+// open batch, or a heartbeat written on the source, while it had WAL the
+// run had not received, and not yet received), 0 when nothing is pending;
+// appliedCommit is the
 // source commit time of the last transaction applied (or empty, or skipped),
 // zero before the first.
 type LagReporter interface {
