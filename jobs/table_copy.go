@@ -23,7 +23,9 @@ const reasonCopied stopReason = "copied"
 // mirror) while CDC keeps replicating the mirror's other tables.
 //
 // A temporary slot exports a snapshot at its consistent point P; every
-// target is truncated and copied as of that snapshot, and its position P is
+// target is truncated (a table's first copy: checked against the mirror's
+// existing_destination_rows, see existingRows) and copied as of that
+// snapshot, and its position P is
 // recorded on the destination (_pgmirror.table_positions) before the table
 // is marked running. Meanwhile a CDC phase runs with the targets skipped and
 // the mirror slot's confirmed position held, so the slot still has every

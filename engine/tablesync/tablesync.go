@@ -153,8 +153,9 @@ var errDestinationFailed = errors.New("destination COPY failed")
 
 // Run copies every table of cfg from the source to the destination.
 //
-// It plans every table (reading the source in the snapshot), truncates all
-// destination tables of the run (a restarted snapshot starts clean), and
+// It plans every table (reading the source in the snapshot), checks and
+// truncates the destination tables of the run as cfg.Existing says (by
+// default all: a restarted snapshot starts clean), and
 // copies each table in partitions of about cfg.RowsPerPartition rows (per
 // leaf partition of a partitioned table): at most cfg.MaxParallelWorkers
 // streams at once, from at most cfg.TablesInParallel tables at once, and of
@@ -264,8 +265,8 @@ type run struct {
 }
 
 // prepare plans every table in the snapshot on first's connections
-// (connecting them unless they are borrowed), truncates the destination
-// tables and returns the tables in waves to copy one after the other: one
+// (connecting them unless they are borrowed), checks and truncates the
+// destination tables (prepareDestination) and returns the tables in waves to copy one after the other: one
 // wave when the copy may run with session_replication_role = replica (the
 // workers then set it), otherwise waves in the order of the destination's
 // foreign keys.
