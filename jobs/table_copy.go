@@ -25,9 +25,8 @@ const reasonCopied stopReason = "copied"
 // A temporary slot exports a snapshot at its consistent point P; every
 // target is truncated (a table's first copy: checked against the mirror's
 // existing_destination_rows, see existingRows) and copied as of that
-// snapshot, and its position P is
-// recorded on the destination (_pgmirror.table_positions) before the table
-// is marked running. Meanwhile a CDC phase runs with the targets skipped and
+// snapshot, and its position P is recorded on the destination
+// (_pgmirror.table_positions) before the table is marked running. Meanwhile a CDC phase runs with the targets skipped and
 // the mirror slot's confirmed position held, so the slot still has every
 // transaction after P. When the copy is done the CDC phase stops at a batch
 // boundary and the next one starts at P: it applies the targets' changes
