@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgmirror/pgmirror/db/pgtest"
 )
 
@@ -34,7 +36,10 @@ func TestLagIdleAndPaused(t *testing.T) {
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
 	exec1(t, src, `CREATE TABLE public.l (id int PRIMARY KEY, v text);
 		INSERT INTO public.l SELECT g, 'v' FROM generate_series(1, 20000) g`)
-	s := startService(t, catalog)
+	// The slot monitor reads every second: the lag of a mirror whose worker
+	// does not measure follows the source within a second.
+	env := "SERVICE_SLOT_MONITOR_INTERVAL=1s"
+	s := startService(t, catalog, env)
 	s.createPeer("src", src)
 	s.createPeer("dst", dst)
 	s.mustDo("POST", "/v1/mirrors", mirrorRequest("lag", "", "l"), 201, nil)
@@ -60,7 +65,7 @@ func TestLagIdleAndPaused(t *testing.T) {
 	for i := range 2 {
 		s.kill()
 		time.Sleep(time.Duration(i) * 20 * time.Second)
-		s = startService(t, catalog)
+		s = startService(t, catalog, env)
 		// Until a worker streams the mirror again (River hands a killed
 		// process's job over after a while), lag_seconds is the slot's
 		// upper bound: watch from when the stream is back.
@@ -93,11 +98,46 @@ func TestLagIdleAndPaused(t *testing.T) {
 	}
 	s.mustDo("POST", "/v1/mirrors/lag/resume", nil, 200, nil)
 	waitEqual(t, src, dst, "public.l", "public.l", "id, v", 30*time.Second)
-	deadline = time.Now().Add(15 * time.Second)
-	for lag := s.lagSeconds("lag"); lag != 0; lag = s.lagSeconds("lag") {
+	backToZero := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for lag := s.lagSeconds("lag"); lag != 0; lag = s.lagSeconds("lag") {
+			if time.Now().After(deadline) {
+				t.Fatalf("lag_seconds %.3f %s, want 0", lag, what)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	backToZero("after resuming and catching up")
+
+	// A real backlog shows its age: the destination table is locked, so
+	// the batch with a new change waits; once the lock goes, 0 again.
+	lock, err := pgx.Connect(t.Context(), dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(t.Context())
+	if _, err := lock.Exec(t.Context(), `BEGIN; LOCK TABLE public.l IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Now()
+	exec1(t, src, `UPDATE public.l SET v = 'blocked' WHERE id = 1`)
+	// The worker stops measuring while its batch waits: its last 0 is
+	// dropped after 5 s and the slot's reading (every second) takes over.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		lag := s.lagSeconds("lag")
+		if lag >= 3 && lag >= time.Since(written).Seconds()-2 {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lag_seconds %.3f after resuming and catching up, want 0", lag)
+			t.Fatalf("lag_seconds %.3f %s after a change that waits for a lock, want its age", lag, time.Since(written))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	if _, err := lock.Exec(t.Context(), `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	waitEqual(t, src, dst, "public.l", "public.l", "id, v", 60*time.Second)
+	backToZero("after the lock was released")
 }
