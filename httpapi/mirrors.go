@@ -204,7 +204,7 @@ type SlotHealth struct {
 	SlotLagBytes  *int64     `json:"slot_lag_bytes" doc:"WAL bytes the source keeps for this mirror (current WAL position minus the slot's confirmed_flush_lsn). Growing while running means the mirror falls behind; the source's disk fills by this much."`
 	SlotWALStatus *string    `json:"slot_wal_status" doc:"wal_status of the slot on the source: reserved or extended is healthy, unreserved means WAL is about to be removed, lost means it was; missing means the slot does not exist."`
 	SlotCheckedAt *time.Time `json:"slot_checked_at" doc:"When the slot was last read; an old value means the source could not be reached."`
-	LagSeconds    *float64   `json:"lag_seconds" doc:"Seconds since the source commit of the oldest change the mirror has not applied yet; 0 when caught up; null when unknown. While the mirror streams, its worker's measure (heartbeats keep it true on an idle source); otherwise the time since the last applied commit while the slot holds unconfirmed WAL (an upper bound). See docs/observability.md."`
+	LagSeconds    *float64   `json:"lag_seconds" doc:"Seconds since the source commit of the oldest change the mirror has not applied yet; 0 when nothing is pending; null when unknown. While the mirror streams, its worker's measure, taken every second (heartbeats keep it true on an idle source); otherwise, and when the worker's last 0 is more than 5 s old, the time since the last applied commit while the slot holds unconfirmed WAL (an upper bound). The rule is in docs/status.md (Lag)."`
 }
 
 func slotHealthResponse(m db.Mirror) SlotHealth {
