@@ -27,7 +27,9 @@ func TestExistingRowsRefusedByWorker(t *testing.T) {
 	s.waitMirror("w", "a failure to reach the missing database", 30*time.Second, func(m fullStatus) bool { return m.Status == "error" })
 
 	exec1(t, dst, "CREATE DATABASE "+later[strings.LastIndex(later, "/")+1:])
-	t.Cleanup(func() { pgtest.Exec(t, dst, "DROP DATABASE IF EXISTS "+later[strings.LastIndex(later, "/")+1:]+" WITH (FORCE)") })
+	t.Cleanup(func() {
+		pgtest.Exec(t, dst, "DROP DATABASE IF EXISTS "+later[strings.LastIndex(later, "/")+1:]+" WITH (FORCE)")
+	})
 	exec1(t, later, `CREATE TABLE public.o (id int PRIMARY KEY, v text); INSERT INTO public.o VALUES (1, 'live')`)
 	s.mustDo("POST", "/v1/mirrors/w/retry", nil, 200, nil)
 	m := s.waitMirror("w", "the snapshot refused", 60*time.Second, func(m fullStatus) bool {
