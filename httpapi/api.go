@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/httpapi/ui"
 )
 
 // Config configures the API handler.
@@ -130,6 +131,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerAudit(api)
 	foldPatternDescriptions(api.OpenAPI())
 	mux.HandleFunc("GET /docs", serveDocs)
+	ui.Register(mux)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}
