@@ -127,6 +127,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerMirrors(api)
 	h.registerControl(api)
 	h.registerCutover(api)
+	h.registerVerify(api)
 	h.registerLogs(api)
 	h.registerAudit(api)
 	foldPatternDescriptions(api.OpenAPI())

@@ -615,6 +615,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		BatchSize:        m.CDCBatchSize,
 		SyncInterval:     time.Duration(m.CDCSyncIntervalSeconds) * time.Second,
 		HeartbeatTimeout: r.cfg.HeartbeatTimeout,
+		Holder:           r.holder(),
 		Logger:           r.logger,
 	}, nil
 }
@@ -919,4 +920,12 @@ func (s *snapshotReporter) totalPartitions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.partitions
+}
+
+// holder is the run's hold for verifications (nil when the run has none).
+func (r *mirrorRun) holder() cdc.Holder {
+	if r.hold == nil {
+		return nil
+	}
+	return r.hold
 }

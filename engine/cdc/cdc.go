@@ -112,6 +112,9 @@ type Config struct {
 	// (EmitMarker) and passes its position, so that such a transaction
 	// always comes. Needs PostgreSQL 14 or later on the source.
 	StopAt change.LSN
+	// Holder, when set, lets a verification hold the run for an instant at
+	// a source position (see Holder).
+	Holder Holder
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -482,6 +485,9 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 	case capture.EventBegin:
 		if r.cfg.StopAt != 0 && ev.LSN >= r.cfg.StopAt {
 			return errStopReached
+		}
+		if err := r.maybeHold(ctx, ev.LSN); err != nil {
+			return err
 		}
 		r.inTx = true
 		r.txLSN = ev.LSN
