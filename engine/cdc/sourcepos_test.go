@@ -60,6 +60,8 @@ func TestSourceWatchShared(t *testing.T) {
 	a := w.join(cfg, 200*time.Millisecond, nil)
 	b := w.join(cfg, 200*time.Millisecond, nil)
 	require.Equal(t, 1, w.Sources())
+	a.begin(0) // the streams started: heartbeats may be written
+	b.begin(0)
 
 	writer, err := pgx.Connect(ctx, src)
 	require.NoError(t, err)

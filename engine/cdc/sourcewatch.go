@@ -83,7 +83,7 @@ func (w *SourceWatch) join(cfg *pgx.ConnConfig, heartbeatEvery time.Duration, lo
 		w.sources[key] = s
 		go s.run()
 	}
-	p := &sourcePosition{shared: s, stopped: make(chan struct{}), log: log}
+	p := &sourcePosition{shared: s, stopped: make(chan struct{}), log: log, begun: make(chan struct{})}
 	p.end.Store(s.end.Load())
 	s.mu.Lock()
 	s.subs[p] = struct{}{}
@@ -169,8 +169,19 @@ func (s *sharedSource) poll(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// beat writes one heartbeat and hands it to every run of the source.
+// beat writes one heartbeat and hands it to every run of the source whose
+// stream has begun (none have: no heartbeat).
 func (s *sharedSource) beat(ctx context.Context, conn *pgx.Conn) {
+	s.mu.Lock()
+	begun := false
+	for p := range s.subs {
+		begun = begun || p.hasBegun()
+	}
+	s.mu.Unlock()
+	if !begun {
+		return
+	}
+	before := readInsertPosition(ctx, conn)
 	s.lastHeartbeat = time.Now()
 	lsn, err := writeHeartbeat(ctx, conn)
 	if err != nil {
@@ -181,10 +192,13 @@ func (s *sharedSource) beat(ctx context.Context, conn *pgx.Conn) {
 		s.heartbeatEvery = 0
 		return
 	}
+	after := readInsertPosition(ctx, conn)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for p := range s.subs {
-		p.addHeartbeat(heartbeat{lsn: lsn, at: s.lastHeartbeat})
+		if p.hasBegun() {
+			p.addHeartbeat(lsn, s.lastHeartbeat, before, after)
+		}
 	}
 }
 
