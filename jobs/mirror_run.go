@@ -87,7 +87,10 @@ type mirrorRun struct {
 	lockMu   sync.Mutex
 	lock     *db.MirrorLock
 	lockLost atomic.Bool // CDC goes on without the lock while the catalog is unreachable
-	logs     logKeeper   // log entries the catalog could not take yet
+	// lagWritten: the run's first lag measure is in the catalog; later
+	// ones go through the replica's lag writer (status_writer.go).
+	lagWritten atomic.Bool
+	logs       logKeeper // log entries the catalog could not take yet
 
 	stopMu     sync.Mutex
 	cdcBegun   chan struct{} // signalled when a CDC phase begins: control is checked then

@@ -90,11 +90,18 @@ func (r *mirrorRun) recordSequencesSynced(ctx context.Context, at time.Time) err
 // recordLag hands a lag measure to the replica's lag writer, or writes it
 // at once when there is none (tests that build a run by hand).
 func (r *mirrorRun) recordLag(ctx context.Context, lagSeconds float64, at, applied time.Time) error {
-	if r.cfg.lags != nil {
+	// A run's first measure is written at once: until then the catalog
+	// holds the measure of the previous run (before a restart), which a
+	// reader would take for stale.
+	if r.cfg.lags != nil && r.lagWritten.Load() {
 		r.cfg.lags.add(db.LagMeasure{MirrorID: r.mirrorID, LagSeconds: lagSeconds, MeasuredAt: at, AppliedCommit: applied})
 		return nil
 	}
-	return r.store.MirrorRecordLag(ctx, r.mirrorID, lagSeconds, at, applied)
+	err := r.store.MirrorRecordLag(ctx, r.mirrorID, lagSeconds, at, applied)
+	if err == nil {
+		r.lagWritten.Store(true)
+	}
+	return err
 }
 
 // emptyProgressEvery is how often at most the position reached by batches
