@@ -1,0 +1,170 @@
+package cdc_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
+)
+
+// reversed returns a bundle that replicates b's destination back into b's
+// source (a publication and slot on b's destination), both runs marking
+// their writes with their own origins.
+func reversed(t *testing.T, b *testBundle) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	n := nameSeq.Add(1)
+	slot := fmt.Sprintf("cdc_test_%d_%d", os.Getpid(), n)
+	pub := slot + "_pub"
+	conn, err := pgx.Connect(ctx, b.dst)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var tables []change.TableName
+	mappings := make([]change.Mapping, len(b.cfg.Tables))
+	for i, m := range b.cfg.Tables {
+		mappings[i] = change.Mapping{Source: m.Destination, Destination: m.Source}
+		tables = append(tables, m.Destination)
+	}
+	_, err = capture.EnsurePublication(ctx, conn, pub, tables)
+	require.NoError(t, err)
+	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, b.dst).Config)
+	require.NoError(t, err)
+	_, err = capture.CreateSlot(ctx, repl, slot, false)
+	require.NoError(t, err)
+	require.NoError(t, repl.Close(ctx))
+	r := &testBundle{src: b.dst, dst: b.src, rep: &recorder{}, cfg: b.cfg}
+	r.cfg.MirrorUID = fmt.Sprintf("mirror-%d", n)
+	r.cfg.Source, r.cfg.Dest = b.cfg.Dest, b.cfg.Source
+	r.cfg.SlotName, r.cfg.PublicationName = slot, pub
+	r.cfg.Tables = mappings
+	r.cfg.Origin = origin.Name(r.cfg.MirrorUID)
+	return r
+}
+
+// TestOppositeMirrorsDoNotLoop runs two mirrors in opposite directions over
+// one table while both sides write to it: each applies exactly the changes
+// written on its source (none comes back through the other), both sides
+// end equal, and nothing moves any more once the writes stop.
+func TestOppositeMirrorsDoNotLoop(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.items (id int PRIMARY KEY, side text NOT NULL, n int NOT NULL);
+		CREATE TABLE public.scratch (id int PRIMARY KEY)`
+	ab := setup(t, ddl, ddl, same("public", "items"), same("public", "scratch"))
+	ab.cfg.Origin = origin.Name(ab.cfg.MirrorUID)
+	ba := reversed(t, ab)
+	dropOrigins(t, ab.dst, ab.cfg.MirrorUID)
+	dropOrigins(t, ab.src, ba.cfg.MirrorUID)
+	rab, rba := ab.start(t), ba.start(t)
+
+	// Each side writes its own keys (odd on a, even on b) in many small
+	// transactions at once: 40 inserts, 40 updates and 10 deletes each,
+	// plus one truncate of scratch on a.
+	write := func(url, side string, first int) {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, url)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		for i := range 40 {
+			id := first + 2*i
+			_, err := conn.Exec(ctx, `INSERT INTO items VALUES ($1, $2, 0)`, id, side)
+			require.NoError(t, err)
+			_, err = conn.Exec(ctx, `UPDATE items SET n = n + 1 WHERE id = $1`, id)
+			require.NoError(t, err)
+			if i%4 == 0 {
+				_, err = conn.Exec(ctx, `DELETE FROM items WHERE id = $1`, id)
+				require.NoError(t, err)
+			}
+		}
+	}
+	pgtest.Exec(t, ab.src, `INSERT INTO scratch SELECT generate_series(1, 5)`)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); write(ab.src, "a", 1) }()
+	go func() { defer wg.Done(); write(ab.dst, "b", 2) }()
+	wg.Wait()
+	pgtest.Exec(t, ab.src, `TRUNCATE scratch`)
+
+	// Both sides end with 30 rows of each: a's reach b and b's reach a.
+	for _, url := range []string{ab.src, ab.dst} {
+		require.Eventually(t, func() bool {
+			conn, err := pgx.Connect(context.Background(), url)
+			if err != nil {
+				return false
+			}
+			defer conn.Close(context.Background())
+			var n int
+			return conn.QueryRow(context.Background(), `SELECT count(*) FROM items`).Scan(&n) == nil && n == 60
+		}, 60*time.Second, 100*time.Millisecond)
+	}
+	ab.waitEqual(t, rab, `SELECT * FROM items`, `SELECT * FROM items`)
+	ab.waitEqual(t, rab, `SELECT * FROM scratch`, `SELECT * FROM scratch`)
+	// Looping changes would keep coming back; give them time to show.
+	time.Sleep(3 * time.Second)
+	require.NoError(t, rab.halt(t))
+	require.NoError(t, rba.halt(t))
+
+	abCounts, baCounts := allCounts(ab.rep), allCounts(ba.rep)
+	require.Equal(t, change.Counts{Inserted: 40, Updated: 40, Deleted: 10}, abCounts["public.items"], "a to b applied a's writes only")
+	require.Equal(t, change.Counts{Inserted: 40, Updated: 40, Deleted: 10}, baCounts["public.items"], "b to a applied b's writes only")
+	require.Equal(t, change.Counts{Inserted: 5, Truncated: 1}, abCounts["public.scratch"])
+	require.Zero(t, baCounts["public.scratch"], "b to a carried nothing of scratch: its rows and truncate came from a")
+	ab.waitEqual(t, nil, `SELECT * FROM items`, `SELECT * FROM items`)
+	conn, err := pgx.Connect(context.Background(), ab.src)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `SELECT side || count(*) FROM items GROUP BY side ORDER BY side`)
+	require.NoError(t, err)
+	sides, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"a30", "b30"}, sides)
+
+	// The origins exist on each destination under the mirrors' names.
+	for _, c := range []struct{ url, name string }{{ab.dst, ab.cfg.Origin}, {ab.src, ba.cfg.Origin}} {
+		conn, err := pgx.Connect(context.Background(), c.url)
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_origin WHERE roname = $1`, c.name).Scan(&n))
+		conn.Close(context.Background())
+		require.Equal(t, 1, n, "origin %s", c.name)
+	}
+}
+
+// allCounts sums every count of every batch, truncates included, by source
+// table.
+func allCounts(r *recorder) map[string]change.Counts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]change.Counts{}
+	for _, b := range r.batches {
+		for table, c := range b.Tables {
+			o := out[table.String()]
+			o.Add(c)
+			out[table.String()] = o
+		}
+	}
+	return out
+}
+
+// dropOrigins drops the origins of mirror uid on the database at url when
+// the test ends (origins belong to the cluster, not the database).
+func dropOrigins(t *testing.T, url, uid string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_ = origin.DropMirror(ctx, conn, uid)
+	})
+}
