@@ -83,6 +83,12 @@ type mirrorRun struct {
 	cdcStop    chan struct{} // non-nil while the CDC phase runs
 	stopReason stopReason
 	copying    map[int64]bool // mirror tables being copied beside CDC
+
+	// markWrites says that the destination user may use replication
+	// origins: pgmirror's writes there are marked (engine/origin), checked
+	// by every prepare; originWarned that the run logged that it may not.
+	markWrites   bool
+	originWarned bool
 }
 
 func (r *mirrorRun) work(ctx context.Context) error {

@@ -139,6 +139,7 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 		MaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		TablesInParallel:   m.SnapshotNumTablesInParallel,
 		Logger:             r.logger,
+		OriginMirrorUID:    r.originUID(m),
 	}, rep)
 }
 

@@ -45,6 +45,14 @@ var ErrNotPermitted = errors.New("the destination user may not use replication o
 // commits on its destination.
 func Name(mirrorUID string) string { return Prefix + mirrorUID }
 
+// NameOrNone is Name(mirrorUID), or "" for an empty uid (nothing to mark).
+func NameOrNone(mirrorUID string) string {
+	if mirrorUID == "" {
+		return ""
+	}
+	return Name(mirrorUID)
+}
+
 // IsPgmirror reports whether an origin name is one of pgmirror's.
 func IsPgmirror(name string) bool { return strings.HasPrefix(name, Prefix) }
 
