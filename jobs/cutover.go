@@ -281,8 +281,8 @@ func (c *cutoverRun) check(ctx context.Context) (map[string]any, error) {
 	if !replication {
 		return nil, fmt.Errorf("a reverse mirror needs a replication slot on the destination, but the destination peer's user lacks the REPLICATION attribute: ALTER ROLE ... REPLICATION, or leave reverse_mirror_name out")
 	}
-	if err := preflight.Check(ctx, c.dst, c.destinationTables()); err != nil {
-		return nil, fmt.Errorf("the destination tables cannot be replicated back: %w", err)
+	if err := preflight.CheckAs(ctx, c.dst, c.destinationTables(), "destination"); err != nil {
+		return nil, fmt.Errorf("the destination tables cannot be replicated back (reverse_mirror_name): %w", err)
 	}
 	if other, err := c.run.store.MirrorGetByName(ctx, c.record.Options.ReverseMirrorName); err == nil {
 		return nil, fmt.Errorf("mirror %q already exists: choose another reverse_mirror_name", other.Name)
