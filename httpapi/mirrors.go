@@ -483,6 +483,9 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	if err := h.refuseCatalogPeer(ctx, dest); err != nil {
 		return nil, err
 	}
+	if err := h.refuseCycle(ctx, source, dest, mappings); err != nil {
+		return nil, err
+	}
 
 	var m db.Mirror
 	var tables []db.MirrorTable
