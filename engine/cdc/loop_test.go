@@ -3,7 +3,9 @@ package cdc_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -167,4 +169,55 @@ func dropOrigins(t *testing.T, url, uid string) {
 		defer conn.Close(ctx)
 		_ = origin.DropMirror(ctx, conn, uid)
 	})
+}
+
+// lockedBuffer is a log sink for several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestOriginNotPermitted: a destination user that may not use replication
+// origins gets a warning saying what to grant, and the run applies all the
+// same, unmarked.
+func TestOriginNotPermitted(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.items (id int PRIMARY KEY, v text)`
+	b := setup(t, ddl, ddl, same("public", "items"))
+	role := fmt.Sprintf("cdc_origin_%d_%d", os.Getpid(), nameSeq.Add(1))
+	var dbname string
+	admin, err := pgx.Connect(context.Background(), b.dst)
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+	require.NoError(t, admin.QueryRow(context.Background(), `SELECT current_database()`).Scan(&dbname))
+	pgtest.Exec(t, b.dst, `CREATE ROLE `+role+` LOGIN PASSWORD 'pw';
+		GRANT CREATE ON DATABASE `+pgx.Identifier{dbname}.Sanitize()+` TO `+role+`;
+		GRANT ALL ON public.items TO `+role)
+	t.Cleanup(func() { pgtest.Exec(t, b.dst, `DROP OWNED BY `+role+` CASCADE; DROP ROLE `+role) })
+	b.cfg.Dest = b.cfg.Dest.Copy()
+	b.cfg.Dest.User, b.cfg.Dest.Password = role, "pw"
+	b.cfg.Origin = origin.Name(b.cfg.MirrorUID)
+	var log lockedBuffer
+	b.cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 20) g`)
+	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
+	require.NoError(t, r.halt(t))
+	require.Contains(t, log.String(), "may not use replication origins")
+	require.Contains(t, log.String(), "GRANT EXECUTE ON FUNCTION pg_catalog.pg_replication_origin_create(text)")
+	var n int
+	require.NoError(t, admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_origin WHERE roname = $1`, b.cfg.Origin).Scan(&n))
+	require.Zero(t, n)
 }
