@@ -15,7 +15,7 @@ import (
 // writes (none of pgmirror's own).
 func TestCutoverSafeguards(t *testing.T) {
 	t.Parallel()
-	_, src, dst, s := newEnv(t, `
+	catalog, src, dst, s := newEnv(t, `
 		CREATE TABLE customers (id int PRIMARY KEY, name text);
 		CREATE TABLE orders (id int PRIMARY KEY, customer int NOT NULL
 			CONSTRAINT orders_customer_fk REFERENCES customers ON DELETE CASCADE, total int);
@@ -105,4 +105,16 @@ func TestCutoverSafeguards(t *testing.T) {
 	if inserted != 2 || deleted != before+1 || updated != 0 {
 		t.Errorf("the roll-back mirror applied %d inserts, %d updates, %d deletes; want the application's 2, 0, %d", inserted, updated, deleted, before+1)
 	}
+
+	// The mirror's replication origin on the destination goes with it.
+	var uid string
+	queryOne(t, catalog, &uid, `SELECT uid::text FROM mirrors WHERE name = 'move'`)
+	origins := func() int64 {
+		return queryInt64(t, dst, `SELECT count(*) FROM pg_replication_origin WHERE roname = $1 OR roname LIKE $2`, "pgmirror_"+uid, "pgmirror_"+uid+`\_c%`)
+	}
+	if n := origins(); n != 1 {
+		t.Fatalf("%d replication origins of mirror move on the destination before its deletion, want 1", n)
+	}
+	s.mustDo("DELETE", "/v1/mirrors/move", nil, 200, nil)
+	waitFor(t, "the deleted mirror's origin to be dropped", 30*time.Second, func() bool { return origins() == 0 })
 }
