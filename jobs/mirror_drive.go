@@ -289,18 +289,26 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	return in, nil
 }
 
+// unmarkedWarned holds the ids of the mirrors whose log this process told
+// that their destination writes cannot be marked (checkOrigins).
+var unmarkedWarned sync.Map
+
 // checkOrigins finds out whether the destination user may use replication
-// origins (engine/origin) and sets r.markWrites. When it may not, the run
-// logs a warning once: the mirror works, but a mirror reading from the
-// destination would carry pgmirror's writes back.
+// origins (engine/origin) and sets r.markWrites. When it may not, the
+// mirror's log gets a warning, once per mirror and process (again after
+// the privileges came and went): the mirror works, but a mirror reading
+// from the destination would carry pgmirror's writes back.
 func (r *mirrorRun) checkOrigins(ctx context.Context, dst *pgx.Conn, dstPeer db.Peer) error {
 	ok, err := origin.Permitted(ctx, dst)
 	if err != nil {
 		return err
 	}
 	r.markWrites = ok
-	if !ok && !r.originWarned {
-		r.originWarned = true
+	if ok {
+		unmarkedWarned.Delete(r.mirrorID)
+		return nil
+	}
+	if _, warned := unmarkedWarned.LoadOrStore(r.mirrorID, true); !warned {
 		r.logger.Warn("the destination user may not use replication origins; pgmirror's writes on the destination are not marked", "peer", dstPeer.Name)
 		r.log(ctx, db.LevelWarn, "Destination writes not marked with a replication origin", map[string]any{
 			"peer": dstPeer.Name, "user": dstPeer.User,

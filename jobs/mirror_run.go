@@ -86,9 +86,8 @@ type mirrorRun struct {
 
 	// markWrites says that the destination user may use replication
 	// origins: pgmirror's writes there are marked (engine/origin), checked
-	// by every prepare; originWarned that the run logged that it may not.
-	markWrites   bool
-	originWarned bool
+	// by every prepare.
+	markWrites bool
 }
 
 func (r *mirrorRun) work(ctx context.Context) error {
