@@ -333,6 +333,9 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 	if err := h.checkSource(ctx, source, mappings, nil); err != nil {
 		return nil, err
 	}
+	if err := h.refuseCycle(ctx, m.ID, source, dest, mappings); err != nil {
+		return nil, err
+	}
 	// Paused answers at once, but the mirror's run may still be finishing
 	// its last batch: wait until it let go of the mirror (its lock), so
 	// that no change of a removed table is applied with the old tables

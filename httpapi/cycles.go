@@ -16,8 +16,8 @@ import (
 // database for the cycle check.
 const cycleIdentifyTimeout = 5 * time.Second
 
-// refuseCycle answers 409 when a new mirror from source to dest over
-// mappings would close a loop with a mirror that still runs (any status but
+// refuseCycle answers 409 when a mirror from source to dest over mappings
+// (a new one, or one whose tables change) would close a loop with a mirror that still runs (any status but
 // the final completed and stopped): one that reads dest's database and
 // writes source's, and writes a table the new mirror reads or reads a
 // table the new mirror writes. Such mirrors would feed each other's writes
@@ -29,7 +29,9 @@ const cycleIdentifyTimeout = 5 * time.Second
 // identifier and database OID, engine dbident), so that two peers spelling
 // one host differently still match; a peer that cannot be reached now is
 // compared by host, port and database name.
-func (h *handlers) refuseCycle(ctx context.Context, source, dest db.Peer, mappings []change.Mapping) error {
+//
+// self is the mirror whose tables change (PUT tables), 0 for a new one.
+func (h *handlers) refuseCycle(ctx context.Context, self int64, source, dest db.Peer, mappings []change.Mapping) error {
 	mirrors, err := h.store.MirrorList(ctx)
 	if err != nil {
 		return h.internal(ctx, "list the mirrors", err)
@@ -41,7 +43,7 @@ func (h *handlers) refuseCycle(ctx context.Context, source, dest db.Peer, mappin
 	}
 	ids := &peerIdentities{h: h, known: map[int64]peerIdentity{}}
 	for _, other := range mirrors {
-		if other.Status.Final() {
+		if other.Status.Final() || other.ID == self {
 			continue
 		}
 		tables, err := h.store.MirrorTables(ctx, other.ID)

@@ -39,8 +39,12 @@ func TestMirrorCreateRefusesCycle(t *testing.T) {
 	b.requireError(http.MethodPost, "/v1/mirrors", b.adminToken, body("back", "b_alias", "a", "orders"), http.StatusConflict,
 		`Mirror "forward"`, "close a loop")
 
-	// Another table is no loop; nor is the same direction again.
+	// Another table is no loop; adding the looping table to it is.
 	b.mustDo(http.MethodPost, "/v1/mirrors", b.adminToken, body("back_items", "b", "a", "items"), http.StatusCreated)
+	b.setStatus("back_items", "paused")
+	b.requireError(http.MethodPut, "/v1/mirrors/back_items/tables", b.adminToken,
+		map[string]any{"table_mappings": []map[string]any{mapping("items", "items"), mapping("orders", "orders")}}, http.StatusConflict,
+		`Mirror "forward" already replicates`, "public.orders")
 	b.exec(`DELETE FROM mirrors WHERE name = 'back_items'`)
 	b.exec(`UPDATE mirrors SET status = 'completed' WHERE name = 'forward'`)
 	b.mustDo(http.MethodPost, "/v1/mirrors", b.adminToken, body("back", "b", "a", "orders"), http.StatusCreated)

@@ -483,7 +483,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	if err := h.refuseCatalogPeer(ctx, dest); err != nil {
 		return nil, err
 	}
-	if err := h.refuseCycle(ctx, source, dest, mappings); err != nil {
+	if err := h.refuseCycle(ctx, 0, source, dest, mappings); err != nil {
 		return nil, err
 	}
 
