@@ -17,6 +17,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/origin"
+	"github.com/pgmirror/pgmirror/engine/tablesync"
 )
 
 // reversed returns a bundle that replicates b's destination back into b's
@@ -220,4 +221,32 @@ func TestOriginNotPermitted(t *testing.T) {
 	var n int
 	require.NoError(t, admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_origin WHERE roname = $1`, b.cfg.Origin).Scan(&n))
 	require.Zero(t, n)
+}
+
+// TestReverseRunSkipsCopies: a copy into b (a snapshot or table resync:
+// truncate and COPY, marked with copy origins) while a run replicates b
+// back into a is not carried back: a keeps its rows, and the reverse run
+// applies nothing but the application's write that follows.
+func TestReverseRunSkipsCopies(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.items (id int PRIMARY KEY, v text)`
+	ab := setup(t, ddl, ddl, same("public", "items"))
+	pgtest.Exec(t, ab.src, `INSERT INTO items SELECT g, 'a' || g FROM generate_series(1, 1000) g`)
+	// b holds a row the copy replaces (its truncate is marked too).
+	pgtest.Exec(t, ab.dst, `INSERT INTO items VALUES (-1, 'stale')`)
+	ba := reversed(t, ab)
+	dropOrigins(t, ab.dst, ab.cfg.MirrorUID)
+	rba := ba.start(t)
+	err := tablesync.Run(context.Background(), tablesync.Config{
+		Source: ab.cfg.Source, Dest: ab.cfg.Dest, Tables: ab.cfg.Tables, MaxParallelWorkers: 2, RowsPerPartition: 300,
+		OriginMirrorUID: ab.cfg.MirrorUID,
+	}, nil)
+	require.NoError(t, err)
+	ab.waitEqual(t, nil, `SELECT * FROM items`, `SELECT * FROM items`)
+	pgtest.Exec(t, ab.dst, `UPDATE items SET v = 'changed on b' WHERE id = 7`)
+	ba.waitEqual(t, rba, `SELECT * FROM items WHERE id = 7`, `SELECT * FROM items WHERE id = 7`)
+	time.Sleep(time.Second)
+	require.NoError(t, rba.halt(t))
+	require.Equal(t, change.Counts{Updated: 1}, allCounts(ba.rep)["public.items"], "b to a carried the application's update only")
+	ab.waitEqual(t, nil, `SELECT * FROM items`, `SELECT * FROM items`)
 }
