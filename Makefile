@@ -2,14 +2,14 @@
 GO ?= go
 PORT ?= 8112
 
-.PHONY: run test build vet bench fuzz demo deps clean
+.PHONY: run test check-files build vet bench fuzz demo deps clean
 
 ## run: start the service on :8112 (embedded PostgreSQL under ./.pgmirror unless SERVICE_DATABASE_URL is set)
 run: deps
 	$(GO) run ./cmd/pgmirror serve
 
-## test: install what is missing (PostgreSQL server) and run every test against real PostgreSQL
-test: deps
+## test: check that the repository holds only source, install what is missing (PostgreSQL server) and run every test against real PostgreSQL
+test: check-files deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
 
@@ -24,6 +24,10 @@ build:
 
 vet:
 	$(GO) vet ./...
+
+## check-files: fail when a tracked file is an executable binary or larger than 1 MB (make test runs it first)
+check-files:
+	@bash scripts/check-tracked-files.sh
 
 ## bench: compare pgmirror with a COPY pipe and native logical replication (prints ratios)
 bench: deps

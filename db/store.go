@@ -51,8 +51,9 @@ func (s *Store) With(tx pgx.Tx) *Store {
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // User is an API account. PasswordHash is a bcrypt hash. TokenVersion is
-// written into every token issued to the user; the catalog increments it when
-// the password or the role changes, which revokes older tokens.
+// written into every token issued to the user; incrementing it revokes older
+// tokens. The catalog increments it when the role changes, and
+// UserSetPasswordHash when asked to revoke.
 type User struct {
 	ID           int64
 	Username     string

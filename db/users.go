@@ -81,8 +81,8 @@ const (
 // username (created by EnsureAdmin) at startup. configured is the password
 // from the environment, "" when none is set. While the stored password is
 // still DefaultAdminPassword and a different one is configured, the stored
-// one is replaced (and with it every token issued under the default
-// password is revoked). Concurrent callers agree: the update only applies
+// one is replaced, and every token issued under the default password is
+// revoked (whatever the revocation setting: anyone could log in with it). Concurrent callers agree: the update only applies
 // to the exact hash that was read, and a caller that loses the race checks
 // again. A stored password that is not the default is never overwritten.
 func (s *Store) ReconcileAdminPassword(ctx context.Context, username, configured string) (AdminPassword, error) {
@@ -104,7 +104,8 @@ func (s *Store) ReconcileAdminPassword(ctx context.Context, username, configured
 		if err != nil {
 			return 0, fmt.Errorf("check admin password of %q: %w", username, err)
 		}
-		tag, err := s.q.Exec(ctx, `UPDATE users SET password_hash = $3 WHERE id = $1 AND password_hash = $2`, u.ID, u.PasswordHash, hash)
+		tag, err := s.q.Exec(ctx, `UPDATE users SET password_hash = $3, token_version = token_version + 1
+			WHERE id = $1 AND password_hash = $2`, u.ID, u.PasswordHash, hash)
 		if err != nil {
 			return 0, fmt.Errorf("replace the default admin password of %q: %w", username, translate(err))
 		}
@@ -164,11 +165,14 @@ func (s *Store) UserList(ctx context.Context) ([]User, error) {
 	return users, nil
 }
 
-// UserSetPasswordHash replaces a user's password hash inside tx and
-// returns the user as stored. The catalog increments the user's token
-// version with it, which revokes every token issued before.
-func (s *Store) UserSetPasswordHash(ctx context.Context, id int64, passwordHash string) (User, error) {
-	u, err := scanUser(s.q.QueryRow(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1 RETURNING `+userColumns, id, passwordHash))
+// UserSetPasswordHash replaces a user's password hash and returns the user
+// as stored. With revokeTokens it also increments the user's token version,
+// which revokes every token issued before; without, earlier tokens stay
+// valid.
+func (s *Store) UserSetPasswordHash(ctx context.Context, id int64, passwordHash string, revokeTokens bool) (User, error) {
+	u, err := scanUser(s.q.QueryRow(ctx, `UPDATE users SET password_hash = $2,
+		token_version = token_version + CASE WHEN $3::boolean THEN 1 ELSE 0 END
+		WHERE id = $1 RETURNING `+userColumns, id, passwordHash, revokeTokens))
 	if err != nil {
 		return User{}, fmt.Errorf("set password of user %d: %w", id, translate(err))
 	}

@@ -66,3 +66,39 @@ func TestReconcileAdminPassword(t *testing.T) {
 	_, err = store.ReconcileAdminPassword(ctx, "nobody", "x")
 	require.ErrorIs(t, err, db.ErrNotFound)
 }
+
+func TestUserSetPasswordHashTokenVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := newStore(t)
+	hash, err := db.HashPassword("first")
+	require.NoError(t, err)
+	u, err := store.UserCreate(ctx, "alice", hash, db.RoleViewer)
+	require.NoError(t, err)
+	version := u.TokenVersion
+
+	// Without revocation the token version stays: earlier tokens stay valid.
+	hash, err = db.HashPassword("second")
+	require.NoError(t, err)
+	u, err = store.UserSetPasswordHash(ctx, u.ID, hash, false)
+	require.NoError(t, err)
+	require.Equal(t, version, u.TokenVersion)
+	require.NoError(t, bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte("second")))
+
+	// With revocation it is incremented once.
+	hash, err = db.HashPassword("third")
+	require.NoError(t, err)
+	u, err = store.UserSetPasswordHash(ctx, u.ID, hash, true)
+	require.NoError(t, err)
+	require.Equal(t, version+1, u.TokenVersion)
+
+	// A role change still increments it (the catalog's trigger), a password
+	// change with SQL does not.
+	_, err = store.Pool().Exec(ctx, `UPDATE users SET role = 'admin' WHERE id = $1`, u.ID)
+	require.NoError(t, err)
+	_, err = store.Pool().Exec(ctx, `UPDATE users SET password_hash = 'x' WHERE id = $1`, u.ID)
+	require.NoError(t, err)
+	u, err = store.UserGetByID(ctx, u.ID)
+	require.NoError(t, err)
+	require.Equal(t, version+2, u.TokenVersion)
+}

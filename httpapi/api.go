@@ -33,8 +33,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is the service version shown in the OpenAPI document.
 	Version string
-	// TokenTTL is how long a token from login is valid. Defaults to 12 hours.
+	// TokenTTL is how long a token from login is valid. Zero (the default)
+	// issues tokens without an expiry, as the API specification says; when
+	// set, every token must carry an expiry and is refused once it is older
+	// than TokenTTL, including tokens issued before TokenTTL was set.
 	TokenTTL time.Duration
+	// RevokeTokensOnPasswordChange makes a password change revoke every
+	// token the user held before it. By default (false) earlier tokens stay
+	// valid and the new password applies to later logins.
+	RevokeTokensOnPasswordChange bool
 	// Login throttles password guessing; zero fields take their defaults.
 	Login LoginLimits
 	// Metrics, when set, serves GET /metrics (Prometheus text format,
@@ -50,7 +57,9 @@ type handlers struct {
 	logger   *slog.Logger
 	version  string
 	tokenTTL time.Duration
-	logins   *loginGuard
+	// revokeOnPasswordChange is Config.RevokeTokensOnPasswordChange.
+	revokeOnPasswordChange bool
+	logins                 *loginGuard
 }
 
 // New returns the HTTP handler serving the whole API.
@@ -71,11 +80,11 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	if cfg.TokenTTL == 0 {
-		cfg.TokenTTL = 12 * time.Hour
+	if cfg.TokenTTL < 0 {
+		return nil, errors.New("httpapi: Config.TokenTTL must not be negative (zero issues tokens without an expiry)")
 	}
 	h := &handlers{store: cfg.Store, river: cfg.River, secret: cfg.JWTSecret, logger: cfg.Logger, version: cfg.Version,
-		tokenTTL: cfg.TokenTTL, logins: newLoginGuard(cfg.Store, cfg.Login)}
+		tokenTTL: cfg.TokenTTL, revokeOnPasswordChange: cfg.RevokeTokensOnPasswordChange, logins: newLoginGuard(cfg.Store, cfg.Login)}
 
 	mux := http.NewServeMux()
 	hcfg := huma.DefaultConfig("pgmirror API", cfg.Version)
@@ -88,7 +97,7 @@ func New(cfg Config) (http.Handler, error) {
 		"and send the token as Authorization: Bearer <token>."
 	hcfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		securityScheme: {Type: "http", Scheme: "bearer", BearerFormat: "JWT",
-			Description: "Token from POST /v1/auth/login. Tokens expire (expires_at in the login response) and are revoked when the user's password or role changes."},
+			Description: tokenDescription(cfg.TokenTTL, cfg.RevokeTokensOnPasswordChange)},
 	}
 	hcfg.OnAddOperation = append(hcfg.OnAddOperation, documentValidationAs400)
 	api := humago.New(mux, hcfg)

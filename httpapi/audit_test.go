@@ -88,6 +88,7 @@ func TestAuditRecordsEveryChange(t *testing.T) {
 	b.adminToken = changed.Token
 	e = requireEntry("change-password", "user", "admin", http.StatusOK)
 	require.Equal(t, []any{"password"}, e.Details["fields"])
+	require.Equal(t, false, e.Details["tokens_revoked"], "by default a password change revokes no token")
 
 	// Peers: the update names the changed fields, never a value of the password.
 	b.mirrorPeers()

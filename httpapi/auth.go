@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,45 +19,101 @@ import (
 )
 
 // claims are the contents of an API token: the user by id (sub) and
-// username, the user's token version (ver) and an expiry (exp).
+// username, the user's token version (ver), when it was issued (iat) and,
+// when the service has a token lifetime, an expiry (exp).
 type claims struct {
 	Username string `json:"username"`
 	// Version is the user's token version when the token was issued; a
-	// password or role change increments the stored one, revoking the token.
+	// role change (or a password change when revocation is on) increments
+	// the stored one, revoking the token.
 	Version int64 `json:"ver"`
 	jwt.RegisteredClaims
 }
 
-func (h *handlers) issueToken(u db.User) (string, time.Time, error) {
+// tokenLeeway is the clock skew allowed when checking a token's times.
+const tokenLeeway = 5 * time.Second
+
+// issueToken signs a token for u. It carries an expiry only when the
+// service has a token lifetime; expires is then that expiry, else zero.
+func (h *handlers) issueToken(u db.User) (token string, expires time.Time, err error) {
 	now := time.Now()
-	expires := now.Add(h.tokenTTL)
-	t := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{
+	c := claims{
 		Username: u.Username,
 		Version:  u.TokenVersion,
 		RegisteredClaims: jwt.RegisteredClaims{
-			Subject:   strconv.FormatInt(u.ID, 10),
-			IssuedAt:  jwt.NewNumericDate(now),
-			ExpiresAt: jwt.NewNumericDate(expires),
-			Issuer:    "pgmirror",
+			Subject:  strconv.FormatInt(u.ID, 10),
+			IssuedAt: jwt.NewNumericDate(now),
+			Issuer:   "pgmirror",
 		},
-	})
-	signed, err := t.SignedString(h.secret)
-	return signed, expires, err
+	}
+	if h.tokenTTL > 0 {
+		expires = now.Add(h.tokenTTL)
+		c.ExpiresAt = jwt.NewNumericDate(expires)
+	}
+	token, err = jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(h.secret)
+	return token, expires, err
+}
+
+// tokenExpiry gives the expires_at and expires_in of a response for a token
+// that expires at expires: both nil (left out) for a token without expiry.
+func (h *handlers) tokenExpiry(expires time.Time) (*time.Time, *int64) {
+	if expires.IsZero() {
+		return nil, nil
+	}
+	at, in := expires.UTC(), int64(h.tokenTTL.Seconds())
+	return &at, &in
+}
+
+// tokenDescription describes the tokens of a service with the given
+// settings, for the OpenAPI document.
+func tokenDescription(ttl time.Duration, revokeOnPasswordChange bool) string {
+	d := "Token from POST /v1/auth/login. "
+	if ttl > 0 {
+		d += "Tokens expire after the service's token lifetime (expires_at and expires_in in the login response). "
+	} else {
+		d += "Tokens do not expire: they stay valid until the JWT signing secret is rotated. "
+	}
+	if revokeOnPasswordChange {
+		d += "Changing a password revokes every token of the user issued before. "
+	} else {
+		d += "Changing a password does not invalidate existing tokens; the new password applies to later logins. "
+	}
+	return d + "Deleting a user, or changing its role, revokes its tokens."
 }
 
 // errTokenSubject means a token's subject is not a user id.
 var errTokenSubject = errors.New("token subject is not a user id")
 
-// parseToken verifies an HS256 token that carries an expiry and returns its
-// claims and the user id it names. An expired token gives an error matching
-// jwt.ErrTokenExpired.
+// errTokenTooOld means a token was issued longer ago than the token
+// lifetime (it may carry a later expiry, or none, from before the lifetime
+// was set or shortened).
+var errTokenTooOld = fmt.Errorf("%w: issued longer ago than the token lifetime", jwt.ErrTokenExpired)
+
+// errTokenNoIssuedAt means a token lacks the iat claim, which the token
+// lifetime is counted from (the service always sets it).
+var errTokenNoIssuedAt = errors.New("token has no issued-at time")
+
+// parseToken verifies an HS256 token and returns its claims and the user id
+// it names. A token's expiry, when it has one, is always checked. With a
+// token lifetime, a token is also refused once it was issued longer ago than
+// the lifetime, whatever its expiry says or whether it has one, so that
+// setting or shortening SERVICE_TOKEN_TTL bounds the tokens already out. An
+// expired token gives an error matching jwt.ErrTokenExpired.
 func (h *handlers) parseToken(raw string) (claims, int64, error) {
 	var c claims
 	_, err := jwt.ParseWithClaims(raw, &c, func(*jwt.Token) (any, error) { return h.secret, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithIssuer("pgmirror"),
-		jwt.WithExpirationRequired(), jwt.WithLeeway(5*time.Second))
+		jwt.WithLeeway(tokenLeeway))
 	if err != nil {
 		return claims{}, 0, err
+	}
+	if h.tokenTTL > 0 {
+		if c.IssuedAt == nil {
+			return claims{}, 0, errTokenNoIssuedAt
+		}
+		if time.Since(c.IssuedAt.Time) > h.tokenTTL+tokenLeeway {
+			return claims{}, 0, errTokenTooOld
+		}
 	}
 	id, err := strconv.ParseInt(c.Subject, 10, 64)
 	if err != nil {
@@ -75,9 +132,10 @@ func currentUser(ctx context.Context) db.User {
 
 // authMiddleware enforces each operation's permission level. It loads the
 // token's user from the catalog on every request, so deleted users are
-// rejected and a changed password or role (which increments the user's
-// token version) revokes older tokens at once. It also keeps the client
-// address for login throttling and records audited operations.
+// rejected and an increment of the user's token version (a role change, or
+// a password change when revocation is on) revokes older tokens at once. It
+// also keeps the client address for login throttling and records audited
+// operations.
 func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
 		var forwardedFor []string
@@ -120,8 +178,8 @@ func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Con
 			return
 		}
 		if c.Version != u.TokenVersion {
-			_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "Token revoked: the password or role of user "+strconv.Quote(u.Username)+
-				" changed (or an operator revoked its tokens) after it was issued; log in again with POST /v1/auth/login")
+			_ = huma.WriteErr(api, ctx, http.StatusUnauthorized, "Token revoked: the tokens of user "+strconv.Quote(u.Username)+
+				" issued before a change of its password or role (or before an operator revoked them) are no longer valid; log in again with POST /v1/auth/login")
 			return
 		}
 		ctx = huma.WithValue(ctx, userKey{}, u)
@@ -167,11 +225,11 @@ type loginInput struct {
 
 type loginOutput struct {
 	Body struct {
-		Token     string    `json:"token" doc:"Bearer token (JWT) for the Authorization header. It expires after the service's token lifetime and is revoked when the user's password or role changes."`
-		Username  string    `json:"username"`
-		Role      string    `json:"role" enum:"admin,viewer"`
-		ExpiresAt time.Time `json:"expires_at" doc:"When the token expires."`
-		ExpiresIn int64     `json:"expires_in" doc:"Seconds until the token expires."`
+		Token     string     `json:"token" doc:"Bearer token (JWT) for the Authorization header. By default it does not expire and stays valid until the JWT signing secret is rotated; see expires_at."`
+		Username  string     `json:"username"`
+		Role      string     `json:"role" enum:"admin,viewer"`
+		ExpiresAt *time.Time `json:"expires_at,omitempty" doc:"When the token expires; present only when the service sets a token lifetime (SERVICE_TOKEN_TTL). Absent: the token does not expire."`
+		ExpiresIn *int64     `json:"expires_in,omitempty" doc:"Seconds until the token expires; present only with expires_at."`
 	}
 }
 
@@ -197,10 +255,10 @@ type messageOutput struct {
 
 type changePasswordOutput struct {
 	Body struct {
-		Message   string    `json:"message"`
-		Token     string    `json:"token" doc:"A new token for the caller: the change revokes every token issued before it, including the one this request used."`
-		ExpiresAt time.Time `json:"expires_at" doc:"When the new token expires."`
-		ExpiresIn int64     `json:"expires_in" doc:"Seconds until the new token expires."`
+		Message   string     `json:"message"`
+		Token     string     `json:"token" doc:"A new token for the caller. Tokens issued before stay valid unless the service revokes them on a password change (SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE=true)."`
+		ExpiresAt *time.Time `json:"expires_at,omitempty" doc:"When the new token expires; present only when the service sets a token lifetime."`
+		ExpiresIn *int64     `json:"expires_in,omitempty" doc:"Seconds until the new token expires; present only with expires_at."`
 	}
 }
 
@@ -214,7 +272,8 @@ func (h *handlers) registerAuth(api huma.API) {
 	register(api, open, huma.Operation{
 		OperationID: "login", Method: http.MethodPost, Path: "/v1/auth/login", Tags: []string{"Auth"},
 		Summary: "Log in",
-		Description: "Exchange a username and password for a bearer token that expires after the service's token lifetime. " +
+		Description: "Exchange a username and password for a bearer token. By default tokens do not expire: they stay valid until the JWT signing secret is rotated " +
+			"(a service with SERVICE_TOKEN_TTL set issues tokens that expire, and says when in expires_at). " +
 			"Too many failed logins for a user name or from a client address within the throttling window are answered 429 with Retry-After, " +
 			"even when the password is right.",
 		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusTooManyRequests},
@@ -226,8 +285,9 @@ func (h *handlers) registerAuth(api huma.API) {
 	register(api, authed, huma.Operation{
 		OperationID: "change-password", Method: http.MethodPost, Path: "/v1/auth/change-password", Tags: []string{"Auth"},
 		Summary: "Change own password",
-		Description: "Revokes every token of the user issued before the change (including the one sent) and returns a new token. " +
-			"Setting the current password again changes nothing and revokes nothing.",
+		Description: "The new password applies to later logins. Existing tokens stay valid, unless the service revokes them on a password change " +
+			"(SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE=true: every token of the user issued before, including the one sent, is then refused). " +
+			"Returns a new token either way. Setting the current password again changes nothing and revokes nothing.",
 		Errors: []int{http.StatusBadRequest, http.StatusTooManyRequests},
 	}, h.changePassword)
 }
@@ -249,7 +309,7 @@ func (h *handlers) login(ctx context.Context, in *loginInput) (*loginOutput, err
 	}
 	out := &loginOutput{}
 	out.Body.Token, out.Body.Username, out.Body.Role = token, u.Username, u.Role
-	out.Body.ExpiresAt, out.Body.ExpiresIn = expires.UTC(), int64(h.tokenTTL.Seconds())
+	out.Body.ExpiresAt, out.Body.ExpiresIn = h.tokenExpiry(expires)
 	return out, nil
 }
 
@@ -339,21 +399,26 @@ func (h *handlers) changePassword(ctx context.Context, in *changePasswordInput) 
 		if err != nil {
 			return nil, h.internal(ctx, "hash the new password", err)
 		}
-		setAuditDetails(ctx, map[string]any{"changed": true, "fields": []string{"password"}})
+		setAuditDetails(ctx, map[string]any{"changed": true, "fields": []string{"password"}, "tokens_revoked": h.revokeOnPasswordChange})
 		err = h.auditedTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			u, err = h.store.With(tx).UserSetPasswordHash(ctx, u.ID, hash)
+			u, err = h.store.With(tx).UserSetPasswordHash(ctx, u.ID, hash, h.revokeOnPasswordChange)
 			return err
 		})
 		if err != nil {
 			return nil, h.internal(ctx, "change the password", err)
 		}
-		out.Body.Message = "Password changed: every token issued before is revoked; use the token in this response or log in again"
+		if h.revokeOnPasswordChange {
+			out.Body.Message = "Password changed: every token issued before is revoked; use the token in this response or log in again"
+		} else {
+			out.Body.Message = "Password changed: the new password applies to later logins; tokens issued before stay valid"
+		}
 	}
 	token, expires, err := h.issueToken(u)
 	if err != nil {
 		return nil, h.internal(ctx, "issue a token", err)
 	}
-	out.Body.Token, out.Body.ExpiresAt, out.Body.ExpiresIn = token, expires.UTC(), int64(h.tokenTTL.Seconds())
+	out.Body.Token = token
+	out.Body.ExpiresAt, out.Body.ExpiresIn = h.tokenExpiry(expires)
 	return out, nil
 }

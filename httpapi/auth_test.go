@@ -8,6 +8,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/httpapi"
 )
 
 func TestLogin(t *testing.T) {
@@ -100,9 +102,47 @@ func TestDeletedUserAndRoleChange(t *testing.T) {
 	b.requireError(http.MethodGet, "/v1/auth/me", bob, nil, http.StatusUnauthorized)
 }
 
-func TestChangePassword(t *testing.T) {
+// TestChangePasswordKeepsTokens checks the API specification's default:
+// changing a password does not invalidate existing tokens; the new password
+// applies to later logins.
+func TestChangePasswordKeepsTokens(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	old := b.viewerToken
+	other := b.login("viewer", "viewer-password") // a second session of the same user
+	var out map[string]any
+	b.mustDecode(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password", "new_password": "brand-new"}, http.StatusOK, &out)
+	require.Contains(t, out["message"], "stay valid")
+	require.NotContains(t, out, "expires_at")
+	require.NotContains(t, out, "expires_in")
+	fresh, _ := out["token"].(string)
+	for _, token := range []string{old, other, fresh} {
+		b.mustDo(http.MethodGet, "/v1/auth/me", token, nil, http.StatusOK)
+		b.mustDo(http.MethodGet, "/v1/peers", token, nil, http.StatusOK)
+	}
+	require.NotContains(t, tokenClaims(t, fresh), "exp")
+	// The new password applies to later logins, the old one no longer does.
+	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "viewer", "password": "viewer-password"}, http.StatusUnauthorized, "Invalid credentials")
+	b.mustDo(http.MethodGet, "/v1/auth/me", b.login("viewer", "brand-new"), nil, http.StatusOK)
+	// The old token can change the password again (it is still the user's).
+	b.mustDo(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "brand-new", "new_password": "third"}, http.StatusOK)
+	b.mustDo(http.MethodGet, "/v1/auth/me", old, nil, http.StatusOK)
+
+	// A deleted user's tokens stay refused, revocation setting or not.
+	b.mustDo(http.MethodDelete, "/v1/users/viewer", b.adminToken, nil, http.StatusOK)
+	for _, token := range []string{old, other, fresh} {
+		b.requireError(http.MethodGet, "/v1/auth/me", token, nil, http.StatusUnauthorized, "no longer exists")
+	}
+}
+
+// TestChangePasswordRevokes checks SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE:
+// a password change revokes every token the user held.
+func TestChangePasswordRevokes(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, func(cfg *httpapi.Config) {
+		cfg.TokenTTL = 12 * time.Hour
+		cfg.RevokeTokensOnPasswordChange = true
+	})
 	old := b.viewerToken
 	b.requireError(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "nope", "new_password": "new-one"}, http.StatusUnauthorized, "Current password")
 	b.requireError(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password"}, http.StatusBadRequest, "new_password")
@@ -123,6 +163,7 @@ func TestChangePassword(t *testing.T) {
 	}
 	b.mustDecode(http.MethodPost, "/v1/auth/change-password", old, map[string]any{"current_password": "viewer-password", "new_password": "brand-new"}, http.StatusOK, &out)
 	require.Contains(t, out.Message, "revoked")
+	require.Equal(t, true, b.lastAudit("change-password").Details["tokens_revoked"])
 	require.Equal(t, int64(12*3600), out.ExpiresIn)
 	// Every earlier token of the user is revoked, the caller's and the other session's.
 	for _, token := range []string{old, other, same.Token} {

@@ -14,11 +14,14 @@
 //
 // Operations carry one of three permission levels: open, authed (any valid
 // token) and adminOnly. One middleware enforces them from each operation's
-// security metadata. Tokens are HS256 JWTs that name the user, expire
-// (Config.TokenTTL) and carry the user's token version; the user is loaded
-// from the catalog on every request, so deleting a user revokes its tokens
-// at once, and so does a password or role change (the catalog increments the
-// token version). Logins are throttled per user name and client address
+// security metadata. Tokens are HS256 JWTs that name the user and carry the
+// user's token version. As the API specification says, by default they do
+// not expire and a password change leaves them valid; Config.TokenTTL gives
+// them an expiry and Config.RevokeTokensOnPasswordChange makes a password
+// change revoke them. The user is loaded from the catalog on every request,
+// so deleting a user revokes its tokens at once, and so does an increment of
+// its token version (a role change, or a password change with revocation
+// on). Logins are throttled per user name and client address
 // with counts kept in the catalog, and password checks are bounded per
 // process (throttle.go).
 //

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
 )
@@ -109,6 +113,9 @@ func TestAuthSettingsRejected(t *testing.T) {
 		{"SERVICE_TOKEN_TTL=31d", "from 1m to 30d"},
 		{"SERVICE_TOKEN_TTL=forever", "duration"},
 		{"SERVICE_TOKEN_TTL=-1h", "duration"},
+		{"SERVICE_TOKEN_TTL=30s", "or 0 for tokens that do not expire"},
+		{"SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE=yes", "use true or false"},
+		{"SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE=1", "use true or false"},
 		{"SERVICE_LOGIN_MAX_FAILURES=0", "whole number"},
 		{"SERVICE_LOGIN_MAX_FAILURES_PER_ADDRESS=many", "whole number"},
 		{"SERVICE_LOGIN_FAILURE_WINDOW=2d", "from 1s to 1d"},
@@ -125,4 +132,170 @@ func TestAuthSettingsRejected(t *testing.T) {
 			t.Fatalf("%s: the error does not name the variable and say %q: %s", c.setting, c.want, out)
 		}
 	}
+}
+
+// tokenClaimsOf reads a token's claims without checking its signature.
+func tokenClaimsOf(t *testing.T, token string) jwt.MapClaims {
+	t.Helper()
+	var claims jwt.MapClaims
+	if _, _, err := jwt.NewParser().ParseUnverified(token, &claims); err != nil {
+		t.Fatalf("parse token: %v", err)
+	}
+	return claims
+}
+
+// requireStatus sends a request with token and requires the status and,
+// for errors, fragments of the error message.
+func (s *service) requireStatus(token, method, path string, body any, want int, fragments ...string) {
+	s.t.Helper()
+	saved := s.token
+	defer func() { s.token = saved }()
+	s.token = token
+	var raw json.RawMessage
+	if got := s.do(method, path, body, &raw); got != want {
+		s.t.Fatalf("%s %s: status %d, want %d: %s", method, path, got, want, raw)
+	}
+	var out struct {
+		Error string `json:"error"`
+	}
+	if len(fragments) > 0 {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			s.t.Fatalf("%s %s: not an error body: %s", method, path, raw)
+		}
+	}
+	for _, f := range fragments {
+		if !strings.Contains(out.Error, f) {
+			s.t.Fatalf("%s %s: error %q does not contain %q", method, path, out.Error, f)
+		}
+	}
+}
+
+// loginRaw logs in and returns the token and the response's fields.
+func (s *service) loginRaw(username, password string) (string, map[string]json.RawMessage) {
+	s.t.Helper()
+	saved := s.token
+	defer func() { s.token = saved }()
+	s.token = ""
+	var out map[string]json.RawMessage
+	s.mustDo("POST", "/v1/auth/login", map[string]string{"username": username, "password": password}, 200, &out)
+	var token string
+	if err := json.Unmarshal(out["token"], &token); err != nil || token == "" {
+		s.t.Fatalf("login %s: no token in %v", username, out)
+	}
+	return token, out
+}
+
+// TestTokenContract runs the service as the API specification describes its
+// tokens, then with the two hardening settings: by default tokens carry no
+// expiry, survive restarts and a password change, and die only with the
+// user or the JWT secret; with SERVICE_TOKEN_TTL they expire (tokens already
+// out included) and with SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE=true a
+// password change revokes them.
+func TestTokenContract(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	const secret = "token-contract-test-secret-0123456789abcdef"
+	s := startService(t, catalog, "SERVICE_JWT_SECRET="+secret)
+	admin := s.token
+	s.mustDo("POST", "/v1/users", map[string]string{"username": "vic", "password": "vic-password-1", "role": "viewer"}, 201, nil)
+
+	// Defaults: no expiry in the token or the response.
+	vic, out := s.loginRaw("vic", "vic-password-1")
+	for _, field := range []string{"expires_at", "expires_in"} {
+		if _, ok := out[field]; ok {
+			t.Fatalf("login response has %s by default: %v", field, out)
+		}
+	}
+	if _, ok := tokenClaimsOf(t, vic)["exp"]; ok {
+		t.Fatalf("default token carries exp: %v", tokenClaimsOf(t, vic))
+	}
+
+	// A password change (an authed endpoint a viewer may call) leaves the
+	// token valid; the new password applies to later logins.
+	var changed struct {
+		Message string `json:"message"`
+	}
+	s.token = vic
+	s.mustDo("POST", "/v1/auth/change-password", map[string]string{"current_password": "vic-password-1", "new_password": "vic-password-2"}, 200, &changed)
+	s.token = admin
+	if !strings.Contains(changed.Message, "stay valid") {
+		t.Fatalf("change-password message: %q", changed.Message)
+	}
+	s.requireStatus(vic, "GET", "/v1/auth/me", nil, 200)
+	s.requireStatus(vic, "GET", "/v1/mirrors", nil, 200)
+	if status, _ := s.login("vic", "vic-password-1"); status != 401 {
+		t.Fatalf("login with the old password: status %d, want 401", status)
+	}
+	s.loginRaw("vic", "vic-password-2")
+
+	// Tokens survive a restart (same secret).
+	s.kill()
+	s = startService(t, catalog, "SERVICE_JWT_SECRET="+secret, "SERVICE_TOKEN_TTL=0", "SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE=false")
+	admin = s.token
+	s.requireStatus(vic, "GET", "/v1/auth/me", nil, 200)
+
+	// Hardened: tokens expire and a password change revokes them.
+	s.kill()
+	s = startService(t, catalog, "SERVICE_JWT_SECRET="+secret, "SERVICE_TOKEN_TTL=1h", "SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE=true")
+	admin = s.token
+	hardened, out := s.loginRaw("vic", "vic-password-2")
+	if string(out["expires_in"]) != "3600" {
+		t.Fatalf("SERVICE_TOKEN_TTL=1h: expires_in %s, want 3600", out["expires_in"])
+	}
+	claims := tokenClaimsOf(t, hardened)
+	exp, err := claims.GetExpirationTime()
+	if err != nil || exp == nil {
+		t.Fatalf("hardened token has no exp: %v", claims)
+	}
+	iat, err := claims.GetIssuedAt()
+	if err != nil || iat == nil || exp.Sub(iat.Time) != time.Hour {
+		t.Fatalf("hardened token: exp - iat is not 1h: %v", claims)
+	}
+	// The token without exp from before is younger than the lifetime: valid.
+	s.requireStatus(vic, "GET", "/v1/auth/me", nil, 200)
+	// Signed with the service's secret: older than the lifetime, or past its
+	// exp, the token is refused as expired.
+	sign := func(change func(jwt.MapClaims)) string {
+		c := jwt.MapClaims{}
+		for k, v := range claims {
+			c[k] = v
+		}
+		change(c)
+		token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return token
+	}
+	s.requireStatus(sign(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Minute).Unix() }), "GET", "/v1/auth/me", nil, 401, "token expired")
+	s.requireStatus(sign(func(c jwt.MapClaims) {
+		delete(c, "exp")
+		c["iat"] = time.Now().Add(-2 * time.Hour).Unix()
+	}), "GET", "/v1/auth/me", nil, 401, "token expired")
+	s.requireStatus(sign(func(c jwt.MapClaims) {}), "GET", "/v1/auth/me", nil, 200)
+
+	var revoked struct {
+		Message string `json:"message"`
+		Token   string `json:"token"`
+	}
+	s.token = hardened
+	s.mustDo("POST", "/v1/auth/change-password", map[string]string{"current_password": "vic-password-2", "new_password": "vic-password-3"}, 200, &revoked)
+	s.token = admin
+	if !strings.Contains(revoked.Message, "revoked") {
+		t.Fatalf("change-password message with revocation: %q", revoked.Message)
+	}
+	for _, token := range []string{vic, hardened} {
+		s.requireStatus(token, "GET", "/v1/auth/me", nil, 401, "Token revoked", "log in again")
+	}
+	s.requireStatus(revoked.Token, "GET", "/v1/auth/me", nil, 200)
+
+	// A deleted user's tokens are refused.
+	s.mustDo("DELETE", "/v1/users/vic", nil, 200, nil)
+	s.requireStatus(revoked.Token, "GET", "/v1/auth/me", nil, 401, "no longer exists")
+
+	// Rotating the JWT secret invalidates every token, with the defaults too.
+	s.kill()
+	s = startService(t, catalog, "SERVICE_JWT_SECRET="+strings.Repeat("r", 40))
+	s.requireStatus(admin, "GET", "/v1/auth/me", nil, 401, "Invalid token")
+	s.requireStatus(s.token, "GET", "/v1/auth/me", nil, 200)
 }

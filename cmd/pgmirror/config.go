@@ -31,7 +31,11 @@ type config struct {
 	MirrorWorkers     int
 	LogRetention      time.Duration
 	ShutdownTimeout   time.Duration
-	TokenTTL          time.Duration
+	// TokenTTL is the lifetime of API tokens; zero: tokens do not expire.
+	TokenTTL time.Duration
+	// RevokeTokensOnPasswordChange makes a password change revoke the
+	// user's earlier tokens.
+	RevokeTokensOnPasswordChange bool
 	// MetricsToken, when set, is the bearer token GET /metrics requires.
 	// Never log it.
 	MetricsToken string
@@ -84,7 +88,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.SequenceSyncInterval, err = boundedDurationVar(getenv, "SERVICE_SEQUENCE_SYNC_INTERVAL", 30*time.Second, time.Second, time.Hour); err != nil {
 		return cfg, err
 	}
-	if cfg.TokenTTL, err = boundedDurationVar(getenv, "SERVICE_TOKEN_TTL", 12*time.Hour, time.Minute, 30*24*time.Hour); err != nil {
+	if cfg.TokenTTL, err = tokenTTLVar(getenv, "SERVICE_TOKEN_TTL"); err != nil {
+		return cfg, err
+	}
+	if cfg.RevokeTokensOnPasswordChange, err = boolVar(getenv, "SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE"); err != nil {
 		return cfg, err
 	}
 	if cfg.LoginUserFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES", 5, 1, 1000); err != nil {
@@ -136,6 +143,41 @@ func intVar(getenv func(string) string, name string, def, lo, hi int) (int, erro
 		return 0, fmt.Errorf("%s=%q: want a whole number from %d to %d", name, s, lo, hi)
 	}
 	return n, nil
+}
+
+// boolVar reads true or false (in any letter case); unset is false.
+// Anything else is an error, so that a typo never silently means false.
+func boolVar(getenv func(string) string, name string) (bool, error) {
+	switch s := getenv(name); strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		return false, nil
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	default:
+		return false, fmt.Errorf("%s=%q: use true or false", name, s)
+	}
+}
+
+// tokenTTLVar reads the token lifetime: unset or zero (0, 0s, 0h, 0d) means
+// tokens do not expire; otherwise a duration from 1m to 30d.
+func tokenTTLVar(getenv func(string) string, name string) (time.Duration, error) {
+	s := strings.TrimSpace(getenv(name))
+	if s == "" {
+		return 0, nil
+	}
+	if n, err := strconv.Atoi(strings.TrimSuffix(s, "d")); err == nil && n == 0 {
+		return 0, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d == 0 {
+		return 0, nil
+	}
+	d, err := boundedDurationVar(getenv, name, 0, time.Minute, 30*24*time.Hour)
+	if err != nil {
+		return 0, fmt.Errorf("%w (or 0 for tokens that do not expire)", err)
+	}
+	return d, nil
 }
 
 // prefixesVar reads a comma-separated list of IP networks (10.0.0.0/8) or

@@ -140,14 +140,14 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	say(`
-Have a look (the admin token below is valid for %s):
+Have a look (the admin token below %s):
   TOKEN=%s
   curl -s -H "Authorization: Bearer $TOKEN" %s/v1/mirrors/%s
   curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/mirrors/%s/logs?limit=5'
   %s/docs           (the API in the browser)
   %s/metrics        (Prometheus metrics)
   PGPASSWORD=$(cat %s) psql -h 127.0.0.1 -p %d -U postgres %s -c 'SELECT count(*) FROM orders'
-`, cfg.TokenTTL, api.token, base, demoMirror, base, demoMirror, base, base,
+`, tokenValidity(cfg.TokenTTL), api.token, base, demoMirror, base, demoMirror, base, base,
 		filepath.Join(cfg.DataDir, embeddedPasswordFile), cfg.EmbeddedPort, demoDestinationDB)
 	if opts.linger {
 		say("the mirror keeps running; press Ctrl-C to clean up and stop")
@@ -447,4 +447,12 @@ func (a *demoAPI) do(ctx context.Context, method, path string, body, out any, wa
 	}
 	_ = json.Unmarshal(raw, &e)
 	return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, cmp.Or(e.Error, string(raw)))
+}
+
+// tokenValidity says how long a token issued with the lifetime ttl is valid.
+func tokenValidity(ttl time.Duration) string {
+	if ttl == 0 {
+		return "does not expire"
+	}
+	return "is valid for " + formatDuration(ttl)
 }

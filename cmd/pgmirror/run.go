@@ -223,7 +223,8 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 
 	handler, err := httpapi.New(httpapi.Config{
 		Metrics: registry.Handler(cfg.MetricsToken),
-		Store:   store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version, TokenTTL: cfg.TokenTTL,
+		Store:   store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version,
+		TokenTTL: cfg.TokenTTL, RevokeTokensOnPasswordChange: cfg.RevokeTokensOnPasswordChange,
 		Login: httpapi.LoginLimits{UserFailures: cfg.LoginUserFailures, AddressFailures: cfg.LoginAddressFailures,
 			Window: cfg.LoginFailureWindow, TrustedProxies: cfg.TrustedProxies},
 	})
