@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,13 +33,17 @@ func (p Peer) ConnConfig() (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decrypt the password of peer %q: %w", p.Name, err)
 	}
-	u := url.URL{
-		Scheme:   "postgres",
-		User:     url.User(p.User),
-		Host:     net.JoinHostPort(p.Host, strconv.Itoa(p.Port)),
-		Path:     "/" + p.Database,
-		RawQuery: url.Values{"sslmode": {p.SSLMode}, "connect_timeout": {strconv.Itoa(int(peerConnectTimeout / time.Second))}}.Encode(),
+	query := url.Values{"sslmode": {p.SSLMode}, "connect_timeout": {strconv.Itoa(int(peerConnectTimeout / time.Second))}}
+	u := url.URL{Scheme: "postgres", User: url.User(p.User), Path: "/" + p.Database}
+	if strings.HasPrefix(p.Host, "/") {
+		// A Unix-socket directory (allowed by SERVICE_ALLOW_SOCKET_PEERS)
+		// goes in the query: it cannot stand in a URI's authority.
+		query.Set("host", p.Host)
+		query.Set("port", strconv.Itoa(p.Port))
+	} else {
+		u.Host = net.JoinHostPort(p.Host, strconv.Itoa(p.Port))
 	}
+	u.RawQuery = query.Encode()
 	cfg, err := pgx.ParseConfig(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("peer %q: %w", p.Name, err)

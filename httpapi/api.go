@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -47,6 +50,14 @@ type Config struct {
 	// Metrics, when set, serves GET /metrics (Prometheus text format,
 	// outside the OpenAPI document; it does its own authentication).
 	Metrics http.Handler
+	// ReadTimeout, when not zero, is the server's read timeout: a request
+	// body must arrive within it (and within 5 s), else the answer is 408.
+	ReadTimeout time.Duration
+	// AllowSocketPeers lets a peer's host be a Unix-socket directory (an
+	// absolute path). Off by default: a socket connection can authenticate
+	// as pgmirror's own operating-system user (peer authentication), beyond
+	// the credentials the peer gives.
+	AllowSocketPeers bool
 }
 
 // handlers holds the dependencies of every operation.
@@ -60,6 +71,8 @@ type handlers struct {
 	// revokeOnPasswordChange is Config.RevokeTokensOnPasswordChange.
 	revokeOnPasswordChange bool
 	logins                 *loginGuard
+	// allowSocketPeers: Config.AllowSocketPeers.
+	allowSocketPeers bool
 }
 
 // New returns the HTTP handler serving the whole API.
@@ -84,7 +97,8 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("httpapi: Config.TokenTTL must not be negative (zero issues tokens without an expiry)")
 	}
 	h := &handlers{store: cfg.Store, river: cfg.River, secret: cfg.JWTSecret, logger: cfg.Logger, version: cfg.Version,
-		tokenTTL: cfg.TokenTTL, revokeOnPasswordChange: cfg.RevokeTokensOnPasswordChange, logins: newLoginGuard(cfg.Store, cfg.Login)}
+		tokenTTL: cfg.TokenTTL, revokeOnPasswordChange: cfg.RevokeTokensOnPasswordChange, logins: newLoginGuard(cfg.Store, cfg.Login),
+		allowSocketPeers: cfg.AllowSocketPeers}
 
 	mux := http.NewServeMux()
 	hcfg := huma.DefaultConfig("pgmirror API", cfg.Version)
@@ -101,7 +115,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	hcfg.OnAddOperation = append(hcfg.OnAddOperation, documentValidationAs400)
 	api := humago.New(mux, hcfg)
-	api.UseMiddleware(h.authMiddleware(api), strictBody(api))
+	api.UseMiddleware(h.authMiddleware(api), strictBody(api, cfg.ReadTimeout))
 
 	h.registerHealth(api)
 	h.registerReady(api)
@@ -130,11 +144,28 @@ type root struct {
 }
 
 func (rt *root) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// No browser may guess another content type than the one sent.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	tw := &trackingWriter{ResponseWriter: w}
+	if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody {
+		tw.body = &eofReader{ReadCloser: r.Body}
+		r.Body = tw.body
+	}
 	r, logAccess := rt.withAccess(tw, r)
 	defer logAccess()
 	r = r.WithContext(context.WithValue(r.Context(), loggerKey{}, rt.logger))
 	defer rt.recoverPanic(tw, r)
+	if headerSize(r) > MaxHeaderBytes {
+		writeJSONError(tw, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("Request headers are too large: the limit is %d KiB; send fewer or shorter headers", MaxHeaderBytes>>10))
+		return
+	}
+	if p := r.URL.EscapedPath(); p != "/" && path.Clean(p) != p {
+		// ServeMux would answer with a redirect to the clean path, in HTML.
+		// (Like ServeMux, this looks at the escaped path: a name with an
+		// escaped slash, such as a user "a/..%2F", stays reachable.)
+		writeJSONError(tw, http.StatusNotFound, fmt.Sprintf("No endpoint at %s: use the path without empty, '.' or '..' segments or a trailing slash (%s)", p, path.Clean("/"+p)))
+		return
+	}
 	if _, pattern := rt.mux.Handler(r); pattern != "" {
 		rt.mux.ServeHTTP(tw, r)
 		return
@@ -153,6 +184,22 @@ func (rt *root) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusNotFound
 	}
 	writeJSONError(tw, status, msg)
+}
+
+// MaxHeaderBytes is the most a request's line and headers may take; more is
+// answered 431 in JSON. The HTTP server's own limit, whose answer is plain
+// text, must be larger.
+const MaxHeaderBytes = 64 << 10
+
+// headerSize is about the size of r's request line and headers on the wire.
+func headerSize(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: \r\n") + len(r.Host)
+	for k, values := range r.Header {
+		for _, v := range values {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // recoverPanic answers a request whose handler, middleware or validation
@@ -177,8 +224,19 @@ func (rt *root) recoverPanic(w *trackingWriter, r *http.Request) {
 
 // trackingWriter records whether the response has started, its status and
 // how many body bytes were written (for the access log).
+//
+// An HTTP/1 answer that starts before the request body was read to its end
+// (a 408 or 413, a 401 before the body was looked at, a route that takes no
+// body) closes the connection: it carries Connection: close, and reading
+// from the connection stops soon after (drainTime). Otherwise net/http
+// would wait for the rest of the body (up to 256 KiB of it) before sending
+// the answer, with no time limit once a body read deadline has been set,
+// so that a client could hold a connection open forever by never finishing
+// its body.
 type trackingWriter struct {
 	http.ResponseWriter
+	// body is the request body of an HTTP/1 request that has one.
+	body    *eofReader
 	started bool
 	status  int
 	bytes   int64
@@ -187,6 +245,7 @@ type trackingWriter struct {
 func (w *trackingWriter) WriteHeader(status int) {
 	if !w.started {
 		w.status = status
+		w.start()
 	}
 	w.started = true
 	w.ResponseWriter.WriteHeader(status)
@@ -195,10 +254,40 @@ func (w *trackingWriter) WriteHeader(status int) {
 func (w *trackingWriter) Write(b []byte) (int, error) {
 	if !w.started {
 		w.status = http.StatusOK
+		w.start()
 	}
 	w.started = true
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
+	return n, err
+}
+
+// start runs once, before the response's header is sent.
+func (w *trackingWriter) start() {
+	if w.body == nil || w.body.done.Load() {
+		return
+	}
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now().Add(drainTime))
+}
+
+// drainTime is how long net/http may go on reading what is left of a body
+// (at most 256 KiB) after an answer that closes the connection. Reading it
+// lets the connection close with a FIN: closing a socket with unread data
+// sends a reset, which can make the client lose the answer.
+const drainTime = 500 * time.Millisecond
+
+// eofReader is a request body that records whether it was read to its end.
+type eofReader struct {
+	io.ReadCloser
+	done atomic.Bool
+}
+
+func (r *eofReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if err == io.EOF {
+		r.done.Store(true)
+	}
 	return n, err
 }
 
@@ -292,6 +381,9 @@ func init() {
 	}
 }
 
+// maxProblems is how many problems of a request an error names at most.
+const maxProblems = 5
+
 // newError builds the {"error": ...} body. Validation failures (422) become
 // 400 and list each problem by location; a 500 never shows internal text.
 func newError(status int, msg string, errs ...error) huma.StatusError {
@@ -319,6 +411,10 @@ func newError(status int, msg string, errs ...error) huma.StatusError {
 		}
 		parts = append(parts, err.Error())
 	}
+	if len(parts) > maxProblems {
+		// A body can have thousands of problems (unknown keys); name a few.
+		parts = append(parts[:maxProblems], fmt.Sprintf("and %d more problems", len(parts)-maxProblems))
+	}
 	switch {
 	case status == http.StatusBadRequest && msg == "validation failed" && len(parts) > 0:
 		// Huma reports a body that is not valid JSON as a 400 "validation failed".
@@ -326,8 +422,9 @@ func newError(status int, msg string, errs ...error) huma.StatusError {
 	case status == http.StatusUnprocessableEntity:
 		status = http.StatusBadRequest
 		msg = "Invalid request: " + strings.Join(parts, "; ")
-	case status == http.StatusRequestEntityTooLarge:
-		msg = "Request body is too large: the limit is 1 MiB"
+	case status == http.StatusRequestEntityTooLarge && strings.HasPrefix(msg, "request body is too large"):
+		// Huma's own message; strictBody answers before Huma reads a body.
+		msg = "Request body is too large; send a smaller body"
 	case msg == "request body is required":
 		msg = "Request body is required: send a JSON object with Content-Type: application/json"
 	case len(parts) > 0:
@@ -362,6 +459,21 @@ const (
 
 const securityScheme = "bearer"
 
+// Request body limits (413 above them): what the largest valid body of an
+// operation needs, so that nobody can make the service read and parse
+// megabytes where a few hundred bytes are expected.
+const (
+	// loginMaxBody bounds the body of the unauthenticated login.
+	loginMaxBody = 4 << 10
+	// defaultMaxBody bounds the bodies of users, passwords, cut-overs.
+	defaultMaxBody = 16 << 10
+	// peerMaxBody bounds a peer's body: up to 64 KiB of PEM certificates.
+	peerMaxBody = 256 << 10
+	// mirrorMaxBody bounds a mirror's body: up to 1000 table mappings with
+	// their excluded columns.
+	mirrorMaxBody = 1 << 20
+)
+
 // register adds an operation with its permission level: security metadata
 // for the middleware and the OpenAPI document, and the documented errors.
 func register[I, O any](api huma.API, perm permission, op huma.Operation, handler func(context.Context, *I) (*O, error)) {
@@ -384,6 +496,9 @@ func register[I, O any](api huma.API, perm permission, op huma.Operation, handle
 	if op.Path != "/health" {
 		// Everything but /health needs the catalog.
 		op.Errors = append(op.Errors, http.StatusServiceUnavailable)
+	}
+	if op.MaxBodyBytes == 0 {
+		op.MaxBodyBytes = defaultMaxBody
 	}
 	op.Description = strings.TrimSpace(op.Description)
 	checkAudited(op)

@@ -223,8 +223,13 @@ type loginInput struct {
 	}
 }
 
+// noStore is the Cache-Control of answers that carry a token: no cache
+// (a browser's, a proxy's) may keep one.
+const noStore = "no-store"
+
 type loginOutput struct {
-	Body struct {
+	CacheControl string `header:"Cache-Control" doc:"no-store: the answer holds a token."`
+	Body         struct {
 		Token     string     `json:"token" doc:"Bearer token (JWT) for the Authorization header. By default it does not expire and stays valid until the JWT signing secret is rotated; see expires_at."`
 		Username  string     `json:"username"`
 		Role      string     `json:"role" enum:"admin,viewer"`
@@ -254,7 +259,8 @@ type messageOutput struct {
 }
 
 type changePasswordOutput struct {
-	Body struct {
+	CacheControl string `header:"Cache-Control" doc:"no-store: the answer holds a token."`
+	Body         struct {
 		Message   string     `json:"message"`
 		Token     string     `json:"token" doc:"A new token for the caller. Tokens issued before stay valid unless the service revokes them on a password change (SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE=true)."`
 		ExpiresAt *time.Time `json:"expires_at,omitempty" doc:"When the new token expires; present only when the service sets a token lifetime."`
@@ -270,7 +276,7 @@ func message(msg string) *messageOutput {
 
 func (h *handlers) registerAuth(api huma.API) {
 	register(api, open, huma.Operation{
-		OperationID: "login", Method: http.MethodPost, Path: "/v1/auth/login", Tags: []string{"Auth"},
+		OperationID: "login", Method: http.MethodPost, Path: "/v1/auth/login", Tags: []string{"Auth"}, MaxBodyBytes: loginMaxBody,
 		Summary: "Log in",
 		Description: "Exchange a username and password for a bearer token. By default tokens do not expire: they stay valid until the JWT signing secret is rotated " +
 			"(a service with SERVICE_TOKEN_TTL set issues tokens that expire, and says when in expires_at). " +
@@ -307,7 +313,7 @@ func (h *handlers) login(ctx context.Context, in *loginInput) (*loginOutput, err
 	if err != nil {
 		return nil, h.internal(ctx, "issue a token", err)
 	}
-	out := &loginOutput{}
+	out := &loginOutput{CacheControl: noStore}
 	out.Body.Token, out.Body.Username, out.Body.Role = token, u.Username, u.Role
 	out.Body.ExpiresAt, out.Body.ExpiresIn = h.tokenExpiry(expires)
 	return out, nil
@@ -390,7 +396,7 @@ func (h *handlers) changePassword(ctx context.Context, in *changePasswordInput) 
 	if err != nil {
 		return nil, err
 	}
-	out := &changePasswordOutput{}
+	out := &changePasswordOutput{CacheControl: noStore}
 	if in.Body.NewPassword == in.Body.CurrentPassword {
 		setAuditDetails(ctx, map[string]any{"changed": false})
 		out.Body.Message = "Password unchanged: the new password is the current one; existing tokens stay valid"

@@ -29,8 +29,10 @@ func TestLogin(t *testing.T) {
 	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"password": "x"}, http.StatusBadRequest, "username")
 	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "", "password": "x"}, http.StatusBadRequest, "username")
 	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "admin", "password": strings.Repeat("p", 73)}, http.StatusBadRequest, "72 bytes")
-	// Usernames are at most 128 characters, so a huge one is a 400, not a failed insert into login_failures.
-	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": strings.Repeat("u", 100000), "password": "x"}, http.StatusBadRequest, "username")
+	// Usernames are at most 128 characters, so a long one is a 400, not a failed insert into login_failures.
+	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": strings.Repeat("u", 1000), "password": "x"}, http.StatusBadRequest, "username")
+	// A login body is at most 4 KiB.
+	b.requireError(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": strings.Repeat("u", 100000), "password": "x"}, http.StatusRequestEntityTooLarge, "4 KiB")
 
 	var me struct{ Username, Role string }
 	b.mustDecode(http.MethodGet, "/v1/auth/me", b.viewerToken, nil, http.StatusOK, &me)

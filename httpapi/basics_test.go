@@ -1,8 +1,12 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -57,6 +61,69 @@ func TestRoutingErrors(t *testing.T) {
 	b.requireError(http.MethodPost, "/v1/auth/login", "", `{"username": "admin", "password": `, http.StatusBadRequest, "Malformed JSON")
 	b.requireError(http.MethodPost, "/v1/auth/login", "", nil, http.StatusBadRequest, "body is required")
 	huge := `{"username": "admin", "password": "` + strings.Repeat("x", 1<<20+10) + `"}`
-	b.requireError(http.MethodPost, "/v1/auth/login", "", huge, http.StatusRequestEntityTooLarge, "1 MiB")
+	b.requireError(http.MethodPost, "/v1/auth/login", "", huge, http.StatusRequestEntityTooLarge, "4 KiB")
 	b.requireError(http.MethodPost, "/v1/peers", b.adminToken, `[1,2]`, http.StatusBadRequest)
+}
+
+// TestResponseHeadersAndOddRequests checks the headers every answer gets
+// (X-Content-Type-Options: nosniff; Cache-Control: no-store where a token
+// is in the body) and that a path with empty, '.' or '..' segments and
+// oversized headers get JSON errors, never a redirect or plain text.
+func TestResponseHeadersAndOddRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct {
+		method, path, token string
+		body                any
+		want                int
+	}{
+		{http.MethodGet, "/health", "", nil, http.StatusOK},
+		{http.MethodGet, "/v1/users", b.adminToken, nil, http.StatusOK},
+		{http.MethodGet, "/v1/users", "", nil, http.StatusUnauthorized},
+		{http.MethodGet, "/nothing", "", nil, http.StatusNotFound},
+		{http.MethodGet, "/docs", "", nil, http.StatusOK},
+	} {
+		status, header, _ := b.doHeaders(c.method, c.path, c.token, c.body)
+		require.Equal(t, c.want, status, c.path)
+		require.Equal(t, "nosniff", header.Get("X-Content-Type-Options"), c.path)
+		require.Empty(t, header.Get("Cache-Control"), c.path)
+	}
+	status, header, _ := b.doHeaders(http.MethodPost, "/v1/auth/login", "", map[string]any{"username": "viewer", "password": "viewer-password"})
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "no-store", header.Get("Cache-Control"))
+	token := b.login("viewer", "viewer-password")
+	status, header, _ = b.doHeaders(http.MethodPost, "/v1/auth/change-password", token,
+		map[string]any{"current_password": "viewer-password", "new_password": "viewer-password"})
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "no-store", header.Get("Cache-Control"))
+
+	addr := strings.TrimPrefix(b.server.URL, "http://")
+	raw := func(request string) (*http.Response, string) {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = io.WriteString(conn, request)
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(body)
+	}
+	for _, p := range []string{"//v1/users", "/v1/./users", "/v1/peers/../users", "/v1//users", "/v1/users/"} {
+		resp, body := raw("GET " + p + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + b.adminToken + "\r\nConnection: close\r\n\r\n")
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s: %s", p, body)
+		require.Empty(t, resp.Header.Get("Location"), p)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), p)
+		requireErrorShape(t, []byte(body), p)
+		require.Contains(t, body, "/v1/users)", p)
+	}
+	// A user name with an escaped slash and dots is still reachable.
+	b.mustDo(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "a/../", "password": "pw-123456", "role": "viewer"}, http.StatusCreated)
+	b.mustDo(http.MethodDelete, "/v1/users/"+url.PathEscape("a/../"), b.adminToken, nil, http.StatusOK)
+	resp, body := raw("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\nConnection: close\r\n\r\n")
+	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode, body)
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	requireErrorShape(t, []byte(body))
+	require.Contains(t, body, "64 KiB")
 }

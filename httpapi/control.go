@@ -83,7 +83,7 @@ func (h *handlers) registerControl(api huma.API) {
 		Summary: "List a mirror's table mappings", Errors: []int{http.StatusNotFound},
 	}, h.getTables)
 	register(api, adminOnly, huma.Operation{
-		OperationID: "put-mirror-tables", Method: http.MethodPut, Path: "/v1/mirrors/{name}/tables", Tags: []string{"Mirror control"},
+		OperationID: "put-mirror-tables", Method: http.MethodPut, Path: "/v1/mirrors/{name}/tables", Tags: []string{"Mirror control"}, MaxBodyBytes: mirrorMaxBody,
 		Summary: "Replace a mirror's table mappings",
 		Description: "table_mappings is the complete desired set: mappings of source tables that stay keep their progress, " +
 			"removed ones are dropped from the mirror, new ones are snapshotted when the mirror resumes. The mirror must be paused (409 otherwise).",

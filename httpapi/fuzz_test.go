@@ -1,23 +1,35 @@
 package httpapi_test
 
 import (
+	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
 	"github.com/pgmirror/pgmirror/db/secretbox"
+	"github.com/pgmirror/pgmirror/httpapi"
 )
 
 // The fuzz targets send arbitrary bodies (and path names) to the write
 // endpoints through the whole handler stack on a real catalog. Whatever the
 // input, the server answers: a status below 500, a JSON body, errors shaped
-// {"error": "..."}, and never a peer password. `go test` runs the seed
-// corpus (the inputs of issue 9 among them); `make fuzz` fuzzes each target
-// for FUZZTIME.
+// {"error": "..."}, and never a peer password. Each input is sent in one of
+// four shapes (see bodyShape): whole, declaring a size over every limit, a
+// body that never completes, or a chunked body, too large or never ending;
+// the last three must be answered and the connection closed within the
+// body read timeout. `go test` runs the seed corpus (the inputs of issue 9
+// among them); `make fuzz` fuzzes each target for FUZZTIME.
 
 // writeOp is one endpoint; %s in path is replaced by the fuzzed name.
 type writeOp struct {
@@ -54,10 +66,15 @@ const fuzzCatalogEnv = "PGMIRROR_FUZZ_CATALOG_URL"
 // must read the secrets (the JWT secret) the first process stored.
 const fuzzKeyEnv = "PGMIRROR_FUZZ_CATALOG_KEY"
 
+// fuzzReadTimeout is the fuzzed API's read timeout: a body that never
+// completes is answered 408 after it.
+const fuzzReadTimeout = 300 * time.Millisecond
+
 // fuzzBundle serves the API for a fuzz target.
 func fuzzBundle(f *testing.F) *bundle {
+	short := func(c *httpapi.Config) { c.ReadTimeout = fuzzReadTimeout }
 	if url := os.Getenv(fuzzCatalogEnv); url != "" {
-		return setupCatalog(f, url)
+		return setupCatalogWith(f, url, short)
 	}
 	raw, err := secretbox.GenerateKey()
 	if err != nil {
@@ -66,7 +83,7 @@ func fuzzBundle(f *testing.F) *bundle {
 	f.Setenv(fuzzKeyEnv, secretbox.EncodeKey(raw))
 	url := pgtest.NewDatabase(f, pgtest.CatalogCluster(f))
 	f.Setenv(fuzzCatalogEnv, url)
-	return setupCatalog(f, url)
+	return setupCatalogWith(f, url, short)
 }
 
 // catalogKeyring is the test catalog's keyring: the fuzz key when a fuzz
@@ -88,30 +105,108 @@ func catalogKeyring(t testing.TB) *secretbox.Keyring {
 	return keys
 }
 
+// bodyShape is how a fuzzed body is sent.
+type bodyShape uint8
+
+const (
+	// whole: the body as it is, by net/http's client.
+	whole bodyShape = iota
+	// declaredHuge: Content-Length says 2 MiB more than the body, which is
+	// sent alone: over every route's limit, answered without waiting.
+	declaredHuge
+	// neverCompletes: Content-Length says one byte more than is sent.
+	neverCompletes
+	// chunkedStall: the body, padded with 20 KiB of spaces (over the 4 KiB
+	// and 16 KiB limits), in one chunk with no last chunk.
+	chunkedStall
+	shapes
+)
+
 // fuzzWrites fuzzes ops with the given valid bodies and badBodies as seeds.
 func fuzzWrites(f *testing.F, ops []writeOp, goodBodies ...string) {
 	b := fuzzBundle(f)
 	for i := range ops {
 		for _, body := range append(append([]string{}, goodBodies...), badBodies...) {
-			f.Add(uint8(i), "m", body)
+			f.Add(uint8(i), "m", body, uint8(whole))
 		}
-		f.Add(uint8(i), "../x y\"z", `{}`)
-		f.Add(uint8(i), "weird name/../x", `{}`)
-		f.Add(uint8(i), "\x00", `{}`)
+		f.Add(uint8(i), "../x y\"z", `{}`, uint8(whole))
+		f.Add(uint8(i), "weird name/../x", `{}`, uint8(whole))
+		f.Add(uint8(i), "\x00", `{}`, uint8(whole))
+		// The slow and oversized paths, with a valid body where there is one.
+		body := `{}`
+		if len(goodBodies) > 0 {
+			body = goodBodies[i%len(goodBodies)]
+		}
+		for shape := declaredHuge; shape < shapes; shape++ {
+			f.Add(uint8(i), "m", body, uint8(shape))
+		}
 	}
-	f.Fuzz(func(t *testing.T, op uint8, name, body string) {
+	f.Fuzz(func(t *testing.T, op uint8, name, body string, shape uint8) {
 		o := ops[int(op)%len(ops)]
 		path := o.path
 		if strings.Contains(path, "%s") {
 			path = fmt.Sprintf(path, url.PathEscape(name))
 		}
-		// do fails the test on a dropped connection, a body that is not
-		// JSON, a malformed error body and a leaked peer password.
-		status, raw := b.on(t).do(o.method, path, b.adminToken, body)
+		var status int
+		var raw []byte
+		switch s := bodyShape(shape % uint8(shapes)); s {
+		case whole:
+			// do fails the test on a dropped connection, a body that is
+			// not JSON, a malformed error body and a leaked peer password.
+			status, raw = b.on(t).do(o.method, path, b.adminToken, body)
+		default:
+			status, raw = b.on(t).incompleteBody(o.method, path, body, s)
+		}
 		if status >= http.StatusInternalServerError {
 			t.Fatalf("%s %s with %q: status %d: %s", o.method, path, body, status, raw)
 		}
 	})
+}
+
+// incompleteBody sends body to path in shape on a connection of its own
+// and requires an answer with a JSON body (an error shaped as such, without
+// the peer password) and the server closing the connection, within the
+// read timeout and a margin.
+func (b *bundle) incompleteBody(method, path, body string, shape bodyShape) (int, []byte) {
+	t := b.t
+	t.Helper()
+	var request strings.Builder
+	fmt.Fprintf(&request, "%s %s HTTP/1.1\r\nHost: pgmirror\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n", method, path, b.adminToken)
+	switch shape {
+	case declaredHuge:
+		fmt.Fprintf(&request, "Content-Length: %d\r\n\r\n%s", len(body)+2<<20, body)
+	case neverCompletes:
+		fmt.Fprintf(&request, "Content-Length: %d\r\n\r\n%s", len(body)+1, body)
+	case chunkedStall:
+		chunk := body + strings.Repeat(" ", 20<<10)
+		fmt.Fprintf(&request, "Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(chunk), chunk)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.server.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	start := time.Now()
+	limit := fuzzReadTimeout + 3*time.Second
+	_ = conn.SetDeadline(start.Add(limit + 5*time.Second))
+	_, err = io.WriteString(conn, request.String())
+	require.NoError(t, err)
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	require.NoError(t, err, "no answer after %s", time.Since(start))
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.True(t, json.Valid(raw), "the answer is not JSON: %s", raw)
+	if resp.StatusCode >= 400 {
+		requireErrorShape(t, raw)
+	}
+	require.NotContains(t, string(raw), peerPassword)
+	require.True(t, resp.Close, "status %d without Connection: close: %s", resp.StatusCode, raw)
+	_, err = r.ReadByte()
+	require.Error(t, err, "the server sent more after the answer")
+	var netErr net.Error
+	require.False(t, errors.As(err, &netErr) && netErr.Timeout(), "the connection was still open after %s", time.Since(start))
+	require.Less(t, time.Since(start), limit, "the connection was closed late")
+	return resp.StatusCode, raw
 }
 
 func FuzzUserWrites(f *testing.F) {

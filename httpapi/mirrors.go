@@ -224,7 +224,7 @@ func (h *handlers) registerMirrors(api huma.API) {
 		Summary: "List mirrors", Description: "Every mirror with basic status.",
 	}, h.listMirrors)
 	register(api, adminOnly, huma.Operation{
-		OperationID: "create-mirror", Method: http.MethodPost, Path: "/v1/mirrors", Tags: []string{"Mirrors"},
+		OperationID: "create-mirror", Method: http.MethodPost, Path: "/v1/mirrors", Tags: []string{"Mirrors"}, MaxBodyBytes: mirrorMaxBody,
 		Summary: "Create a mirror",
 		Description: "Checks the source (wal_level=logical, mapped tables exist and have a primary key or REPLICA IDENTITY FULL), " +
 			"stores the mirror with status initializing and starts it: initial snapshot (unless do_initial_snapshot is false), then CDC.",

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -68,7 +70,7 @@ type peerListOutput struct {
 type peerCreateInput struct {
 	Body struct {
 		Name        string `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique peer name, used in paths."`
-		Host        string `json:"host" minLength:"1" maxLength:"255" doc:"Hostname or IP address."`
+		Host        string `json:"host" minLength:"1" maxLength:"255" doc:"One host name or IP address, without a port (a Unix-socket directory only when the service allows it)."`
 		Port        int    `json:"port" minimum:"1" maximum:"65535"`
 		User        string `json:"user" minLength:"1" maxLength:"128"`
 		Password    string `json:"password" maxLength:"1024" doc:"Write-only: never returned."`
@@ -118,7 +120,7 @@ func (h *handlers) registerPeers(api huma.API) {
 		Summary: "List peers", Description: "Connection details of every peer; never the password.",
 	}, h.listPeers)
 	register(api, adminOnly, huma.Operation{
-		OperationID: "create-peer", Method: http.MethodPost, Path: "/v1/peers", Tags: []string{"Peers"},
+		OperationID: "create-peer", Method: http.MethodPost, Path: "/v1/peers", Tags: []string{"Peers"}, MaxBodyBytes: peerMaxBody,
 		Summary: "Create a peer", DefaultStatus: http.StatusCreated,
 		Description: "The password is stored encrypted and never returned. ssl_root_cert: " + sslRootCertDoc,
 		Errors:      []int{http.StatusBadRequest, http.StatusConflict},
@@ -128,7 +130,7 @@ func (h *handlers) registerPeers(api huma.API) {
 		Summary: "Get a peer", Errors: []int{http.StatusNotFound},
 	}, h.getPeer)
 	register(api, adminOnly, huma.Operation{
-		OperationID: "update-peer", Method: http.MethodPut, Path: "/v1/peers/{name}", Tags: []string{"Peers"},
+		OperationID: "update-peer", Method: http.MethodPut, Path: "/v1/peers/{name}", Tags: []string{"Peers"}, MaxBodyBytes: peerMaxBody,
 		Summary:     "Update a peer",
 		Description: "Changes the given fields only. Mirrors using the peer pick the change up when they next connect; pause them first. ssl_root_cert: " + sslRootCertDoc,
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
@@ -166,6 +168,12 @@ func (h *handlers) listPeers(ctx context.Context, _ *struct{}) (*peerListOutput,
 func (h *handlers) createPeer(ctx context.Context, in *peerCreateInput) (*peerOutput, error) {
 	b := in.Body
 	setAuditTarget(ctx, b.Name)
+	if err := h.checkPeerHost(b.Host); err != nil {
+		return nil, err
+	}
+	if err := checkNames(map[string]*string{"user": &b.User, "database": &b.Database}); err != nil {
+		return nil, err
+	}
 	if err := checkRootCert(&b.SSLRootCert); err != nil {
 		return nil, err
 	}
@@ -213,6 +221,14 @@ func (h *handlers) updatePeer(ctx context.Context, in *peerUpdateInput) (*peerOu
 	setAuditDetails(ctx, map[string]any{"fields": changedFields(map[string]bool{"host": b.Host != nil, "port": b.Port != nil,
 		"user": b.User != nil, "password": b.Password != nil, "database": b.Database != nil, "ssl_mode": b.SSLMode != nil,
 		"ssl_root_cert": b.SSLRootCert != nil})})
+	if b.Host != nil {
+		if err := h.checkPeerHost(*b.Host); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkNames(map[string]*string{"user": b.User, "database": b.Database}); err != nil {
+		return nil, err
+	}
 	if err := checkRootCert(b.SSLRootCert); err != nil {
 		return nil, err
 	}
@@ -365,4 +381,46 @@ func (h *handlers) testPeer(ctx context.Context, in *peerPath) (*peerTestOutput,
 	}
 	out.Body.Success = true
 	return out, nil
+}
+
+// checkPeerHost answers 400 unless host is one host name or IP address, or,
+// when the operator allows it (SERVICE_ALLOW_SOCKET_PEERS), the absolute
+// path of a Unix-socket directory. A list of hosts is never accepted.
+func (h *handlers) checkPeerHost(host string) error {
+	switch {
+	case strings.Contains(host, ","):
+		return errorf(http.StatusBadRequest, "Invalid request: host: %q is a list of hosts; give one host name or IP address", host)
+	case strings.HasPrefix(host, "/") && h.allowSocketPeers && !strings.ContainsRune(host, 0):
+		return nil
+	case strings.HasPrefix(host, "/"), strings.HasPrefix(host, "@"):
+		return errorf(http.StatusBadRequest, "Invalid request: host: %q is a Unix-socket path; use a host name or IP address (a socket can log in as pgmirror's own operating-system user; the operator can allow sockets with SERVICE_ALLOW_SOCKET_PEERS=true)", host)
+	case !ValidHost(host):
+		return errorf(http.StatusBadRequest, "Invalid request: host: %q is not a host name or IP address; use for example db.example.com, 10.0.0.5 or ::1 (without a port: that is the port field)", host)
+	}
+	return nil
+}
+
+// ValidHost reports whether host is an IP address (IPv6 without brackets)
+// or a DNS host name: labels of letters, digits, '-' and '_', 1 to 63
+// characters each, not starting or ending with '-', separated by dots, at
+// most 253 characters.
+func ValidHost(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	name := strings.TrimSuffix(host, ".")
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -2,14 +2,17 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/httpapi"
 )
 
 // peerRecord is a peer as the API returns it.
@@ -412,4 +415,75 @@ func (b *bundle) on(t *testing.T) *bundle {
 	c := *b
 	c.t = t
 	return &c
+}
+
+// TestPeerErrorsAreNoPasswordOracle checks that a connection error a viewer
+// reads does not tell a weak password by masking it wherever it appears: a
+// peer whose password equals its user name, or is a single letter, shows
+// the error text as the server gave it.
+func TestPeerErrorsAreNoPasswordOracle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	port := pgtest.SourceCluster(t).Port()
+	for _, c := range []struct{ name, user, password string }{
+		{"same", "peeruser", "peeruser"},
+		{"letter", "alphauser", "a"},
+	} {
+		b.mustDo(http.MethodPost, "/v1/peers", b.adminToken, map[string]any{
+			"name": c.name, "host": "127.0.0.1", "port": port, "user": c.user, "password": c.password,
+			"database": "postgres", "ssl_mode": "disable",
+		}, http.StatusCreated)
+		msg := b.requireError(http.MethodGet, "/v1/peers/"+c.name+"/tables", b.viewerToken, nil, http.StatusBadRequest,
+			"user="+c.user)
+		require.NotContains(t, msg, "*", c.name)
+	}
+}
+
+// TestPeerHostIsOneHost checks that a peer's host is one host name or IP
+// address: a Unix-socket path (a socket can log in as pgmirror's own OS
+// user) and a list of hosts are refused with a 400 that says what to do,
+// on create and update; with AllowSocketPeers a socket directory is
+// accepted and connects.
+func TestPeerHostIsOneHost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ensurePeerRole(t, pgtest.SourceCluster(t))
+	port := pgtest.SourceCluster(t).Port()
+	peer := func(name, host string) map[string]any {
+		return map[string]any{"name": name, "host": host, "port": port, "user": peerRole, "password": peerPassword,
+			"database": "postgres", "ssl_mode": "disable"}
+	}
+	for _, c := range []struct{ host, want string }{
+		{"/tmp/sock", "SERVICE_ALLOW_SOCKET_PEERS"},
+		{pgtest.SourceCluster(t).DataDir(), "Unix-socket"},
+		{"10.255.255.1,127.0.0.1", "list of hosts"},
+		{"db.example.com:5432", "not a host name"},
+		{"bad host", "not a host name"},
+		{"-x.example", "not a host name"},
+		{"host=evil", "not a host name"},
+	} {
+		b.requireError(http.MethodPost, "/v1/peers", b.adminToken, peer("p", c.host), http.StatusBadRequest, "host", c.want)
+	}
+	for _, host := range []string{"db_1.internal.example.", "a-b.c", "10.0.0.5", "fe80::1%eth0", strings.Repeat("a", 63) + ".b"} {
+		require.True(t, httpapi.ValidHost(host), host)
+	}
+	for _, host := range []string{"", ".", "a..b", strings.Repeat("a", 64), "a.-b", "[::1]", "a/b", "ä.example"} {
+		require.False(t, httpapi.ValidHost(host), host)
+	}
+	for i, host := range []string{"127.0.0.1", "localhost", "::1"} {
+		b.mustDo(http.MethodPost, "/v1/peers", b.adminToken, peer(fmt.Sprintf("ok%d", i), host), http.StatusCreated)
+	}
+	b.requireError(http.MethodPut, "/v1/peers/ok0", b.adminToken, map[string]any{"host": "/var/run/postgresql"}, http.StatusBadRequest, "Unix-socket")
+	b.requireError(http.MethodPut, "/v1/peers/ok0", b.adminToken, map[string]any{"host": "a,b"}, http.StatusBadRequest, "list of hosts")
+
+	// The operator allows sockets: the source cluster's socket directory.
+	allowed := setupWith(t, func(c *httpapi.Config) { c.AllowSocketPeers = true })
+	allowed.mustDo(http.MethodPost, "/v1/peers", allowed.adminToken, peer("sock", pgtest.SourceCluster(t).DataDir()), http.StatusCreated)
+	var result struct {
+		Success bool
+		Error   string
+	}
+	allowed.mustDecode(http.MethodPost, "/v1/peers/sock/test", allowed.adminToken, nil, http.StatusOK, &result)
+	require.True(t, result.Success, result.Error)
+	allowed.requireError(http.MethodPost, "/v1/peers", allowed.adminToken, peer("list", "/a,/b"), http.StatusBadRequest, "list of hosts")
 }

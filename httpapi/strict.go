@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
 )
@@ -60,8 +61,14 @@ func (c *bodyContext) BodyReader() io.Reader { return c.body }
 // handler still works, for example on a slow peer connection.)
 func (c *bodyContext) SetReadDeadline(time.Time) error { return nil }
 
-// strictBody returns the middleware that checks request bodies' keys.
-func strictBody(api huma.API) func(huma.Context, func(huma.Context)) {
+// strictBody returns the middleware that reads request bodies, bounded in
+// time and size, and checks their keys. readTimeout, when not zero, caps
+// each operation's body read timeout (the server's SERVICE_HTTP_READ_TIMEOUT).
+//
+// A body that does not arrive in time (408) or is larger than the
+// operation's limit (413) is answered at once; root then closes the
+// connection after the answer instead of waiting for the rest of the body.
+func strictBody(api huma.API, readTimeout time.Duration) func(huma.Context, func(huma.Context)) {
 	registry := api.OpenAPI().Components.Schemas
 	return func(ctx huma.Context, next func(huma.Context)) {
 		op := ctx.Operation()
@@ -69,31 +76,61 @@ func strictBody(api huma.API) func(huma.Context, func(huma.Context)) {
 			next(ctx)
 			return
 		}
-		if op.BodyReadTimeout > 0 {
-			_ = ctx.SetReadDeadline(time.Now().Add(op.BodyReadTimeout))
+		if length, err := strconv.ParseInt(ctx.Header("Content-Length"), 10, 64); err == nil && length > op.MaxBodyBytes {
+			_ = huma.WriteErr(api, ctx, http.StatusRequestEntityTooLarge, tooLarge(op.MaxBodyBytes))
+			return
 		}
-		// Read one byte more than Huma accepts, so that Huma still sees an
-		// oversized body as one and answers 413.
+		timeout := op.BodyReadTimeout
+		if readTimeout > 0 && (timeout <= 0 || readTimeout < timeout) {
+			timeout = readTimeout
+		}
+		if timeout > 0 {
+			_ = ctx.SetReadDeadline(time.Now().Add(timeout))
+		}
+		// Read one byte more than the limit to tell a body of the limit's
+		// size from a larger one.
 		raw, err := io.ReadAll(io.LimitReader(ctx.BodyReader(), op.MaxBodyBytes+1))
-		_ = ctx.SetReadDeadline(time.Time{})
 		if err != nil {
+			// The deadline stays: root ends the connection after the answer.
 			var netErr interface{ Timeout() bool }
 			if errors.As(err, &netErr) && netErr.Timeout() {
-				_ = huma.WriteErr(api, ctx, http.StatusRequestTimeout, "Request body was not received in time: send the whole body within "+op.BodyReadTimeout.String())
+				_ = huma.WriteErr(api, ctx, http.StatusRequestTimeout, "Request body was not received in time: send the whole body within "+timeout.String())
 				return
 			}
 			_ = huma.WriteErr(api, ctx, http.StatusBadRequest, "Could not read the request body: "+err.Error())
 			return
 		}
-		if int64(len(raw)) <= op.MaxBodyBytes {
-			w := &keyWalker{dec: json.NewDecoder(bytes.NewReader(raw)), registry: registry}
-			if problem := w.check(op.RequestBody.Content["application/json"].Schema); problem != "" {
-				_ = huma.WriteErr(api, ctx, http.StatusBadRequest, "Invalid request: "+problem)
-				return
-			}
+		if int64(len(raw)) > op.MaxBodyBytes {
+			_ = huma.WriteErr(api, ctx, http.StatusRequestEntityTooLarge, tooLarge(op.MaxBodyBytes))
+			return
+		}
+		if !utf8.Valid(raw) {
+			_ = huma.WriteErr(api, ctx, http.StatusBadRequest, "Invalid request: the body is not valid UTF-8: send JSON text encoded as UTF-8")
+			return
+		}
+		// The whole body is read: no deadline may be left on the connection
+		// (it would make net/http's background read fail when it passes,
+		// which cancels the request's context while the handler still works).
+		_ = ctx.SetReadDeadline(time.Time{})
+		w := &keyWalker{dec: json.NewDecoder(bytes.NewReader(raw)), registry: registry}
+		if problem := w.check(op.RequestBody.Content["application/json"].Schema); problem != "" {
+			_ = huma.WriteErr(api, ctx, http.StatusBadRequest, "Invalid request: "+problem)
+			return
 		}
 		next(&bodyContext{humaContext: ctx, body: bytes.NewReader(raw)})
 	}
+}
+
+// tooLarge is the message of a 413 for an operation whose limit is max bytes.
+func tooLarge(max int64) string {
+	size := strconv.FormatInt(max, 10) + " bytes"
+	switch {
+	case max >= 1<<20 && max%(1<<20) == 0:
+		size = strconv.FormatInt(max>>20, 10) + " MiB"
+	case max >= 1<<10 && max%(1<<10) == 0:
+		size = strconv.FormatInt(max>>10, 10) + " KiB"
+	}
+	return "Request body is too large: the limit of this endpoint is " + size + "; send a smaller body"
 }
 
 // keyWalker reads one JSON value token by token and compares object keys
@@ -142,7 +179,12 @@ func (w *keyWalker) value(s *huma.Schema, path string, depth int) error {
 	}
 	delim, isDelim := tok.(json.Delim)
 	if !isDelim {
-		return nil // a scalar: Huma checks its type and bounds
+		// A scalar: Huma checks its type and bounds. PostgreSQL cannot
+		// store a NUL character in text.
+		if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
+			return &problemError{at(path) + "text must be UTF-8 without NUL (\\u0000) characters"}
+		}
+		return nil
 	}
 	if s == nil {
 		return w.skip()
@@ -175,6 +217,9 @@ func (w *keyWalker) object(s *huma.Schema, path string, depth int) error {
 			return errMalformed
 		}
 		key, _ := tok.(string)
+		if strings.ContainsRune(key, 0) {
+			return &problemError{at(path) + "keys must be UTF-8 without NUL (\\u0000) characters"}
+		}
 		if seen[key] {
 			return &problemError{fmt.Sprintf("%skey %q appears more than once; send each field once", at(path), key)}
 		}

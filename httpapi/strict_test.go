@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -167,16 +168,73 @@ func TestCatalogConstraintViolations(t *testing.T) {
 	require.NotContains(t, msg, peerPassword)
 }
 
-// TestOversizedAndMalformedBodies checks that the strict body check leaves
-// Huma's own answers alone: 413 for a body over 1 MiB, 400 for malformed
-// JSON.
+// TestOversizedAndMalformedBodies checks the answers to bodies the strict
+// body check does not walk: 413 for a body over the route's limit, 400 for
+// malformed JSON.
 func TestOversizedAndMalformedBodies(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	big := `{"username":"` + strings.Repeat("a", 1<<20) + `","password":"x","role":"viewer"}`
-	b.requireError(http.MethodPost, "/v1/users", b.adminToken, big, http.StatusRequestEntityTooLarge, "too large")
+	b.requireError(http.MethodPost, "/v1/users", b.adminToken, big, http.StatusRequestEntityTooLarge, "too large", "16 KiB")
 	b.requireError(http.MethodPost, "/v1/users", b.adminToken, `{"username":"a",`, http.StatusBadRequest, "Malformed JSON")
 	b.requireError(http.MethodPost, "/v1/users", b.adminToken, `{"username":"a","password":"b","role":"viewer"} {}`, http.StatusBadRequest)
-	raw := b.mustDo(http.MethodPost, "/v1/users", b.adminToken, strings.Repeat("[", 100000), http.StatusBadRequest)
+	raw := b.mustDo(http.MethodPost, "/v1/users", b.adminToken, strings.Repeat("[", 16000), http.StatusBadRequest)
 	require.True(t, json.Valid(raw))
+}
+
+// TestBodyLimitsAndShortErrors checks that every route reads only the body
+// it needs: an unauthenticated login with a megabyte of unknown keys is a
+// 413 naming the 4 KiB limit, a peer takes its 64 KiB certificate, and an
+// error names at most a handful of the problems it found instead of every
+// unknown key.
+func TestBodyLimitsAndShortErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var keys strings.Builder
+	keys.WriteString(`{"username":"admin","password":"x"`)
+	for i := 0; i < 90000; i++ {
+		fmt.Fprintf(&keys, `,"k%d":1`, i)
+	}
+	keys.WriteString("}")
+	start := time.Now()
+	msg := b.requireError(http.MethodPost, "/v1/auth/login", "", keys.String(), http.StatusRequestEntityTooLarge, "4 KiB")
+	require.Less(t, len(msg), 200)
+	require.Less(t, time.Since(start), 2*time.Second)
+
+	// Under the limit, hundreds of unknown keys: five are named.
+	keys.Reset()
+	keys.WriteString(`{"username":"admin","password":"x"`)
+	for i := 0; i < 300; i++ {
+		fmt.Fprintf(&keys, `,"k%d":1`, i)
+	}
+	keys.WriteString("}")
+	require.Less(t, keys.Len(), 4<<10)
+	msg = b.requireError(http.MethodPost, "/v1/auth/login", "", keys.String(), http.StatusBadRequest, "and 295 more problems")
+	require.Less(t, len(msg), 500, msg)
+
+	// Each route has its own limit.
+	b.requireError(http.MethodPost, "/v1/users", b.adminToken, `{"username":"`+strings.Repeat("a", 20<<10)+`"}`,
+		http.StatusRequestEntityTooLarge, "16 KiB")
+	b.requireError(http.MethodPost, "/v1/peers", b.adminToken, `{"name":"`+strings.Repeat("a", 300<<10)+`"}`,
+		http.StatusRequestEntityTooLarge, "256 KiB")
+	b.requireError(http.MethodPost, "/v1/mirrors", b.adminToken, `{"name":"`+strings.Repeat("a", 2<<20)+`"}`,
+		http.StatusRequestEntityTooLarge, "1 MiB")
+	// A peer body with a certificate at its 64 KiB limit is read (and
+	// refused for its content, not its size).
+	cert := strings.Repeat("A", 65536)
+	msg = b.requireError(http.MethodPost, "/v1/peers", b.adminToken,
+		map[string]any{"name": "big", "host": "127.0.0.1", "port": 5432, "user": "u", "password": "p", "database": "d", "ssl_root_cert": cert},
+		http.StatusBadRequest)
+	require.NotContains(t, msg, "too large")
+	// A mirror body of 500 KB is read.
+	mappings := make([]map[string]any, 1000)
+	for i := range mappings {
+		m := mapping(fmt.Sprintf("t%d", i), fmt.Sprintf("t%d", i))
+		m["exclude_columns"] = []string{strings.Repeat("c", 63), strings.Repeat("d", 63), strings.Repeat("e", 63)}
+		mappings[i] = m
+	}
+	status, raw := b.do(http.MethodPost, "/v1/mirrors", b.adminToken,
+		map[string]any{"name": "m", "source_peer": "nope", "destination_peer": "nope", "table_mappings": mappings})
+	require.NotEqual(t, http.StatusRequestEntityTooLarge, status, string(raw))
+	require.Contains(t, string(raw), "nope")
 }

@@ -85,6 +85,9 @@ func (h *handlers) listUsers(ctx context.Context, _ *struct{}) (*userListOutput,
 }
 
 func (h *handlers) createUser(ctx context.Context, in *userCreateInput) (*userCreateOutput, error) {
+	if err := checkName("username", in.Body.Username); err != nil {
+		return nil, err
+	}
 	if err := checkPasswordLength("password", in.Body.Password); err != nil {
 		return nil, err
 	}

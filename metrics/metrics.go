@@ -153,15 +153,17 @@ func (r *Registry) SnapshotEnded(mirror, table string) {
 }
 
 // Handler serves the metrics in the Prometheus text format. With a token,
-// a request must send "Authorization: Bearer <token>" or gets a JSON 401.
+// a request must send "Authorization: Bearer <token>" or gets a JSON 401;
+// the scheme is matched in any case, as the API matches it.
 func (r *Registry) Handler(token string) http.Handler {
 	h := promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	if token == "" {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		got, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		scheme, got, ok := strings.Cut(req.Header.Get("Authorization"), " ")
+		ok = ok && strings.EqualFold(scheme, "Bearer")
+		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pgmirror metrics"`)
 			w.WriteHeader(http.StatusUnauthorized)

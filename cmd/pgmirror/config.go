@@ -48,7 +48,9 @@ type config struct {
 	LoginAddressFailures int
 	LoginFailureWindow   time.Duration
 	TrustedProxies       []netip.Prefix
-	HTTP                 httpConfig
+	// AllowSocketPeers lets a peer's host be a Unix-socket directory.
+	AllowSocketPeers bool
+	HTTP             httpConfig
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -104,6 +106,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return cfg, err
 	}
 	if cfg.HTTP, err = loadHTTPConfig(getenv); err != nil {
+		return cfg, err
+	}
+	if cfg.AllowSocketPeers, err = boolVar(getenv, "SERVICE_ALLOW_SOCKET_PEERS"); err != nil {
 		return cfg, err
 	}
 	switch strings.ToLower(cmp.Or(getenv("SERVICE_LOG_LEVEL"), "info")) {

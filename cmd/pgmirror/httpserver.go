@@ -8,11 +8,16 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/pgmirror/pgmirror/httpapi"
 )
 
 // httpConfig is the HTTP server's configuration: its timeouts and optional
 // TLS certificate (docs/configuration.md).
 type httpConfig struct {
+	// Host is the address the API listens on (SERVICE_HOST): an IP address
+	// or a host name; empty listens on every interface.
+	Host string
 	// ReadHeaderTimeout bounds reading a request's headers, ReadTimeout the
 	// whole request with its body.
 	ReadHeaderTimeout time.Duration
@@ -37,7 +42,10 @@ type httpConfig struct {
 const slowestRequest = 45 * time.Second
 
 func loadHTTPConfig(getenv func(string) string) (httpConfig, error) {
-	cfg := httpConfig{TLSCertFile: getenv("SERVICE_TLS_CERT_FILE"), TLSKeyFile: getenv("SERVICE_TLS_KEY_FILE")}
+	cfg := httpConfig{Host: getenv("SERVICE_HOST"), TLSCertFile: getenv("SERVICE_TLS_CERT_FILE"), TLSKeyFile: getenv("SERVICE_TLS_KEY_FILE")}
+	if cfg.Host != "" && !httpapi.ValidHost(cfg.Host) {
+		return cfg, fmt.Errorf("SERVICE_HOST=%q: use an IP address or a host name to listen on (without a port: that is SERVICE_PORT), or leave it unset to listen on every interface", cfg.Host)
+	}
 	var err error
 	for _, v := range []struct {
 		name string
@@ -69,17 +77,19 @@ func loadHTTPConfig(getenv func(string) string) (httpConfig, error) {
 	return cfg, nil
 }
 
-// newHTTPServer returns the API's server on port with cfg's timeouts and,
+// newHTTPServer returns the API's server on cfg's host and port with its timeouts and,
 // when cfg has a certificate, TLS with it.
 func newHTTPServer(cfg httpConfig, port int, handler http.Handler) *http.Server {
 	server := &http.Server{
-		Addr:              net.JoinHostPort("", strconv.Itoa(port)),
+		Addr:              net.JoinHostPort(cfg.Host, strconv.Itoa(port)),
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
+		// The API answers more than httpapi.MaxHeaderBytes with a JSON 431;
+		// net/http's own (plain text) 431 only comes far above it.
+		MaxHeaderBytes: 16 * httpapi.MaxHeaderBytes,
 	}
 	if cfg.certificate != nil {
 		server.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*cfg.certificate}, MinVersion: tls.VersionTLS12}

@@ -167,6 +167,15 @@ func TestHTTPConfig(t *testing.T) {
 		cfg.HTTP.ReadTimeout != time.Minute || cfg.HTTP.ReadHeaderTimeout != 10*time.Second {
 		t.Fatalf("defaults: %+v, %v", cfg.HTTP, err)
 	}
+	if cfg.HTTP.Host != "" || cfg.AllowSocketPeers || newHTTPServer(cfg.HTTP, 8112, nil).Addr != ":8112" {
+		t.Fatalf("by default the API listens on every interface and refuses socket peers: %+v", cfg)
+	}
+	for _, host := range []string{"127.0.0.1", "::1", "pgmirror.internal"} {
+		cfg, err := loadConfig(env("SERVICE_HOST", host, "SERVICE_ALLOW_SOCKET_PEERS", "true"))
+		if err != nil || cfg.HTTP.Host != host || !cfg.AllowSocketPeers || newHTTPServer(cfg.HTTP, 8112, nil).Addr != net.JoinHostPort(host, "8112") {
+			t.Fatalf("SERVICE_HOST=%s: %+v, %v", host, cfg.HTTP, err)
+		}
+	}
 	if cfg, err := loadConfig(env("SERVICE_TLS_CERT_FILE", certFile, "SERVICE_TLS_KEY_FILE", keyFile)); err != nil || cfg.HTTP.certificate == nil {
 		t.Fatalf("both TLS files: %v", err)
 	}
@@ -180,6 +189,9 @@ func TestHTTPConfig(t *testing.T) {
 		{env("SERVICE_TLS_CERT_FILE", "/nonexistent/cert.pem", "SERVICE_TLS_KEY_FILE", keyFile), "/nonexistent/cert.pem"},
 		{env("SERVICE_HTTP_WRITE_TIMEOUT", "10s"), "SERVICE_HTTP_WRITE_TIMEOUT=10s is too short"},
 		{env("SERVICE_HTTP_IDLE_TIMEOUT", "soon"), "SERVICE_HTTP_IDLE_TIMEOUT"},
+		{env("SERVICE_HOST", "127.0.0.1:8112"), "SERVICE_HOST=\"127.0.0.1:8112\": use an IP address or a host name"},
+		{env("SERVICE_HOST", "a b"), "SERVICE_HOST"},
+		{env("SERVICE_ALLOW_SOCKET_PEERS", "maybe"), "SERVICE_ALLOW_SOCKET_PEERS=\"maybe\": use true or false"},
 	} {
 		if _, err := loadConfig(c.env); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("want an error containing %q, got %v", c.want, err)

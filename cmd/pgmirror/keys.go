@@ -73,16 +73,23 @@ func loadKeyring(cfg config, logger *slog.Logger) (*secretbox.Keyring, error) {
 
 // readKeyFile reads a key file: one key per line (64 hex digits or base64
 // of 32 bytes), the current key first; blank lines and lines starting with
-// # are ignored. A file that other users may read is refused, one that its
-// group may read gives a warning.
+// # are ignored. A file that other users may read or write, or that its
+// group may write, is refused (whoever can write it can replace the key);
+// one that its group may read gives a warning.
 func readKeyFile(path string, logger *slog.Logger) ([][]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("read key file: %w", err)
 	}
-	if perm := st.Mode().Perm(); perm&0o004 != 0 {
+	perm := st.Mode().Perm()
+	switch {
+	case perm&0o004 != 0:
 		return nil, fmt.Errorf("key file %s can be read by every local user (mode %04o): make it private with chmod 600 %s", path, perm, path)
-	} else if perm&0o040 != 0 {
+	case perm&0o002 != 0:
+		return nil, fmt.Errorf("key file %s can be written by every local user (mode %04o), who could replace the key: make it private with chmod 600 %s", path, perm, path)
+	case perm&0o020 != 0:
+		return nil, fmt.Errorf("key file %s can be written by its group (mode %04o), whose members could replace the key: make it private with chmod 600 %s", path, perm, path)
+	case perm&0o040 != 0:
 		logger.Warn("the encryption key file can be read by its group; chmod 600 makes it private", "path", path, "mode", fmt.Sprintf("%04o", perm))
 	}
 	body, err := os.ReadFile(path)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,4 +56,42 @@ func TestKeyFileWithOldKeys(t *testing.T) {
 	_, err = loadKeyring(config{EncryptionKeyFile: file}, logger)
 	require.ErrorContains(t, err, "line 1")
 	require.NotContains(t, err.Error(), "bad key")
+}
+
+// TestKeyFileModes checks the key file's permissions: a file others can
+// read or write, or its group can write, is refused with the chmod to run;
+// one its group can read is used with a warning; 0600 and 0400 are used.
+func TestKeyFileModes(t *testing.T) {
+	t.Parallel()
+	var log strings.Builder
+	logger := slog.New(slog.NewTextHandler(&log, nil))
+	key, err := secretbox.GenerateKey()
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(file, []byte(secretbox.EncodeKey(key)+"\n"), 0o600))
+	for _, c := range []struct {
+		mode os.FileMode
+		want string // "" when the file is used
+	}{
+		{0o644, "read by every local user"},
+		{0o602, "written by every local user"},
+		{0o622, "written by every local user"},
+		{0o620, "written by its group"},
+		{0o660, "written by its group"},
+		{0o600, ""},
+		{0o400, ""},
+		{0o640, ""},
+	} {
+		require.NoError(t, os.Chmod(file, c.mode))
+		log.Reset()
+		k, err := loadKeyring(config{EncryptionKeyFile: file}, logger)
+		if c.want == "" {
+			require.NoError(t, err, "mode %04o", c.mode)
+			require.Equal(t, secretbox.KeyID(key), k.CurrentID())
+			require.Equal(t, c.mode&0o040 != 0, strings.Contains(log.String(), "read by its group"), "mode %04o: %s", c.mode, log.String())
+			continue
+		}
+		require.ErrorContains(t, err, c.want, "mode %04o", c.mode)
+		require.ErrorContains(t, err, "chmod 600 "+file)
+	}
 }

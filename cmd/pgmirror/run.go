@@ -222,8 +222,9 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	registry.WatchRiver(riverClient)
 
 	handler, err := httpapi.New(httpapi.Config{
-		Metrics: registry.Handler(cfg.MetricsToken),
-		Store:   store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version,
+		Metrics: registry.Handler(cfg.MetricsToken), ReadTimeout: cfg.HTTP.ReadTimeout,
+		AllowSocketPeers: cfg.AllowSocketPeers,
+		Store:            store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version,
 		TokenTTL: cfg.TokenTTL, RevokeTokensOnPasswordChange: cfg.RevokeTokensOnPasswordChange,
 		Login: httpapi.LoginLimits{UserFailures: cfg.LoginUserFailures, AddressFailures: cfg.LoginAddressFailures,
 			Window: cfg.LoginFailureWindow, TrustedProxies: cfg.TrustedProxies},
@@ -234,7 +235,7 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	server := newHTTPServer(cfg.HTTP, cfg.Port, handler)
 	listener, err := net.Listen("tcp", server.Addr)
 	if err != nil {
-		return fmt.Errorf("listen on port %d: %w", cfg.Port, err)
+		return fmt.Errorf("listen on %s (SERVICE_HOST, SERVICE_PORT): %w", server.Addr, err)
 	}
 
 	if err := riverClient.Start(ctx); err != nil {

@@ -11,8 +11,8 @@
 // configuration sets a timeout of its own.
 //
 // Errors of Connect and ConnectReplication never hold the password: they
-// come from pgconn, which leaves it out, and Scrub removes it from any text
-// that might echo it.
+// come from pgconn, which leaves it out, and Scrub removes it from the
+// connection strings that might echo it.
 //
 // Classify sorts an error into Unreachable (the peer did not answer, or
 // went away: refused, reset, timed out, shut down), Rejected (the peer
@@ -26,9 +26,11 @@ import (
 	"io"
 	"maps"
 	"net"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -125,12 +127,40 @@ func scrubbed(err error, password string) error {
 	return err
 }
 
-// Scrub replaces every occurrence of password in msg.
+// mask replaces a password.
+const mask = "********"
+
+// minSubstringScrub is the shortest password Scrub masks wherever it
+// appears. A shorter one is masked only where a password can stand in a
+// connection string: masking a short or common password everywhere (the
+// letter a in every word, a password equal to the user name in user=...)
+// would tell whoever reads the error what the password is.
+const minSubstringScrub = 16
+
+var (
+	// urlPassword is the password of a connection URI's user info.
+	urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s]*@`)
+	// kvPassword is a password or sslpassword setting of a key/value
+	// connection string or of a URI's query.
+	kvPassword = regexp.MustCompile(`(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'"]+)`)
+)
+
+// Scrub removes a password from msg: every value in the places where a
+// connection string or a DSN fragment holds one (postgres://user:***@,
+// password=***, sslpassword=***), whatever it is, and, for a password of at
+// least 16 characters, every other occurrence of it. It does not mask a
+// shorter password elsewhere in msg, so that the masking reveals nothing
+// about it.
 func Scrub(msg, password string) string {
 	if password == "" {
 		return msg
 	}
-	return strings.ReplaceAll(msg, password, "********")
+	msg = urlPassword.ReplaceAllString(msg, "${1}"+mask+"@")
+	msg = kvPassword.ReplaceAllString(msg, "${1}"+mask)
+	if utf8.RuneCountInString(password) >= minSubstringScrub {
+		msg = strings.ReplaceAll(msg, password, mask)
+	}
+	return msg
 }
 
 // Failure is what kind of failure an error is.

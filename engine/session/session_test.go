@@ -120,3 +120,28 @@ func TestClassify(t *testing.T) {
 	require.Equal(t, "postgres://u:********@h", session.Scrub("postgres://u:pw1@h", "pw1"))
 	require.Equal(t, "x", session.Scrub("x", ""))
 }
+
+// TestScrub checks that Scrub masks a password where a connection string
+// holds one, whatever it is, and does not act as an oracle elsewhere: a
+// short password that happens to equal a user name or a letter of the
+// message leaves the message as it is.
+func TestScrub(t *testing.T) {
+	t.Parallel()
+	long := "Zq8-long-random-secret-42"
+	for _, c := range []struct{ msg, password, want string }{
+		{"postgres://u:pw1@h", "pw1", "postgres://u:********@h"},
+		{"x", "", "x"},
+		{"cannot parse `postgres://peer:anything@db:5432/x`: bad port", "other", "cannot parse `postgres://peer:********@db:5432/x`: bad port"},
+		{"cannot parse `host=h password=a user=u`", "a", "cannot parse `host=h password=******** user=u`"},
+		{"cannot parse `host=h password='a b\\' c' user=u`", "a b' c", "cannot parse `host=h password=******** user=u`"},
+		{"postgres://h/db?sslpassword=s3cret&sslmode=require", "s3cret", "postgres://h/db?sslpassword=********&sslmode=require"},
+		// The oracle of substring masking: a weak password must not show.
+		{"failed to connect to `user=peeruser database=app`: password authentication failed for user \"peeruser\"", "peeruser",
+			"failed to connect to `user=peeruser database=app`: password authentication failed for user \"peeruser\""},
+		{"database \"alpha\" does not exist", "a", "database \"alpha\" does not exist"},
+		// A long password is masked wherever it appears.
+		{"server said: " + long + " is wrong", long, "server said: ******** is wrong"},
+	} {
+		require.Equal(t, c.want, session.Scrub(c.msg, c.password), "Scrub(%q, %q)", c.msg, c.password)
+	}
+}
