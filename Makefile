@@ -2,14 +2,14 @@
 GO ?= go
 PORT ?= 8112
 
-.PHONY: run test check-files build vet bench fuzz demo deps clean
+.PHONY: run test test-deps check-files build vet bench fuzz demo deps clean
 
 ## run: start the service on :8112 (embedded PostgreSQL under ./.pgmirror unless SERVICE_DATABASE_URL is set)
 run: deps
 	$(GO) run ./cmd/pgmirror serve
 
 ## test: check that the repository holds only source, install what is missing (PostgreSQL server) and run every test against real PostgreSQL
-test: check-files deps
+test: check-files deps test-deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
 
@@ -42,9 +42,13 @@ fuzz:
 		$(GO) test ./httpapi/ -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
-## deps: install the PostgreSQL server binaries when initdb is missing (Debian/Ubuntu)
+## deps: install the PostgreSQL server binaries when initdb is missing (Debian/Ubuntu), and Redocly CLI for the OpenAPI lint (when npm is there)
 deps:
 	@bash scripts/install-deps.sh
+
+## test-deps: tools only the tests use (Redocly CLI for the OpenAPI lint; never fatal)
+test-deps:
+	@bash scripts/install-redocly.sh
 
 clean:
 	rm -rf bin

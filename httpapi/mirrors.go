@@ -92,8 +92,10 @@ type mirrorCreateInput struct {
 	}
 }
 
-// mirrorConfig is a mirror's configuration as the API returns it.
-type mirrorConfig struct {
+// MirrorConfig is a mirror's configuration as the API returns it. It is
+// exported because the mirror status embeds it: Huma leaves the fields of
+// an embedded unexported type out of the OpenAPI schema.
+type MirrorConfig struct {
 	Name                        string         `json:"name"`
 	SourcePeer                  string         `json:"source_peer"`
 	DestinationPeer             string         `json:"destination_peer"`
@@ -111,8 +113,8 @@ type mirrorConfig struct {
 	CreatedAt                   time.Time      `json:"created_at"`
 }
 
-func configResponse(m db.Mirror, tables []db.MirrorTable) mirrorConfig {
-	return mirrorConfig{
+func configResponse(m db.Mirror, tables []db.MirrorTable) MirrorConfig {
+	return MirrorConfig{
 		Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer, TableMappings: mappingsResponse(tables),
 		SnapshotNumRowsPerPartition: m.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		SnapshotNumTablesInParallel: m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: m.CDCSyncIntervalSeconds,
@@ -123,7 +125,7 @@ func configResponse(m db.Mirror, tables []db.MirrorTable) mirrorConfig {
 }
 
 type mirrorCreateOutput struct {
-	Body mirrorConfig
+	Body MirrorConfig
 }
 
 type mirrorSummary struct {
@@ -134,7 +136,7 @@ type mirrorSummary struct {
 	LastLSN         *string `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
 	ErrorMessage    *string `json:"error_message" doc:"Set when status is error."`
 	ErrorCount      int     `json:"error_count" doc:"Consecutive errors."`
-	slotHealth
+	SlotHealth
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -176,7 +178,7 @@ func snapshotProgress(t db.MirrorTable) *float64 {
 }
 
 type mirrorStatus struct {
-	mirrorConfig
+	MirrorConfig
 	DesiredState    string     `json:"desired_state" enum:"running,paused" doc:"What the last control request asked for."`
 	LastLSN         *string    `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
 	LastSyncBatchID int64      `json:"last_sync_batch_id"`
@@ -186,28 +188,29 @@ type mirrorStatus struct {
 	// SequencesSyncedAt is when the destination's sequences were last set
 	// in step (engine/seqsync).
 	SequencesSyncedAt *time.Time `json:"sequences_synced_at" doc:"When the sequences of the mirrored tables (serial and identity) were last set forward on the destination to the source's values: after the snapshot and every SERVICE_SEQUENCE_SYNC_INTERVAL (30 s) while CDC runs; null before the first time."`
-	slotHealth
+	SlotHealth
 	Cutover   *cutoverRecord `json:"cutover" doc:"The mirror's last cut-over (POST /v1/mirrors/{name}/cutover) with its steps; null before the first."`
 	Tables    []tableStatus  `json:"tables"`
 	UpdatedAt time.Time      `json:"updated_at"`
 }
 
-// slotHealth is the mirror's replication slot as the slot monitor last read
+// SlotHealth is the mirror's replication slot as the slot monitor last read
 // it on the source (every 15 s); all null before the first reading.
-type slotHealth struct {
+// Exported for the same reason as MirrorConfig.
+type SlotHealth struct {
 	SlotLagBytes  *int64     `json:"slot_lag_bytes" doc:"WAL bytes the source keeps for this mirror (current WAL position minus the slot's confirmed_flush_lsn). Growing while running means the mirror falls behind; the source's disk fills by this much."`
 	SlotWALStatus *string    `json:"slot_wal_status" doc:"wal_status of the slot on the source: reserved or extended is healthy, unreserved means WAL is about to be removed, lost means it was; missing means the slot does not exist."`
 	SlotCheckedAt *time.Time `json:"slot_checked_at" doc:"When the slot was last read; an old value means the source could not be reached."`
 	LagSeconds    *float64   `json:"lag_seconds" doc:"Seconds since the source commit of the oldest change the mirror has not applied yet; 0 when caught up; null when unknown. While the mirror streams, its worker's measure (heartbeats keep it true on an idle source); otherwise the time since the last applied commit while the slot holds unconfirmed WAL (an upper bound). See docs/observability.md."`
 }
 
-func slotHealthResponse(m db.Mirror) slotHealth {
+func slotHealthResponse(m db.Mirror) SlotHealth {
 	lag := m.Lag(time.Now())
 	if lag != nil {
 		rounded := math.Round(*lag*1000) / 1000
 		lag = &rounded
 	}
-	return slotHealth{SlotLagBytes: m.SlotLagBytes, SlotWALStatus: m.SlotWALStatus, SlotCheckedAt: m.SlotCheckedAt, LagSeconds: lag}
+	return SlotHealth{SlotLagBytes: m.SlotLagBytes, SlotWALStatus: m.SlotWALStatus, SlotCheckedAt: m.SlotCheckedAt, LagSeconds: lag}
 }
 
 type mirrorStatusOutput struct {
@@ -254,7 +257,7 @@ func (h *handlers) listMirrors(ctx context.Context, _ *struct{}) (*mirrorListOut
 	for _, m := range mirrors {
 		out.Body = append(out.Body, mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
 			Status: string(m.Status), LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
-			slotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt})
+			SlotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt})
 	}
 	return out, nil
 }
@@ -285,9 +288,9 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 		return nil, h.internal(ctx, "load the mirror's tables", err)
 	}
 	st := mirrorStatus{
-		mirrorConfig: configResponse(m, tables), DesiredState: string(m.DesiredState),
+		MirrorConfig: configResponse(m, tables), DesiredState: string(m.DesiredState),
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
-		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, slotHealth: slotHealthResponse(m), Cutover: cutoverResponse(m.Cutover), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
+		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, SlotHealth: slotHealthResponse(m), Cutover: cutoverResponse(m.Cutover), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
 	}
 	for _, t := range tables {
 		st.Tables = append(st.Tables, tableStatus{

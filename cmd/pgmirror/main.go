@@ -6,6 +6,8 @@
 //	pgmirror rotate-key  re-encrypt the catalog's secrets with the current key
 //	pgmirror gen-key     print a new catalog encryption key
 //	pgmirror version     print the version and exit
+//	pgmirror login|logout|peers|mirrors|logs
+//	                     client commands that talk to a running service (docs/cli.md)
 //
 // Configuration comes from the environment; see docs/configuration.md.
 package main
@@ -26,7 +28,9 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "pgmirror:", err)
-		os.Exit(1)
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(os.Stderr, "pgmirror:", msg)
+		}
+		os.Exit(exitCode(err))
 	}
 }

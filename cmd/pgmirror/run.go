@@ -38,10 +38,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return healthcheck(ctx, getenv, stdout)
 	case "serve", "migrate", "rotate-key":
 	case "help", "--help", "-h":
-		fmt.Fprintln(stdout, "usage: pgmirror [serve|migrate|rotate-key|gen-key|demo|healthcheck|version]\nConfiguration comes from SERVICE_* environment variables; see docs/configuration.md. `pgmirror demo -h` lists the demo's flags.")
+		fmt.Fprintln(stdout, "usage: pgmirror [serve|migrate|rotate-key|gen-key|demo|healthcheck|version]\n"+
+			"       pgmirror [login|logout|peers|mirrors|logs] ...   (client commands; see docs/cli.md)\n"+
+			"Configuration comes from SERVICE_* environment variables; see docs/configuration.md. `pgmirror demo -h` lists the demo's flags.")
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q: use serve, migrate, rotate-key, gen-key, demo, healthcheck or version", command)
+		if cliCommands[command] {
+			return runCLI(ctx, command, args[1:], getenv, stdout)
+		}
+		return &exitError{code: exitUsage, err: fmt.Errorf("unknown command %q: use serve, migrate, rotate-key, gen-key, demo, healthcheck, version, "+
+			"or the client commands login, logout, peers, mirrors and logs", command)}
 	}
 
 	cfg, err := loadConfig(getenv)
