@@ -600,6 +600,9 @@ func (c *cli) printCutover(name, message string, r *client.CutoverRecord) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, s.State, (time.Duration(s.DurationMS) * time.Millisecond).String(), s.Error)
 	}
 	_ = w.Flush()
+	for _, warning := range r.Warnings {
+		fmt.Fprintf(c.stdout, "Warning: %s\n", warning)
+	}
 	if r.State == "requested" || r.State == "running" {
 		fmt.Fprintf(c.stdout, "Still running: follow it with pgmirror mirrors get %s\n", name)
 	}

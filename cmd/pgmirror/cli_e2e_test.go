@@ -111,7 +111,9 @@ func TestCLI(t *testing.T) {
 	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
 	exec1(t, src, `CREATE TABLE public.items (id int PRIMARY KEY, v text);
-		INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 500) g`)
+		INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 500) g;
+		CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+		CREATE TRIGGER items_touch BEFORE UPDATE ON public.items FOR EACH ROW EXECUTE FUNCTION touch()`)
 	s := startService(t, catalog)
 	u := newCLIUser(t)
 
@@ -277,7 +279,8 @@ func TestCLI(t *testing.T) {
 
 	// Cut-over with the source idle, followed to its end.
 	out = u.ok("mirrors", "cutover", "m1", "--quiet", "1")
-	if !strings.Contains(out, "Cut-over of m1: completed") || !strings.Contains(out, "apply_changes") {
+	if !strings.Contains(out, "Cut-over of m1: completed") || !strings.Contains(out, "apply_changes") ||
+		!strings.Contains(out, "Warning: triggers of the mirrored tables that the destination lacks: items_touch on public.items") {
 		t.Fatalf("mirrors cutover:\n%s", out)
 	}
 	u.fails(exitAPIError, []string{"HTTP 409"}, "mirrors", "cutover", "m1")
