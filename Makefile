@@ -8,8 +8,8 @@ PORT ?= 8112
 run: deps
 	$(GO) run ./cmd/pgmirror serve
 
-## test: check that the repository holds only source, install what is missing (PostgreSQL server) and run every test against real PostgreSQL
-test: check-files deps test-deps
+## test: check that the repository holds only source, install what is missing (PostgreSQL server, Chromium) and run every test against real PostgreSQL
+test: check-files test-deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
 
@@ -42,12 +42,13 @@ fuzz:
 		$(GO) test ./httpapi/ -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
-## deps: install the PostgreSQL server binaries when initdb is missing (Debian/Ubuntu), and Redocly CLI for the OpenAPI lint (when npm is there)
+## deps: install the PostgreSQL server binaries when initdb is missing (Debian/Ubuntu)
 deps:
 	@bash scripts/install-deps.sh
 
-## test-deps: tools only the tests use (Redocly CLI for the OpenAPI lint; never fatal)
+## test-deps: what deps installs, plus what only the tests use: Chromium for the web console's browser tests (apt-get, same step as PostgreSQL) and Redocly CLI for the OpenAPI lint (never fatal)
 test-deps:
+	@bash scripts/install-deps.sh --browser
 	@bash scripts/install-redocly.sh
 
 clean:

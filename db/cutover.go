@@ -55,6 +55,9 @@ type CutoverOptions struct {
 	// QuietSeconds is how long the source must show no changes to the
 	// mirrored tables (without LockSource).
 	QuietSeconds int `json:"quiet_seconds"`
+	// Verify: compare checksums of every table (true), of none (false), or
+	// of the tables up to a size limit (nil; see jobs.CutoverChecksumMaxBytes).
+	Verify *bool `json:"verify,omitempty"`
 	// ReverseMirrorName, when set, names the mirror created from the
 	// destination back to the source; its publication and slot names.
 	ReverseMirrorName          string `json:"reverse_mirror_name,omitempty"`

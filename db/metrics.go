@@ -16,6 +16,11 @@ type MirrorHealth struct {
 	// LagSeconds is the mirror's lag as the catalog knows it (see
 	// Mirror.Lag); nil when unknown.
 	LagSeconds *float64
+	// The latest verification that ended done (nil before any): rows that
+	// differed, the source position (bytes since 0/0) and when it ended.
+	VerifyRowsDiffering *int64
+	VerifiedLSNBytes    *float64
+	VerifiedAt          *time.Time
 }
 
 // JobCount is the number of River jobs of one kind in one state.
@@ -62,6 +67,9 @@ func (s *Store) CatalogMetrics(ctx context.Context, clientID string, now time.Ti
 	if err := rows.Err(); err != nil {
 		return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))
 	}
+	if err := s.verificationMetrics(ctx, out.Mirrors); err != nil {
+		return out, err
+	}
 	rows, err = s.q.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job GROUP BY kind, state ORDER BY 1, 2`)
 	if err != nil {
 		return out, fmt.Errorf("read River jobs for metrics: %w", translate(err))
@@ -78,4 +86,35 @@ func (s *Store) CatalogMetrics(ctx context.Context, clientID string, now time.Ti
 		return out, fmt.Errorf("read River jobs for metrics: %w", translate(err))
 	}
 	return out, nil
+}
+
+// verificationMetrics fills in the mirrors' latest done verification.
+func (s *Store) verificationMetrics(ctx context.Context, mirrors []MirrorHealth) error {
+	rows, err := s.q.Query(ctx, `SELECT DISTINCT ON (v.mirror_id) m.name, coalesce(v.rows_differing, 0), (v.lsn - '0/0'::pg_lsn)::float8, v.finished_at
+		FROM verifications v JOIN mirrors m ON m.id = v.mirror_id
+		WHERE v.state = 'done' AND m.deleted_at IS NULL AND v.lsn IS NOT NULL ORDER BY v.mirror_id, v.id DESC`)
+	if err != nil {
+		return fmt.Errorf("read verifications for metrics: %w", translate(err))
+	}
+	defer rows.Close()
+	byName := map[string]*MirrorHealth{}
+	for i := range mirrors {
+		byName[mirrors[i].Name] = &mirrors[i]
+	}
+	for rows.Next() {
+		var name string
+		var differing int64
+		var lsn float64
+		var at *time.Time
+		if err := rows.Scan(&name, &differing, &lsn, &at); err != nil {
+			return fmt.Errorf("read verifications for metrics: %w", translate(err))
+		}
+		if mh := byName[name]; mh != nil {
+			mh.VerifyRowsDiffering, mh.VerifiedLSNBytes, mh.VerifiedAt = &differing, &lsn, at
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read verifications for metrics: %w", translate(err))
+	}
+	return nil
 }

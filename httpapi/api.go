@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/httpapi/ui"
 )
 
 // Config configures the API handler.
@@ -126,10 +127,12 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerMirrors(api)
 	h.registerControl(api)
 	h.registerCutover(api)
+	h.registerVerify(api)
 	h.registerLogs(api)
 	h.registerAudit(api)
 	foldPatternDescriptions(api.OpenAPI())
 	mux.HandleFunc("GET /docs", serveDocs)
+	ui.Register(mux)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}

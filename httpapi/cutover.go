@@ -30,6 +30,7 @@ type cutoverRequest struct {
 	TimeoutSeconds    *int   `json:"timeout_seconds,omitempty" minimum:"1" maximum:"86400" doc:"How long applying the source's remaining changes may take. Default 300."`
 	QuietSeconds      *int   `json:"quiet_seconds,omitempty" minimum:"0" maximum:"3600" doc:"Without lock_source: how long the source must show no change to the mirrored tables before the final position is taken. Default 5."`
 	ReverseMirrorName string `json:"reverse_mirror_name,omitempty" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Create a mirror of this name from the destination back to the source, starting exactly at the cut-over (no snapshot), so that a switch can be rolled back without losing the writes made on the new side. Needs wal_level = logical on the destination and a destination user with REPLICATION."`
+	Verify            *bool  `json:"verify,omitempty" doc:"Compare checksums of every table's rows at the cut-over position (besides row counts) and refuse to complete on a difference. Default: for tables of at most 1 GiB on the source (pg_table_size); false compares row counts only."`
 	WaitSeconds       *int   `json:"wait_seconds,omitempty" minimum:"0" maximum:"90" doc:"How long the request waits for the cut-over to end: 200 when it completed, 409 when a step failed, 202 with its progress when it still runs (follow it with GET /v1/mirrors/{name}). Default 60."`
 }
 
@@ -62,7 +63,7 @@ type cutoverOptions struct {
 }
 
 type cutoverStep struct {
-	Name       string         `json:"name" doc:"check, make_source_read_only, apply_changes, check_source_quiet, sync_sequences, create_constraints, create_foreign_keys, verify_row_counts, prepare_reverse_mirror, make_destination_writable, complete, drop_slot."`
+	Name       string         `json:"name" doc:"check, make_source_read_only, apply_changes, check_source_quiet, sync_sequences, create_constraints, create_foreign_keys, verify_row_counts, verify_checksums, prepare_reverse_mirror, make_destination_writable, complete, drop_slot."`
 	State      string         `json:"state" enum:"running,done,failed"`
 	StartedAt  time.Time      `json:"started_at"`
 	DurationMS int64          `json:"duration_ms"`
@@ -117,6 +118,7 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 	opts := db.CutoverOptions{
 		LockSource: req.LockSource != nil && *req.LockSource, DropSlot: req.DropSlot == nil || *req.DropSlot,
 		TimeoutSeconds: cutoverDefaultTimeout, QuietSeconds: cutoverDefaultQuiet, ReverseMirrorName: req.ReverseMirrorName,
+		Verify: req.Verify,
 	}
 	if req.TimeoutSeconds != nil {
 		opts.TimeoutSeconds = *req.TimeoutSeconds
@@ -208,13 +210,6 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 		out.Body.Message = fmt.Sprintf("Cut-over of mirror %q is in progress: follow it with GET /v1/mirrors/%s (cutover)", in.Name, in.Name)
 	}
 	return out, nil
-}
-
-func nonNilStrings(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 // settled reports whether a cut-over has ended, including the slot's drop

@@ -179,12 +179,13 @@ func snapshotProgress(t db.MirrorTable) *float64 {
 
 type mirrorStatus struct {
 	MirrorConfig
-	DesiredState    string     `json:"desired_state" enum:"running,paused" doc:"What the last control request asked for."`
-	LastLSN         *string    `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
-	LastSyncBatchID int64      `json:"last_sync_batch_id"`
-	ErrorMessage    *string    `json:"error_message"`
-	ErrorCount      int        `json:"error_count"`
-	NextRetryAt     *time.Time `json:"next_retry_at" doc:"When a mirror in error is retried next."`
+	Verification    mirrorVerification `json:"verification" doc:"The verification interval and the latest completed verification (docs/api.md, Verification)."`
+	DesiredState    string             `json:"desired_state" enum:"running,paused" doc:"What the last control request asked for."`
+	LastLSN         *string            `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
+	LastSyncBatchID int64              `json:"last_sync_batch_id"`
+	ErrorMessage    *string            `json:"error_message"`
+	ErrorCount      int                `json:"error_count"`
+	NextRetryAt     *time.Time         `json:"next_retry_at" doc:"When a mirror in error is retried next."`
 	// SequencesSyncedAt is when the destination's sequences were last set
 	// in step (engine/seqsync).
 	SequencesSyncedAt *time.Time `json:"sequences_synced_at" doc:"When the sequences of the mirrored tables (serial and identity) were last set forward on the destination to the source's values: after the snapshot and every SERVICE_SEQUENCE_SYNC_INTERVAL (30 s) while CDC runs; null before the first time."`
@@ -291,6 +292,9 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 		MirrorConfig: configResponse(m, tables), DesiredState: string(m.DesiredState),
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
 		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, SlotHealth: slotHealthResponse(m), Cutover: cutoverResponse(m.Cutover), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
+	}
+	if st.Verification, err = h.mirrorVerification(ctx, m); err != nil {
+		return nil, err
 	}
 	for _, t := range tables {
 		st.Tables = append(st.Tables, tableStatus{

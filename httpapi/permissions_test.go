@@ -36,11 +36,19 @@ func TestPermissionMatrix(t *testing.T) {
 	for name, status := range map[string]string{
 		"m": "running", "m-pause": "running", "m-resume": "paused", "m-resync": "running", "m-tresync": "running",
 		"m-retry": "error", "m-schema": "running", "m-tables": "paused", "m-del": "initializing", "m-cut": "running",
+		"m-ver": "running", "m-rep": "running",
 	} {
 		b.createMirror(name)
 		b.setStatus(name, status)
 	}
 	b.exec(`UPDATE mirror_tables SET status = 'running' WHERE mirror_id = (SELECT id FROM mirrors WHERE name = 'm-cut' AND deleted_at IS NULL)`)
+	// Verifications 1 (to read) and 2 (to cancel) of mirror m.
+	b.exec(`INSERT INTO verifications (mirror_id) SELECT id FROM mirrors WHERE name = 'm' AND deleted_at IS NULL`)
+	b.exec(`INSERT INTO verifications (mirror_id) SELECT id FROM mirrors WHERE name = 'm' AND deleted_at IS NULL`)
+	// Verification 3, done with a difference to repair, of mirror m-rep.
+	b.exec(`INSERT INTO verifications (mirror_id, state, rows_differing, result) SELECT id, 'done', 1,
+		'[{"table": "public.orders", "rows_differing": 1, "repair_ranges": {"key_columns": ["id"], "key_types": ["integer"], "ranges": [{"lo": null, "hi": null}]}}]'
+		FROM mirrors WHERE name = 'm-rep' AND deleted_at IS NULL`)
 	passwordFor := map[string]string{"admin": "admin-password", "viewer": "viewer-password"}
 
 	matrix := []endpoint{
@@ -79,6 +87,12 @@ func TestPermissionMatrix(t *testing.T) {
 		{http.MethodGet, "/v1/mirrors/{name}/available-tables", "/v1/mirrors/m/available-tables", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/mirrors/{name}/logs", "/v1/mirrors/m/logs", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/audit", "/v1/audit", "adminOnly", nil, http.StatusOK},
+		{http.MethodPost, "/v1/mirrors/{name}/verify", "/v1/mirrors/m-ver/verify", "adminOnly", nil, http.StatusAccepted},
+		{http.MethodGet, "/v1/mirrors/{name}/verifications", "/v1/mirrors/m/verifications", "authed", nil, http.StatusOK},
+		{http.MethodGet, "/v1/mirrors/{name}/verifications/{id}", "/v1/mirrors/m/verifications/1", "authed", nil, http.StatusOK},
+		{http.MethodDelete, "/v1/mirrors/{name}/verifications/{id}", "/v1/mirrors/m/verifications/2", "adminOnly", nil, http.StatusOK},
+		{http.MethodPut, "/v1/mirrors/{name}/verify-interval", "/v1/mirrors/m/verify-interval", "adminOnly", fixed(map[string]any{"verify_interval_seconds": 3600}), http.StatusOK},
+		{http.MethodPost, "/v1/mirrors/{name}/verifications/{id}/repair", "/v1/mirrors/m-rep/verifications/3/repair", "adminOnly", nil, http.StatusAccepted},
 	}
 
 	// The matrix covers every operation the server offers, and nothing else.

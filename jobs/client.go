@@ -47,6 +47,9 @@ type Config struct {
 	// SequenceSyncInterval is how often a running mirror's destination
 	// sequences are set in step with the source's. Default 30 s.
 	SequenceSyncInterval time.Duration
+	// VerifyScheduleInterval is how often the leader starts the due
+	// verifications of mirrors with a verification interval. Default 30 s.
+	VerifyScheduleInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -76,6 +79,8 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &SupervisorWorker{cfg: cfg})
 	river.AddWorker(workers, &LogPruneWorker{cfg: cfg})
 	river.AddWorker(workers, &SlotMonitorWorker{cfg: cfg})
+	river.AddWorker(workers, &VerifyWorker{cfg: cfg})
+	river.AddWorker(workers, &VerifyScheduleWorker{cfg: cfg})
 
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger:  riverLogger(cfg.Logger),
@@ -98,6 +103,11 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.SlotMonitorInterval),
 				func() (river.JobArgs, *river.InsertOpts) {
 					return SlotMonitorArgs{}, periodicInsertOpts(cfg.SlotMonitorInterval)
+				},
+				&river.PeriodicJobOpts{RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.verifySchedulePeriod()),
+				func() (river.JobArgs, *river.InsertOpts) {
+					return VerifyScheduleArgs{}, periodicInsertOpts(cfg.verifySchedulePeriod())
 				},
 				&river.PeriodicJobOpts{RunOnStart: true}),
 			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),

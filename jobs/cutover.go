@@ -133,6 +133,15 @@ func (c *cutoverRun) steps(ctx context.Context) error {
 	if err := c.step(ctx, stepVerify, c.verifyRowCounts); err != nil {
 		return err
 	}
+	if tables, err := c.checksumTables(ctx); err != nil {
+		return err
+	} else if len(tables) > 0 {
+		if err := c.step(ctx, stepChecksums, func(ctx context.Context) (map[string]any, error) {
+			return c.verifyChecksums(ctx, tables)
+		}); err != nil {
+			return err
+		}
+	}
 	if opts.ReverseMirrorName != "" {
 		if err := c.step(ctx, stepPrepareReverse, c.prepareReverse); err != nil {
 			return err

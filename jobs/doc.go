@@ -1,8 +1,12 @@
 // Package jobs holds pgmirror's River job kinds: the mirror run job that
 // drives setup, snapshot, table copies beside CDC, CDC and cut-overs through
-// the engine; the cleanup job that finishes a deletion; and the periodic
-// supervisor (mirrors without a worker), slot monitor (slot lag and WAL
-// status) and log pruning jobs.
+// the engine; the cleanup job that finishes a deletion; the verification
+// job (verify.go), which compares a mirror's destination with its source at
+// one source position while the run holds CDC there for an instant
+// (verify_hold.go: the run's side of that hold, through the verifications
+// table); and the periodic supervisor (mirrors without a worker), slot
+// monitor (slot lag and WAL status), verification schedule and log pruning
+// jobs.
 //
 // The HTTP API enqueues these jobs with InsertTx in the same catalog
 // transaction that writes the desired state, so either both happen or

@@ -651,6 +651,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		SyncInterval:     time.Duration(m.CDCSyncIntervalSeconds) * time.Second,
 		HeartbeatTimeout: r.cfg.HeartbeatTimeout,
 		Origin:           origin.NameOrNone(r.originUID(m)),
+		Holder:           r.holder(),
 		Logger:           r.logger,
 	}, nil
 }
@@ -955,4 +956,12 @@ func (s *snapshotReporter) totalPartitions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.partitions
+}
+
+// holder is the run's hold for verifications (nil when the run has none).
+func (r *mirrorRun) holder() cdc.Holder {
+	if r.hold == nil {
+		return nil
+	}
+	return r.hold
 }

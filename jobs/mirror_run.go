@@ -59,7 +59,8 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 		return nil
 	}
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock,
-		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id)}
+		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id),
+		hold:   &runHold{store: store, mirrorID: id}}
 	defer r.releaseLock()
 	return r.work(ctx)
 }
@@ -88,6 +89,8 @@ type mirrorRun struct {
 	// origins: pgmirror's writes there are marked (engine/origin), checked
 	// by every prepare.
 	markWrites bool
+
+	hold *runHold // a verification's hold on the CDC phase
 }
 
 func (r *mirrorRun) work(ctx context.Context) error {
@@ -249,6 +252,9 @@ func (r *mirrorRun) listenControl(ctx context.Context, cancel context.CancelCaus
 // the run (CDC at a batch boundary, other phases at once); a control request
 // stops the CDC phase so that the run carries it out.
 func (r *mirrorRun) checkControl(ctx context.Context, cancel context.CancelCauseFunc) {
+	if r.hold != nil && r.inCDC() {
+		r.hold.refresh(ctx)
+	}
 	m, err := r.store.MirrorGetByID(ctx, r.mirrorID)
 	if errors.Is(err, db.ErrNotFound) || (err == nil && m.DeletedAt != nil) {
 		if !r.stopCDC(reasonDeleted) {

@@ -27,6 +27,7 @@ type catalogCollector struct {
 	logger   *slog.Logger
 
 	status, lag, slotLag, walStatus, jobs, leader, up *prometheus.Desc
+	verifyDiffering, verifiedLSN, verifiedAt          *prometheus.Desc
 }
 
 func newCatalogCollector(c Catalog, clientID string, logger *slog.Logger) *catalogCollector {
@@ -49,11 +50,18 @@ func newCatalogCollector(c Catalog, clientID string, logger *slog.Logger) *catal
 			"1 on the replica that reports the catalog series (River's leader), 0 on the others.", nil, nil),
 		up: prometheus.NewDesc("pgmirror_catalog_up",
 			"1 when the last scrape could read the catalog, 0 when it could not.", nil, nil),
+		verifyDiffering: prometheus.NewDesc("pgmirror_mirror_verify_rows_differing",
+			"Rows that differed between source and destination in the mirror's latest completed verification.", []string{"mirror"}, nil),
+		verifiedLSN: prometheus.NewDesc("pgmirror_mirror_verified_lsn_bytes",
+			"The source position (bytes since 0/0) the latest completed verification compared at.", []string{"mirror"}, nil),
+		verifiedAt: prometheus.NewDesc("pgmirror_mirror_verified_timestamp_seconds",
+			"When the mirror's latest completed verification ended (Unix time).", []string{"mirror"}, nil),
 	}
 }
 
 func (c *catalogCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.status, c.lag, c.slotLag, c.walStatus, c.jobs, c.leader, c.up} {
+	for _, d := range []*prometheus.Desc{c.status, c.lag, c.slotLag, c.walStatus, c.jobs, c.leader, c.up,
+		c.verifyDiffering, c.verifiedLSN, c.verifiedAt} {
 		ch <- d
 	}
 }
@@ -78,6 +86,13 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if mh.SlotLagBytes != nil {
 			ch <- prometheus.MustNewConstMetric(c.slotLag, prometheus.GaugeValue, float64(*mh.SlotLagBytes), mh.Name)
+		}
+		if mh.VerifyRowsDiffering != nil {
+			ch <- prometheus.MustNewConstMetric(c.verifyDiffering, prometheus.GaugeValue, float64(*mh.VerifyRowsDiffering), mh.Name)
+			ch <- prometheus.MustNewConstMetric(c.verifiedLSN, prometheus.GaugeValue, *mh.VerifiedLSNBytes, mh.Name)
+			if mh.VerifiedAt != nil {
+				ch <- prometheus.MustNewConstMetric(c.verifiedAt, prometheus.GaugeValue, float64(mh.VerifiedAt.UnixNano())/1e9, mh.Name)
+			}
 		}
 		if mh.SlotWALStatus != nil {
 			for _, s := range walStatuses {

@@ -46,8 +46,11 @@ type lagResult struct {
 // systemResults are one replication system's measurements.
 type systemResults struct {
 	snapshot measurement
-	catchup  []measurement
-	lag      lagResult
+	// verify (pgmirror only) is one verification of the snapshotted table
+	// (POST /v1/mirrors/{name}/verify until done).
+	verify  measurement
+	catchup []measurement
+	lag     lagResult
 }
 
 // results are everything one run measured.

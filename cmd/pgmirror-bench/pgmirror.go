@@ -326,6 +326,9 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 	if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
 		return err
 	}
+	if err := b.measureVerify(ctx, svc); err != nil {
+		return err
+	}
 
 	pos := func(ctx context.Context) (reported, applied lsn, err error) {
 		m, err := svc.mirror(ctx)
@@ -398,5 +401,37 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 	}
 	l := b.results.pgmirror.lag
 	b.logf("pgmirror: lag p50 %s p99 %s max %s at %.0f tx/s", ms(l.p50), ms(l.p99), ms(l.max), l.rate)
+	return nil
+}
+
+// measureVerify times one verification of the mirror (both sides hashed by
+// key ranges inside the databases), to compare with one COPY of the table.
+func (b *bench) measureVerify(ctx context.Context, svc *service) error {
+	var v struct {
+		ID            int64   `json:"id"`
+		State         string  `json:"state"`
+		Error         *string `json:"error"`
+		RowsDiffering *int64  `json:"rows_differing"`
+	}
+	c0, t0 := b.cpuNow(), time.Now()
+	if err := svc.call(ctx, "POST", "/v1/mirrors/"+mirrorName+"/verify", nil, &v); err != nil {
+		return fmt.Errorf("start a verification: %w", err)
+	}
+	for v.State == "running" {
+		if time.Since(t0) > time.Hour {
+			return errors.New("verification not done after an hour")
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+		if err := svc.call(ctx, "GET", fmt.Sprintf("/v1/mirrors/%s/verifications/%d", mirrorName, v.ID), nil, &v); err != nil {
+			return err
+		}
+	}
+	if v.State != "done" || v.RowsDiffering == nil || *v.RowsDiffering != 0 {
+		return fmt.Errorf("verification ended %s (%s), rows differing %v", v.State, deref(v.Error), v.RowsDiffering)
+	}
+	b.results.pgmirror.verify = measurement{dur: time.Since(t0), units: b.opts.rows, cpu: b.cpuNow().sub(c0)}
+	b.logf("pgmirror: verification in %s", b.results.pgmirror.verify.dur.Round(time.Millisecond))
 	return nil
 }

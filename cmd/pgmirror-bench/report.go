@@ -11,6 +11,7 @@ import (
 // Targets.
 const (
 	targetSnapshotVsCopy   = 1.0  // pgmirror snapshot at least as fast as the COPY pipe
+	targetVerifyVsCopy     = 0.5  // a verification within twice the time of one COPY of the table
 	targetSnapshotVsNative = 1.1  // ... and 1.1x native's initial sync
 	targetCatchupSingle    = 2.0  // catch-up of single-row transactions vs native
 	targetCatchupBatched   = 1.25 // catch-up of 100- and 10,000-row transactions vs native
@@ -60,6 +61,10 @@ func (b *bench) checks() []check {
 	out = append(out,
 		check{"Snapshot vs COPY pipe", fmt.Sprintf(">= %.2fx", targetSnapshotVsCopy), fmt.Sprintf("%.2fx", vsCopy), vsCopy >= targetSnapshotVsCopy},
 		check{"Snapshot vs native initial sync", fmt.Sprintf(">= %.2fx", targetSnapshotVsNative), fmt.Sprintf("%.2fx", vsNative), vsNative >= targetSnapshotVsNative})
+	if pv := r.pgmirror.verify; pv.dur > 0 {
+		vs := ratio(cp.dur, pv.dur)
+		out = append(out, check{"Verification vs COPY pipe", fmt.Sprintf(">= %.2fx", targetVerifyVsCopy), fmt.Sprintf("%.2fx", vs), vs >= targetVerifyVsCopy})
+	}
 	for i, wk := range workloads(b.opts) {
 		if wk.target == 0 || i >= len(r.native.catchup) || i >= len(r.pgmirror.catchup) {
 			continue
@@ -134,6 +139,11 @@ func (b *bench) reportMode(w io.Writer) {
 	fmt.Fprintf(w, "| Snapshot, %s rows | %s (%s) | %s (%s) | %s (%s) | %.2fx | %.2fx | >= %.2fx COPY pipe, >= %.2fx native | %s / %s |\n",
 		count(b.opts.rows), secs(cp.dur), rate(cp.units, cp.dur, "rows"), secs(ns.dur), rate(ns.units, ns.dur, "rows"), secs(ps.dur), rate(ps.units, ps.dur, "rows"),
 		vsCopy, vsNative, targetSnapshotVsCopy, targetSnapshotVsNative, yes(vsCopy >= targetSnapshotVsCopy), yes(vsNative >= targetSnapshotVsNative))
+	if pv := r.pgmirror.verify; pv.dur > 0 {
+		vs := ratio(cp.dur, pv.dur)
+		fmt.Fprintf(w, "| Verification, %s rows | %s (%s) | | %s (%s) | %.2fx | | >= %.2fx COPY pipe | %s |\n",
+			count(b.opts.rows), secs(cp.dur), rate(cp.units, cp.dur, "rows"), secs(pv.dur), rate(pv.units, pv.dur, "rows"), vs, targetVerifyVsCopy, yes(vs >= targetVerifyVsCopy))
+	}
 	for i, wk := range wl {
 		if wk.target == 0 || i >= len(r.native.catchup) || i >= len(r.pgmirror.catchup) {
 			continue

@@ -43,6 +43,8 @@ type config struct {
 	SlotMonitorInterval time.Duration
 	// SequenceSyncInterval is how often running mirrors sync sequences.
 	SequenceSyncInterval time.Duration
+	// VerifyScheduleInterval is how often due scheduled verifications start.
+	VerifyScheduleInterval time.Duration
 	// Login throttling (httpapi.LoginLimits).
 	LoginUserFailures    int
 	LoginAddressFailures int
@@ -85,6 +87,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return cfg, err
 	}
 	if cfg.SlotMonitorInterval, err = boundedDurationVar(getenv, "SERVICE_SLOT_MONITOR_INTERVAL", 15*time.Second, time.Second, time.Hour); err != nil {
+		return cfg, err
+	}
+	if cfg.VerifyScheduleInterval, err = boundedDurationVar(getenv, "SERVICE_VERIFY_SCHEDULE_INTERVAL", 30*time.Second, time.Second, time.Hour); err != nil {
 		return cfg, err
 	}
 	if cfg.SequenceSyncInterval, err = boundedDurationVar(getenv, "SERVICE_SEQUENCE_SYNC_INTERVAL", 30*time.Second, time.Second, time.Hour); err != nil {

@@ -212,13 +212,14 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 
 	registry := metrics.New()
 	riverClient, err := jobs.NewClient(pool, jobs.Config{
-		Metrics:              registry,
-		SlotMonitorInterval:  cfg.SlotMonitorInterval,
-		SequenceSyncInterval: cfg.SequenceSyncInterval,
-		Store:                store,
-		Logger:               logger,
-		MirrorWorkers:        cfg.MirrorWorkers,
-		LogRetention:         cfg.LogRetention,
+		Metrics:                registry,
+		SlotMonitorInterval:    cfg.SlotMonitorInterval,
+		SequenceSyncInterval:   cfg.SequenceSyncInterval,
+		VerifyScheduleInterval: cfg.VerifyScheduleInterval,
+		Store:                  store,
+		Logger:                 logger,
+		MirrorWorkers:          cfg.MirrorWorkers,
+		LogRetention:           cfg.LogRetention,
 	})
 	if err != nil {
 		return fmt.Errorf("create job client: %w", err)

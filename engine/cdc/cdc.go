@@ -120,6 +120,9 @@ type Config struct {
 	// origins). A destination that refuses it (privileges) logs a warning
 	// and the run goes on unmarked.
 	Origin string
+	// Holder, when set, lets a verification hold the run for an instant at
+	// a source position (see Holder).
+	Holder Holder
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -532,6 +535,9 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 	case capture.EventBegin:
 		if r.cfg.StopAt != 0 && ev.LSN >= r.cfg.StopAt {
 			return errStopReached
+		}
+		if err := r.maybeHold(ctx, ev.LSN); err != nil {
+			return err
 		}
 		r.inTx = true
 		r.txLSN = ev.LSN

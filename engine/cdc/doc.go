@@ -113,6 +113,13 @@
 // that refuses the heartbeat gets one warning and none for the rest of the
 // run.
 //
+// # Holding for a verification
+//
+// Config.Holder lets a verification hold the run for an instant at the
+// first transaction whose commit LSN is at or after a source position,
+// with everything before it committed on the destination (see Holder and
+// engine/verify). The run never waits long: the Holder bounds its waits.
+//
 // # Errors
 //
 // Run returns nil when stop is closed and ctx.Err() when ctx is done. Other

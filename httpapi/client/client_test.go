@@ -133,6 +133,13 @@ var schemaTypes = map[string]any{
 	"UserBody":                 client.User{},
 	"UserCreateInputBody":      client.UserCreate{},
 	"UserCreateOutputBody":     client.UserCreated{},
+	"Verification":             client.Verification{},
+	"VerificationTable":        client.VerificationTable{},
+	"VerificationLatest":       client.VerificationLatest{},
+	"MirrorVerification":       client.MirrorVerification{},
+	"VerifyInputBody":          client.VerifyRequest{},
+	"VerifyIntervalInputBody":  client.VerifyInterval{},
+	"VerifyIntervalOutputBody": client.VerifyIntervalResult{},
 }
 
 // jsonFields returns the JSON names of a struct's fields (embedded structs

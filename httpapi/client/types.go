@@ -226,13 +226,14 @@ type TableStatus struct {
 // status, counters and the last cut-over.
 type MirrorStatus struct {
 	MirrorConfig
-	DesiredState      string     `json:"desired_state"`
-	LastLSN           *string    `json:"last_lsn"`
-	LastSyncBatchID   int64      `json:"last_sync_batch_id"`
-	ErrorMessage      *string    `json:"error_message"`
-	ErrorCount        int        `json:"error_count"`
-	NextRetryAt       *time.Time `json:"next_retry_at"`
-	SequencesSyncedAt *time.Time `json:"sequences_synced_at"`
+	Verification      MirrorVerification `json:"verification"`
+	DesiredState      string             `json:"desired_state"`
+	LastLSN           *string            `json:"last_lsn"`
+	LastSyncBatchID   int64              `json:"last_sync_batch_id"`
+	ErrorMessage      *string            `json:"error_message"`
+	ErrorCount        int                `json:"error_count"`
+	NextRetryAt       *time.Time         `json:"next_retry_at"`
+	SequencesSyncedAt *time.Time         `json:"sequences_synced_at"`
 	SlotHealth
 	Cutover   *CutoverRecord `json:"cutover"`
 	Tables    []TableStatus  `json:"tables"`
@@ -270,6 +271,7 @@ type CutoverRequest struct {
 	TimeoutSeconds    *int   `json:"timeout_seconds,omitempty"`
 	QuietSeconds      *int   `json:"quiet_seconds,omitempty"`
 	ReverseMirrorName string `json:"reverse_mirror_name,omitempty"`
+	Verify            *bool  `json:"verify,omitempty"`
 	WaitSeconds       *int   `json:"wait_seconds,omitempty"`
 }
 

@@ -1,0 +1,39 @@
+// Package verify compares a mirror's destination tables with their source
+// tables as of one source position, while replication runs.
+//
+// The caller provides two snapshots that stand at the same source position
+// (see docs/consistency.md for how pgmirror obtains them): a snapshot
+// exported by a temporary logical slot on the source, and a snapshot exported
+// on the destination while the mirror's CDC run was held at that slot's
+// consistent point. Every connection of Compare imports one of them
+// (SET TRANSACTION SNAPSHOT) as the first statement of a REPEATABLE READ,
+// READ ONLY transaction, so any number of workers see the same data.
+//
+// # Tables with a primary key
+//
+// A table is cut into ranges of its source primary key (a boundary every
+// Config.ChunkRows keys, in key order). For each range both databases compute
+// the row count and md5 over the md5 of every row's text form, in key order:
+// only these hashes cross the network. A range whose hashes differ is cut
+// again into smaller ranges (boundaries from the side with more rows there)
+// until it holds at most Config.LeafRows rows; then the keys and row hashes
+// of that small range are fetched from both sides and each difference is
+// classified as missing on the destination, extra on the destination, or
+// different.
+//
+// # Tables without a primary key
+//
+// Rows are compared as multisets: the rows are spread over 16 buckets by the
+// first hex digit of their hash, and per bucket both sides compute the count
+// and the sum of the first 64 bits of every row hash, which does not depend
+// on row order. A differing bucket is compared by grouping its row hashes on
+// both sides; examples are the rows' text forms.
+//
+// # Row text forms
+//
+// Both sides' sessions run with pgmirror's session settings (engine/session:
+// DateStyle, IntervalStyle, extra_float_digits, bytea_output), and Compare
+// sets TimeZone to UTC in each transaction, so a value has one text form on
+// both sides. Excluded and generated columns are left out; renamed
+// destination tables are followed through the mapping.
+package verify

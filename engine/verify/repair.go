@@ -1,0 +1,196 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/session"
+)
+
+// TableRepair names the key ranges of one table to copy again.
+type TableRepair struct {
+	Mapping change.Mapping
+	Ranges  RepairRanges
+}
+
+// RepairConfig configures Repair.
+type RepairConfig struct {
+	Source, Dest *pgx.ConnConfig
+	MirrorUID    string
+	Tables       []TableRepair
+	// MarkWrites marks the repair's destination transaction with a copy
+	// origin of the mirror (engine/origin.SetupCopy), when the destination
+	// user may use origins, so that a mirror reading from the destination
+	// leaves the repair out like any other write of pgmirror's.
+	MarkWrites bool
+}
+
+// ErrRepairMoved: the mirror applied more before the repair could be
+// written; nothing was changed.
+var ErrRepairMoved = errors.New("the mirror moved on before the repair was written; nothing was changed, try again")
+
+// Repair copies the source rows of the given key ranges, as of the
+// snapshots' position, over the destination's rows of those ranges (delete
+// the range, insert the source's rows), in one destination transaction.
+// Call it while the mirror is held at that position (SnapshotConfig
+// WhileHeld): the transaction first locks the mirror's applied position on
+// the destination and checks that it is still the held one, so a CDC batch
+// cannot commit in between (it waits for the lock), and the repaired rows
+// stand exactly where the rest of the destination stands. Lock waits are
+// bounded (lock_timeout), so a CDC batch never deadlocks with a repair: the
+// repair fails instead. Excluded columns of repaired rows get their
+// destination defaults. It returns the rows written.
+func Repair(ctx context.Context, cfg RepairConfig, s *Snapshots) (int64, error) {
+	src, err := session.Connect(ctx, cfg.Source)
+	if err != nil {
+		return 0, fmt.Errorf("connect to the source: %w", err)
+	}
+	defer src.Close(context.WithoutCancel(ctx))
+	srcTx, err := importSnapshot(ctx, src, s.Source)
+	if err != nil {
+		return 0, fmt.Errorf("source: %w", err)
+	}
+	defer srcTx.Rollback(context.WithoutCancel(ctx))
+	dst, err := session.Connect(ctx, cfg.Dest)
+	if err != nil {
+		return 0, fmt.Errorf("connect to the destination: %w", err)
+	}
+	defer dst.Close(context.WithoutCancel(ctx))
+	if cfg.MarkWrites {
+		name, err := markRepair(ctx, dst, cfg.MirrorUID)
+		if err != nil {
+			return 0, err
+		}
+		if name != "" {
+			defer func() { _ = origin.Release(context.WithoutCancel(ctx), dst, name) }()
+		}
+	}
+	tx, err := dst.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin the repair: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+		return 0, err
+	}
+	var text string
+	err = tx.QueryRow(ctx, `SELECT lsn::text FROM _pgmirror.applied WHERE mirror_uid = $1 FOR UPDATE`, cfg.MirrorUID).Scan(&text)
+	if err != nil {
+		return 0, fmt.Errorf("lock the mirror's applied position: %w", err)
+	}
+	if lsn, err := change.ParseLSN(text); err != nil || lsn != s.Applied {
+		return 0, ErrRepairMoved
+	}
+	var written int64
+	for _, tr := range cfg.Tables {
+		n, err := repairTable(ctx, srcTx, tx, tr)
+		if err != nil {
+			return 0, fmt.Errorf("repair %s: %w", tr.Mapping.Source, err)
+		}
+		written += n
+	}
+	// The applied position is rewritten unchanged: the row lock is what
+	// mattered.
+	if _, err := tx.Exec(ctx, `UPDATE _pgmirror.applied SET updated_at = now() WHERE mirror_uid = $1`, cfg.MirrorUID); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit the repair: %w", err)
+	}
+	return written, nil
+}
+
+// markRepair marks the session of dst with a copy origin of the mirror
+// and returns its name, or "" when the destination user may not use
+// origins (the repair is then unmarked, like the mirror's other writes).
+func markRepair(ctx context.Context, dst *pgx.Conn, mirrorUID string) (string, error) {
+	ok, err := origin.Permitted(ctx, dst)
+	if err != nil || !ok {
+		return "", err
+	}
+	name, err := origin.SetupCopy(ctx, dst, mirrorUID)
+	if err != nil {
+		return "", fmt.Errorf("mark the repair's writes: %w", err)
+	}
+	return name, nil
+}
+
+func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair) (int64, error) {
+	desc, err := schemasync.Describe(ctx, srcTx, tr.Mapping.Source)
+	if err != nil {
+		return 0, err
+	}
+	cols := desc.Replicated(tr.Mapping)
+	names := make([]string, len(cols))
+	texts := make([]string, len(cols))
+	ph := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = change.QuoteIdent(c.Name)
+		texts[i] = "(" + names[i] + ")::text"
+		ph[i] = fmt.Sprintf("$%d", i+1)
+	}
+	t := &table{names: tr.Ranges.KeyColumns, types: tr.Ranges.KeyTypes}
+	for _, k := range tr.Ranges.KeyColumns {
+		expr := change.QuoteIdent(k)
+		if tr.Ranges.Collate {
+			c, _ := desc.Column(k)
+			var collatable bool
+			if err := srcTx.QueryRow(ctx, `SELECT typcollation <> 0 FROM pg_type WHERE oid = $1`, c.TypeOID).Scan(&collatable); err != nil {
+				return 0, err
+			}
+			if collatable {
+				expr += ` COLLATE "C"`
+			}
+		}
+		t.keys = append(t.keys, expr)
+	}
+	insert := fmt.Sprintf(`INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE VALUES (%s)`, tr.Mapping.Destination.Quoted(),
+		strings.Join(names, ", "), strings.Join(ph, ", "))
+	var written int64
+	for _, r := range tr.Ranges.Ranges {
+		where, args := t.where(r.Lo, r.Hi)
+		rows, err := srcTx.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s WHERE %s`, strings.Join(texts, ", "), tr.Mapping.Source.Quoted(), where), args...)
+		if err != nil {
+			return 0, fmt.Errorf("read source rows: %w", err)
+		}
+		values, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) ([]any, error) {
+			vals := make([]*string, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := row.Scan(ptrs...); err != nil {
+				return nil, err
+			}
+			out := make([]any, len(vals))
+			for i, v := range vals {
+				if v != nil {
+					out[i] = *v
+				}
+			}
+			return out, nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("read source rows: %w", err)
+		}
+		if _, err := dstTx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE %s`, tr.Mapping.Destination.Quoted(), where), args...); err != nil {
+			return 0, fmt.Errorf("delete destination rows: %w", err)
+		}
+		batch := &pgx.Batch{}
+		for _, v := range values {
+			batch.Queue(insert, v...)
+		}
+		if err := dstTx.SendBatch(ctx, batch).Close(); err != nil {
+			return 0, fmt.Errorf("insert source rows: %w", err)
+		}
+		written += int64(len(values))
+	}
+	return written, nil
+}

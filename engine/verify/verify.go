@@ -1,0 +1,486 @@
+package verify
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/session"
+)
+
+// Config configures one comparison.
+type Config struct {
+	// Source and Dest configure the connections (Compare works on copies).
+	Source, Dest *pgx.ConnConfig
+	// SourceSnapshot and DestSnapshot are the exported snapshots every
+	// connection imports. Both must stand at the same source position.
+	SourceSnapshot, DestSnapshot string
+	// Tables are the tables to compare.
+	Tables []change.Mapping
+	// ChunkRows is the number of keys per first-level range. Default 10000.
+	ChunkRows int
+	// LeafRows is the size below which a differing range is compared row by
+	// row. Default 200.
+	LeafRows int
+	// Workers is how many pairs of connections compare ranges at once.
+	// Default 2.
+	Workers int
+	// MaxExamples bounds the example keys reported per kind and table.
+	// Default 10.
+	MaxExamples int
+	// Logger receives debug output. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.ChunkRows = cmp.Or(c.ChunkRows, 10000)
+	c.LeafRows = cmp.Or(c.LeafRows, 200)
+	c.Workers = max(cmp.Or(c.Workers, 2), 1)
+	c.MaxExamples = cmp.Or(c.MaxExamples, 10)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Methods of comparison (TableResult.Method).
+const (
+	MethodKeyRanges = "key_ranges"
+	MethodMultiset  = "multiset"
+)
+
+// TableResult is the outcome for one table.
+type TableResult struct {
+	// Table is the source table, Destination the destination table.
+	Table       string `json:"table"`
+	Destination string `json:"destination"`
+	// Method is key_ranges (primary key) or multiset (no primary key).
+	Method          string `json:"method"`
+	RowsSource      int64  `json:"rows_source"`
+	RowsDestination int64  `json:"rows_destination"`
+	Chunks          int    `json:"chunks"`
+	ChunksDiffering int    `json:"chunks_differing"`
+	// RowsDiffering counts rows missing, extra or different.
+	RowsDiffering int64 `json:"rows_differing"`
+	// Missing, Extra and Different hold up to MaxExamples keys, as
+	// "(col, ...)=(value, ...)"; for tables without a primary key, the
+	// rows' text forms.
+	Missing   []string `json:"missing"`
+	Extra     []string `json:"extra"`
+	Different []string `json:"different"`
+	// Skipped, when set, says why the table was not compared.
+	Skipped    string `json:"skipped,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+	// RepairRanges are the key ranges where rows differ (tables with a
+	// primary key), for Repair.
+	RepairRanges *RepairRanges `json:"repair_ranges,omitempty"`
+}
+
+// RepairRanges are a table's differing key ranges.
+type RepairRanges struct {
+	KeyColumns []string `json:"key_columns"`
+	KeyTypes   []string `json:"key_types"`
+	// Collate says that text keys are compared in the C collation.
+	Collate bool       `json:"collate,omitempty"`
+	Ranges  []KeyRange `json:"ranges"`
+	// Incomplete says that more ranges differ than were kept.
+	Incomplete bool `json:"incomplete,omitempty"`
+}
+
+// KeyRange is the key range [Lo, Hi) (nil: open), key values as text.
+type KeyRange struct {
+	Lo []string `json:"lo"`
+	Hi []string `json:"hi"`
+}
+
+// Equal reports whether the table was compared and no difference found.
+func (r TableResult) Equal() bool {
+	return r.Skipped == "" && r.RowsDiffering == 0 && r.ChunksDiffering == 0 && r.RowsSource == r.RowsDestination
+}
+
+// Reporter hears of each table when it is done (optional).
+type Reporter interface {
+	TableCompared(ctx context.Context, r TableResult)
+}
+
+// pair is one worker's two snapshot transactions.
+type pair struct {
+	srcConn, dstConn *pgx.Conn
+	src, dst         pgx.Tx
+}
+
+func openPair(ctx context.Context, cfg Config) (*pair, error) {
+	p := &pair{}
+	var err error
+	if p.srcConn, err = session.Connect(ctx, cfg.Source); err != nil {
+		return nil, fmt.Errorf("connect to the source: %w", err)
+	}
+	if p.dstConn, err = session.Connect(ctx, cfg.Dest); err != nil {
+		p.close()
+		return nil, fmt.Errorf("connect to the destination: %w", err)
+	}
+	if p.src, err = importSnapshot(ctx, p.srcConn, cfg.SourceSnapshot); err != nil {
+		p.close()
+		return nil, fmt.Errorf("source: %w", err)
+	}
+	if p.dst, err = importSnapshot(ctx, p.dstConn, cfg.DestSnapshot); err != nil {
+		p.close()
+		return nil, fmt.Errorf("destination: %w", err)
+	}
+	return p, nil
+}
+
+// ValidSnapshotName reports whether name looks like an exported snapshot
+// name (hex digits and dashes), so that it can be written into SQL.
+func ValidSnapshotName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= '0' && r <= '9' || r >= 'A' && r <= 'F' || r >= 'a' && r <= 'f' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func importSnapshot(ctx context.Context, conn *pgx.Conn, name string) (pgx.Tx, error) {
+	if !ValidSnapshotName(name) {
+		return nil, fmt.Errorf("invalid snapshot name %q", name)
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("begin snapshot transaction: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+name+"'"); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, fmt.Errorf("import snapshot %s (it is valid only while the verification holds it): %w", name, err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL TimeZone = 'UTC'"); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, fmt.Errorf("set time zone: %w", err)
+	}
+	return tx, nil
+}
+
+func (p *pair) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, c := range []*pgx.Conn{p.srcConn, p.dstConn} {
+		if c != nil {
+			_ = c.Close(ctx)
+		}
+	}
+}
+
+// Compare compares every table of cfg and returns the results in the order
+// of cfg.Tables. A table that cannot be compared (missing on one side, a
+// column missing on the destination) gets Skipped and the others go on; an
+// error is returned only when the comparison as a whole failed.
+func Compare(ctx context.Context, cfg Config, rep Reporter) ([]TableResult, error) {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	pairs := make([]*pair, 0, cfg.Workers)
+	defer func() {
+		for _, p := range pairs {
+			p.close()
+		}
+	}()
+	for range cfg.Workers + 1 { // the first plans tables, the others compare
+		p, err := openPair(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		pairs = append(pairs, p)
+	}
+	// Tables are spread over the workers: the first pair plans each table
+	// (columns, boundaries) and every pair compares ranges.
+	tasks := make(chan func(p *pair) error)
+	var wg sync.WaitGroup
+	var errOnce sync.Once
+	var firstErr error
+	for _, p := range pairs[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for task := range tasks {
+				if err := task(p); err != nil {
+					errOnce.Do(func() { firstErr = err; cancel(err) })
+				}
+			}
+		}()
+	}
+	results := make([]TableResult, len(cfg.Tables))
+	var tablesWG sync.WaitGroup
+	planner := pairs[0]
+	for i, m := range cfg.Tables {
+		if ctx.Err() != nil {
+			break
+		}
+		started := time.Now()
+		t, err := plan(ctx, planner, cfg, m)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			var skip *skipError
+			if errors.As(err, &skip) {
+				results[i] = TableResult{Table: m.Source.String(), Destination: m.Destination.String(), Skipped: skip.reason,
+					Missing: []string{}, Extra: []string{}, Different: []string{}}
+				if rep != nil {
+					rep.TableCompared(ctx, results[i])
+				}
+				continue
+			}
+			errOnce.Do(func() { firstErr = err; cancel(err) })
+			break
+		}
+		tablesWG.Add(1)
+		t.done = func() {
+			defer tablesWG.Done()
+			res := t.result()
+			res.DurationMS = time.Since(started).Milliseconds()
+			results[i] = res
+			if rep != nil && ctx.Err() == nil {
+				rep.TableCompared(ctx, res)
+			}
+		}
+		t.submit(ctx, tasks)
+	}
+	tablesWG.Wait()
+	close(tasks)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// skipError marks a table that cannot be compared.
+type skipError struct{ reason string }
+
+func (e *skipError) Error() string { return e.reason }
+
+// table is the plan and running result of one table.
+type table struct {
+	cfg     Config
+	m       change.Mapping
+	rowSQL  string   // ROW(cols)::text
+	keys    []string // quoted key columns (with COLLATE "C" where needed)
+	names   []string // key column names
+	types   []string // key column types
+	multi   bool
+	collate bool       // text keys in the C collation
+	bounds  [][]string // first-level boundaries (key values as text)
+
+	mu      sync.Mutex
+	res     TableResult
+	pending int
+	done    func()
+}
+
+func plan(ctx context.Context, p *pair, cfg Config, m change.Mapping) (*table, error) {
+	src, err := schemasync.Describe(ctx, p.src, m.Source)
+	if err != nil {
+		if errors.Is(err, schemasync.ErrTableNotFound) {
+			return nil, &skipError{reason: "the source table does not exist"}
+		}
+		return nil, fmt.Errorf("describe source table %s: %w", m.Source, err)
+	}
+	dst, err := schemasync.Describe(ctx, p.dst, m.Destination)
+	if err != nil {
+		if errors.Is(err, schemasync.ErrTableNotFound) {
+			return nil, &skipError{reason: "the destination table does not exist"}
+		}
+		return nil, fmt.Errorf("describe destination table %s: %w", m.Destination, err)
+	}
+	cols := src.Replicated(m)
+	quoted := make([]string, 0, len(cols))
+	for _, c := range cols {
+		if _, ok := dst.Column(c.Name); !ok {
+			return nil, &skipError{reason: fmt.Sprintf("column %s is missing on the destination: run sync-schema first", c.Name)}
+		}
+		quoted = append(quoted, change.QuoteIdent(c.Name))
+	}
+	if len(quoted) == 0 {
+		return nil, &skipError{reason: "no replicated columns"}
+	}
+	t := &table{cfg: cfg, m: m, rowSQL: "ROW(" + strings.Join(quoted, ", ") + ")::text"}
+	t.res = TableResult{Table: m.Source.String(), Destination: m.Destination.String(), Method: MethodKeyRanges,
+		Missing: []string{}, Extra: []string{}, Different: []string{}}
+	if len(src.PrimaryKey) == 0 {
+		t.multi = true
+		t.res.Method = MethodMultiset
+		return t, nil
+	}
+	collate, err := differentCollations(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	t.collate = collate
+	for _, k := range src.PrimaryKey {
+		c, _ := src.Column(k)
+		expr := change.QuoteIdent(k)
+		if collate {
+			var collatable bool
+			if err := p.src.QueryRow(ctx, `SELECT typcollation <> 0 FROM pg_type WHERE oid = $1`, c.TypeOID).Scan(&collatable); err != nil {
+				return nil, fmt.Errorf("read key column type: %w", err)
+			}
+			if collatable {
+				expr += ` COLLATE "C"`
+			}
+		}
+		t.keys = append(t.keys, expr)
+		t.names = append(t.names, k)
+		t.types = append(t.types, c.Type)
+	}
+	if t.bounds, err = t.boundaries(ctx, p.src, m.Source.Quoted(), nil, nil, cfg.ChunkRows); err != nil {
+		return nil, fmt.Errorf("plan ranges of %s: %w", m.Source, err)
+	}
+	return t, nil
+}
+
+// differentCollations reports whether the two databases sort text
+// differently by default; then keys are compared in the C collation.
+func differentCollations(ctx context.Context, p *pair) (bool, error) {
+	q := `SELECT datcollate || '/' || datctype FROM pg_database WHERE datname = current_database()`
+	var a, b string
+	if err := p.src.QueryRow(ctx, q).Scan(&a); err != nil {
+		return false, fmt.Errorf("read source collation: %w", err)
+	}
+	if err := p.dst.QueryRow(ctx, q).Scan(&b); err != nil {
+		return false, fmt.Errorf("read destination collation: %w", err)
+	}
+	return a != b, nil
+}
+
+func (t *table) result() TableResult {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.res
+}
+
+// submit queues the table's ranges (or buckets); done runs after the last.
+func (t *table) submit(ctx context.Context, tasks chan<- func(*pair) error) {
+	var units []func(p *pair) error
+	if t.multi {
+		units = append(units, func(p *pair) error { return t.compareBuckets(ctx, p) })
+	} else {
+		bs := append([][]string{nil}, t.bounds...)
+		for i := range bs {
+			lo := bs[i]
+			var hi []string
+			if i+1 < len(bs) {
+				hi = bs[i+1]
+			}
+			units = append(units, func(p *pair) error { return t.compareRange(ctx, p, lo, hi, true) })
+		}
+	}
+	t.mu.Lock()
+	t.pending = len(units)
+	t.mu.Unlock()
+	for _, u := range units {
+		task := func(p *pair) error {
+			defer t.unitDone()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return u(p)
+		}
+		select {
+		case tasks <- task:
+		case <-ctx.Done():
+			t.unitDone()
+		}
+	}
+}
+
+func (t *table) unitDone() {
+	t.mu.Lock()
+	t.pending--
+	last := t.pending == 0
+	t.mu.Unlock()
+	if last {
+		t.done()
+	}
+}
+
+// where returns the condition of the key range [lo, hi) (nil: open) with
+// its parameters numbered from 1.
+func (t *table) where(lo, hi []string) (string, []any) {
+	var conds []string
+	var args []any
+	keys := "(" + strings.Join(t.keys, ", ") + ")"
+	bound := func(op string, vals []string) {
+		ph := make([]string, len(vals))
+		for i, v := range vals {
+			args = append(args, v)
+			ph[i] = fmt.Sprintf("$%d::%s", len(args), t.types[i])
+			if strings.HasSuffix(t.keys[i], `COLLATE "C"`) {
+				ph[i] += ` COLLATE "C"`
+			}
+		}
+		conds = append(conds, keys+" "+op+" ("+strings.Join(ph, ", ")+")")
+	}
+	if lo != nil {
+		bound(">=", lo)
+	}
+	if hi != nil {
+		bound("<", hi)
+	}
+	if len(conds) == 0 {
+		return "true", nil
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+func (t *table) order() string { return strings.Join(t.keys, ", ") }
+
+// boundaries returns the keys that cut [lo, hi) on conn into ranges of
+// every rows keys, in key order.
+func (t *table) boundaries(ctx context.Context, tx pgx.Tx, rel string, lo, hi []string, every int) ([][]string, error) {
+	where, args := t.where(lo, hi)
+	texts := make([]string, len(t.keys))
+	for i, k := range t.keys {
+		texts[i] = "(" + k + ")::text"
+	}
+	args = append(args, every)
+	q := fmt.Sprintf(`SELECT %s FROM (SELECT %s, row_number() OVER (ORDER BY %s) AS pgmirror_rn FROM %s WHERE %s) s
+		WHERE pgmirror_rn > 1 AND (pgmirror_rn - 1) %% $%d = 0 ORDER BY pgmirror_rn`,
+		strings.Join(texts, ", "), strings.Join(t.keysBare(), ", "), t.order(), rel, where, len(args))
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) ([]string, error) {
+		vals := make([]string, len(t.keys))
+		ptrs := make([]any, len(vals))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		return vals, row.Scan(ptrs...)
+	})
+}
+
+// keysBare returns the key columns without collation clauses, for a
+// subquery's select list.
+func (t *table) keysBare() []string {
+	out := make([]string, len(t.names))
+	for i, n := range t.names {
+		out[i] = change.QuoteIdent(n)
+	}
+	return out
+}

@@ -1,0 +1,290 @@
+package verify_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
+	"github.com/pgmirror/pgmirror/engine/verify"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+var nameSeq atomic.Int64
+
+type bundle struct {
+	src, dst string
+	cfg      cdc.Config
+	hold     *verify.Local
+	maps     []change.Mapping
+}
+
+func tn(s, n string) change.TableName { return change.TableName{Schema: s, Name: n} }
+
+// setup creates source and destination databases with ddl, a publication
+// and slot for maps, and starts a CDC run with a Local hold.
+func setup(t *testing.T, srcDDL, dstDDL string, maps ...change.Mapping) *bundle {
+	t.Helper()
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, src, srcDDL)
+	pgtest.Exec(t, dst, dstDDL)
+	n := nameSeq.Add(1)
+	slot := fmt.Sprintf("verify_test_%d_%d", os.Getpid(), n)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, src)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var tables []change.TableName
+	for _, m := range maps {
+		tables = append(tables, m.Source)
+	}
+	_, err = capture.EnsurePublication(ctx, conn, slot+"_pub", tables)
+	require.NoError(t, err)
+	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, src).Config)
+	require.NoError(t, err)
+	_, err = capture.CreateSlot(ctx, repl, slot, false)
+	require.NoError(t, err)
+	require.NoError(t, repl.Close(ctx))
+	b := &bundle{src: src, dst: dst, hold: &verify.Local{}, maps: maps}
+	b.cfg = cdc.Config{
+		MirrorUID: fmt.Sprintf("mirror-%d", n), Source: pgtest.ConnConfig(t, src), Dest: pgtest.ConnConfig(t, dst),
+		SlotName: slot, PublicationName: slot + "_pub", Tables: maps,
+		BatchSize: 1000, SyncInterval: time.Second, HeartbeatTimeout: 30 * time.Second, StatusInterval: time.Second,
+		Holder: b.hold, Logger: slog.New(slog.DiscardHandler),
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cdc.Run(runCtx, b.cfg, nil, runCtx.Done()) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return b
+}
+
+// verifyOnce obtains snapshots at one position and compares every table.
+func (b *bundle) verifyOnce(t *testing.T) ([]verify.TableResult, *verify.Snapshots) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var tables []change.TableName
+	for _, m := range b.maps {
+		tables = append(tables, m.Source)
+	}
+	snaps, err := verify.OpenSnapshots(ctx, verify.SnapshotConfig{
+		Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
+		SlotName: fmt.Sprintf("pgmirror_verify_t%d", nameSeq.Add(1)), Note: "test", Tables: tables,
+	}, b.hold)
+	require.NoError(t, err)
+	defer snaps.Close()
+	compare, skipped := snaps.Comparable(b.maps)
+	require.Empty(t, skipped)
+	res, err := verify.Compare(ctx, verify.Config{
+		Source: b.cfg.Source, Dest: b.cfg.Dest, SourceSnapshot: snaps.Source, DestSnapshot: snaps.Dest,
+		Tables: compare, ChunkRows: 500, LeafRows: 50, Workers: 2,
+	}, nil)
+	require.NoError(t, err)
+	return res, snaps
+}
+
+// waitApplied waits until the destination table has n rows.
+func waitRows(t *testing.T, url, table string, n int64) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var got int64
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&got))
+		if got == n {
+			return
+		}
+	}
+	t.Fatalf("%s has %d rows, want %d", table, got, n)
+}
+
+// Under a steady write load (inserts, updates, deletes in many small
+// transactions, on a keyed table and on one without a key), every
+// verification finds the two sides equal: no false positive.
+func TestEqualUnderWriteLoad(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.k (id int PRIMARY KEY, v int, s text, at timestamptz DEFAULT now(), f float8);
+		CREATE TABLE public.nk (a int, b text);
+		ALTER TABLE public.nk REPLICA IDENTITY FULL;`
+	b := setup(t, ddl, ddl, change.Mapping{Source: tn("public", "k"), Destination: tn("public", "k")},
+		change.Mapping{Source: tn("public", "nk"), Destination: tn("public", "nk")})
+	pgtest.Exec(t, b.src, `INSERT INTO k SELECT g, g, md5(g::text), now(), g / 7.0 FROM generate_series(1, 3000) g;
+		INSERT INTO nk SELECT g % 100, 'x' FROM generate_series(1, 500) g`)
+	waitRows(t, b.dst, "k", 3000)
+
+	ctx, stop := context.WithCancel(context.Background())
+	var load sync.WaitGroup
+	load.Add(1)
+	var writes atomic.Int64
+	go func() {
+		defer load.Done()
+		conn, err := pgx.Connect(context.Background(), b.src)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		for i := 0; ctx.Err() == nil; i++ {
+			id := 3001 + i
+			_, err := conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO k VALUES (%[1]d, %[1]d, 'n', now(), 0.1);
+				UPDATE k SET v = v + 1, f = f * 1.1 WHERE id = %[2]d;
+				DELETE FROM k WHERE id = %[3]d;
+				INSERT INTO nk VALUES (%[1]d %% 50, 'y')`, id, i%3000+1, id-50))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			writes.Add(1)
+		}
+	}()
+	for range 8 {
+		res, snaps := b.verifyOnce(t)
+		for _, r := range res {
+			require.True(t, r.Equal(), "false difference at %s: %+v", snaps.LSN, r)
+			require.Positive(t, r.RowsSource)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	load.Wait()
+	require.Positive(t, writes.Load())
+}
+
+// Direct changes on the destination are reported exactly, with their keys
+// (keyed table) or rows (table without a key).
+func TestDifferencesReported(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.k (id int, region text, v int, PRIMARY KEY (region, id));
+		CREATE TABLE public.nk (a int, b text);
+		CREATE TABLE public.ok (id int PRIMARY KEY, v int)`
+	dstDDL := `CREATE TABLE public.k (id int, region text, v int, PRIMARY KEY (region, id));
+		CREATE TABLE public.nk (a int, b text);
+		CREATE TABLE public.renamed (id int PRIMARY KEY, v int, secret text)`
+	srcDDL := ddl + `; ALTER TABLE public.ok ADD COLUMN secret text`
+	b := setup(t, srcDDL, dstDDL,
+		change.Mapping{Source: tn("public", "k"), Destination: tn("public", "k")},
+		change.Mapping{Source: tn("public", "nk"), Destination: tn("public", "nk")},
+		change.Mapping{Source: tn("public", "ok"), Destination: tn("public", "renamed"), ExcludeColumns: []string{"secret"}})
+	pgtest.Exec(t, b.src, `INSERT INTO k SELECT g, 'r' || (g % 3), g FROM generate_series(1, 5000) g;
+		INSERT INTO nk SELECT g, 'x' || g FROM generate_series(1, 300) g;
+		INSERT INTO ok SELECT g, g, 'hidden' FROM generate_series(1, 100) g`)
+	waitRows(t, b.dst, "k", 5000)
+	waitRows(t, b.dst, "nk", 300)
+	waitRows(t, b.dst, "renamed", 100)
+	res, _ := b.verifyOnce(t)
+	for _, r := range res {
+		require.True(t, r.Equal(), "%+v", r)
+	}
+	// The excluded column differs on purpose: it is not compared.
+	pgtest.Exec(t, b.dst, `UPDATE renamed SET secret = 'other'`)
+	pgtest.Exec(t, b.dst, `UPDATE k SET v = -1 WHERE id = 100; DELETE FROM k WHERE id = 2000; INSERT INTO k VALUES (99999, 'r0', 1);
+		DELETE FROM nk WHERE a = 7; INSERT INTO nk VALUES (1, 'x1'), (-5, 'extra')`)
+	res, _ = b.verifyOnce(t)
+	byTable := map[string]verify.TableResult{}
+	for _, r := range res {
+		byTable[r.Table] = r
+	}
+	k := byTable["public.k"]
+	require.Equal(t, verify.MethodKeyRanges, k.Method)
+	require.Equal(t, int64(5000), k.RowsSource)
+	require.Equal(t, int64(5000), k.RowsDestination)
+	require.Equal(t, int64(3), k.RowsDiffering)
+	require.Equal(t, []string{"(region, id)=('r2', '2000')"}, k.Missing)
+	require.Equal(t, []string{"(region, id)=('r0', '99999')"}, k.Extra)
+	require.Equal(t, []string{"(region, id)=('r1', '100')"}, k.Different)
+	require.LessOrEqual(t, k.ChunksDiffering, 3)
+	require.Positive(t, k.ChunksDiffering)
+
+	nk := byTable["public.nk"]
+	require.Equal(t, verify.MethodMultiset, nk.Method)
+	require.Equal(t, int64(300), nk.RowsSource)
+	require.Equal(t, int64(301), nk.RowsDestination)
+	require.Equal(t, int64(3), nk.RowsDiffering)
+	require.Equal(t, []string{"(7,x7)"}, nk.Missing)
+	require.ElementsMatch(t, []string{"(1,x1)", "(-5,extra)"}, nk.Extra)
+
+	require.True(t, byTable["public.ok"].Equal(), "%+v", byTable["public.ok"])
+	require.Equal(t, "public.renamed", byTable["public.ok"].Destination)
+}
+
+// Repair copies the differing key ranges again at one held position, and a
+// verification afterwards finds the table equal, while CDC keeps applying.
+func TestRepair(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.k (id int PRIMARY KEY, v text, n numeric)`
+	b := setup(t, ddl, ddl, change.Mapping{Source: tn("public", "k"), Destination: tn("public", "k")})
+	pgtest.Exec(t, b.src, `INSERT INTO k SELECT g, 'v' || g, g / 3.0 FROM generate_series(1, 4000) g`)
+	waitRows(t, b.dst, "k", 4000)
+	pgtest.Exec(t, b.dst, `UPDATE k SET v = 'bad', n = NULL WHERE id IN (5, 3000); DELETE FROM k WHERE id BETWEEN 100 AND 120;
+		INSERT INTO k VALUES (-7, 'extra', 1)`)
+	res, _ := b.verifyOnce(t)
+	require.Len(t, res, 1)
+	require.Equal(t, int64(24), res[0].RowsDiffering)
+	require.NotNil(t, res[0].RepairRanges)
+	require.NotEmpty(t, res[0].RepairRanges.Ranges)
+	// Changes keep coming while the repair runs, also to repaired rows.
+	pgtest.Exec(t, b.src, `UPDATE k SET v = 'later' WHERE id = 5`)
+	// A slot on the destination sees the repair's writes, marked with an
+	// origin of the mirror (a reverse mirror leaves them out).
+	slot := fmt.Sprintf("verify_repair_%d", nameSeq.Add(1))
+	pgtest.Exec(t, b.dst, `SELECT pg_create_logical_replication_slot('`+slot+`', 'test_decoding')`)
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), b.dst)
+		if err == nil {
+			_ = origin.DropMirror(context.Background(), conn, b.cfg.MirrorUID)
+			conn.Close(context.Background())
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var written int64
+	snaps, err := verify.OpenSnapshots(ctx, verify.SnapshotConfig{
+		Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
+		SlotName: fmt.Sprintf("pgmirror_verify_t%d", nameSeq.Add(1)), Note: "repair", Tables: []change.TableName{tn("public", "k")},
+		WhileHeld: func(ctx context.Context, s *verify.Snapshots) error {
+			var err error
+			written, err = verify.Repair(ctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
+				Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true}, s)
+			return err
+		},
+	}, b.hold)
+	require.NoError(t, err)
+	snaps.Close()
+	require.GreaterOrEqual(t, written, int64(23))
+	dst, err := pgx.Connect(ctx, b.dst)
+	require.NoError(t, err)
+	defer dst.Close(context.Background())
+	// The slot decodes flushed WAL only: wait for the repair's one
+	// transaction to be there, then none of its deletes may be local.
+	var all, local int
+	require.Eventually(t, func() bool {
+		return dst.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_changes($1, NULL, NULL) WHERE data LIKE 'table public.k: DELETE%'`, slot).Scan(&all) == nil && all > 0
+	}, 20*time.Second, 100*time.Millisecond, "the repair deleted the differing ranges")
+	require.NoError(t, dst.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_changes($1, NULL, NULL, 'only-local', '1') WHERE data LIKE 'table public.k: DELETE%'`, slot).Scan(&local))
+	require.Zero(t, local, "the repair's deletes carry no origin")
+	pgtest.Exec(t, b.src, `UPDATE k SET v = 'after' WHERE id = 3000`)
+	res, _ = b.verifyOnce(t)
+	require.True(t, res[0].Equal(), "%+v", res[0])
+	waitRows(t, b.dst, "k WHERE v IN ('later', 'after')", 2)
+}

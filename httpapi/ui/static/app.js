@@ -1,0 +1,789 @@
+// pgmirror web console. Plain script, no framework: it calls the JSON API
+// with fetch and the token kept in sessionStorage, and builds the page with
+// DOM calls. Every value from the API goes into the page as text
+// (textContent or attribute values), never as markup.
+'use strict';
+
+(() => {
+  const TOKEN_KEY = 'pgmirror.token';
+  const REFRESH_MS = 3000;
+  const LAG_WINDOW_MS = 10 * 60 * 1000;
+  const LOG_PAGE = 50;
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+
+  const view = document.getElementById('view');
+  let me = null; // {username, role} from GET /v1/auth/me
+  let routeGen = 0; // bumps on every navigation; stale renders check it
+  let timers = [];
+  const lagSamples = new Map(); // mirror name -> [{t, lag}]
+  const rowSamples = new Map(); // mirror name -> {t, rows, rate}
+
+  // ---- DOM helpers -------------------------------------------------------
+
+  // el builds an element. attrs: class, text, on<event> handlers, hidden,
+  // disabled, checked, value, and any other attribute. Children are nodes or
+  // strings (added as text).
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    setAttrs(node, attrs);
+    append(node, children);
+    return node;
+  }
+
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS(SVG_NS, tag);
+    setAttrs(node, attrs);
+    append(node, children);
+    return node;
+  }
+
+  function setAttrs(node, attrs) {
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === 'text') node.textContent = String(v);
+      else if (k.startsWith('on') && typeof v === 'function') node.addEventListener(k.slice(2), v);
+      else if (k === 'value') node.value = v;
+      else if (k === 'checked') node.checked = !!v;
+      else node.setAttribute(k, v === true ? '' : String(v));
+    }
+  }
+
+  function append(node, children) {
+    for (const c of children.flat(Infinity)) {
+      if (c === null || c === undefined || c === false) continue;
+      node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+  }
+
+  function replace(node, ...children) {
+    node.replaceChildren();
+    append(node, children);
+  }
+
+  const isAdmin = () => !!me && me.role === 'admin';
+  const enc = encodeURIComponent;
+
+  function statusBadge(s) {
+    return el('span', { class: 'status status-' + String(s || 'unknown').replace(/[^a-z_-]/gi, ''), text: s || 'unknown' });
+  }
+
+  function fmtTime(iso) {
+    if (!iso) return '—';
+    const d = new Date(iso);
+    return isNaN(d) ? String(iso) : d.toLocaleString();
+  }
+
+  function fmtAgo(iso) {
+    if (!iso) return '—';
+    const s = Math.round((Date.now() - new Date(iso).getTime()) / 1000);
+    if (isNaN(s)) return String(iso);
+    if (s < 5) return 'just now';
+    if (s < 90) return s + ' s ago';
+    if (s < 5400) return Math.round(s / 60) + ' min ago';
+    if (s < 172800) return Math.round(s / 3600) + ' h ago';
+    return Math.round(s / 86400) + ' days ago';
+  }
+
+  function fmtLag(sec) {
+    if (sec === null || sec === undefined) return '—';
+    if (sec < 10) return sec.toFixed(2) + ' s';
+    if (sec < 120) return sec.toFixed(0) + ' s';
+    return (sec / 60).toFixed(1) + ' min';
+  }
+
+  function fmtBytes(n) {
+    if (n === null || n === undefined) return '—';
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i === 0 ? n : n.toFixed(1)) + ' ' + units[i];
+  }
+
+  const fmtNum = (n) => (n === null || n === undefined ? '—' : Number(n).toLocaleString());
+  const fmtRate = (r) => (r === null || r === undefined ? '—' : (r < 10 ? r.toFixed(1) : Math.round(r).toLocaleString()) + ' rows/s');
+
+  // ---- API ---------------------------------------------------------------
+
+  class APIError extends Error {
+    constructor(status, message) { super(message); this.status = status; }
+  }
+
+  async function api(method, path, body) {
+    const headers = { Accept: 'application/json' };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = 'Bearer ' + token;
+    const opts = { method, headers, cache: 'no-store', credentials: 'omit' };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      opts.body = JSON.stringify(body);
+    }
+    let resp;
+    try {
+      resp = await fetch(path, opts);
+    } catch (e) {
+      throw new APIError(0, 'The service does not answer (' + e.message + '); it retries on the next refresh');
+    }
+    const text = await resp.text();
+    let data = null;
+    if (text) { try { data = JSON.parse(text); } catch (_) { data = null; } }
+    if (!resp.ok) {
+      const msg = (data && typeof data.error === 'string') ? data.error : `${method} ${path}: HTTP ${resp.status}`;
+      if (resp.status === 401 && path !== '/v1/auth/login') {
+        logout('Your session ended: ' + msg);
+      }
+      throw new APIError(resp.status, msg);
+    }
+    return data;
+  }
+
+  // rowsTotal is the sum of the tables' rows_synced: rows copied by the
+  // snapshot plus every row changed by CDC.
+  function rowsTotal(m) {
+    return (m.tables || []).reduce((a, t) => a + (t.rows_synced || 0), 0);
+  }
+
+  // sample records the mirror's lag and row count at this poll and returns
+  // its throughput (rows/s since the previous poll) or null.
+  function sample(m) {
+    const now = Date.now();
+    if (m.lag_seconds !== null && m.lag_seconds !== undefined) {
+      const list = lagSamples.get(m.name) || [];
+      list.push({ t: now, lag: m.lag_seconds });
+      while (list.length && list[0].t < now - LAG_WINDOW_MS) list.shift();
+      lagSamples.set(m.name, list);
+    }
+    const rows = rowsTotal(m);
+    const prev = rowSamples.get(m.name);
+    let rate = prev ? prev.rate : null;
+    if (prev && now - prev.t >= 1000) {
+      rate = Math.max(0, rows - prev.rows) / ((now - prev.t) / 1000);
+      rowSamples.set(m.name, { t: now, rows, rate });
+    } else if (!prev) {
+      rowSamples.set(m.name, { t: now, rows, rate: null });
+    }
+    return rate;
+  }
+
+  // ---- routing -----------------------------------------------------------
+
+  function clearTimers() {
+    timers.forEach(clearInterval);
+    timers = [];
+  }
+
+  // every runs fn now and then every ms while the page stays open.
+  function every(ms, fn) {
+    fn();
+    timers.push(setInterval(fn, ms));
+  }
+
+  function logout(message) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    me = null;
+    clearTimers();
+    routeGen++;
+    renderLogin(message);
+  }
+
+  function updateHeader(page) {
+    const nav = document.getElementById('nav');
+    const who = document.getElementById('who');
+    const out = document.getElementById('logout');
+    nav.hidden = !me;
+    out.hidden = !me;
+    who.textContent = me ? `${me.username} (${me.role})` : '';
+    for (const a of nav.querySelectorAll('a')) {
+      a.classList.toggle('active', a.dataset.nav === page);
+      if (a.hasAttribute('data-admin')) a.hidden = !isAdmin();
+    }
+  }
+
+  async function route() {
+    clearTimers();
+    const gen = ++routeGen;
+    const live = () => gen === routeGen;
+    if (!sessionStorage.getItem(TOKEN_KEY)) {
+      renderLogin();
+      return;
+    }
+    if (!me) {
+      try {
+        me = await api('GET', '/v1/auth/me');
+      } catch (e) {
+        if (e.status !== 401) replace(view, el('p', { class: 'error', text: e.message }));
+        return;
+      }
+      if (!live()) return;
+    }
+    const parts = (location.hash || '#/mirrors').replace(/^#\/?/, '').split('/').map((p) => {
+      try { return decodeURIComponent(p); } catch (_) { return p; }
+    });
+    const page = parts[0] || 'mirrors';
+    updateHeader(page === 'new-mirror' ? 'mirrors' : page === 'new-peer' ? 'peers' : page);
+    const ctx = { live };
+    switch (page) {
+      case 'mirrors':
+        if (parts[1]) renderMirror(ctx, parts[1]); else renderMirrors(ctx);
+        break;
+      case 'new-mirror': renderNewMirror(ctx); break;
+      case 'peers': renderPeers(ctx); break;
+      case 'new-peer': renderNewPeer(ctx); break;
+      case 'users': renderUsers(ctx); break;
+      default: location.hash = '#/mirrors';
+    }
+  }
+
+  // ---- login -------------------------------------------------------------
+
+  function renderLogin(message) {
+    updateHeader('');
+    const err = el('p', { class: 'form-error', id: 'login-error', role: 'alert', text: message || '' });
+    const user = el('input', { name: 'username', id: 'login-username', autocomplete: 'username', required: true, autofocus: true });
+    const pass = el('input', { name: 'password', id: 'login-password', type: 'password', autocomplete: 'current-password', required: true });
+    const form = el('form', {
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        err.textContent = '';
+        try {
+          const res = await api('POST', '/v1/auth/login', { username: user.value, password: pass.value });
+          sessionStorage.setItem(TOKEN_KEY, res.token);
+          me = { username: res.username, role: res.role };
+          // A changed hash routes by itself (hashchange).
+          if (!location.hash || location.hash === '#/login') location.hash = '#/mirrors'; else route();
+        } catch (e) {
+          err.textContent = e.message;
+        }
+      },
+    },
+    el('label', { for: 'login-username', text: 'User name' }), user,
+    el('label', { for: 'login-password', text: 'Password' }), pass,
+    el('button', { class: 'primary', type: 'submit', id: 'login-submit', text: 'Log in' }),
+    err);
+    replace(view, el('div', { class: 'card login' }, el('h1', { text: 'Log in to pgmirror' }), form));
+    user.focus();
+  }
+
+  // ---- mirrors list ------------------------------------------------------
+
+  function renderMirrors(ctx) {
+    const body = el('tbody');
+    const stamp = el('span', { class: 'muted', id: 'refreshed' });
+    const err = el('p', { class: 'error', role: 'alert' });
+    replace(view,
+      el('div', { class: 'toolbar' }, el('h1', { text: 'Mirrors' }),
+        isAdmin() ? el('a', { href: '#/new-mirror', id: 'new-mirror' }, el('button', { type: 'button', text: 'Create mirror' })) : null),
+      err,
+      el('table', { id: 'mirrors' },
+        el('thead', {}, el('tr', {},
+          el('th', { text: 'Name' }), el('th', { text: 'Status' }), el('th', { class: 'num', text: 'Lag' }),
+          el('th', { class: 'num', text: 'Throughput' }), el('th', { class: 'num', text: 'Rows' }),
+          el('th', { class: 'num', text: 'Errors' }), el('th', { text: 'Source → destination' }), el('th', { text: 'Updated' }))),
+        body),
+      el('p', {}, stamp, ' · refreshes every few seconds'));
+
+    every(REFRESH_MS, async () => {
+      try {
+        const list = await api('GET', '/v1/mirrors');
+        // The list has no counters; each mirror's record has its tables'.
+        const details = await Promise.all(list.slice(0, 100).map((m) =>
+          api('GET', '/v1/mirrors/' + enc(m.name)).catch(() => null)));
+        if (!ctx.live()) return;
+        err.textContent = '';
+        const rows = list.map((m, i) => {
+          const d = details[i];
+          const rate = d ? sample(d) : null;
+          return el('tr', { 'data-mirror': m.name },
+            el('td', {}, el('a', { href: '#/mirrors/' + enc(m.name), text: m.name })),
+            el('td', {}, statusBadge(m.status)),
+            el('td', { class: 'num', text: fmtLag(m.lag_seconds) }),
+            el('td', { class: 'num', text: fmtRate(rate) }),
+            el('td', { class: 'num', text: d ? fmtNum(rowsTotal(d)) : '—' }),
+            el('td', { class: 'num', text: m.error_count, title: m.error_message || '' }),
+            el('td', { text: `${m.source_peer} → ${m.destination_peer}` }),
+            el('td', { title: fmtTime(m.updated_at), text: fmtAgo(m.updated_at) }));
+        });
+        if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: 8, class: 'muted', text: 'No mirrors yet.' })));
+        replace(body, rows);
+        stamp.textContent = 'Refreshed ' + new Date().toLocaleTimeString();
+      } catch (e) {
+        if (ctx.live()) err.textContent = e.message;
+      }
+    });
+  }
+
+  // ---- mirror detail -----------------------------------------------------
+
+  function renderMirror(ctx, name) {
+    const path = '/v1/mirrors/' + enc(name);
+    const title = el('h1', {}, name);
+    const notice = el('p', { id: 'control-result', role: 'status' });
+    const errBox = el('p', { class: 'error', id: 'mirror-error', role: 'alert' });
+    const controls = el('div', { class: 'controls', id: 'controls' });
+    const summary = el('div', { id: 'summary' });
+    const logsBox = el('section', { class: 'card', id: 'logs' });
+    let current = null;
+
+    const refresh = async () => {
+      try {
+        const m = await api('GET', path);
+        if (!ctx.live()) return;
+        current = m;
+        const rate = sample(m);
+        replace(title, m.name, ' ', statusBadge(m.status));
+        title.dataset.status = m.status;
+        errBox.textContent = m.error_message ? 'Error: ' + m.error_message : '';
+        updateControls(m);
+        replace(summary, mirrorSummary(m, rate));
+      } catch (e) {
+        if (!ctx.live()) return;
+        errBox.textContent = e.status === 404 ? `Mirror ${name} does not exist (any more).` : e.message;
+      }
+    };
+
+    // control sends one control request and shows its answer.
+    let busy = false; // a control request is under way
+
+    const control = async (label, method, p) => {
+      busy = true;
+      updateControls(current);
+      notice.className = '';
+      notice.textContent = label + '…';
+      try {
+        const res = await api(method, p);
+        if (!ctx.live()) return;
+        notice.className = 'notice';
+        notice.textContent = (res && res.message) || (label + ': done');
+        if (method === 'DELETE') {
+          location.hash = '#/mirrors';
+          return;
+        }
+      } catch (e) {
+        if (!ctx.live()) return;
+        notice.className = 'error';
+        notice.textContent = label + ' failed: ' + e.message;
+      } finally {
+        busy = false;
+      }
+      await refresh();
+      loadLogs();
+    };
+
+    // The buttons are made once; each refresh only enables or disables
+    // them, so that a click never lands on a button being replaced.
+    const buttons = [];
+    const button = (id, label, enabled, onclick, cls) => {
+      const b = el('button', { type: 'button', id, class: cls || '', text: label, onclick });
+      b.enabledFor = enabled;
+      buttons.push(b);
+    };
+    const showButtons = () => {
+      delete controls.dataset.confirming;
+      replace(controls, buttons);
+      updateControls(current);
+    };
+
+    // confirmThen shows an inline confirmation before a destructive action.
+    const confirmThen = (question, label, action) => {
+      controls.dataset.confirming = '1';
+      replace(controls,
+        el('span', { class: 'error', text: question }),
+        el('button', { type: 'button', class: 'danger', id: 'confirm-yes', text: label, onclick: () => { showButtons(); action(); } }),
+        el('button', { type: 'button', id: 'confirm-no', text: 'Cancel', onclick: showButtons }));
+      controls.scrollIntoView({ block: 'nearest' });
+    };
+
+    const updateControls = (m) => {
+      if (!isAdmin()) { controls.hidden = true; return; }
+      const s = m ? m.status : '';
+      for (const b of buttons) b.disabled = busy || !m || !b.enabledFor(s);
+    };
+
+    if (isAdmin()) {
+      const notDone = (s) => s !== 'completed';
+      button('pause', 'Pause', (s) => ['running', 'snapshotting', 'initializing', 'error'].includes(s), () => control('Pause', 'POST', path + '/pause'));
+      button('resume', 'Resume', (s) => s === 'paused', () => control('Resume', 'POST', path + '/resume'));
+      button('retry', 'Retry now', notDone, () => control('Retry', 'POST', path + '/retry'));
+      button('sync-schema', 'Sync schema', notDone, () => control('Sync schema', 'POST', path + '/sync-schema'));
+      button('resync', 'Resync all tables', notDone, () => confirmThen(
+        `Resync ${name}? Every destination table is truncated and copied again.`, 'Yes, resync',
+        () => control('Resync', 'POST', path + '/resync')), 'danger');
+      button('delete', 'Delete', () => true, () => confirmThen(
+        `Delete ${name}? Its replication slot and publication are dropped; destination data stays. This cannot be undone.`,
+        'Yes, delete', () => control('Delete', 'DELETE', path)), 'danger');
+      showButtons();
+    }
+
+    const resyncTable = (table) => confirmThen(
+      `Resync table ${table}? It is truncated on the destination and copied again.`, 'Yes, resync table',
+      () => control('Table resync', 'POST', path + '/resync/' + enc(table)));
+
+    function mirrorSummary(m, rate) {
+      const cfg = el('dl', { class: 'config' },
+        dt('Source peer', m.source_peer), dt('Destination peer', m.destination_peer),
+        dt('Desired state', m.desired_state),
+        dt('Initial snapshot', m.do_initial_snapshot ? 'yes' : 'no'),
+        dt('Rows per partition', fmtNum(m.snapshot_num_rows_per_partition)),
+        dt('Parallel workers', m.snapshot_max_parallel_workers),
+        dt('Tables in parallel', m.snapshot_num_tables_in_parallel),
+        dt('CDC sync interval', m.cdc_sync_interval_seconds + ' s'),
+        dt('CDC batch size', fmtNum(m.cdc_batch_size)),
+        dt('Publication', m.publication_name), dt('Replication slot', m.replication_slot_name),
+        dt('Created', fmtTime(m.created_at)));
+      const tot = (k) => (m.tables || []).reduce((a, t) => a + (t[k] || 0), 0);
+      const counters = el('dl', { class: 'config', id: 'counters' },
+        dt('Lag', fmtLag(m.lag_seconds)), dt('Throughput', fmtRate(rate)),
+        dt('Rows synced', fmtNum(tot('rows_synced'))), dt('Inserted', fmtNum(tot('rows_inserted'))),
+        dt('Updated', fmtNum(tot('rows_updated'))), dt('Deleted', fmtNum(tot('rows_deleted'))),
+        dt('Last LSN', m.last_lsn || '—'), dt('Last batch', m.last_sync_batch_id),
+        dt('Error count', m.error_count), dt('Next retry', fmtTime(m.next_retry_at)),
+        dt('Slot WAL kept', fmtBytes(m.slot_lag_bytes)), dt('Slot WAL status', m.slot_wal_status || '—'),
+        dt('Sequences synced', fmtTime(m.sequences_synced_at)), dt('Updated', fmtTime(m.updated_at)));
+      const out = [
+        el('div', { class: 'cols' },
+          el('section', { class: 'card' }, el('h2', { text: 'Configuration' }), cfg),
+          el('section', { class: 'card' }, el('h2', { text: 'Counters' }), counters)),
+        el('section', { class: 'card' }, el('h2', { text: 'Lag, last 10 minutes' }), lagChart(lagSamples.get(m.name) || [])),
+        el('section', { class: 'card' }, el('h2', { text: 'Tables' }), tablesTable(m)),
+      ];
+      if (m.cutover) out.push(el('section', { class: 'card', id: 'cutover' }, el('h2', { text: 'Cut-over' }), cutoverView(m.cutover)));
+      return out;
+    }
+
+    function tablesTable(m) {
+      const rows = (m.tables || []).map((t) => {
+        const p = t.progress;
+        const progress = (p === null || p === undefined)
+          ? el('span', { class: 'muted', text: '—' })
+          : el('span', {}, el('progress', { max: 1, value: p, 'aria-label': 'snapshot progress of ' + t.table_name }),
+            ' ', el('span', { class: 'pct', text: Math.floor(p * 100) + '%' }));
+        return el('tr', { 'data-table': t.table_name },
+          el('td', { text: t.table_name }), el('td', {}, statusBadge(t.status)), el('td', { class: 'progress' }, progress),
+          el('td', { class: 'num', text: fmtNum(t.rows_synced) }),
+          el('td', { class: 'num', text: fmtNum(t.rows_estimated) }),
+          el('td', { class: 'num', text: fmtNum(t.rows_inserted) }),
+          el('td', { class: 'num', text: fmtNum(t.rows_updated) }),
+          el('td', { class: 'num', text: fmtNum(t.rows_deleted) }),
+          el('td', { title: fmtTime(t.last_synced_at), text: fmtAgo(t.last_synced_at) }),
+          isAdmin() ? el('td', {}, el('button', { type: 'button', class: 'resync-table', text: 'Resync', onclick: () => resyncTable(t.table_name) })) : null);
+      });
+      return el('table', { id: 'tables' },
+        el('thead', {}, el('tr', {},
+          ['Table', 'Status', 'Snapshot progress'].map((h) => el('th', { text: h })),
+          ['Rows synced', 'Estimated', 'Inserted', 'Updated', 'Deleted'].map((h) => el('th', { class: 'num', text: h })),
+          el('th', { text: 'Last synced' }), isAdmin() ? el('th', {}) : null)),
+        el('tbody', {}, rows));
+    }
+
+    function cutoverView(c) {
+      const steps = (c.steps || []).map((s) => el('tr', {},
+        el('td', { text: s.name }), el('td', {}, statusBadge(s.state)),
+        el('td', { class: 'num', text: s.duration_ms + ' ms' }),
+        el('td', {}, s.error ? el('span', { class: 'error', text: s.error }) : null,
+          s.detail ? el('pre', { class: 'details', text: JSON.stringify(s.detail) }) : null)));
+      return [
+        el('dl', { class: 'config' }, dt('State', c.state), dt('Requested', fmtTime(c.requested_at) + (c.requested_by ? ' by ' + c.requested_by : '')),
+          dt('Finished', fmtTime(c.finished_at)), dt('Target LSN', c.target_lsn || '—'),
+          c.reverse_mirror ? dt('Reverse mirror', c.reverse_mirror) : null),
+        c.error ? el('p', { class: 'error', text: c.error }) : null,
+        el('table', {}, el('thead', {}, el('tr', {}, ['Step', 'State', 'Duration', 'Detail'].map((h) => el('th', { text: h })))),
+          el('tbody', {}, steps)),
+      ];
+    }
+
+    // ---- logs: search, level, paging (newest first) ----
+    let logOffset = 0;
+    let logSeq = 0; // only the answer to the latest request is shown
+    const search = el('input', { type: 'search', id: 'log-search', placeholder: 'Search messages and details' });
+    const level = el('select', { id: 'log-level' },
+      ['', 'ERROR', 'WARN', 'INFO', 'DEBUG'].map((l) => el('option', { value: l, text: l || 'All levels' })));
+    const logBody = el('tbody');
+    const logInfo = el('span', { id: 'log-info', class: 'muted' });
+    const logErr = el('p', { class: 'error' });
+    const newer = el('button', { type: 'button', id: 'log-newer', text: '← Newer', onclick: () => { logOffset = Math.max(0, logOffset - LOG_PAGE); loadLogs(); } });
+    const older = el('button', { type: 'button', id: 'log-older', text: 'Older →', onclick: () => { logOffset += LOG_PAGE; loadLogs(); } });
+
+    const loadLogs = async () => {
+      const seq = ++logSeq;
+      const q = new URLSearchParams({ limit: LOG_PAGE, offset: logOffset });
+      if (search.value.trim()) q.set('search', search.value.trim());
+      if (level.value) q.set('level', level.value);
+      try {
+        const res = await api('GET', path + '/logs?' + q);
+        if (!ctx.live() || seq !== logSeq) return;
+        logErr.textContent = '';
+        replace(logBody, res.logs.map((l) => el('tr', { class: 'log' },
+          el('td', { class: 'time', text: fmtTime(l.created_at) }),
+          el('td', { class: 'level-' + l.level, text: l.level }),
+          el('td', {}, el('span', { class: 'message', text: l.message }),
+            l.details && Object.keys(l.details).length ? el('pre', { class: 'details', text: JSON.stringify(l.details) }) : null))));
+        if (!res.logs.length) replace(logBody, el('tr', {}, el('td', { colspan: 3, class: 'muted', text: 'No log entries match.' })));
+        logInfo.textContent = res.total ? `${res.offset + 1}–${res.offset + res.logs.length} of ${res.total}` : '0 entries';
+        newer.disabled = logOffset === 0;
+        older.disabled = logOffset + res.logs.length >= res.total;
+      } catch (e) {
+        if (ctx.live()) logErr.textContent = e.message;
+      }
+    };
+
+    replace(logsBox,
+      el('h2', { text: 'Logs' }),
+      el('form', { class: 'toolbar', id: 'log-form', onsubmit: (ev) => { ev.preventDefault(); logOffset = 0; loadLogs(); } },
+        search, level, el('button', { type: 'submit', id: 'log-apply', text: 'Search' }),
+        el('button', { type: 'button', id: 'log-refresh', text: 'Refresh', onclick: loadLogs })),
+      logErr,
+      el('table', { id: 'log-table' }, el('thead', {}, el('tr', {}, ['Time', 'Level', 'Message'].map((h) => el('th', { text: h })))), logBody),
+      el('div', { class: 'pager' }, newer, logInfo, older));
+    level.addEventListener('change', () => { logOffset = 0; loadLogs(); });
+
+    replace(view, el('p', {}, el('a', { href: '#/mirrors', text: '← Mirrors' })), title, errBox, controls, notice, summary, logsBox);
+    if (!isAdmin()) controls.hidden = true;
+    // The first page of logs follows the newest entries; older pages stay put.
+    every(REFRESH_MS, () => { refresh(); if (logOffset === 0) loadLogs(); });
+  }
+
+  function dt(label, value) {
+    return [el('dt', { text: label }), el('dd', { text: value === null || value === undefined || value === '' ? '—' : value })];
+  }
+
+  // lagChart draws the polled lag samples as a line in an inline SVG.
+  function lagChart(samples) {
+    const W = 1100, H = 170, L = 56, B = 22, T = 10, R = 10;
+    const now = Date.now();
+    const max = Math.max(1, ...samples.map((s) => s.lag)) * 1.1;
+    const x = (t) => L + (W - L - R) * (1 - (now - t) / LAG_WINDOW_MS);
+    const y = (v) => T + (H - T - B) * (1 - v / max);
+    const parts = [
+      svg('line', { class: 'grid', x1: L, y1: y(0), x2: W - R, y2: y(0) }),
+      svg('line', { class: 'grid', x1: L, y1: y(max / 2), x2: W - R, y2: y(max / 2) }),
+      svg('text', { x: 2, y: y(max / 2) + 4, text: fmtLag(max / 2) }),
+      svg('text', { x: 2, y: y(0) + 4, text: '0 s' }),
+      svg('text', { x: L, y: H - 4, text: '10 min ago' }),
+      svg('text', { x: W - R - 24, y: H - 4, text: 'now' }),
+    ];
+    if (samples.length) {
+      parts.push(svg('polyline', { class: 'line', points: samples.map((s) => `${x(s.t).toFixed(1)},${y(s.lag).toFixed(1)}`).join(' ') }));
+      const last = samples[samples.length - 1];
+      parts.push(svg('circle', { class: 'dot', cx: x(last.t).toFixed(1), cy: y(last.lag).toFixed(1), r: 4 }));
+    } else {
+      parts.push(svg('text', { x: L + 10, y: H / 2, text: 'No lag reading yet' }));
+    }
+    return svg('svg', { class: 'chart', id: 'lag-chart', viewBox: `0 0 ${W} ${H}`, role: 'img',
+      'aria-label': 'replication lag over the last 10 minutes', 'data-samples': samples.length }, parts);
+  }
+
+  // ---- forms -------------------------------------------------------------
+
+  // formField returns a labelled input with an error line under it.
+  function formField(label, input) {
+    const id = 'f-' + input.name;
+    input.id = id;
+    return [el('label', { for: id, text: label }), input, el('div', { class: 'field-error', 'data-for': input.name })];
+  }
+
+  // showFormError puts the API's message on the form and, for each
+  // "field: problem" part of a validation message, next to that field.
+  function showFormError(form, message) {
+    for (const e of form.querySelectorAll('.field-error')) e.textContent = '';
+    for (const i of form.querySelectorAll('.invalid')) i.classList.remove('invalid');
+    form.querySelector('.form-error').textContent = message;
+    const body = message.replace(/^(Invalid request|Malformed JSON body): /, '');
+    for (const part of body.split('; ')) {
+      const m = /^([a-z_]+)(?:[.[][^:]*)?: (.*)$/.exec(part);
+      if (!m) continue;
+      const input = form.querySelector(`[name="${m[1]}"]`);
+      const line = form.querySelector(`.field-error[data-for="${m[1]}"]`);
+      if (input) input.classList.add('invalid');
+      if (line) line.textContent = m[2];
+    }
+  }
+
+  function renderNewPeer(ctx) {
+    if (!isAdmin()) { replace(view, el('p', { class: 'error', text: 'Only an admin can create peers.' })); return; }
+    const input = (name, attrs) => el('input', Object.assign({ name }, attrs || {}));
+    const ssl = el('select', { name: 'ssl_mode' }, ['prefer', 'disable', 'require', 'verify-ca', 'verify-full'].map((v) => el('option', { value: v, text: v })));
+    const form = el('form', { class: 'grid', id: 'peer-form' },
+      formField('Name', input('name', { required: true })),
+      formField('Host', input('host', { required: true })),
+      formField('Port', input('port', { type: 'number', value: '5432', min: 1, max: 65535 })),
+      formField('User', input('user', { required: true })),
+      formField('Password', input('password', { type: 'password', autocomplete: 'new-password' })),
+      formField('Database', input('database', { required: true })),
+      formField('SSL mode', ssl),
+      el('p', { class: 'form-error actions', role: 'alert' }),
+      el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'primary', id: 'peer-submit', text: 'Create peer' }), ' ',
+        el('a', { href: '#/peers', text: 'Cancel' })));
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const v = (n) => form.elements[n].value;
+      try {
+        await api('POST', '/v1/peers', { name: v('name'), host: v('host'), port: Number(v('port')), user: v('user'),
+          password: v('password'), database: v('database'), ssl_mode: v('ssl_mode') });
+        location.hash = '#/peers';
+      } catch (e) {
+        if (ctx.live()) showFormError(form, e.message);
+      }
+    });
+    replace(view, el('h1', { text: 'Create peer' }), el('div', { class: 'card' }, form));
+  }
+
+  async function renderNewMirror(ctx) {
+    if (!isAdmin()) { replace(view, el('p', { class: 'error', text: 'Only an admin can create mirrors.' })); return; }
+    let peers = [];
+    try { peers = await api('GET', '/v1/peers'); } catch (e) { replace(view, el('p', { class: 'error', text: e.message })); return; }
+    if (!ctx.live()) return;
+    const peerSelect = (name) => el('select', { name }, el('option', { value: '', text: '— choose a peer —' }),
+      peers.map((p) => el('option', { value: p.name, text: `${p.name} (${p.host}:${p.port}/${p.database})` })));
+    const src = peerSelect('source_peer');
+    const dst = peerSelect('destination_peer');
+    const tables = el('div', { id: 'source-tables', class: 'muted', text: 'Choose the source peer to list its tables.' });
+    tables.setAttribute('data-name', 'table_mappings');
+    const num = (name, def) => el('input', { name, type: 'number', min: 1, placeholder: String(def) });
+    const form = el('form', { class: 'grid', id: 'mirror-form' },
+      formField('Name', el('input', { name: 'name', required: true })),
+      formField('Source peer', src),
+      formField('Destination peer', dst),
+      el('label', { text: 'Tables' }), tables, el('div', { class: 'field-error', 'data-for': 'table_mappings' }),
+      formField('Initial snapshot', el('input', { name: 'do_initial_snapshot', type: 'checkbox', checked: true })),
+      formField('CDC sync interval (s)', num('cdc_sync_interval_seconds', 60)),
+      formField('CDC batch size', num('cdc_batch_size', 10000)),
+      formField('Rows per snapshot partition', num('snapshot_num_rows_per_partition', 500000)),
+      formField('Snapshot workers', num('snapshot_max_parallel_workers', 4)),
+      formField('Tables in parallel', num('snapshot_num_tables_in_parallel', 4)),
+      el('p', { class: 'form-error actions', role: 'alert' }),
+      el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'primary', id: 'mirror-submit', text: 'Create mirror' }), ' ',
+        el('a', { href: '#/mirrors', text: 'Cancel' })));
+    src.addEventListener('change', async () => {
+      if (!src.value) { replace(tables, 'Choose the source peer to list its tables.'); return; }
+      replace(tables, 'Loading tables…');
+      try {
+        const list = await api('GET', '/v1/peers/' + enc(src.value) + '/tables');
+        tables.className = '';
+        replace(tables, list.length ? list.map((t) => el('label', { class: 'table-choice' },
+          el('input', { type: 'checkbox', name: 'table', value: JSON.stringify([t.schema, t.table_name]) }),
+          ` ${t.schema}.${t.table_name}`, el('br'))) : 'The source peer has no tables.');
+      } catch (e) {
+        tables.className = 'error';
+        replace(tables, e.message);
+      }
+    });
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const f = form.elements;
+      const body = { name: f.name.value, source_peer: f.source_peer.value, destination_peer: f.destination_peer.value,
+        do_initial_snapshot: f.do_initial_snapshot.checked, table_mappings: [] };
+      for (const c of form.querySelectorAll('input[name="table"]:checked')) {
+        const [schema, table] = JSON.parse(c.value);
+        body.table_mappings.push({ source_schema: schema, source_table: table, destination_schema: schema, destination_table: table });
+      }
+      for (const n of ['cdc_sync_interval_seconds', 'cdc_batch_size', 'snapshot_num_rows_per_partition', 'snapshot_max_parallel_workers', 'snapshot_num_tables_in_parallel']) {
+        if (f[n].value !== '') body[n] = Number(f[n].value);
+      }
+      try {
+        const res = await api('POST', '/v1/mirrors', body);
+        location.hash = '#/mirrors/' + enc(res.name);
+      } catch (e) {
+        if (ctx.live()) showFormError(form, e.message);
+      }
+    });
+    replace(view, el('h1', { text: 'Create mirror' }), el('div', { class: 'card' }, form));
+  }
+
+  // ---- peers -------------------------------------------------------------
+
+  function renderPeers(ctx) {
+    const body = el('tbody');
+    const err = el('p', { class: 'error', role: 'alert' });
+    replace(view,
+      el('div', { class: 'toolbar' }, el('h1', { text: 'Peers' }),
+        isAdmin() ? el('a', { href: '#/new-peer', id: 'new-peer' }, el('button', { type: 'button', text: 'Create peer' })) : null),
+      err,
+      el('table', { id: 'peers' }, el('thead', {}, el('tr', {},
+        ['Name', 'Host', 'Port', 'Database', 'User', 'SSL mode', 'Updated'].map((h) => el('th', { text: h })),
+        isAdmin() ? el('th', { text: 'Connection' }) : null)), body));
+    (async () => {
+      try {
+        const peers = await api('GET', '/v1/peers');
+        if (!ctx.live()) return;
+        replace(body, peers.length ? peers.map((p) => {
+          const result = el('span', { class: 'test-result' });
+          const test = async () => {
+            result.className = 'test-result muted';
+            result.textContent = 'testing…';
+            try {
+              const r = await api('POST', '/v1/peers/' + enc(p.name) + '/test');
+              result.className = 'test-result ' + (r.success ? 'notice' : 'error');
+              result.textContent = r.success ? 'OK: ' + r.version : 'Failed: ' + (r.error || 'no detail');
+            } catch (e) {
+              result.className = 'test-result error';
+              result.textContent = e.message;
+            }
+          };
+          return el('tr', { 'data-peer': p.name },
+            [p.name, p.host, p.port, p.database, p.user, p.ssl_mode].map((v) => el('td', { text: v })),
+            el('td', { title: fmtTime(p.updated_at), text: fmtAgo(p.updated_at) }),
+            isAdmin() ? el('td', {}, el('button', { type: 'button', class: 'test-peer', text: 'Test connection', onclick: test }), ' ', result) : null);
+        }) : el('tr', {}, el('td', { colspan: 8, class: 'muted', text: 'No peers yet.' })));
+      } catch (e) {
+        if (ctx.live()) err.textContent = e.message;
+      }
+    })();
+  }
+
+  // ---- users (admin) -----------------------------------------------------
+
+  function renderUsers(ctx) {
+    if (!isAdmin()) { replace(view, el('p', { class: 'error', text: 'Only an admin can manage users.' })); return; }
+    const body = el('tbody');
+    const err = el('p', { class: 'error', role: 'alert' });
+    const role = el('select', { name: 'role' }, el('option', { value: 'viewer', text: 'viewer' }), el('option', { value: 'admin', text: 'admin' }));
+    const form = el('form', { class: 'grid', id: 'user-form' },
+      formField('User name', el('input', { name: 'username', required: true, autocomplete: 'off' })),
+      formField('Password', el('input', { name: 'password', type: 'password', autocomplete: 'new-password', required: true })),
+      formField('Role', role),
+      el('p', { class: 'form-error actions', role: 'alert' }),
+      el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'primary', id: 'user-submit', text: 'Add user' })));
+    const load = async () => {
+      try {
+        const users = await api('GET', '/v1/users');
+        if (!ctx.live()) return;
+        replace(body, users.map((u) => {
+          const cell = el('td');
+          if (u.username !== me.username) {
+            const del = el('button', { type: 'button', class: 'danger', text: 'Delete', onclick: () => replace(cell,
+              `Delete ${u.username}? `,
+              el('button', { type: 'button', class: 'danger', text: 'Yes, delete', onclick: async () => {
+                try { await api('DELETE', '/v1/users/' + enc(u.username)); load(); } catch (e) { err.textContent = e.message; }
+              } }), ' ', el('button', { type: 'button', text: 'Cancel', onclick: () => replace(cell, del) })) });
+            cell.append(del);
+          }
+          return el('tr', { 'data-user': u.username }, el('td', { text: u.username }), el('td', { text: u.role }),
+            el('td', { text: fmtTime(u.created_at) }), cell);
+        }));
+      } catch (e) {
+        if (ctx.live()) err.textContent = e.message;
+      }
+    };
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const f = form.elements;
+      try {
+        await api('POST', '/v1/users', { username: f.username.value, password: f.password.value, role: f.role.value });
+        form.reset();
+        showFormError(form, '');
+        load();
+      } catch (e) {
+        if (ctx.live()) showFormError(form, e.message);
+      }
+    });
+    replace(view, el('h1', { text: 'Users' }), err,
+      el('table', { id: 'users' }, el('thead', {}, el('tr', {}, ['User name', 'Role', 'Created', ''].map((h) => el('th', { text: h })))), body),
+      el('h2', { text: 'Add a user' }), el('div', { class: 'card' }, form));
+    load();
+  }
+
+  // ---- start -------------------------------------------------------------
+
+  document.getElementById('logout').addEventListener('click', () => { location.hash = '#/mirrors'; logout(); });
+  window.addEventListener('hashchange', route);
+  route();
+})();

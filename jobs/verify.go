@@ -1,0 +1,340 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/verify"
+)
+
+// VerifyArgs enqueues the job that carries out one verification (a row of
+// the verifications table): it compares the mirror's destination with its
+// source at one source position while CDC runs.
+type VerifyArgs struct {
+	VerificationID int64 `json:"verification_id"`
+}
+
+// Kind is the River job kind.
+func (VerifyArgs) Kind() string { return "mirror_verify" }
+
+// InsertOpts: a second attempt only records that the first one's replica
+// stopped (a verification is not resumed).
+func (VerifyArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{MaxAttempts: 2} }
+
+// VerifyWorker runs verifications.
+type VerifyWorker struct {
+	river.WorkerDefaults[VerifyArgs]
+	cfg Config
+}
+
+// Timeout is long: a comparison reads every row of both sides.
+func (w *VerifyWorker) Timeout(*river.Job[VerifyArgs]) time.Duration { return 24 * time.Hour }
+
+// verifyError is a verification failure whose text is meant for users.
+type verifyError struct{ msg string }
+
+func (e *verifyError) Error() string { return e.msg }
+
+// errVerificationEnded: the verification was cancelled (or ended) meanwhile.
+var errVerificationEnded = errors.New("the verification was cancelled")
+
+// verifyAttempts is how often a verification tries to obtain its snapshots
+// when the mirror's hold timed out (slow slot creation under load).
+const verifyAttempts = 3
+
+// touchEvery is how often a running verification's job shows it is alive.
+const touchEvery = 5 * time.Second
+
+// Work carries out the verification.
+func (w *VerifyWorker) Work(ctx context.Context, job *river.Job[VerifyArgs]) error {
+	store := w.cfg.Store
+	v, err := store.VerificationByID(ctx, job.Args.VerificationID)
+	if errors.Is(err, db.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if v.State != db.VerifyRunning {
+		return nil
+	}
+	if job.Attempt > 1 {
+		_, err := store.VerificationFinish(ctx, v.ID, db.VerifyFailed,
+			"the pgmirror replica running this verification stopped before it finished; start a new verification", []verify.TableResult{}, nil)
+		return err
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(touchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+				state, err := store.VerificationTouch(runCtx, v.ID)
+				if err == nil && state != db.VerifyRunning {
+					cancel(errVerificationEnded)
+					return
+				}
+			}
+		}
+	}()
+	started := time.Now()
+	results, lsn, err := w.run(runCtx, v)
+	cancel(nil)
+	wg.Wait()
+	m, merr := store.MirrorGetByID(ctx, v.MirrorID)
+	if merr != nil {
+		return merr
+	}
+	if err != nil {
+		if errors.Is(context.Cause(runCtx), errVerificationEnded) || errors.Is(err, errVerificationEnded) {
+			_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification cancelled", map[string]any{"verification_id": v.ID})
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err() // shutting down: the next attempt marks it failed
+		}
+		msg := err.Error()
+		var ve *verifyError
+		if !errors.As(err, &ve) {
+			msg = "verification failed: " + msg
+		}
+		if results == nil {
+			results = []verify.TableResult{}
+		}
+		if ok, ferr := store.VerificationFinish(ctx, v.ID, db.VerifyFailed, msg, results, nil); ferr != nil || !ok {
+			return ferr
+		}
+		_ = store.LogInsert(ctx, m.ID, db.LevelError, "Verification failed", map[string]any{"verification_id": v.ID, "error": msg})
+		return nil
+	}
+	var differing int64
+	var tablesDiffering, skipped []string
+	for _, r := range results {
+		switch {
+		case r.Skipped != "":
+			skipped = append(skipped, r.Table)
+		case !r.Equal():
+			differing += r.RowsDiffering
+			tablesDiffering = append(tablesDiffering, r.Table)
+		}
+	}
+	ok, err := store.VerificationFinish(ctx, v.ID, db.VerifyDone, "", results, &differing)
+	if err != nil || !ok {
+		return err
+	}
+	level := db.LevelInfo
+	if len(tablesDiffering) > 0 {
+		level = db.LevelWarn
+	}
+	_ = store.LogInsert(ctx, m.ID, level, "Verification completed", map[string]any{
+		"verification_id": v.ID, "lsn": lsn.String(), "tables": len(results), "tables_differing": nonNil(tablesDiffering),
+		"rows_differing": differing, "tables_skipped": nonNil(skipped), "duration_seconds": time.Since(started).Seconds()})
+	return nil
+}
+
+// run obtains the snapshots and compares the tables.
+func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.TableResult, change.LSN, error) {
+	store := w.cfg.Store
+	m, err := store.MirrorGetByID(ctx, v.MirrorID)
+	if err != nil {
+		return nil, 0, err
+	}
+	if m.Status != db.StatusRunning || m.DeletedAt != nil {
+		return nil, 0, &verifyError{msg: fmt.Sprintf("mirror %q is %s: a verification needs a running mirror; resume or retry it first", m.Name, m.Status)}
+	}
+	tables, err := store.MirrorTables(ctx, m.ID)
+	if err != nil {
+		return nil, 0, err
+	}
+	srcPeer, err := store.PeerGetByID(ctx, m.SourcePeerID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("load source peer: %w", err)
+	}
+	dstPeer, err := store.PeerGetByID(ctx, m.DestinationPeerID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("load destination peer: %w", err)
+	}
+	srcCfg, dstCfg, err := peerConfigs(srcPeer, dstPeer)
+	if err != nil {
+		return nil, 0, err
+	}
+	// The tables to compare, in mapping order; tables not running (being
+	// copied) are skipped.
+	var maps []change.Mapping
+	var all []change.TableName
+	skipped := map[change.TableName]string{}
+	for _, t := range tables {
+		all = append(all, t.Source())
+		if len(v.Tables) > 0 && !slices.Contains(v.Tables, t.Source().String()) {
+			continue
+		}
+		mp := toMappings([]db.MirrorTable{t})[0]
+		maps = append(maps, mp)
+		if t.Status != db.TableStatusRunning || t.ResyncRequestedAt != nil {
+			skipped[mp.Source] = fmt.Sprintf("the table is %s (being copied); verify it once it is running", t.Status)
+		}
+	}
+	_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification started", map[string]any{
+		"verification_id": v.ID, "tables": len(maps), "requested_by": v.RequestedBy})
+
+	hc := &catalogHold{store: store, id: v.ID}
+	open := func(slot string, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
+		var snaps *verify.Snapshots
+		var err error
+		for attempt := 1; ; attempt++ {
+			snaps, err = verify.OpenSnapshots(ctx, verify.SnapshotConfig{
+				Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID,
+				SlotName: slot, Note: fmt.Sprintf("verify %s %d", m.UID, v.ID), Tables: all, WhileHeld: whileHeld,
+			}, hc)
+			if err == nil || (!errors.Is(err, verify.ErrHoldTimeout) && !errors.Is(err, verify.ErrRepairMoved)) || attempt == verifyAttempts {
+				break
+			}
+			w.cfg.Logger.Info("verification hold timed out; trying again", "mirror", m.Name, "verification_id", v.ID, "attempt", attempt)
+		}
+		if errors.Is(err, verify.ErrHoldTimeout) {
+			return nil, &verifyError{msg: fmt.Sprintf("could not hold the mirror at one source position in %d attempts (%v): long-running transactions on the source delay the temporary slot; try again later", verifyAttempts, err)}
+		}
+		return snaps, err
+	}
+	if v.RepairOf != nil {
+		repairs, err := w.repairsOf(ctx, *v.RepairOf, maps, skipped)
+		if err != nil {
+			return nil, 0, err
+		}
+		var written int64
+		started := time.Now()
+		snaps, err := open(fmt.Sprintf("pgmirror_verify_%d_r", v.ID), func(ctx context.Context, s *verify.Snapshots) error {
+			var err error
+			written, err = verify.Repair(ctx, verify.RepairConfig{Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID, Tables: repairs, MarkWrites: true}, s)
+			return err
+		})
+		if err != nil {
+			return nil, 0, fmt.Errorf("repair: %w", err)
+		}
+		names := make([]string, len(repairs))
+		ranges := 0
+		for i, r := range repairs {
+			names[i] = r.Mapping.Source.String()
+			ranges += len(r.Ranges.Ranges)
+		}
+		_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification repair applied", map[string]any{
+			"verification_id": v.ID, "repair_of": *v.RepairOf, "lsn": snaps.LSN.String(), "tables": names,
+			"key_ranges": ranges, "rows_written": written, "duration_ms": time.Since(started).Milliseconds()})
+		snaps.Close()
+	}
+	snaps, err := open(fmt.Sprintf("pgmirror_verify_%d", v.ID), nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer snaps.Close()
+	compare, outOfStep := snaps.Comparable(maps)
+	for t, reason := range outOfStep {
+		skipped[t] = reason
+	}
+	compare = slices.DeleteFunc(compare, func(mp change.Mapping) bool { return skipped[mp.Source] != "" })
+	if err := store.VerificationSetResult(ctx, v.ID, snaps.LSN.String(), []verify.TableResult{}); err != nil {
+		return nil, 0, err
+	}
+	rep := &verifyReporter{store: store, mirrorID: m.ID, id: v.ID, lsn: snaps.LSN}
+	res, err := verify.Compare(ctx, verify.Config{
+		Source: srcCfg, Dest: dstCfg, SourceSnapshot: snaps.Source, DestSnapshot: snaps.Dest, Tables: compare,
+		Workers: max(1, min(m.SnapshotMaxParallelWorkers, 4)), Logger: w.cfg.Logger,
+	}, rep)
+	if err != nil {
+		return rep.results(), snaps.LSN, err
+	}
+	byTable := map[string]verify.TableResult{}
+	for _, r := range res {
+		byTable[r.Table] = r
+	}
+	out := make([]verify.TableResult, 0, len(maps))
+	for _, mp := range maps {
+		if reason := skipped[mp.Source]; reason != "" {
+			out = append(out, verify.TableResult{Table: mp.Source.String(), Destination: mp.Destination.String(), Skipped: reason,
+				Missing: []string{}, Extra: []string{}, Different: []string{}})
+			continue
+		}
+		out = append(out, byTable[mp.Source.String()])
+	}
+	return out, snaps.LSN, nil
+}
+
+// verifyReporter logs each compared table and keeps the partial result in
+// the catalog.
+type verifyReporter struct {
+	store    *db.Store
+	mirrorID int64
+	id       int64
+	lsn      change.LSN
+	mu       sync.Mutex
+	done     []verify.TableResult
+}
+
+func (r *verifyReporter) TableCompared(ctx context.Context, t verify.TableResult) {
+	r.mu.Lock()
+	r.done = append(r.done, t)
+	partial := slices.Clone(r.done)
+	r.mu.Unlock()
+	level := db.LevelInfo
+	if !t.Equal() && t.Skipped == "" {
+		level = db.LevelWarn
+	}
+	_ = r.store.LogInsert(ctx, r.mirrorID, level, "Verification table compared", map[string]any{
+		"verification_id": r.id, "table": t.Table, "rows_source": t.RowsSource, "rows_destination": t.RowsDestination,
+		"chunks": t.Chunks, "chunks_differing": t.ChunksDiffering, "rows_differing": t.RowsDiffering, "duration_ms": t.DurationMS})
+	_ = r.store.VerificationSetResult(ctx, r.id, r.lsn.String(), partial)
+}
+
+func (r *verifyReporter) results() []verify.TableResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.done)
+}
+
+// repairsOf returns the differing key ranges that verification id found in
+// the tables of maps (that are not skipped now).
+func (w *VerifyWorker) repairsOf(ctx context.Context, id int64, maps []change.Mapping, skipped map[change.TableName]string) ([]verify.TableRepair, error) {
+	old, err := w.cfg.Store.VerificationByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var results []verify.TableResult
+	if err := json.Unmarshal(old.Result, &results); err != nil {
+		return nil, fmt.Errorf("read the result of verification %d: %w", id, err)
+	}
+	byTable := map[string]verify.TableResult{}
+	for _, r := range results {
+		byTable[r.Table] = r
+	}
+	var out []verify.TableRepair
+	for _, mp := range maps {
+		r, ok := byTable[mp.Source.String()]
+		if !ok || r.RepairRanges == nil || len(r.RepairRanges.Ranges) == 0 {
+			continue
+		}
+		if reason := skipped[mp.Source]; reason != "" {
+			return nil, &verifyError{msg: fmt.Sprintf("cannot repair %s: %s", mp.Source, reason)}
+		}
+		out = append(out, verify.TableRepair{Mapping: mp, Ranges: *r.RepairRanges})
+	}
+	if len(out) == 0 {
+		return nil, &verifyError{msg: fmt.Sprintf("verification %d found no key ranges to repair", id)}
+	}
+	return out, nil
+}
