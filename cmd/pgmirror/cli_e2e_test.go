@@ -233,8 +233,8 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("mirrors verify:\n%s", out)
 	}
 	exec1(t, dst, `UPDATE public.items SET v = 'changed' WHERE id = 7`)
-	r = u.fails(exitDifferences, []string{"1 differing rows", "pgmirror mirrors repair m1"}, "mirrors", "verify", "m1")
-	if !strings.Contains(r.stdout, "1 rows differ") || !strings.Contains(r.stdout, "public.items different: (id)=('7')") {
+	r = u.fails(exitDifferences, []string{"found 1 row that differs", "pgmirror mirrors repair m1"}, "mirrors", "verify", "m1")
+	if !strings.Contains(r.stdout, "done, 1 row differs") || !strings.Contains(r.stdout, "public.items different: (id)=('7')") {
 		t.Fatalf("mirrors verify with a difference:\n%s", r.stdout)
 	}
 	var list []client.Verification

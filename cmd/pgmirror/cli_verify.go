@@ -110,8 +110,8 @@ func verificationOutcome(name string, v *client.Verification) error {
 		return &exitError{code: exitAPIError, err: fmt.Errorf("verification %d of %s was cancelled", v.ID, name)}
 	case "done":
 		if v.RowsDiffering != nil && *v.RowsDiffering > 0 {
-			return &exitError{code: exitDifferences, err: fmt.Errorf("verification %d of %s found %d differing rows; repair them with pgmirror mirrors repair %s %d",
-				v.ID, name, *v.RowsDiffering, name, v.ID)}
+			return &exitError{code: exitDifferences, err: fmt.Errorf("verification %d of %s found %s; repair them with pgmirror mirrors repair %s %d",
+				v.ID, name, rowsThatDiffer(*v.RowsDiffering), name, v.ID)}
 		}
 	}
 	return nil
@@ -164,6 +164,22 @@ func (c *cli) mirrorsVerifications(ctx context.Context, args []string) error {
 	return w.Flush()
 }
 
+// rowsDiffer is "1 row differs" or "N rows differ".
+func rowsDiffer(n int64) string {
+	if n == 1 {
+		return "1 row differs"
+	}
+	return fmt.Sprintf("%d rows differ", n)
+}
+
+// rowsThatDiffer is "1 row that differs" or "N rows that differ".
+func rowsThatDiffer(n int64) string {
+	if n == 1 {
+		return "1 row that differs"
+	}
+	return fmt.Sprintf("%d rows that differ", n)
+}
+
 func parseVerificationID(s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 {
@@ -185,7 +201,7 @@ func (c *cli) printVerification(name string, v *client.Verification) {
 	summary := v.State
 	switch {
 	case v.State == "done" && v.RowsDiffering != nil && *v.RowsDiffering > 0:
-		summary += fmt.Sprintf(", %d rows differ", *v.RowsDiffering)
+		summary += ", " + rowsDiffer(*v.RowsDiffering)
 	case v.State == "done":
 		summary += ", no differences"
 	case v.State == "failed":

@@ -329,10 +329,12 @@ func TestConsoleAdmin(t *testing.T) {
 	b.wait("Verify enabled again", `!document.getElementById('verify').disabled`)
 	b.do("verify again", chromedp.Click(chromedp.CSS("#verify"), chromedp.NodeEnabled))
 	b.wait("the difference with its key", `(() => { const v = document.querySelector('#verification-list .verification');
-		return v && v.dataset.state === 'done' && v.querySelector('.outcome').textContent === '1 rows differ'
+		return v && v.dataset.state === 'done' && v.querySelector('.outcome').textContent === '1 row differs'
 			&& [...v.querySelectorAll('.examples code')].some((c) => c.textContent === "(id)=('7')")
 			&& v.querySelector('.chunks-differing').textContent.startsWith('1 of') && v.querySelector('.repair') !== null; })()`)
+	evalIn[bool](b, `(document.getElementById('verifications').scrollIntoView(), true)`)
 	b.screenshot("verification")
+	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)
 	b.do("repair", chromedp.Click(chromedp.CSS("#verification-list .verification .repair"), chromedp.NodeEnabled))
 	b.wait("the repair's clean result", `(() => { const vs = document.querySelectorAll('#verification-list .verification');
 		return vs.length === 3 && vs[0].dataset.state === 'done' && vs[0].textContent.includes('Repair of')
@@ -492,7 +494,7 @@ func TestConsoleViewer(t *testing.T) {
 	_, err = api.VerifyMirror(callCtx(t), "viewed", client.VerifyRequest{})
 	must(t, err)
 	b.wait("the verification's result", `(() => { const v = document.querySelector('#verification-list .verification');
-		return v && v.dataset.state === 'done' && v.querySelector('.outcome').textContent === '1 rows differ'
+		return v && v.dataset.state === 'done' && v.querySelector('.outcome').textContent === '1 row differs'
 			&& [...v.querySelectorAll('.examples li')].some((li) => li.textContent === "public.items different: (id)=('9')"); })()`)
 	if n := evalIn[int](b, `document.querySelectorAll('#controls button, .resync-table, #pause, #resume, #delete, #verify, .repair').length`); n != 0 {
 		t.Fatalf("a viewer sees %d control buttons", n)

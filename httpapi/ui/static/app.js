@@ -574,7 +574,7 @@
     function verificationView(v) {
       const differing = v.rows_differing;
       const found = v.state === 'done' && differing > 0;
-      const outcome = v.state === 'done' ? (found ? fmtNum(differing) + ' rows differ' : 'no differences') : '';
+      const outcome = v.state === 'done' ? (found ? (differing === 1 ? '1 row differs' : fmtNum(differing) + ' rows differ') : 'no differences') : '';
       const examples = [];
       for (const t of v.tables || []) {
         for (const [kind, keys] of [['missing', t.missing], ['extra', t.extra], ['different', t.different]]) {
