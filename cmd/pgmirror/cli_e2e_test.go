@@ -259,6 +259,22 @@ func TestCLI(t *testing.T) {
 	if out := u.ok("mirrors", "get", "m1"); !strings.Contains(out, "Verified:") {
 		t.Fatalf("mirrors get after verify:\n%s", out)
 	}
+	// --no-wait returns the running verification; it is then followed by id.
+	var started client.Verification
+	u.jsonOut(&started, "mirrors", "verify", "m1", "--no-wait")
+	if started.State != "running" || started.ID == 0 {
+		t.Fatalf("mirrors verify --no-wait --json: %+v", started)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		var v client.Verification
+		u.jsonOut(&v, "mirrors", "verifications", "m1", strconv.FormatInt(started.ID, 10))
+		if v.State == "done" && v.RowsDiffering != nil && *v.RowsDiffering == 0 {
+			break
+		}
+		if v.State != "running" || time.Now().After(deadline) {
+			t.Fatalf("verification %d after --no-wait: %+v", started.ID, v)
+		}
+	}
 	u.fails(exitUsage, []string{"not a verification id"}, "mirrors", "repair", "m1", "x")
 	u.fails(exitAPIError, []string{"HTTP 404"}, "mirrors", "verifications", "m1", "999999")
 
