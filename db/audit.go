@@ -37,13 +37,23 @@ type AuditEntry struct {
 	Details    json.RawMessage
 }
 
-// AuditInsert appends an entry to the audit log. ID and CreatedAt are
-// ignored; a nil Details gives {}.
-func (s *Store) AuditInsert(ctx context.Context, e AuditEntry) error {
+// AuditInsert appends an entry to the audit log and returns its id. ID and
+// CreatedAt are ignored; a nil Details gives {}.
+func (s *Store) AuditInsert(ctx context.Context, e AuditEntry) (int64, error) {
 	return auditInsert(ctx, s.q, e)
 }
 
-func auditInsert(ctx context.Context, q Executor, e AuditEntry) error {
+// AuditSetOutcome corrects the result and HTTP status of an audit entry
+// written before the response was complete (inside the change's own
+// transaction), when the client received another status.
+func (s *Store) AuditSetOutcome(ctx context.Context, id int64, result string, status int) error {
+	if _, err := s.q.Exec(ctx, `UPDATE audit_log SET result = $2, status = $3 WHERE id = $1`, id, result, status); err != nil {
+		return fmt.Errorf("correct the status of audit entry %d: %w", id, translate(err))
+	}
+	return nil
+}
+
+func auditInsert(ctx context.Context, q Executor, e AuditEntry) (int64, error) {
 	details := e.Details
 	if len(details) == 0 {
 		details = json.RawMessage(`{}`)
@@ -53,9 +63,9 @@ func auditInsert(ctx context.Context, q Executor, e AuditEntry) error {
 		VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, $7, $8::jsonb) RETURNING id`,
 		e.UserID, e.Username, e.Action, e.TargetType, e.TargetName, e.Result, e.Status, string(details)).Scan(&id)
 	if err != nil {
-		return fmt.Errorf("insert audit entry %s of %s %q: %w", e.Action, e.TargetType, e.TargetName, translate(err))
+		return 0, fmt.Errorf("insert audit entry %s of %s %q: %w", e.Action, e.TargetType, e.TargetName, translate(err))
 	}
-	return nil
+	return id, nil
 }
 
 // AuditQuery filters the audit log. Zero values mean no filter; Limit must be

@@ -10,13 +10,20 @@ import (
 // reported as it is; it writes one about every second.
 const lagFresh = 15 * time.Second
 
+// caughtUpFresh is how recent a measure of 0 must be: the worker measures
+// between the transactions it applies, so a measure that stops coming
+// while the stream runs means a batch is being applied (or waits for a
+// lock) and changes are pending; its 0 is not true any more.
+const caughtUpFresh = 5 * time.Second
+
 // Lag is how many seconds the mirror is behind its source at now, as the
 // catalog knows it, or nil when that is unknown:
 //   - while a worker streams the mirror, its own measure (the source commit
 //     time of the oldest change not yet applied, or of a heartbeat not yet
-//     received, to now; 0 when caught up), written about every second;
-//   - otherwise (paused, in error, stopped, or a measure older than
-//     lagFresh), the time since the source commit of the last applied
+//     received, to now; 0 when nothing is pending), written about every
+//     second; a 0 older than caughtUpFresh is not taken;
+//   - otherwise (paused, in error, stopped, a measure older than lagFresh,
+//     or a 0 older than caughtUpFresh), the time since the source commit of the last applied
 //     transaction when the mirror's slot holds WAL it has not confirmed
 //     (an upper bound: that WAL may hold nothing for the mirror), and 0 when
 //     the slot holds none, both as of the slot monitor's last reading;
@@ -27,7 +34,7 @@ func (m Mirror) Lag(now time.Time) *float64 {
 		return nil
 	}
 	if m.LagSeconds != nil && m.LagMeasuredAt != nil && now.Sub(*m.LagMeasuredAt) < lagFresh &&
-		m.Status == StatusRunning {
+		m.Status == StatusRunning && (*m.LagSeconds > 0 || now.Sub(*m.LagMeasuredAt) < caughtUpFresh) {
 		lag := *m.LagSeconds
 		if lag > 0 {
 			lag += max(0, now.Sub(*m.LagMeasuredAt).Seconds())

@@ -1,6 +1,7 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -30,6 +31,9 @@ type MirrorCreateParams struct {
 	CreatedPublication, CreatedSlot bool
 	// Sequences are the listed sequences (nil: none).
 	Sequences []SequenceName
+	// ExistingDestinationRows is what a table's first copy does with rows
+	// its destination table holds ("": ExistingRowsRefuse).
+	ExistingDestinationRows ExistingRows
 }
 
 // MirrorCreate inserts a mirror (status initializing, desired state
@@ -40,12 +44,12 @@ func (s *Store) MirrorCreate(ctx context.Context, p MirrorCreateParams) (Mirror,
 	err := s.q.QueryRow(ctx, `INSERT INTO mirrors (name, source_peer_id, destination_peer_id,
 			snapshot_num_rows_per_partition, snapshot_max_parallel_workers, snapshot_num_tables_in_parallel,
 			cdc_sync_interval_seconds, cdc_batch_size, do_initial_snapshot, publication_name, replication_slot_name,
-			created_publication, created_slot, sequences)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
+			created_publication, created_slot, sequences, existing_destination_rows)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING id`,
 		p.Name, p.SourcePeerID, p.DestinationPeerID,
 		p.SnapshotNumRowsPerPartition, p.SnapshotMaxParallelWorkers, p.SnapshotNumTablesInParallel,
 		p.CDCSyncIntervalSeconds, p.CDCBatchSize, p.DoInitialSnapshot, p.PublicationName, p.ReplicationSlotName,
-		p.CreatedPublication, p.CreatedSlot, sequencesValue(p.Sequences)).Scan(&id)
+		p.CreatedPublication, p.CreatedSlot, sequencesValue(p.Sequences), cmp.Or(p.ExistingDestinationRows, ExistingRowsRefuse)).Scan(&id)
 	if err != nil {
 		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, translate(err))
 	}
@@ -181,7 +185,8 @@ func (s *Store) MirrorTablesReplace(ctx context.Context, mirrorID int64, mapping
 			continue
 		}
 		_, err := s.q.Exec(ctx, `UPDATE mirror_tables SET position = $2, destination_schema = $3, destination_table = $4, exclude_columns = $5,
-				status = CASE WHEN destination_schema = $3 AND destination_table = $4 THEN status ELSE 'pending' END
+				status = CASE WHEN destination_schema = $3 AND destination_table = $4 THEN status ELSE 'pending' END,
+				destination_taken_at = CASE WHEN destination_schema = $3 AND destination_table = $4 THEN destination_taken_at END
 			WHERE id = $1`, t.ID, i, m.Destination.Schema, m.Destination.Name, exclude)
 		if err != nil {
 			return nil, fmt.Errorf("update table %s of mirror %d: %w", m.Source, mirrorID, translate(err))

@@ -135,3 +135,19 @@ func (m Mirror) ControlBlocked(tables []MirrorTable) string {
 	}
 	return ""
 }
+
+// ExistingRows is what a table's first copy does with rows its destination
+// table already holds (mirrors.existing_destination_rows).
+type ExistingRows string
+
+// The values of ExistingRows.
+const (
+	// ExistingRowsRefuse: the copy does not start while the table has rows
+	// (the API answers 409, the worker fails the mirror).
+	ExistingRowsRefuse ExistingRows = "refuse"
+	// ExistingRowsTruncate: the table is emptied before the copy.
+	ExistingRowsTruncate ExistingRows = "truncate"
+	// ExistingRowsKeep: the rows stay and the copy upserts the source's
+	// rows over them by primary key.
+	ExistingRowsKeep ExistingRows = "keep"
+)

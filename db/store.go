@@ -113,19 +113,22 @@ type Mirror struct {
 	CDCSyncIntervalSeconds      int
 	CDCBatchSize                int
 	DoInitialSnapshot           bool
-	PublicationName             string
-	ReplicationSlotName         string
-	CreatedPublication          bool
-	CreatedSlot                 bool
-	Status                      MirrorStatus
-	DesiredState                DesiredState
-	ResumeStatus                *MirrorStatus
-	PendingAction               *PendingAction
-	ErrorMessage                *string
-	ErrorCount                  int
-	NextRetryAt                 *time.Time
-	LastLSN                     *string
-	LastSyncBatchID             int64
+	// ExistingDestinationRows is what a table's first copy does with rows
+	// its destination table already holds.
+	ExistingDestinationRows ExistingRows
+	PublicationName         string
+	ReplicationSlotName     string
+	CreatedPublication      bool
+	CreatedSlot             bool
+	Status                  MirrorStatus
+	DesiredState            DesiredState
+	ResumeStatus            *MirrorStatus
+	PendingAction           *PendingAction
+	ErrorMessage            *string
+	ErrorCount              int
+	NextRetryAt             *time.Time
+	LastLSN                 *string
+	LastSyncBatchID         int64
 	// Slot health, read from the source by the slot monitor (nil before
 	// its first check).
 	SlotLagBytes  *int64
@@ -170,6 +173,13 @@ type MirrorTable struct {
 	// RowsEstimated is the source's row estimate when the table's last
 	// snapshot started (nil before any).
 	RowsEstimated *int64
+	// Truncates counts the source's TRUNCATEs that CDC applied to the table.
+	Truncates int64
+	// DestinationTakenAt is when the mirror took the destination table over
+	// (nil before): its first copy checked or emptied it, or a full resync
+	// was requested. Until then a copy follows the mirror's
+	// ExistingDestinationRows; from then on it truncates the table.
+	DestinationTakenAt *time.Time
 }
 
 // Source is the table's source name.

@@ -228,9 +228,11 @@ func (s *Store) MirrorTablesSetStatus(ctx context.Context, mirrorID int64, ids [
 }
 
 // MirrorTableSnapshotted records a finished table copy: status running,
-// rows_synced set to the rows copied, and the resync request (if any) cleared.
+// rows_synced set to the rows copied, the destination table taken over, and
+// the resync request (if any) cleared.
 func (s *Store) MirrorTableSnapshotted(ctx context.Context, tableID int64, rows int64, requestSeen *time.Time) error {
 	_, err := s.q.Exec(ctx, `UPDATE mirror_tables SET status = 'running', rows_synced = $2, last_synced_at = now(),
+		destination_taken_at = coalesce(destination_taken_at, now()),
 		resync_requested_at = CASE WHEN resync_requested_at IS NOT DISTINCT FROM $3 THEN NULL ELSE resync_requested_at END
 		WHERE id = $1`, tableID, rows, requestSeen)
 	if err != nil {
@@ -278,8 +280,8 @@ func (s *Store) MirrorRecordProgress(ctx context.Context, mirrorID int64, lsn st
 	for id, c := range tables {
 		if _, err := tx.Exec(ctx, `UPDATE mirror_tables SET
 			rows_inserted = rows_inserted + $2, rows_updated = rows_updated + $3, rows_deleted = rows_deleted + $4,
-			rows_synced = rows_synced + $2 + $3 + $4, last_synced_at = now()
-			WHERE id = $1`, id, c.Inserted, c.Updated, c.Deleted); err != nil {
+			rows_synced = rows_synced + $2 + $3 + $4, truncates = truncates + $5, last_synced_at = now()
+			WHERE id = $1`, id, c.Inserted, c.Updated, c.Deleted, c.Truncated); err != nil {
 			return fmt.Errorf("record progress of mirror table %d: %w", id, err)
 		}
 	}
@@ -325,6 +327,29 @@ func (s *Store) MirrorResetErrorCount(ctx context.Context, mirrorID int64) error
 	_, err := s.q.Exec(ctx, `UPDATE mirrors SET error_count = 0 WHERE id = $1 AND error_count <> 0 AND status = 'running'`, mirrorID)
 	if err != nil {
 		return fmt.Errorf("reset error count of mirror %d: %w", mirrorID, err)
+	}
+	return nil
+}
+
+// MirrorTablesTakeDestination records that the mirror took the destination
+// tables of the given mirror tables over (all of the mirror's tables when
+// ids is empty): later copies of them truncate them first. A table taken
+// over earlier keeps its time.
+func (s *Store) MirrorTablesTakeDestination(ctx context.Context, mirrorID int64, ids []int64) error {
+	_, err := s.q.Exec(ctx, `UPDATE mirror_tables SET destination_taken_at = coalesce(destination_taken_at, now())
+		WHERE mirror_id = $1 AND ($2::bigint[] IS NULL OR cardinality($2::bigint[]) = 0 OR id = ANY($2))`, mirrorID, ids)
+	if err != nil {
+		return fmt.Errorf("record destination tables of mirror %d as taken over: %w", mirrorID, err)
+	}
+	return nil
+}
+
+// MirrorSetExistingDestinationRows changes what the first copy of a table
+// of the mirror does with rows its destination table holds.
+func (s *Store) MirrorSetExistingDestinationRows(ctx context.Context, mirrorID int64, mode ExistingRows) error {
+	_, err := s.q.Exec(ctx, `UPDATE mirrors SET existing_destination_rows = $2 WHERE id = $1`, mirrorID, mode)
+	if err != nil {
+		return fmt.Errorf("set existing_destination_rows of mirror %d: %w", mirrorID, translate(err))
 	}
 	return nil
 }

@@ -69,7 +69,11 @@ type auditRecord struct {
 	details map[string]any
 	// successStatus is the operation's status on success.
 	successStatus int
-	written       bool
+	// written: the entry was written in the change's transaction (with
+	// id), with successStatus; it is corrected if the client receives
+	// another status.
+	written bool
+	id      int64
 }
 
 type auditKey struct{}
@@ -120,22 +124,31 @@ func (h *handlers) startAudit(ctx huma.Context, u db.User) (huma.Context, func()
 	}, successStatus: cmp.Or(op.DefaultStatus, http.StatusOK)}
 	ctx = huma.WithValue(ctx, auditKey{}, rec)
 	return ctx, func() {
-		if rec.written {
-			return
-		}
 		status := ctx.Status()
 		if status == 0 {
 			status = http.StatusOK
 		}
-		rec.entry.Status = status
-		rec.entry.Result = db.AuditSuccess
+		result := db.AuditSuccess
 		if status >= 400 {
-			rec.entry.Result = db.AuditFailure
+			result = db.AuditFailure
 		}
 		// The client may have gone: the entry is written all the same.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx.Context()), 10*time.Second)
 		defer cancel()
-		if err := h.store.AuditInsert(wctx, rec.complete()); err != nil {
+		if rec.written {
+			// Written with the change, before the response was known: the
+			// handler may still have answered otherwise (a cut-over
+			// requested and then refused, an accepted one still running).
+			if status != rec.entry.Status {
+				if err := h.store.AuditSetOutcome(wctx, rec.id, result, status); err != nil {
+					h.logger.ErrorContext(wctx, "correct audit entry", slog.String("action", rec.entry.Action),
+						slog.Int64("id", rec.id), slog.Int("status", status), slog.Any("error", err))
+				}
+			}
+			return
+		}
+		rec.entry.Status, rec.entry.Result = status, result
+		if _, err := h.store.AuditInsert(wctx, rec.complete()); err != nil {
 			h.logger.ErrorContext(wctx, "write audit entry", slog.String("action", rec.entry.Action),
 				slog.String("user", rec.entry.Username), slog.String("target_type", rec.entry.TargetType),
 				slog.String("target", rec.entry.TargetName), slog.Int("status", status), slog.Any("error", err))
@@ -157,6 +170,8 @@ func (rec *auditRecord) complete() db.AuditEntry {
 // auditedTx runs fn in a catalog transaction and, when fn succeeds, writes
 // the request's audit entry (result success, the operation's success status)
 // in the same transaction: the entry exists exactly when the change does.
+// When the client then receives another status, the entry is corrected to
+// it once the response is written.
 func (h *handlers) auditedTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	rec := auditFrom(ctx)
 	err := pgx.BeginFunc(ctx, h.store.Pool(), func(tx pgx.Tx) error {
@@ -167,7 +182,9 @@ func (h *handlers) auditedTx(ctx context.Context, fn func(tx pgx.Tx) error) erro
 			return nil
 		}
 		rec.entry.Result, rec.entry.Status = db.AuditSuccess, rec.successStatus
-		return h.store.With(tx).AuditInsert(ctx, rec.complete())
+		var err error
+		rec.id, err = h.store.With(tx).AuditInsert(ctx, rec.complete())
+		return err
 	})
 	if err == nil && rec != nil {
 		rec.written = true

@@ -232,3 +232,51 @@ func TestControlLogNamesTheUser(t *testing.T) {
 	// The user can be searched for.
 	require.EqualValues(t, 3, b.logs("m", q("search", "admin")).Total)
 }
+
+// A request whose change is written (and audited in the same transaction)
+// before its answer is known is recorded with the status the client
+// received: a cut-over that the worker refuses answers 409 and is logged
+// as a failure with 409, one still running when the wait ends is logged
+// 202. No worker runs here: the test plays its part in the catalog.
+func TestAuditRecordsStatusSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.mirrorPeers()
+	b.createMirror("c-fail")
+	b.setStatus("c-fail", "running")
+	b.exec(`UPDATE mirror_tables SET status = 'running'`)
+
+	// The worker's refusal, written once the request is recorded.
+	done := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			tag, err := b.pool.Exec(t.Context(), `UPDATE mirrors SET cutover = cutover ||
+				jsonb_build_object('state', 'failed', 'finished_at', now(), 'error', 'Cut-over refused: the source lags')
+				WHERE name = 'c-fail' AND cutover->>'state' = 'requested'`)
+			if err != nil || tag.RowsAffected() == 1 {
+				done <- err
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		done <- nil
+	}()
+	b.requireError(http.MethodPost, "/v1/mirrors/c-fail/cutover", b.adminToken, map[string]any{"wait_seconds": 20}, http.StatusConflict,
+		"Cut-over refused: the source lags")
+	require.NoError(t, <-done)
+	e := b.lastAudit("cutover-mirror")
+	require.Equal(t, http.StatusConflict, e.Status, "the audit entry of a refused cut-over")
+	require.Equal(t, "failure", e.Result)
+	require.Equal(t, "c-fail", e.TargetName)
+	require.Equal(t, int64(1), b.audit(q("action", "cutover-mirror")).Total, "one entry per request")
+
+	b.createMirror("c-wait")
+	b.setStatus("c-wait", "running")
+	b.exec(`UPDATE mirror_tables SET status = 'running'`)
+	b.mustDo(http.MethodPost, "/v1/mirrors/c-wait/cutover", b.adminToken, map[string]any{"wait_seconds": 0}, http.StatusAccepted)
+	e = b.lastAudit("cutover-mirror")
+	require.Equal(t, "c-wait", e.TargetName)
+	require.Equal(t, http.StatusAccepted, e.Status)
+	require.Equal(t, "success", e.Result)
+}

@@ -37,7 +37,8 @@ type tableResyncInput struct {
 type tablesPutInput struct {
 	Name string `path:"name" doc:"Mirror name."`
 	Body struct {
-		TableMappings []tableMapping `json:"table_mappings" minItems:"1" maxItems:"1000" doc:"The complete desired set of mappings (at most 1000)."`
+		TableMappings           []tableMapping `json:"table_mappings" minItems:"1" maxItems:"1000" doc:"The complete desired set of mappings (at most 1000)."`
+		ExistingDestinationRows string         `json:"existing_destination_rows,omitempty" enum:"refuse,truncate,keep" doc:"Changes the mirror's existing_destination_rows (absent: unchanged). What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
 	}
 }
 
@@ -86,7 +87,8 @@ func (h *handlers) registerControl(api huma.API) {
 		OperationID: "put-mirror-tables", Method: http.MethodPut, Path: "/v1/mirrors/{name}/tables", Tags: []string{"Mirror control"}, MaxBodyBytes: mirrorMaxBody,
 		Summary: "Replace a mirror's table mappings",
 		Description: "table_mappings is the complete desired set: mappings of source tables that stay keep their progress, " +
-			"removed ones are dropped from the mirror, new ones are snapshotted when the mirror resumes. The mirror must be paused (409 otherwise).",
+			"removed ones are dropped from the mirror, new ones are snapshotted when the mirror resumes, after the same check of their destination tables as at creation " +
+			"(409 naming the tables that hold rows under existing_destination_rows refuse). The mirror must be paused (409 otherwise).",
 		Errors: []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
 	}, h.putTables)
 	register(api, authed, huma.Operation{
@@ -330,7 +332,21 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 		return nil, err
 	}
 	setAuditDetails(ctx, map[string]any{"tables": len(mappings)})
+	mode := m.ExistingDestinationRows
+	if in.Body.ExistingDestinationRows != "" {
+		mode = db.ExistingRows(in.Body.ExistingDestinationRows)
+		setAuditDetails(ctx, map[string]any{"existing_destination_rows": string(mode)})
+	}
 	if err := h.checkSource(ctx, source, mappings, nil); err != nil {
+		return nil, err
+	}
+	current, err := h.store.MirrorTables(ctx, m.ID)
+	if err != nil {
+		return nil, h.internal(ctx, "load the mirror's tables", err)
+	}
+	// New tables get their first copy when the mirror resumes (unless it
+	// skips initial snapshots).
+	if err := h.checkDestination(ctx, dest, newDestinations(current, mappings), mode, m.DoInitialSnapshot); err != nil {
 		return nil, err
 	}
 	// Paused answers at once, but the mirror's run may still be finishing
@@ -350,6 +366,11 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 		// The source check took time: the mirror must still be the same and paused.
 		if locked.ID != m.ID || locked.Status != db.StatusPaused {
 			return errorf(http.StatusConflict, "Mirror %q changed while its tables were checked (status %s): pause it and try again", locked.Name, locked.Status)
+		}
+		if mode != locked.ExistingDestinationRows {
+			if err := h.store.With(tx).MirrorSetExistingDestinationRows(ctx, m.ID, mode); err != nil {
+				return err
+			}
 		}
 		var err error
 		tables, err = h.store.With(tx).MirrorTablesReplace(ctx, m.ID, mappings)

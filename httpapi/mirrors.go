@@ -88,6 +88,7 @@ type mirrorCreateInput struct {
 		DoInitialSnapshot           *bool          `json:"do_initial_snapshot,omitempty" default:"true" doc:"When false, only changes made after creation are replicated."`
 		PublicationName             string         `json:"publication_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_pub_<name>."`
 		ReplicationSlotName         string         `json:"replication_slot_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_slot_<name>."`
+		ExistingDestinationRows     string         `json:"existing_destination_rows,omitempty" enum:"refuse,truncate,keep" default:"refuse" doc:"What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
 		Sequences                   []sequenceRef  `json:"sequences,omitempty" maxItems:"1000" doc:"Source sequences to keep in step on the destination besides those the mapped tables' columns own (serial, identity): for example one that several tables draw ids from through DEFAULT nextval(...). Each is created on the destination under the same name when missing, set after the snapshot, every SERVICE_SEQUENCE_SYNC_INTERVAL and exactly at a cut-over."`
 	}
 }
@@ -106,6 +107,7 @@ type MirrorConfig struct {
 	CDCSyncIntervalSeconds      int            `json:"cdc_sync_interval_seconds"`
 	CDCBatchSize                int            `json:"cdc_batch_size"`
 	DoInitialSnapshot           bool           `json:"do_initial_snapshot"`
+	ExistingDestinationRows     string         `json:"existing_destination_rows" enum:"refuse,truncate,keep" doc:"What a table's first copy does with rows its destination table already holds."`
 	PublicationName             string         `json:"publication_name"`
 	ReplicationSlotName         string         `json:"replication_slot_name"`
 	Sequences                   []sequenceRef  `json:"sequences" doc:"Source sequences listed at creation, kept in step on the destination; [] for none."`
@@ -118,7 +120,7 @@ func configResponse(m db.Mirror, tables []db.MirrorTable) MirrorConfig {
 		Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer, TableMappings: mappingsResponse(tables),
 		SnapshotNumRowsPerPartition: m.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		SnapshotNumTablesInParallel: m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: m.CDCSyncIntervalSeconds,
-		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot,
+		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot, ExistingDestinationRows: string(m.ExistingDestinationRows),
 		PublicationName: m.PublicationName, ReplicationSlotName: m.ReplicationSlotName, Sequences: sequencesResponse(m.Sequences),
 		Status: string(m.Status), CreatedAt: m.CreatedAt,
 	}
@@ -152,6 +154,7 @@ type tableStatus struct {
 	RowsInserted  int64      `json:"rows_inserted"`
 	RowsUpdated   int64      `json:"rows_updated"`
 	RowsDeleted   int64      `json:"rows_deleted"`
+	Truncates     int64      `json:"truncates" doc:"TRUNCATEs of the source table applied to the destination table during CDC."`
 	LastSyncedAt  *time.Time `json:"last_synced_at"`
 	RowsEstimated *int64     `json:"rows_estimated" doc:"The source's row estimate when the table's last snapshot started; null before any."`
 	Progress      *float64   `json:"progress" doc:"Snapshot progress, 0 to 1: rows_synced / rows_estimated (at most 0.99) while snapshotting, 1 once copied; null without a snapshot or an estimate."`
@@ -202,7 +205,7 @@ type SlotHealth struct {
 	SlotLagBytes  *int64     `json:"slot_lag_bytes" doc:"WAL bytes the source keeps for this mirror (current WAL position minus the slot's confirmed_flush_lsn). Growing while running means the mirror falls behind; the source's disk fills by this much."`
 	SlotWALStatus *string    `json:"slot_wal_status" doc:"wal_status of the slot on the source: reserved or extended is healthy, unreserved means WAL is about to be removed, lost means it was; missing means the slot does not exist."`
 	SlotCheckedAt *time.Time `json:"slot_checked_at" doc:"When the slot was last read; an old value means the source could not be reached."`
-	LagSeconds    *float64   `json:"lag_seconds" doc:"Seconds since the source commit of the oldest change the mirror has not applied yet; 0 when caught up; null when unknown. While the mirror streams, its worker's measure (heartbeats keep it true on an idle source); otherwise the time since the last applied commit while the slot holds unconfirmed WAL (an upper bound). See docs/observability.md."`
+	LagSeconds    *float64   `json:"lag_seconds" doc:"Seconds since the source commit of the oldest change the mirror has not applied yet; 0 when nothing is pending; null when unknown. While the mirror streams, its worker's measure, taken every second (heartbeats keep it true on an idle source); otherwise, and when the worker's last 0 is more than 5 s old, the time since the last applied commit while the slot holds unconfirmed WAL (an upper bound). The rule is in docs/status.md (Lag)."`
 }
 
 func slotHealthResponse(m db.Mirror) SlotHealth {
@@ -299,7 +302,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 	for _, t := range tables {
 		st.Tables = append(st.Tables, tableStatus{
 			TableName: change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}.String(), Status: string(t.Status),
-			RowsSynced: t.RowsSynced, RowsInserted: t.RowsInserted, RowsUpdated: t.RowsUpdated, RowsDeleted: t.RowsDeleted,
+			RowsSynced: t.RowsSynced, RowsInserted: t.RowsInserted, RowsUpdated: t.RowsUpdated, RowsDeleted: t.RowsDeleted, Truncates: t.Truncates,
 			LastSyncedAt: t.LastSyncedAt, RowsEstimated: t.RowsEstimated, Progress: snapshotProgress(t),
 		})
 	}
@@ -443,7 +446,8 @@ func generatedName(prefix, mirror string) string {
 func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mirrorCreateOutput, error) {
 	b := in.Body
 	setAuditTarget(ctx, b.Name)
-	setAuditDetails(ctx, map[string]any{"source_peer": b.SourcePeer, "destination_peer": b.DestinationPeer, "tables": len(b.TableMappings)})
+	setAuditDetails(ctx, map[string]any{"source_peer": b.SourcePeer, "destination_peer": b.DestinationPeer, "tables": len(b.TableMappings),
+		"existing_destination_rows": string(existingRowsMode(b.ExistingDestinationRows))})
 	source, err := h.store.PeerGetByName(ctx, b.SourcePeer)
 	if errors.Is(err, db.ErrNotFound) {
 		return nil, errorf(http.StatusBadRequest, "Invalid request: source peer %q does not exist: create it with POST /v1/peers first", b.SourcePeer)
@@ -486,8 +490,11 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 		return nil, err
 	}
 	// A destination peer stored before the catalog check existed (or while
-	// it could not be reached) must not be the catalog either.
-	if err := h.refuseCatalogPeer(ctx, dest); err != nil {
+	// it could not be reached) must not be the catalog either; its tables
+	// must not hold rows the first copy would replace unasked.
+	mode := existingRowsMode(b.ExistingDestinationRows)
+	doSnapshot := b.DoInitialSnapshot == nil || *b.DoInitialSnapshot
+	if err := h.checkDestination(ctx, dest, mappings, mode, doSnapshot); err != nil {
 		return nil, err
 	}
 
@@ -509,7 +516,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 			Name: b.Name, SourcePeerID: source.ID, DestinationPeerID: dest.ID,
 			SnapshotNumRowsPerPartition: b.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: b.SnapshotMaxParallelWorkers,
 			SnapshotNumTablesInParallel: b.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: b.CDCSyncIntervalSeconds,
-			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: b.DoInitialSnapshot == nil || *b.DoInitialSnapshot,
+			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: doSnapshot, ExistingDestinationRows: mode,
 			PublicationName: pub, ReplicationSlotName: slot, Tables: mappings, Sequences: sequences,
 		})
 		if err != nil {

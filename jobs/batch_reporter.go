@@ -204,9 +204,7 @@ func (b *batchReporter) flushProgress(ctx context.Context) {
 		b.mu.Lock()
 		for id, c := range pending {
 			p := b.pending[id]
-			p.Inserted += c.Inserted
-			p.Updated += c.Updated
-			p.Deleted += c.Deleted
+			p.Add(c)
 			b.pending[id] = p
 		}
 		b.dirty = true

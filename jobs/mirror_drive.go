@@ -360,11 +360,14 @@ func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 	if err != nil {
 		return err
 	}
+	existing, taken := r.existingRows(m, tables)
 	err = tablesync.Run(ctx, tablesync.Config{
 		Source:             srcCfg,
 		Dest:               dstCfg,
 		SnapshotName:       info.SnapshotName,
 		Tables:             toMappings(tables),
+		Existing:           existing,
+		Taken:              taken,
 		RowsPerPartition:   m.SnapshotNumRowsPerPartition,
 		MaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		TablesInParallel:   m.SnapshotNumTablesInParallel,
@@ -375,7 +378,7 @@ func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 		DestConn:   dst,
 	}, rep)
 	if err != nil {
-		return err
+		return r.refusedCopy(ctx, m, tables, err)
 	}
 	if err := positions.SnapshotTaken(ctx, dst, m.UID, info.ConsistentPoint, m.LastSyncBatchID); err != nil {
 		return err
@@ -474,6 +477,11 @@ func (r *mirrorRun) carryOutAction(ctx context.Context, in *phaseInputs) error {
 		// loop sees pending tables and takes the snapshot path, which drops
 		// and recreates the slot and truncates the destination tables.
 		if err := r.store.MirrorTablesSetStatus(ctx, m.ID, nil, db.TableStatusPending); err != nil {
+			return err
+		}
+		// A resync truncates every table, also one whose first copy
+		// has not happened yet.
+		if err := r.store.MirrorTablesTakeDestination(ctx, m.ID, nil); err != nil {
 			return err
 		}
 		if err := r.store.MirrorSetStatus(ctx, m.ID, db.StatusSnapshotting, false); err != nil {

@@ -23,9 +23,10 @@ const reasonCopied stopReason = "copied"
 // mirror) while CDC keeps replicating the mirror's other tables.
 //
 // A temporary slot exports a snapshot at its consistent point P; every
-// target is truncated and copied as of that snapshot, and its position P is
-// recorded on the destination (_pgmirror.table_positions) before the table
-// is marked running. Meanwhile a CDC phase runs with the targets skipped and
+// target is truncated (a table's first copy: checked against the mirror's
+// existing_destination_rows, see existingRows) and copied as of that
+// snapshot, and its position P is recorded on the destination
+// (_pgmirror.table_positions) before the table is marked running. Meanwhile a CDC phase runs with the targets skipped and
 // the mirror slot's confirmed position held, so the slot still has every
 // transaction after P. When the copy is done the CDC phase stops at a batch
 // boundary and the next one starts at P: it applies the targets' changes
@@ -130,16 +131,20 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 	if err != nil {
 		return err
 	}
-	return tablesync.Run(ctx, tablesync.Config{
+	existing, taken := r.existingRows(m, targets)
+	err = tablesync.Run(ctx, tablesync.Config{
 		Source:             srcCfg,
 		Dest:               dstCfg,
 		SnapshotName:       info.SnapshotName,
 		Tables:             toMappings(targets),
+		Existing:           existing,
+		Taken:              taken,
 		RowsPerPartition:   m.SnapshotNumRowsPerPartition,
 		MaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		TablesInParallel:   m.SnapshotNumTablesInParallel,
 		Logger:             r.logger,
 	}, rep)
+	return r.refusedCopy(ctx, m, targets, err)
 }
 
 // tempSlotName names the temporary slot of a table copy: unique per mirror

@@ -154,8 +154,9 @@ type Reporter interface {
 // LagReporter may also be implemented by a Reporter to be told, about every
 // second, how far the mirror is behind: lag is the time since the source
 // commit of the oldest transaction not yet applied (a transaction of the
-// open batch, or a heartbeat written on the source and not yet received),
-// 0 when the run has applied everything it knows of; appliedCommit is the
+// open batch, or a heartbeat written on the source, while it had WAL the
+// run had not received, and not yet received), 0 when nothing is pending;
+// appliedCommit is the
 // source commit time of the last transaction applied (or empty, or skipped),
 // zero before the first.
 type LagReporter interface {
@@ -284,6 +285,11 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if cfg.StopAt != 0 && heartbeatEvery == 0 {
 		return ErrStopAtUnsupported
 	}
+	// Read before src is handed to the source watcher.
+	confirmed, err := slotConfirmed(ctx, src, cfg.SlotName)
+	if err != nil {
+		return err
+	}
 	source := watchSourcePosition(ctx, src, heartbeatEvery, logger)
 	defer source.stop()
 	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, applied: applied, batchID: batchID,
@@ -302,6 +308,10 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	}
 	defer stream.Close()
 	r.stream = stream
+	// Nothing is pending before the stream's start, nor before the slot's
+	// confirmed position (the source never sends what precedes it). The
+	// heartbeats start now that the stream is open.
+	source.begin(max(r.floor, confirmed))
 	r.flush = startFlushWatcher(ctx, flushConn, cfg.MirrorUID)
 	defer r.flush.stop()
 	logger.Info("CDC started", "lsn", applied.String(), "start_lsn", r.floor.String(), "batch_id", batchID,

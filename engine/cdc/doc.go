@@ -104,9 +104,13 @@
 // LagReporter hears every second, and after every batch, how long ago the
 // oldest transaction not yet applied (of the open batch) or the oldest
 // heartbeat not yet received committed: 0 when everything is applied, and
-// growing while the stream is stuck even if the source is idle. A source
-// that refuses the heartbeat gets one warning and none for the rest of the
-// run.
+// growing while the stream is stuck with WAL waiting on the source. A
+// heartbeat written while the source had no WAL past the position the run
+// has received (its own earlier heartbeats aside) does not count: nothing
+// is pending before it, so an idle mirror shows 0 while its first
+// heartbeat is on its way. The heartbeats start once the stream is open.
+// A source that refuses the heartbeat gets one warning and none for the
+// rest of the run.
 //
 // # Holding for a verification
 //

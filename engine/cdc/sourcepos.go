@@ -32,8 +32,13 @@ type sourcePosition struct {
 	heartbeatEvery time.Duration // 0: no heartbeats
 	log            *slog.Logger
 	lastHeartbeat  time.Time
+	begun          chan struct{} // closed by begin: heartbeats may start
 	mu             sync.Mutex
 	heartbeats     []heartbeat // written, not yet received; oldest first
+	// known is the source position up to which nothing is pending for the
+	// mirror: where the stream started (everything before is applied or
+	// confirmed), then the end of each transaction received.
+	known change.LSN
 }
 
 // heartbeat is one logical decoding message written on the source: the
@@ -41,6 +46,13 @@ type sourcePosition struct {
 type heartbeat struct {
 	lsn change.LSN
 	at  time.Time
+	// pending: the source's WAL reached past the known position when the
+	// heartbeat was written, so changes may wait before it and the lag
+	// counts from it until it is received. A heartbeat written when the
+	// source had nothing past the known position says nothing is pending
+	// before it: it only waits to come back (which takes a while when the
+	// stream starts, for instance after a restart).
+	pending bool
 }
 
 // maxHeartbeats bounds the heartbeats remembered while the stream is far
@@ -52,7 +64,7 @@ const maxHeartbeats = 64
 // stream notices a lost source by itself); End then stays where it was.
 // With heartbeatEvery > 0 it writes a heartbeat that often.
 func watchSourcePosition(ctx context.Context, conn *pgx.Conn, heartbeatEvery time.Duration, log *slog.Logger) *sourcePosition {
-	p := &sourcePosition{conn: conn, stopped: make(chan struct{}), heartbeatEvery: heartbeatEvery, log: log}
+	p := &sourcePosition{conn: conn, stopped: make(chan struct{}), heartbeatEvery: heartbeatEvery, log: log, begun: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -62,7 +74,7 @@ func watchSourcePosition(ctx context.Context, conn *pgx.Conn, heartbeatEvery tim
 			if err := p.poll(ctx); err != nil {
 				return
 			}
-			if p.heartbeatEvery > 0 && time.Since(p.lastHeartbeat) >= p.heartbeatEvery {
+			if p.heartbeatEvery > 0 && time.Since(p.lastHeartbeat) >= p.heartbeatEvery && p.hasBegun() {
 				p.beat(ctx)
 			}
 			select {
@@ -75,6 +87,25 @@ func watchSourcePosition(ctx context.Context, conn *pgx.Conn, heartbeatEvery tim
 		}
 	}()
 	return p
+}
+
+// begin sets the position the stream starts from, up to which nothing is
+// pending (the lowest applied position, or the slot's confirmed position
+// when that is higher), and lets the heartbeats start.
+func (p *sourcePosition) begin(known change.LSN) {
+	p.mu.Lock()
+	p.known = max(p.known, known)
+	p.mu.Unlock()
+	close(p.begun)
+}
+
+func (p *sourcePosition) hasBegun() bool {
+	select {
+	case <-p.begun:
+		return true
+	default:
+		return false
+	}
 }
 
 func (p *sourcePosition) poll(ctx context.Context) error {
@@ -99,6 +130,9 @@ func (p *sourcePosition) poll(ctx context.Context) error {
 // pg_logical_emit_message, a standby) gets no more heartbeats in this run
 // and a warning; lag is then measured from received transactions only.
 func (p *sourcePosition) beat(ctx context.Context) {
+	// The source's WAL insert position just before the heartbeat: past the
+	// known position, something may be pending before the heartbeat.
+	before := p.insertPosition(ctx)
 	p.lastHeartbeat = time.Now()
 	beatCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -116,11 +150,36 @@ func (p *sourcePosition) beat(ctx context.Context) {
 		p.heartbeatEvery = 0
 		return
 	}
+	// The WAL end just after it: a heartbeat with nothing pending before
+	// it extends the known position over its own WAL, so that the next one
+	// is not taken for a pending change while this one is on its way.
+	after := p.insertPosition(ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.heartbeats) < maxHeartbeats {
-		p.heartbeats = append(p.heartbeats, heartbeat{lsn: lsn, at: p.lastHeartbeat})
+	pending := before == 0 || before > p.known
+	if !pending {
+		p.known = max(p.known, after)
 	}
+	if len(p.heartbeats) < maxHeartbeats {
+		p.heartbeats = append(p.heartbeats, heartbeat{lsn: lsn, at: p.lastHeartbeat, pending: pending})
+	}
+}
+
+// insertPosition reads the source's current WAL insert position (which,
+// unlike the flush position, includes a commit just made even under
+// synchronous_commit off); 0 when it cannot be read.
+func (p *sourcePosition) insertPosition(ctx context.Context) change.LSN {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var text string
+	if err := p.conn.QueryRow(qctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&text); err != nil {
+		return 0
+	}
+	lsn, err := change.ParseLSN(text)
+	if err != nil {
+		return 0
+	}
+	return lsn
 }
 
 // received forgets the heartbeats at or before end, the end of a
@@ -128,6 +187,7 @@ func (p *sourcePosition) beat(ctx context.Context) {
 func (p *sourcePosition) received(end change.LSN) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.known = max(p.known, end)
 	n := 0
 	for n < len(p.heartbeats) && p.heartbeats[n].lsn < end {
 		n++
@@ -135,15 +195,18 @@ func (p *sourcePosition) received(end change.LSN) {
 	p.heartbeats = p.heartbeats[n:]
 }
 
-// oldestHeartbeat is when the oldest heartbeat not yet received was
-// written; zero when none is on its way.
+// oldestHeartbeat is when the oldest heartbeat not yet received that may
+// have changes pending before it (heartbeat.pending) was written; zero when
+// none is on its way.
 func (p *sourcePosition) oldestHeartbeat() time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.heartbeats) == 0 {
-		return time.Time{}
+	for _, h := range p.heartbeats {
+		if h.pending {
+			return h.at
+		}
 	}
-	return p.heartbeats[0].at
+	return time.Time{}
 }
 
 // End is the source's WAL end at the last poll (0 before the first).

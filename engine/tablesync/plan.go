@@ -31,6 +31,9 @@ type tableJob struct {
 	writers    int          // streams copied at once
 	estimate   int64        // the source's estimate of the table's rows
 	streamed   atomic.Int64 // rows sent to the destination so far (ProgressReporter)
+	// upsertKey is the destination's primary key when the table keeps its
+	// rows (KeepRows) and has some: each partition is upserted by it.
+	upsertKey []string
 }
 
 // stream is one source COPY of one leaf relation, committed on the

@@ -60,8 +60,19 @@ type Config struct {
 	// a new slot).
 	SnapshotName string
 	// Tables are the mappings to copy. Their destination tables must exist
-	// (schemasync.EnsureTables); Run truncates them first.
+	// (schemasync.EnsureTables); Run truncates them first unless Existing
+	// says otherwise.
 	Tables []change.Mapping
+	// Existing says, by destination table, what Run does with the rows a
+	// table holds before its copy; a table not in it is truncated
+	// (TruncateRows). The checks and truncations of all tables happen in
+	// one destination transaction before any row is copied, and a refused
+	// table stops the run before anything is truncated.
+	Existing map[change.TableName]ExistingRows
+	// Taken, when set, is called once the destination tables have been
+	// checked and emptied (that transaction committed), before the first
+	// row is copied: from then on, the rows in them are the run's.
+	Taken func(ctx context.Context) error
 	// RowsPerPartition is the approximate number of rows per partition, the
 	// rows committed on the destination at once (default
 	// DefaultRowsPerPartition); a partition spans at least 2 MiB of pages.
@@ -142,8 +153,9 @@ var errDestinationFailed = errors.New("destination COPY failed")
 
 // Run copies every table of cfg from the source to the destination.
 //
-// It plans every table (reading the source in the snapshot), truncates all
-// destination tables of the run (a restarted snapshot starts clean), and
+// It plans every table (reading the source in the snapshot), checks and
+// truncates the destination tables of the run as cfg.Existing says (by
+// default all: a restarted snapshot starts clean), and
 // copies each table in partitions of about cfg.RowsPerPartition rows (per
 // leaf partition of a partitioned table): at most cfg.MaxParallelWorkers
 // streams at once, from at most cfg.TablesInParallel tables at once, and of
@@ -253,8 +265,8 @@ type run struct {
 }
 
 // prepare plans every table in the snapshot on first's connections
-// (connecting them unless they are borrowed), truncates the destination
-// tables and returns the tables in waves to copy one after the other: one
+// (connecting them unless they are borrowed), checks and truncates the
+// destination tables (prepareDestination) and returns the tables in waves to copy one after the other: one
 // wave when the copy may run with session_replication_role = replica (the
 // workers then set it), otherwise waves in the order of the destination's
 // foreign keys.
@@ -311,16 +323,13 @@ func (r *run) prepare(ctx context.Context, first *worker) ([][]*tableJob, error)
 	planned := time.Since(start)
 
 	if len(jobs) > 0 {
-		names := make([]string, len(jobs))
-		for i, j := range jobs {
-			names[i] = j.m.Destination.Quoted()
+		if err := r.prepareDestination(ctx, first, jobs); err != nil {
+			return nil, err
 		}
-		truncate := "TRUNCATE TABLE " + strings.Join(names, ", ")
-		if first.borrowed { // not under the caller's statement_timeout
-			truncate = "BEGIN" + setLocal(r.dstSettings) + "; " + truncate + "; COMMIT"
-		}
-		if _, err := first.dst.Exec(ctx, truncate); err != nil {
-			return nil, fmt.Errorf("truncate destination tables: %w", err)
+		if r.cfg.Taken != nil {
+			if err := r.cfg.Taken(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, j := range jobs {
@@ -607,6 +616,13 @@ func (r *run) copyStream(ctx context.Context, w *worker, job *tableJob, st strea
 	}
 
 	outSQL, inSQL := job.copyOutSQL(st), job.copyInSQL()
+	var upsertSQL string
+	if job.upsertKey != nil {
+		// Kept rows: each partition goes through a staging table.
+		var create string
+		create, inSQL, upsertSQL = job.upsertSQL()
+		beginDst += "; " + create
+	}
 	n := first
 	outRows, inRows, outErr, inErr := pipeCopy(job.binary, st.chunkRows, st.parts, &job.streamed,
 		func(out io.Writer) (int64, error) {
@@ -621,6 +637,11 @@ func (r *run) copyStream(ctx context.Context, w *worker, job *tableJob, st strea
 			tag, err := w.dst.PgConn().CopyFrom(ctx, in, inSQL)
 			if err != nil {
 				return 0, fmt.Errorf("copy into destination (%s): %w", inSQL, err)
+			}
+			if upsertSQL != "" {
+				if _, err := w.dst.Exec(ctx, upsertSQL); err != nil {
+					return 0, fmt.Errorf("upsert into destination (%s): %w", upsertSQL, err)
+				}
 			}
 			commit, err := w.dst.Exec(ctx, "COMMIT")
 			if err == nil && commit.String() != "COMMIT" {

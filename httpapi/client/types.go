@@ -164,6 +164,7 @@ type MirrorCreate struct {
 	DoInitialSnapshot           *bool          `json:"do_initial_snapshot,omitempty"`
 	PublicationName             string         `json:"publication_name,omitempty"`
 	ReplicationSlotName         string         `json:"replication_slot_name,omitempty"`
+	ExistingDestinationRows     string         `json:"existing_destination_rows,omitempty"`
 	Sequences                   []SequenceRef  `json:"sequences,omitempty"`
 }
 
@@ -179,6 +180,7 @@ type MirrorConfig struct {
 	CDCSyncIntervalSeconds      int            `json:"cdc_sync_interval_seconds"`
 	CDCBatchSize                int            `json:"cdc_batch_size"`
 	DoInitialSnapshot           bool           `json:"do_initial_snapshot"`
+	ExistingDestinationRows     string         `json:"existing_destination_rows"`
 	PublicationName             string         `json:"publication_name"`
 	ReplicationSlotName         string         `json:"replication_slot_name"`
 	Sequences                   []SequenceRef  `json:"sequences"`
@@ -217,6 +219,7 @@ type TableStatus struct {
 	RowsInserted  int64      `json:"rows_inserted"`
 	RowsUpdated   int64      `json:"rows_updated"`
 	RowsDeleted   int64      `json:"rows_deleted"`
+	Truncates     int64      `json:"truncates"`
 	LastSyncedAt  *time.Time `json:"last_synced_at"`
 	RowsEstimated *int64     `json:"rows_estimated"`
 	Progress      *float64   `json:"progress"`
@@ -260,7 +263,8 @@ type TableMessage struct {
 // TablesPut is the body of PUT /v1/mirrors/{name}/tables: the complete
 // desired set of mappings.
 type TablesPut struct {
-	TableMappings []TableMapping `json:"table_mappings"`
+	TableMappings           []TableMapping `json:"table_mappings"`
+	ExistingDestinationRows string         `json:"existing_destination_rows,omitempty"`
 }
 
 // CutoverRequest is the body of POST /v1/mirrors/{name}/cutover; nil

@@ -423,6 +423,7 @@
         dt('Source peer', m.source_peer), dt('Destination peer', m.destination_peer),
         dt('Desired state', m.desired_state),
         dt('Initial snapshot', m.do_initial_snapshot ? 'yes' : 'no'),
+        dt('Existing destination rows', m.existing_destination_rows),
         dt('Rows per partition', fmtNum(m.snapshot_num_rows_per_partition)),
         dt('Parallel workers', m.snapshot_max_parallel_workers),
         dt('Tables in parallel', m.snapshot_num_tables_in_parallel),
@@ -435,6 +436,7 @@
         dt('Lag', fmtLag(m.lag_seconds)), dt('Throughput', fmtRate(rate)),
         dt('Rows synced', fmtNum(tot('rows_synced'))), dt('Inserted', fmtNum(tot('rows_inserted'))),
         dt('Updated', fmtNum(tot('rows_updated'))), dt('Deleted', fmtNum(tot('rows_deleted'))),
+        dt('Truncates', fmtNum(tot('truncates'))),
         dt('Last LSN', m.last_lsn || '—'), dt('Last batch', m.last_sync_batch_id),
         dt('Error count', m.error_count), dt('Next retry', fmtTime(m.next_retry_at)),
         dt('Slot WAL kept', fmtBytes(m.slot_lag_bytes)), dt('Slot WAL status', m.slot_wal_status || '—'),
@@ -464,13 +466,14 @@
           el('td', { class: 'num', text: fmtNum(t.rows_inserted) }),
           el('td', { class: 'num', text: fmtNum(t.rows_updated) }),
           el('td', { class: 'num', text: fmtNum(t.rows_deleted) }),
+          el('td', { class: 'num', text: fmtNum(t.truncates) }),
           el('td', { title: fmtTime(t.last_synced_at), text: fmtAgo(t.last_synced_at) }),
           isAdmin() ? el('td', {}, el('button', { type: 'button', class: 'resync-table', text: 'Resync', onclick: () => resyncTable(t.table_name) })) : null);
       });
       return el('table', { id: 'tables' },
         el('thead', {}, el('tr', {},
           ['Table', 'Status', 'Snapshot progress'].map((h) => el('th', { text: h })),
-          ['Rows synced', 'Estimated', 'Inserted', 'Updated', 'Deleted'].map((h) => el('th', { class: 'num', text: h })),
+          ['Rows synced', 'Estimated', 'Inserted', 'Updated', 'Deleted', 'Truncates'].map((h) => el('th', { class: 'num', text: h })),
           el('th', { text: 'Last synced' }), isAdmin() ? el('th', {}) : null)),
         el('tbody', {}, rows));
     }
@@ -732,6 +735,10 @@
       formField('Destination peer', dst),
       el('label', { text: 'Tables' }), tables, el('div', { class: 'field-error', 'data-for': 'table_mappings' }),
       formField('Initial snapshot', el('input', { name: 'do_initial_snapshot', type: 'checkbox', checked: true })),
+      formField('Rows already in destination tables', el('select', { name: 'existing_destination_rows' },
+        el('option', { value: 'refuse', text: 'refuse (the mirror is not created)' }),
+        el('option', { value: 'truncate', text: 'truncate (replace them)' }),
+        el('option', { value: 'keep', text: 'keep (copy over them by primary key)' }))),
       formField('CDC sync interval (s)', num('cdc_sync_interval_seconds', 60)),
       formField('CDC batch size', num('cdc_batch_size', 10000)),
       formField('Rows per snapshot partition', num('snapshot_num_rows_per_partition', 500000)),
@@ -758,7 +765,8 @@
       ev.preventDefault();
       const f = form.elements;
       const body = { name: f.name.value, source_peer: f.source_peer.value, destination_peer: f.destination_peer.value,
-        do_initial_snapshot: f.do_initial_snapshot.checked, table_mappings: [] };
+        do_initial_snapshot: f.do_initial_snapshot.checked, existing_destination_rows: f.existing_destination_rows.value,
+        table_mappings: [] };
       for (const c of form.querySelectorAll('input[name="table"]:checked')) {
         const [schema, table] = JSON.parse(c.value);
         body.table_mappings.push({ source_schema: schema, source_table: table, destination_schema: schema, destination_table: table });
