@@ -356,6 +356,9 @@ func (c *cli) mirrorsGet(ctx context.Context, args []string) error {
 	if m.Cutover != nil {
 		fmt.Fprintf(w, "Cut-over:\t%s (requested %s)\n", m.Cutover.State, formatTime(&m.Cutover.RequestedAt))
 	}
+	if last := m.Verification.Last; last != nil {
+		fmt.Fprintf(w, "Verified:\t%d rows differ at LSN %s (verification %d, %s)\n", last.RowsDiffering, last.LSN, last.ID, formatTime(last.FinishedAt))
+	}
 	fmt.Fprintf(w, "Created:\t%s\n", formatTime(&m.CreatedAt))
 	fmt.Fprintf(w, "Updated:\t%s\n", formatTime(&m.UpdatedAt))
 	if err := w.Flush(); err != nil {
