@@ -36,6 +36,10 @@ type Cutover struct {
 	Error     string        `json:"error,omitempty"`
 	// ReverseMirror names the mirror created in the other direction.
 	ReverseMirror string `json:"reverse_mirror,omitempty"`
+	// Warnings name what the cut-over did not carry to the destination
+	// (foreign keys it could not create, triggers, grants, policies,
+	// publications, roles, extensions the destination lacks).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // CutoverOptions are the choices of a cut-over request.

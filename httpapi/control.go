@@ -340,6 +340,9 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 	if err := h.checkSource(ctx, source, mappings, nil); err != nil {
 		return nil, err
 	}
+	if err := h.refuseCycle(ctx, m.ID, source, dest, mappings); err != nil {
+		return nil, err
+	}
 	current, err := h.store.MirrorTables(ctx, m.ID)
 	if err != nil {
 		return nil, h.internal(ctx, "load the mirror's tables", err)

@@ -51,6 +51,7 @@ type cutoverRecord struct {
 	Steps         []cutoverStep  `json:"steps"`
 	Error         string         `json:"error,omitempty"`
 	ReverseMirror string         `json:"reverse_mirror,omitempty" doc:"The mirror created back from the destination to the source."`
+	Warnings      []string       `json:"warnings" doc:"What the cut-over did not carry to the destination, each with the objects named: source foreign keys it could not create (a referenced table outside the mirror, an excluded column), and the triggers, row-level security policies, grants, publications, roles and extensions around the mirrored tables that the destination lacks. [] when there is nothing."`
 }
 
 type cutoverOptions struct {
@@ -62,7 +63,7 @@ type cutoverOptions struct {
 }
 
 type cutoverStep struct {
-	Name       string         `json:"name" doc:"check, make_source_read_only, apply_changes, check_source_quiet, sync_sequences, create_constraints, verify_row_counts, verify_checksums, prepare_reverse_mirror, complete, drop_slot."`
+	Name       string         `json:"name" doc:"check, make_source_read_only, apply_changes, check_source_quiet, sync_sequences, create_constraints, create_foreign_keys, verify_row_counts, verify_checksums, prepare_reverse_mirror, make_destination_writable, complete, drop_slot."`
 	State      string         `json:"state" enum:"running,done,failed"`
 	StartedAt  time.Time      `json:"started_at"`
 	DurationMS int64          `json:"duration_ms"`
@@ -75,7 +76,7 @@ func cutoverResponse(c *db.Cutover) *cutoverRecord {
 		return nil
 	}
 	out := &cutoverRecord{State: c.State, RequestedAt: c.RequestedAt, RequestedBy: c.RequestedBy, StartedAt: c.StartedAt,
-		FinishedAt: c.FinishedAt, TargetLSN: c.TargetLSN, Error: c.Error, ReverseMirror: c.ReverseMirror,
+		FinishedAt: c.FinishedAt, TargetLSN: c.TargetLSN, Error: c.Error, ReverseMirror: c.ReverseMirror, Warnings: nonNilStrings(c.Warnings),
 		Options: cutoverOptions{LockSource: c.Options.LockSource, DropSlot: c.Options.DropSlot, TimeoutSeconds: c.Options.TimeoutSeconds,
 			QuietSeconds: c.Options.QuietSeconds, ReverseMirrorName: c.Options.ReverseMirrorName},
 		Steps: make([]cutoverStep, len(c.Steps))}
@@ -88,9 +89,10 @@ func cutoverResponse(c *db.Cutover) *cutoverRecord {
 type cutoverOutput struct {
 	Status int
 	Body   struct {
-		Message string         `json:"message"`
-		Status  string         `json:"status" doc:"The mirror's status: completed once the cut-over completed."`
-		Cutover *cutoverRecord `json:"cutover"`
+		Message  string         `json:"message"`
+		Status   string         `json:"status" doc:"The mirror's status: completed once the cut-over completed."`
+		Warnings []string       `json:"warnings" doc:"What the cut-over did not carry to the destination (cutover.warnings): create what the application needs of it there. [] when there is nothing, or while the cut-over runs."`
+		Cutover  *cutoverRecord `json:"cutover"`
 	}
 }
 
@@ -188,7 +190,10 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 		return nil, err
 	}
 	out := &cutoverOutput{}
-	out.Body.Status, out.Body.Cutover = string(m.Status), cutoverResponse(m.Cutover)
+	out.Body.Status, out.Body.Cutover, out.Body.Warnings = string(m.Status), cutoverResponse(m.Cutover), []string{}
+	if out.Body.Cutover != nil && m.Cutover.RequestedAt.Equal(requested) {
+		out.Body.Warnings = out.Body.Cutover.Warnings
+	}
 	switch {
 	case m.Cutover == nil || !m.Cutover.RequestedAt.Equal(requested):
 		return nil, errorf(http.StatusConflict, "The cut-over of mirror %q was replaced or withdrawn while it ran: see GET /v1/mirrors/%s", in.Name, in.Name)

@@ -502,6 +502,10 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	if err := h.checkSource(ctx, source, mappings, sequences); err != nil {
 		return nil, err
 	}
+	// A loop with another mirror is refused whatever the destination holds.
+	if err := h.refuseCycle(ctx, 0, source, dest, mappings); err != nil {
+		return nil, err
+	}
 	// A destination peer stored before the catalog check existed (or while
 	// it could not be reached) must not be the catalog either; its tables
 	// must not hold rows the first copy would replace unasked.

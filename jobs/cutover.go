@@ -29,6 +29,7 @@ const (
 	stepQuiet          = "check_source_quiet"
 	stepSequences      = "sync_sequences"
 	stepConstraints    = "create_constraints"
+	stepForeignKeys    = "create_foreign_keys"
 	stepVerify         = "verify_row_counts"
 	stepWritable       = "make_destination_writable"
 	stepPrepareReverse = "prepare_reverse_mirror"
@@ -66,9 +67,10 @@ type cutoverRun struct {
 	src, dst         *pgx.Conn
 	record           db.Cutover
 
-	madeReadOnly   bool // this attempt made the source tables read-only
-	reverseSlot    bool // this attempt created the reverse mirror's slot
-	reversePubMade bool // ... and its publication
+	madeReadOnly   bool                 // this attempt made the source tables read-only
+	reverseSlot    bool                 // this attempt created the reverse mirror's slot
+	reversePubMade bool                 // ... and its publication
+	foreignKeys    []cutover.ForeignKey // this attempt created these on the destination
 }
 
 // cutover carries out the mirror's requested cut-over. It returns
@@ -85,6 +87,7 @@ func (r *mirrorRun) cutover(ctx context.Context, in *phaseInputs) error {
 		src: src, dst: dst, record: *m.Cutover}
 	now := time.Now().UTC()
 	c.record.State, c.record.StartedAt, c.record.Steps, c.record.Error, c.record.TargetLSN = db.CutoverRunning, &now, []db.CutoverStep{}, "", ""
+	c.record.Warnings = nil
 	c.save(ctx)
 	r.log(ctx, db.LevelInfo, "Cut-over started", map[string]any{"options": c.record.Options})
 	err := c.steps(ctx)
@@ -124,6 +127,9 @@ func (c *cutoverRun) steps(ctx context.Context) error {
 	if err := c.step(ctx, stepConstraints, c.createConstraints); err != nil {
 		return err
 	}
+	if err := c.step(ctx, stepForeignKeys, c.createForeignKeys); err != nil {
+		return err
+	}
 	if err := c.step(ctx, stepVerify, c.verifyRowCounts); err != nil {
 		return err
 	}
@@ -150,6 +156,7 @@ func (c *cutoverRun) steps(ctx context.Context) error {
 			return err
 		}
 	}
+	c.listNotCarried(ctx)
 	if err := c.step(ctx, stepComplete, c.complete); err != nil {
 		return err
 	}
@@ -208,10 +215,14 @@ func (c *cutoverRun) fail(ctx context.Context, stepErr *cutoverStepError) error 
 }
 
 // undo reverts what this attempt changed on the peers: read-only source
-// tables become writable, a reverse slot and publication are dropped.
+// tables become writable, foreign keys it created on the destination and
+// a reverse slot and publication are dropped.
 func (c *cutoverRun) undo(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	if len(c.foreignKeys) > 0 {
+		c.dropForeignKeys(ctx)
+	}
 	if c.madeReadOnly {
 		src, err := connectPeer(ctx, "source", c.srcPeer)
 		if err == nil {
@@ -290,8 +301,8 @@ func (c *cutoverRun) check(ctx context.Context) (map[string]any, error) {
 	if !replication {
 		return nil, fmt.Errorf("a reverse mirror needs a replication slot on the destination, but the destination peer's user lacks the REPLICATION attribute: ALTER ROLE ... REPLICATION, or leave reverse_mirror_name out")
 	}
-	if err := preflight.Check(ctx, c.dst, c.destinationTables()); err != nil {
-		return nil, fmt.Errorf("the destination tables cannot be replicated back: %w", err)
+	if err := preflight.CheckAs(ctx, c.dst, c.destinationTables(), "destination"); err != nil {
+		return nil, fmt.Errorf("the destination tables cannot be replicated back (reverse_mirror_name): %w", err)
 	}
 	if other, err := c.run.store.MirrorGetByName(ctx, c.record.Options.ReverseMirrorName); err == nil {
 		return nil, fmt.Errorf("mirror %q already exists: choose another reverse_mirror_name", other.Name)
@@ -423,6 +434,75 @@ func (c *cutoverRun) createConstraints(ctx context.Context) (map[string]any, err
 	return map[string]any{"ddl_statements": nonNil(all), "warnings": nonNil(warned)}, nil
 }
 
+// createForeignKeys creates the source's foreign keys between mirrored
+// tables on the destination, NOT VALID and then validated: the destination
+// holds every change now, so its rows must satisfy them. One that fails
+// (a row without its referenced row, a destination that refuses it) fails
+// the step by name, and the undo drops those created before it. Those it
+// cannot create (a referenced table outside the mirror, an excluded
+// column) are warnings.
+func (c *cutoverRun) createForeignKeys(ctx context.Context) (map[string]any, error) {
+	fks, warnings, err := cutover.SourceForeignKeys(ctx, c.src, c.mappings)
+	if err != nil {
+		return nil, err
+	}
+	c.record.Warnings = append(c.record.Warnings, warnings...)
+	var created, existing []string
+	for _, fk := range fks {
+		made, err := cutover.CreateForeignKey(ctx, c.dst, fk)
+		if err != nil {
+			return map[string]any{"created": nonNil(created), "warnings": nonNil(warnings)},
+				fmt.Errorf("%w; fix the destination's rows (or drop the foreign key on the source) and request the cut-over again", err)
+		}
+		if made {
+			c.foreignKeys = append(c.foreignKeys, fk)
+			created = append(created, fk.String())
+		} else {
+			existing = append(existing, fk.String())
+		}
+	}
+	return map[string]any{"created": nonNil(created), "existing": nonNil(existing), "warnings": nonNil(warnings)}, nil
+}
+
+// dropForeignKeys drops the foreign keys this attempt created: the mirror
+// goes on replicating, and its apply may not be able to skip them.
+func (c *cutoverRun) dropForeignKeys(ctx context.Context) {
+	dst, err := connectPeer(ctx, "destination", c.dstPeer)
+	if err == nil {
+		defer closeConn(dst)
+		for len(c.foreignKeys) > 0 && err == nil {
+			if err = cutover.DropForeignKey(ctx, dst, c.foreignKeys[0]); err == nil {
+				c.foreignKeys = c.foreignKeys[1:]
+			}
+		}
+	}
+	if err != nil {
+		names := make([]string, len(c.foreignKeys))
+		for i, fk := range c.foreignKeys {
+			names[i] = fk.String()
+		}
+		c.run.log(ctx, db.LevelWarn, "Destination foreign keys left in place", map[string]any{"error": err.Error(), "foreign_keys": names,
+			"action": "drop them on the destination by hand (ALTER TABLE ... DROP CONSTRAINT ...) or they may reject the mirror's changes"})
+	}
+}
+
+// listNotCarried adds to the record's warnings what the source has around
+// the mirrored tables that pgmirror does not carry and the destination
+// lacks (cutover.NotCarried), and logs them. A failure to list them is
+// logged only.
+func (c *cutoverRun) listNotCarried(ctx context.Context) {
+	warnings, err := cutover.NotCarried(ctx, c.src, c.dst, c.mappings, c.m.PublicationName)
+	if err != nil {
+		c.run.log(ctx, db.LevelWarn, "Cut-over: could not list what the mirror does not carry", map[string]any{"error": err.Error()})
+		return
+	}
+	c.record.Warnings = append(c.record.Warnings, warnings...)
+	if len(c.record.Warnings) > 0 {
+		c.run.log(ctx, db.LevelWarn, "Cut-over: not carried to the destination", map[string]any{"warnings": c.record.Warnings,
+			"action": "the destination takes the application's writes now: create what it needs of these there"})
+	}
+}
+
 // verifyRowCounts compares the row count of every table on both sides.
 func (c *cutoverRun) verifyRowCounts(ctx context.Context) (map[string]any, error) {
 	counts := map[string]any{}
@@ -537,7 +617,7 @@ func (c *cutoverRun) complete(ctx context.Context) (map[string]any, error) {
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("complete the cut-over in the catalog: %w", err)
 	}
-	c.madeReadOnly, c.reverseSlot, c.reversePubMade = false, false, false // they stay
+	c.madeReadOnly, c.reverseSlot, c.reversePubMade, c.foreignKeys = false, false, false, nil // they stay
 	c.run.logger.Info("cut-over completed", "target_lsn", c.record.TargetLSN, "reverse_mirror", opts.ReverseMirrorName)
 	return details, nil
 }

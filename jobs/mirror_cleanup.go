@@ -4,18 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/riverqueue/river"
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/origin"
 )
 
 // MirrorCleanupWorker finishes a deletion. The API has already hidden the
 // mirror; this job waits for the mirror's worker to let go of it, drops the
 // replication slot and publication that the mirror created (never ones that
-// existed before it), then deletes the catalog row. When the source cannot
+// existed before it) and its replication origins on the destination, then
+// deletes the catalog row. When the source cannot
 // be reached, the job fails and River retries it with backoff until the drop
 // succeeds, so no orphan slot keeps WAL on the source.
 type MirrorCleanupWorker struct {
@@ -31,6 +34,42 @@ func (w *MirrorCleanupWorker) Timeout(*river.Job[MirrorCleanupArgs]) time.Durati
 // NextRetry retries every 5 s at first, then at most every 5 minutes.
 func (w *MirrorCleanupWorker) NextRetry(job *river.Job[MirrorCleanupArgs]) time.Time {
 	return time.Now().Add(Backoff(job.Attempt))
+}
+
+// originAttempts is how many cleanup attempts try to reach the destination
+// to drop the mirror's replication origins before the deletion goes on
+// without (an origin left behind only takes one of the destination's
+// replication state entries; the log names it).
+const originAttempts = 5
+
+// dropOrigins drops the replication origins that marked the mirror's writes
+// on its destination (engine/origin). A destination that cannot be reached
+// fails the attempt, up to originAttempts; a user that may not use origins
+// never had any.
+func (w *MirrorCleanupWorker) dropOrigins(ctx context.Context, m db.Mirror, attempt int, logger *slog.Logger) error {
+	dst, err := w.cfg.Store.PeerGetByID(ctx, m.DestinationPeerID)
+	if err != nil {
+		return fmt.Errorf("load destination peer of deleted mirror %s: %w", m.Name, err)
+	}
+	conn, err := connectPeer(ctx, "destination", dst)
+	if err == nil {
+		defer closeConn(conn)
+		err = origin.DropMirror(ctx, conn, m.UID)
+		if errors.Is(err, origin.ErrNotPermitted) {
+			return nil
+		}
+	}
+	if err == nil {
+		logger.Info("dropped the mirror's replication origins on the destination", "origin", origin.Name(m.UID))
+		return nil
+	}
+	if attempt < originAttempts {
+		logger.Warn("cannot drop the mirror's replication origins on the destination; will retry", "error", err, "attempt", attempt)
+		return err
+	}
+	logger.Warn("giving up dropping the mirror's replication origins on the destination; drop them there with SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin WHERE roname LIKE '"+origin.Name(m.UID)+"%'",
+		"error", err, "attempt", attempt)
+	return nil
 }
 
 // Work drops the mirror's slot and publication and deletes its row.
@@ -77,6 +116,9 @@ func (w *MirrorCleanupWorker) Work(ctx context.Context, job *river.Job[MirrorCle
 			}
 			logger.Info("dropped publication", "publication", m.PublicationName)
 		}
+	}
+	if err := w.dropOrigins(ctx, m, job.Attempt, logger); err != nil {
+		return err
 	}
 	if err := store.MirrorPurge(ctx, m.ID); err != nil {
 		return err

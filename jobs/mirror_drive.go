@@ -16,6 +16,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/positions"
 	"github.com/pgmirror/pgmirror/engine/preflight"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
@@ -291,10 +292,51 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if err := positions.Ensure(ctx, in.dst); err != nil {
 		return in, err
 	}
+	if err := r.checkOrigins(ctx, in.dst, dstPeer); err != nil {
+		return in, err
+	}
 	if in.slot, err = capture.SlotState(ctx, in.src, m.ReplicationSlotName); err != nil {
 		return in, err
 	}
 	return in, nil
+}
+
+// unmarkedWarned holds the ids of the mirrors whose log this process told
+// that their destination writes cannot be marked (checkOrigins).
+var unmarkedWarned sync.Map
+
+// checkOrigins finds out whether the destination user may use replication
+// origins (engine/origin) and sets r.markWrites. When it may not, the
+// mirror's log gets a warning, once per mirror and process (again after
+// the privileges came and went): the mirror works, but a mirror reading
+// from the destination would carry pgmirror's writes back.
+func (r *mirrorRun) checkOrigins(ctx context.Context, dst *pgx.Conn, dstPeer db.Peer) error {
+	ok, err := origin.Permitted(ctx, dst)
+	if err != nil {
+		return err
+	}
+	r.markWrites = ok
+	if ok {
+		unmarkedWarned.Delete(r.mirrorID)
+		return nil
+	}
+	if _, warned := unmarkedWarned.LoadOrStore(r.mirrorID, true); !warned {
+		r.logger.Warn("the destination user may not use replication origins; pgmirror's writes on the destination are not marked", "peer", dstPeer.Name)
+		r.log(ctx, db.LevelWarn, "Destination writes not marked with a replication origin", map[string]any{
+			"peer": dstPeer.Name, "user": dstPeer.User,
+			"effect": "the mirror works, but a mirror reading from this destination (in the opposite direction) cannot tell pgmirror's writes from the application's and would carry them back",
+			"action": origin.GrantHint})
+	}
+	return nil
+}
+
+// originUID is the mirror uid that marks the run's destination writes, ""
+// when the destination user may not use replication origins.
+func (r *mirrorRun) originUID(m db.Mirror) string {
+	if !r.markWrites {
+		return ""
+	}
+	return m.UID
 }
 
 // startWithoutCopy marks tables that wait for nothing (added to a mirror
@@ -386,8 +428,9 @@ func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 		Logger:             r.logger,
 		// The setup's connections are the first copy worker's: no new
 		// connection before the first row moves.
-		SourceConn: src,
-		DestConn:   dst,
+		SourceConn:      src,
+		DestConn:        dst,
+		OriginMirrorUID: r.originUID(m),
 	}, rep)
 	if err != nil {
 		return r.refusedCopy(ctx, m, tables, err)
@@ -631,6 +674,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		SyncInterval:     time.Duration(m.CDCSyncIntervalSeconds) * time.Second,
 		HeartbeatTimeout: r.cfg.HeartbeatTimeout,
 		SourceWatch:      r.cfg.sources,
+		Origin:           origin.NameOrNone(r.originUID(m)),
 		Holder:           r.holder(),
 		Logger:           r.logger,
 	}, nil

@@ -98,6 +98,11 @@ type mirrorRun struct {
 	stopReason stopReason
 	copying    map[int64]bool // mirror tables being copied beside CDC
 
+	// markWrites says that the destination user may use replication
+	// origins: pgmirror's writes there are marked (engine/origin), checked
+	// by every prepare.
+	markWrites bool
+
 	hold *runHold // a verification's hold on the CDC phase
 }
 

@@ -143,6 +143,7 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 		MaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		TablesInParallel:   m.SnapshotNumTablesInParallel,
 		Logger:             r.logger,
+		OriginMirrorUID:    r.originUID(m),
 	}, rep)
 	return r.refusedCopy(ctx, m, targets, err)
 }

@@ -221,7 +221,7 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 		started := time.Now()
 		snaps, err := open(fmt.Sprintf("pgmirror_verify_%d_r", v.ID), func(ctx context.Context, s *verify.Snapshots) error {
 			var err error
-			written, err = verify.Repair(ctx, verify.RepairConfig{Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID, Tables: repairs}, s)
+			written, err = verify.Repair(ctx, verify.RepairConfig{Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID, Tables: repairs, MarkWrites: true}, s)
 			return err
 		})
 		if err != nil {

@@ -150,6 +150,12 @@ func (c *cli) run(ctx context.Context, command string, args []string) error {
 			return c.mirrorsDelete(ctx, rest)
 		case "cutover":
 			return c.mirrorsCutover(ctx, rest)
+		case "verify":
+			return c.mirrorsVerify(ctx, rest)
+		case "verifications":
+			return c.mirrorsVerifications(ctx, rest)
+		case "repair":
+			return c.mirrorsRepair(ctx, rest)
 		}
 	}
 	return usageErrorf("%s: unknown subcommand %q; see pgmirror %s --help", command, sub, command)
@@ -173,6 +179,10 @@ Common flags: --url URL, --json. See docs/cli.md.
   resync NAME [schema.table] re-snapshot every table, or one
   delete NAME [--yes]        delete a mirror (asks first on a terminal)
   cutover NAME [--lock-source] [--drop-slot=false] [--timeout S] [--quiet S] [--reverse NAME] [--no-wait]
+  verify NAME [--table schema.table ...] [--no-wait]
+                             compare the destination with the source (exit 5 when rows differ)
+  verifications NAME [ID]    list the verifications, or show one
+  repair NAME ID [--no-wait] copy again what verification ID found different, then compare again
 Common flags: --url URL, --json. See docs/cli.md.
 `,
 }

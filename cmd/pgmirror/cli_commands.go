@@ -356,6 +356,9 @@ func (c *cli) mirrorsGet(ctx context.Context, args []string) error {
 	if m.Cutover != nil {
 		fmt.Fprintf(w, "Cut-over:\t%s (requested %s)\n", m.Cutover.State, formatTime(&m.Cutover.RequestedAt))
 	}
+	if last := m.Verification.Last; last != nil {
+		fmt.Fprintf(w, "Verified:\t%d rows differ at LSN %s (verification %d, %s)\n", last.RowsDiffering, last.LSN, last.ID, formatTime(last.FinishedAt))
+	}
 	fmt.Fprintf(w, "Created:\t%s\n", formatTime(&m.CreatedAt))
 	fmt.Fprintf(w, "Updated:\t%s\n", formatTime(&m.UpdatedAt))
 	if err := w.Flush(); err != nil {
@@ -600,6 +603,9 @@ func (c *cli) printCutover(name, message string, r *client.CutoverRecord) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, s.State, (time.Duration(s.DurationMS) * time.Millisecond).String(), s.Error)
 	}
 	_ = w.Flush()
+	for _, warning := range r.Warnings {
+		fmt.Fprintf(c.stdout, "Warning: %s\n", warning)
+	}
 	if r.State == "requested" || r.State == "running" {
 		fmt.Fprintf(c.stdout, "Still running: follow it with pgmirror mirrors get %s\n", name)
 	}

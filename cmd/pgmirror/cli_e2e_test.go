@@ -111,7 +111,9 @@ func TestCLI(t *testing.T) {
 	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
 	exec1(t, src, `CREATE TABLE public.items (id int PRIMARY KEY, v text);
-		INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 500) g`)
+		INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 500) g;
+		CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+		CREATE TRIGGER items_touch BEFORE UPDATE ON public.items FOR EACH ROW EXECUTE FUNCTION touch()`)
 	s := startService(t, catalog)
 	u := newCLIUser(t)
 
@@ -224,6 +226,60 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("mirrors get --json: %+v", status)
 	}
 
+	// Verify: no differences (exit 0), then a row changed on the
+	// destination behind the mirror's back is found (exit 5 with the key),
+	// listed, shown, and repaired (exit 0).
+	out = u.ok("mirrors", "verify", "m1", "--table", "public.items")
+	if !strings.Contains(out, "Verification ") || !strings.Contains(out, "done, no differences") || !strings.Contains(out, "public.items") ||
+		!strings.Contains(out, "500") {
+		t.Fatalf("mirrors verify:\n%s", out)
+	}
+	exec1(t, dst, `UPDATE public.items SET v = 'changed' WHERE id = 7`)
+	r = u.fails(exitDifferences, []string{"found 1 row that differs", "pgmirror mirrors repair m1"}, "mirrors", "verify", "m1")
+	if !strings.Contains(r.stdout, "done, 1 row differs") || !strings.Contains(r.stdout, "public.items different: (id)=('7')") {
+		t.Fatalf("mirrors verify with a difference:\n%s", r.stdout)
+	}
+	var list []client.Verification
+	u.jsonOut(&list, "mirrors", "verifications", "m1")
+	if len(list) != 2 || list[0].State != "done" || list[0].RowsDiffering == nil || *list[0].RowsDiffering != 1 {
+		t.Fatalf("mirrors verifications --json: %+v", list)
+	}
+	differing := strconv.FormatInt(list[0].ID, 10)
+	if out := u.ok("mirrors", "verifications", "m1"); !strings.Contains(out, "ROWS DIFFERING") || !strings.Contains(out, differing+"  ") {
+		t.Fatalf("mirrors verifications:\n%s", out)
+	}
+	if out := u.ok("mirrors", "verifications", "m1", differing); !strings.Contains(out, "(id)=('7')") {
+		t.Fatalf("mirrors verifications m1 %s:\n%s", differing, out)
+	}
+	viewer.ok("mirrors", "verifications", "m1", differing)
+	viewer.fails(exitAPIError, []string{"HTTP 403"}, "mirrors", "verify", "m1")
+	out = u.ok("mirrors", "repair", "m1", differing)
+	if !strings.Contains(out, "Repair of: verification "+differing) || !strings.Contains(out, "done, no differences") {
+		t.Fatalf("mirrors repair:\n%s", out)
+	}
+	waitEqual(t, src, dst, "public.items", "public.items", "id, v", 10*time.Second)
+	if out := u.ok("mirrors", "get", "m1"); !strings.Contains(out, "Verified:") {
+		t.Fatalf("mirrors get after verify:\n%s", out)
+	}
+	// --no-wait returns the running verification; it is then followed by id.
+	var started client.Verification
+	u.jsonOut(&started, "mirrors", "verify", "m1", "--no-wait")
+	if started.State != "running" || started.ID == 0 {
+		t.Fatalf("mirrors verify --no-wait --json: %+v", started)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		var v client.Verification
+		u.jsonOut(&v, "mirrors", "verifications", "m1", strconv.FormatInt(started.ID, 10))
+		if v.State == "done" && v.RowsDiffering != nil && *v.RowsDiffering == 0 {
+			break
+		}
+		if v.State != "running" || time.Now().After(deadline) {
+			t.Fatalf("verification %d after --no-wait: %+v", started.ID, v)
+		}
+	}
+	u.fails(exitUsage, []string{"not a verification id"}, "mirrors", "repair", "m1", "x")
+	u.fails(exitAPIError, []string{"HTTP 404"}, "mirrors", "verifications", "m1", "999999")
+
 	// Pause, pause again (409: exit 1), resume.
 	if out := u.ok("mirrors", "pause", "m1"); !strings.Contains(out, "paused") {
 		t.Fatalf("mirrors pause:\n%s", out)
@@ -277,7 +333,8 @@ func TestCLI(t *testing.T) {
 
 	// Cut-over with the source idle, followed to its end.
 	out = u.ok("mirrors", "cutover", "m1", "--quiet", "1")
-	if !strings.Contains(out, "Cut-over of m1: completed") || !strings.Contains(out, "apply_changes") {
+	if !strings.Contains(out, "Cut-over of m1: completed") || !strings.Contains(out, "apply_changes") ||
+		!strings.Contains(out, "Warning: triggers of the mirrored tables that the destination lacks: items_touch on public.items") {
 		t.Fatalf("mirrors cutover:\n%s", out)
 	}
 	u.fails(exitAPIError, []string{"HTTP 409"}, "mirrors", "cutover", "m1")

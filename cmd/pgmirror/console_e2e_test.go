@@ -243,11 +243,11 @@ INSERT INTO items (label) SELECT 'item ' || g FROM generate_series(1, 20000) g;`
 // searches and filters its logs, and tests a peer's connection.
 func TestConsoleAdmin(t *testing.T) {
 	t.Parallel()
-	catalog, _, _, s := newEnv(t, consoleSourceSQL)
+	catalog, _, dst, s := newEnv(t, consoleSourceSQL)
 	api := apiClient(t, s)
 	_, err := api.CreateUser(callCtx(t), client.UserCreate{Username: "watcher", Password: "watcher-password-1", Role: "viewer"})
 	must(t, err)
-	b := newBrowser(t, 4*time.Minute)
+	b := newBrowser(t, 5*time.Minute)
 
 	// A wrong password is refused with the API's message.
 	b.do("open the login page", chromedp.Navigate(s.baseURL+"/ui"), chromedp.WaitVisible(chromedp.CSS("#login-username")),
@@ -313,6 +313,36 @@ func TestConsoleAdmin(t *testing.T) {
 	b.wait("status running again", `document.querySelector('h1').dataset.status === 'running'`)
 	if m := getMirror(t, api, "webmirror"); m.Status != "running" {
 		t.Fatalf("after Resume the API says %q", m.Status)
+	}
+
+	// Verify with the button: the result appears with the per-table
+	// counts; a row changed on the destination behind the mirror's back is
+	// then found with its key, and Repair makes the destination equal again.
+	b.do("verify", chromedp.Click(chromedp.CSS("#verify"), chromedp.NodeEnabled))
+	b.wait("a clean verification", `(() => { const v = document.querySelector('#verification-list .verification');
+		if (!v || v.dataset.state !== 'done') return false;
+		const r = v.querySelector('tr[data-table="public.items"]');
+		return r !== null && r.querySelector('.rows-source').textContent.replace(/\D/g, '') === '20000'
+			&& r.querySelector('.rows-destination').textContent.replace(/\D/g, '') === '20000'
+			&& v.querySelector('.outcome').textContent === 'no differences' && v.querySelector('.repair') === null; })()`)
+	exec1(t, dst, `UPDATE public.items SET label = 'changed behind the mirror' WHERE id = 7`)
+	b.wait("Verify enabled again", `!document.getElementById('verify').disabled`)
+	b.do("verify again", chromedp.Click(chromedp.CSS("#verify"), chromedp.NodeEnabled))
+	b.wait("the difference with its key", `(() => { const v = document.querySelector('#verification-list .verification');
+		return v && v.dataset.state === 'done' && v.querySelector('.outcome').textContent === '1 row differs'
+			&& [...v.querySelectorAll('.examples code')].some((c) => c.textContent === "(id)=('7')")
+			&& v.querySelector('.chunks-differing').textContent.startsWith('1 of') && v.querySelector('.repair') !== null; })()`)
+	evalIn[bool](b, `(document.getElementById('verifications').scrollIntoView(), true)`)
+	b.screenshot("verification")
+	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)
+	b.do("repair", chromedp.Click(chromedp.CSS("#verification-list .verification .repair"), chromedp.NodeEnabled))
+	b.wait("the repair's clean result", `(() => { const vs = document.querySelectorAll('#verification-list .verification');
+		return vs.length === 3 && vs[0].dataset.state === 'done' && vs[0].textContent.includes('Repair of')
+			&& vs[0].querySelector('.outcome').textContent === 'no differences' && vs[1].querySelector('.repair') === null; })()`)
+	vs, err := api.ListVerifications(callCtx(t), "webmirror", 0)
+	must(t, err)
+	if len(vs) != 3 || vs[0].RepairOf == nil || *vs[0].RepairOf != vs[1].ID || vs[0].RowsDiffering == nil || *vs[0].RowsDiffering != 0 {
+		t.Fatalf("API after the console's verify and repair: %+v", vs)
 	}
 
 	// Delete asks first; Cancel brings the buttons back and deletes nothing.
@@ -425,7 +455,7 @@ func TestConsoleAdmin(t *testing.T) {
 // show, and no control button, form or user page does.
 func TestConsoleViewer(t *testing.T) {
 	t.Parallel()
-	_, _, _, s := newEnv(t, consoleSourceSQL)
+	_, _, dst, s := newEnv(t, consoleSourceSQL)
 	api := apiClient(t, s)
 	_, err := api.CreateMirror(callCtx(t), client.MirrorCreate{Name: "viewed", SourcePeer: "src", DestinationPeer: "dst", CDCSyncIntervalSeconds: 1,
 		TableMappings: []client.TableMapping{{SourceSchema: "public", SourceTable: "items", DestinationSchema: "public", DestinationTable: "items"}}})
@@ -459,9 +489,17 @@ func TestConsoleViewer(t *testing.T) {
 	b.wait("the mirror with its tables and logs", `document.querySelector('h1[data-status="running"]') !== null
 		&& document.querySelector('#tables tr[data-table="public.items"] .pct') !== null
 		&& document.querySelectorAll('#log-table tr.log').length > 0`)
-	if n := evalIn[int](b, `document.querySelectorAll('#controls button, .resync-table, #pause, #resume, #delete').length`); n != 0 {
+	// A verification's result shows, without Verify or Repair buttons.
+	exec1(t, dst, `UPDATE public.items SET label = '<b>changed</b>' WHERE id = 9`)
+	_, err = api.VerifyMirror(callCtx(t), "viewed", client.VerifyRequest{})
+	must(t, err)
+	b.wait("the verification's result", `(() => { const v = document.querySelector('#verification-list .verification');
+		return v && v.dataset.state === 'done' && v.querySelector('.outcome').textContent === '1 row differs'
+			&& [...v.querySelectorAll('.examples li')].some((li) => li.textContent === "public.items different: (id)=('9')"); })()`)
+	if n := evalIn[int](b, `document.querySelectorAll('#controls button, .resync-table, #pause, #resume, #delete, #verify, .repair').length`); n != 0 {
 		t.Fatalf("a viewer sees %d control buttons", n)
 	}
+	exec1(t, dst, `UPDATE public.items SET label = 'item 9' WHERE id = 9`)
 	b.do("peers", chromedp.Navigate(s.baseURL+"/ui#/peers"))
 	b.wait("the peers", `document.querySelector('#peers tr[data-peer="src"]') !== null`)
 	if n := evalIn[int](b, `document.querySelectorAll('.test-peer, #new-peer').length`); n != 0 {

@@ -190,7 +190,7 @@ func TestCutover(t *testing.T) {
 			t.Errorf("step %s is %s (%s)", step.Name, step.State, step.Error)
 		}
 	}
-	want := "check make_source_read_only apply_changes check_source_quiet sync_sequences create_constraints verify_row_counts verify_checksums prepare_reverse_mirror complete drop_slot"
+	want := "check make_source_read_only apply_changes check_source_quiet sync_sequences create_constraints create_foreign_keys verify_row_counts verify_checksums prepare_reverse_mirror complete drop_slot"
 	if strings.Join(names, " ") != want {
 		t.Errorf("steps %v, want %s", names, want)
 	}

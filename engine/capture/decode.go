@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
 )
 
 // pgoutput message types (the first byte of a message).
@@ -177,6 +178,7 @@ func (s *Stream) decode(walData []byte) (Event, bool, error) {
 			return Event{}, false, fmt.Errorf("decode begin message: %w", err)
 		}
 		s.inTx = true
+		s.skipTx = false
 		return Event{Kind: EventBegin, LSN: change.LSN(final), Xid: xid, CommitTime: pgTime(at)}, true, nil
 	case msgCommit:
 		w := wire{b: walData, off: 1}
@@ -188,6 +190,10 @@ func (s *Stream) decode(walData []byte) (Event, bool, error) {
 			return Event{}, false, fmt.Errorf("decode commit message: %w", err)
 		}
 		s.inTx = false
+		if s.skipTx {
+			s.skipTx = false
+			s.skippedTx.Add(1)
+		}
 		s.lastCommitEnd = end
 		s.received = max(s.received, end)
 		return Event{Kind: EventCommit, LSN: end, CommitTime: pgTime(at)}, true, nil
@@ -199,24 +205,36 @@ func (s *Stream) decode(walData []byte) (Event, bool, error) {
 		s.relations[rel.ID] = rel
 		return Event{}, false, nil
 	case msgInsert:
+		if s.skipTx {
+			return Event{}, false, nil
+		}
 		c, err := s.decodeInsert(walData)
 		if err != nil {
 			return Event{}, false, fmt.Errorf("decode insert message: %w", err)
 		}
 		return Event{Kind: EventChange, Change: c}, true, nil
 	case msgUpdate:
+		if s.skipTx {
+			return Event{}, false, nil
+		}
 		c, err := s.decodeUpdate(walData)
 		if err != nil {
 			return Event{}, false, fmt.Errorf("decode update message: %w", err)
 		}
 		return Event{Kind: EventChange, Change: c}, true, nil
 	case msgDelete:
+		if s.skipTx {
+			return Event{}, false, nil
+		}
 		c, err := s.decodeDelete(walData)
 		if err != nil {
 			return Event{}, false, fmt.Errorf("decode delete message: %w", err)
 		}
 		return Event{Kind: EventChange, Change: c}, true, nil
 	case msgTruncate:
+		if s.skipTx {
+			return Event{}, false, nil
+		}
 		c, err := s.decodeTruncate(walData)
 		if err != nil {
 			return Event{}, false, fmt.Errorf("decode truncate message: %w", err)
@@ -234,9 +252,23 @@ func (s *Stream) decode(walData []byte) (Event, bool, error) {
 	case msgOrigin:
 		w := wire{b: walData, off: 1}
 		w.u64("origin commit LSN")
-		w.cstring("origin name")
+		name := w.cstring("origin name")
 		if err := w.done(); err != nil {
 			return Event{}, false, fmt.Errorf("decode origin message: %w", err)
+		}
+		if s.inTx && origin.IsPgmirror(name) {
+			// pgmirror applied this transaction on the source: its changes
+			// came from another database through a mirror and must not go
+			// back (see engine/origin). Begin and Commit still go to the
+			// consumer, so that positions move past it.
+			s.skipTx = true
+			if !s.originSeen[name] {
+				if s.originSeen == nil {
+					s.originSeen = map[string]bool{}
+				}
+				s.originSeen[name] = true
+				s.log.Info("leaving out transactions that pgmirror applied on the source", "origin", name)
+			}
 		}
 		return Event{}, false, nil
 	case msgMessage:

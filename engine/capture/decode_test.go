@@ -517,3 +517,34 @@ func BenchmarkDecodeInsertPglogrepl(b *testing.B) {
 		}
 	}
 }
+
+// TestDecodeSkipsPgmirrorOrigins: the changes of a transaction whose origin
+// is one of pgmirror's are left out, its Begin and Commit still come (so
+// positions move past it), and a relation message inside it is still
+// learnt; a transaction of another origin (native replication) is kept.
+func TestDecodeSkipsPgmirrorOrigins(t *testing.T) {
+	t.Parallel()
+	s := newTestStream()
+	msgs := validMessages()
+	kinds := func(seq ...[]byte) []EventKind {
+		var out []EventKind
+		for _, m := range seq {
+			ev, ok, err := s.decode(m)
+			require.NoError(t, err)
+			if ok {
+				out = append(out, ev.Kind)
+			}
+		}
+		return out
+	}
+	got := kinds(msgs["begin"], msg{'O'}.u64(0x2_0000_0000).str("pgmirror_8d1c2a"), relationOrders(), insertOrders(),
+		msgs["update"], msgs["delete key"], msg{'T'}.u32(1).u8(0).u32(relOrders), msgs["commit"])
+	require.Equal(t, []EventKind{EventBegin, EventCommit}, got)
+	require.EqualValues(t, 1, s.SkippedTransactions())
+
+	got = kinds(msgs["begin"], insertOrders(), msgs["commit"])
+	require.Equal(t, []EventKind{EventBegin, EventChange, EventCommit}, got, "the next transaction, without origin, is kept")
+	got = kinds(msgs["begin"], msgs["origin"], insertOrders(), msgs["commit"])
+	require.Equal(t, []EventKind{EventBegin, EventChange, EventCommit}, got, "another origin's transaction is kept")
+	require.EqualValues(t, 1, s.SkippedTransactions())
+}

@@ -23,6 +23,13 @@
 // and everything handed over has been confirmed, a keepalive's WAL end is
 // confirmed too, so the slot advances on a quiet source.
 //
+// A transaction whose replication origin (pgoutput's Origin message) is one
+// of pgmirror's (engine/origin: pgmirror applied it on this database, coming
+// from another) reaches the consumer as its Begin and Commit only: its
+// changes are left out, so that mirrors in opposite directions never feed
+// each other, and positions still move past it. Stream.SkippedTransactions
+// counts them. Transactions of other origins are kept.
+//
 // While the consumer is far behind the source (SetCatchingUp), a read that
 // had to wait for the walsender is followed by a 1 ms pause, so that the next
 // read takes what gathered in the socket instead of one small message at a

@@ -110,13 +110,16 @@ type Stream struct {
 	statusDue  atomic.Bool   // ConfirmNow asked for a status update at once
 	catchingUp atomic.Bool   // SetCatchingUp: read in gulps (see readGulp)
 	buffered   atomic.Int64  // bytes handed over and not yet released
+	skippedTx  atomic.Int64  // transactions left out for their pgmirror origin
 	space      chan struct{} // signalled by Release
 
 	// Owned by the reader goroutine.
 	relations      map[uint32]*change.Relation
 	inTx           bool
-	lastCommitEnd  change.LSN // end LSN of the last commit handed over
-	received       change.LSN // highest position received
+	skipTx         bool            // the open transaction has a pgmirror origin: its changes are left out
+	originSeen     map[string]bool // pgmirror origins met (logged once each)
+	lastCommitEnd  change.LSN      // end LSN of the last commit handed over
+	received       change.LSN      // highest position received
 	lastStatus     time.Time
 	lastHeard      time.Time
 	silenceAsked   bool
@@ -269,6 +272,12 @@ func (s *Stream) Release(ev Event) {
 	default:
 	}
 }
+
+// SkippedTransactions returns how many source transactions the stream left
+// out because pgmirror applied them there (their replication origin is one
+// of pgmirror's, see engine/origin): their Begin and Commit events arrive
+// without changes.
+func (s *Stream) SkippedTransactions() int64 { return s.skippedTx.Load() }
 
 // Confirmed returns the position last confirmed.
 func (s *Stream) Confirmed() change.LSN { return change.LSN(s.confirmed.Load()) }

@@ -16,6 +16,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/positions"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
@@ -117,6 +118,13 @@ type Config struct {
 	// source database (one connection and one poll for all of them);
 	// without it the run does so on a source connection of its own.
 	SourceWatch *SourceWatch
+	// Origin, when set, is the replication origin (engine/origin.Name of
+	// the mirror) that marks every transaction the run commits on the
+	// destination, so that a mirror reading from the destination leaves
+	// them out. "" marks nothing (the destination user may not use
+	// origins). A destination that refuses it (privileges) logs a warning
+	// and the run goes on unmarked.
+	Origin string
 	// Holder, when set, lets a verification hold the run for an instant at
 	// a source position (see Holder).
 	Holder Holder
@@ -258,6 +266,15 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if err != nil {
 		return netError(err)
 	}
+	if cfg.Origin != "" {
+		marked, err := setupOrigin(ctx, dest, cfg.Origin, logger)
+		if err != nil {
+			return netError(err)
+		}
+		if marked {
+			defer resetOrigin(dest)
+		}
+	}
 	applied, batchID, found, err := positions.Applied(ctx, dest, cfg.MirrorUID)
 	if err != nil {
 		return netError(err)
@@ -330,6 +347,49 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	logger.Info("CDC started", "lsn", applied.String(), "start_lsn", r.floor.String(), "batch_id", batchID,
 		"table_positions", len(positions), "skipped_tables", len(cfg.SkipTables), "binary", types != nil)
 	return r.loop(ctx, stop)
+}
+
+// originBusyWait is how long a run waits for its origin to be let go by
+// the session that used it before (a previous run's connection whose
+// backend has not exited yet).
+const originBusyWait = 10 * time.Second
+
+// setupOrigin marks the transactions of the apply connection with the
+// origin name. A destination user without the privileges gives a warning
+// and false: the run goes on unmarked.
+func setupOrigin(ctx context.Context, dest *pgx.Conn, name string, logger *slog.Logger) (bool, error) {
+	deadline := time.Now().Add(originBusyWait)
+	for {
+		err := origin.Setup(ctx, dest, name)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, origin.ErrNotPermitted):
+			logger.Warn("the destination user may not use replication origins: pgmirror's writes are not marked, and a mirror reading from the destination would carry them back; "+origin.GrantHint,
+				"origin", name, "error", err.Error())
+			return false, nil
+		case errors.As(err, &pgErr) && pgErr.Code == "55006" && time.Now().Before(deadline):
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		default:
+			return false, err
+		}
+	}
+}
+
+// resetOrigin ends the apply connection's use of its origin before the
+// connection closes, so that the next run may take it at once.
+func resetOrigin(conn *pgx.Conn) {
+	if conn.IsClosed() || conn.PgConn().TxStatus() != 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = conn.Exec(ctx, `SELECT pg_catalog.pg_replication_origin_session_reset()`)
 }
 
 // tablePositions reads the per-table positions of the mapped tables that

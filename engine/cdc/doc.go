@@ -48,6 +48,11 @@
 // (Stream.ConfirmNow), so the slot is confirmed within about a tenth of a
 // second of the commit, not at the next status interval.
 //
+// With Config.Origin the apply connection's transactions carry the
+// mirror's replication origin (engine/origin), and the stream leaves out
+// source transactions that carry one of pgmirror's (engine/capture): two
+// runs in opposite directions over the same tables never feed each other.
+//
 // # Binary values
 //
 // When the source runs PostgreSQL 14 or later and every replicated column

@@ -26,10 +26,13 @@ type Failure struct {
 
 func (f *Failure) Error() string { return f.Message }
 
-// NamedCheck is one named preflight check.
+// NamedCheck is one named preflight check. Run checks the database of
+// conn, whose role in the mirror ("source", or "destination" for the
+// reverse mirror of a cut-over) its messages name, so that the advice says
+// where the fix belongs.
 type NamedCheck struct {
 	Name string
-	Run  func(ctx context.Context, conn Queryer, tables []change.TableName) error
+	Run  func(ctx context.Context, conn Queryer, tables []change.TableName, role string) error
 }
 
 // All are the checks Check performs, in order.
@@ -42,23 +45,32 @@ var All = []NamedCheck{
 // Check runs every check in All against the source connection conn for
 // the given source tables and returns the first failure.
 func Check(ctx context.Context, conn Queryer, tables []change.TableName) error {
+	return CheckAs(ctx, conn, tables, "source")
+}
+
+// CheckAs runs every check in All against conn, a connection to a database
+// that is to feed a mirror in the role role ("source", or "destination"
+// for a cut-over's reverse mirror, which reads the destination), and
+// returns the first failure; its message names that database.
+func CheckAs(ctx context.Context, conn Queryer, tables []change.TableName, role string) error {
 	for _, c := range All {
-		if err := c.Run(ctx, conn, tables); err != nil {
+		if err := c.Run(ctx, conn, tables, role); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// WalLevel checks that the source runs with wal_level=logical.
-func WalLevel(ctx context.Context, conn Queryer, _ []change.TableName) error {
+// WalLevel checks that the database (of the given role) runs with
+// wal_level=logical.
+func WalLevel(ctx context.Context, conn Queryer, _ []change.TableName, role string) error {
 	var level string
 	if err := queryRow(ctx, conn, `SELECT current_setting('wal_level')`, nil, &level); err != nil {
 		return fmt.Errorf("read wal_level: %w", err)
 	}
 	if level != "logical" {
 		return &Failure{Check: "wal_level", Message: fmt.Sprintf(
-			"the source database runs with wal_level=%s, but mirrors need wal_level=logical: run ALTER SYSTEM SET wal_level = logical on the source and restart its server", level)}
+			"the %s database runs with wal_level=%s, but mirrors need wal_level=logical: run ALTER SYSTEM SET wal_level = logical on the %s and restart its server", role, level, role)}
 	}
 	return nil
 }
@@ -148,9 +160,9 @@ func describe(ctx context.Context, conn Queryer, tables []change.TableName) (map
 	return out, nil
 }
 
-// TablesExist checks that every table exists in the source database as a
-// table or partitioned table (not a view or other relation).
-func TablesExist(ctx context.Context, conn Queryer, tables []change.TableName) error {
+// TablesExist checks that every table exists in the database (of the given
+// role) as a table or partitioned table (not a view or other relation).
+func TablesExist(ctx context.Context, conn Queryer, tables []change.TableName, role string) error {
 	info, err := describe(ctx, conn, tables)
 	if err != nil {
 		return err
@@ -167,13 +179,13 @@ func TablesExist(ctx context.Context, conn Queryer, tables []change.TableName) e
 	}
 	if len(missing) > 0 {
 		return &Failure{Check: "tables_exist", Message: fmt.Sprintf(
-			"table %s does not exist in the source database: check the schema and table names (they are case-sensitive) or create the table first",
-			strings.Join(missing, ", "))}
+			"table %s does not exist in the %s database: check the schema and table names (they are case-sensitive) or create the table first",
+			strings.Join(missing, ", "), role)}
 	}
 	if len(notTables) > 0 {
 		return &Failure{Check: "tables_exist", Message: fmt.Sprintf(
-			"%s in the source database is not a table (views and other relations cannot be replicated): map a table instead",
-			strings.Join(notTables, ", "))}
+			"%s in the %s database is not a table (views and other relations cannot be replicated): map a table instead",
+			strings.Join(notTables, ", "), role)}
 	}
 	return nil
 }
@@ -183,7 +195,7 @@ func TablesExist(ctx context.Context, conn Queryer, tables []change.TableName) e
 // FULL. A partitioned table passes with a primary key on the root;
 // otherwise each leaf partition must pass on its own. Missing tables are
 // left to TablesExist.
-func ReplicaIdentity(ctx context.Context, conn Queryer, tables []change.TableName) error {
+func ReplicaIdentity(ctx context.Context, conn Queryer, tables []change.TableName, role string) error {
 	info, err := describe(ctx, conn, tables)
 	if err != nil {
 		return err
@@ -196,7 +208,7 @@ func ReplicaIdentity(ctx context.Context, conn Queryer, tables []change.TableNam
 		switch ti.relkind {
 		case "r":
 			if !identifiable(ti.replident, ti.hasPK, ti.hasIdentIdx) {
-				return noIdentity(t.String(), t.Quoted())
+				return noIdentity(t.String(), t.Quoted(), role)
 			}
 		case "p":
 			if ti.hasPK {
@@ -204,16 +216,16 @@ func ReplicaIdentity(ctx context.Context, conn Queryer, tables []change.TableNam
 			}
 			if len(ti.badLeaves) > 0 {
 				return &Failure{Check: "replica_identity", Message: fmt.Sprintf(
-					"partitioned table %s has no primary key and its partition %s has neither a primary key nor REPLICA IDENTITY FULL: add a primary key to %s, or run ALTER TABLE ... REPLICA IDENTITY FULL on each partition",
-					t, ti.badLeaves[0], t)}
+					"partitioned table %s has no primary key and its partition %s has neither a primary key nor REPLICA IDENTITY FULL: add a primary key to %s, or run ALTER TABLE ... REPLICA IDENTITY FULL on each partition, on the %s",
+					t, ti.badLeaves[0], t, role)}
 			}
 		}
 	}
 	return nil
 }
 
-func noIdentity(name, quoted string) error {
+func noIdentity(name, quoted, role string) error {
 	return &Failure{Check: "replica_identity", Message: fmt.Sprintf(
-		"table %s has neither a primary key nor REPLICA IDENTITY FULL, so updates and deletes cannot be replicated: add a primary key, or run ALTER TABLE %s REPLICA IDENTITY FULL on the source",
-		name, quoted)}
+		"table %s has neither a primary key nor REPLICA IDENTITY FULL, so updates and deletes cannot be replicated: add a primary key, or run ALTER TABLE %s REPLICA IDENTITY FULL on the %s",
+		name, quoted, role)}
 }

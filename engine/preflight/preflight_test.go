@@ -77,6 +77,17 @@ func TestCheck(t *testing.T) {
 		})
 	}
 
+	// Checked as the destination (a cut-over's reverse mirror reads it),
+	// the advice names the destination, where the fix belongs.
+	err := preflight.CheckAs(ctx, conn, []change.TableName{tbl("public", "nopk")}, "destination")
+	var f *preflight.Failure
+	require.ErrorAs(t, err, &f)
+	require.Contains(t, f.Error(), `ALTER TABLE "public"."nopk" REPLICA IDENTITY FULL on the destination`)
+	require.NotContains(t, f.Error(), "source")
+	err = preflight.CheckAs(ctx, conn, []change.TableName{tbl("public", "nope")}, "destination")
+	require.ErrorAs(t, err, &f)
+	require.Contains(t, f.Error(), "does not exist in the destination database")
+
 	pgtest.Exec(t, url, `ALTER TABLE parted_bad REPLICA IDENTITY FULL`)
 	require.NoError(t, preflight.Check(ctx, conn, []change.TableName{tbl("public", "parted")}))
 }

@@ -72,4 +72,12 @@
 // planning connections; each transaction begins in one round trip (BEGIN,
 // SET TRANSACTION SNAPSHOT and, on borrowed connections, SET LOCAL of the
 // session settings in one statement).
+//
+// # Marked writes
+//
+// With Config.OriginMirrorUID every destination connection of the run is
+// marked with a copy origin of the mirror (engine/origin.SetupCopy) before
+// it writes, the truncate's included, and the origin is dropped when the
+// connection is done: a mirror reading from the destination leaves the
+// copy out.
 package tablesync

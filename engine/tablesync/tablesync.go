@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
@@ -100,6 +101,13 @@ type Config struct {
 	// closed after an error that broke them. Unset, Run connects its first
 	// worker itself.
 	SourceConn, DestConn *pgx.Conn
+	// OriginMirrorUID, when set, marks every transaction Run commits on the
+	// destination (the truncate and every partition) with a copy origin of
+	// that mirror (engine/origin.SetupCopy), one per destination connection,
+	// dropped when the connection is done: a mirror reading from the
+	// destination then leaves the copy out. The destination user must be
+	// allowed to use replication origins (origin.Permitted).
+	OriginMirrorUID string
 }
 
 // Reporter receives the snapshot's progress. Its methods are called from
@@ -195,6 +203,9 @@ func Run(ctx context.Context, cfg Config, rep Reporter) error {
 	first := &worker{}
 	if cfg.SourceConn != nil && cfg.DestConn != nil {
 		first = &worker{src: cfg.SourceConn, dst: cfg.DestConn, borrowed: true}
+		if err := r.markOrigin(ctx, first); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
 	}
 	workers := make(chan *worker, cfg.MaxParallelWorkers)
 	workers <- first
@@ -534,6 +545,8 @@ func partitionRange(first, parts, total int) string {
 // connections are opened on first use and reused for later streams.
 type worker struct {
 	src, dst *pgx.Conn
+	// origin is the copy origin that marks dst's transactions ("" for none).
+	origin string
 	// borrowed: the caller's connections (Config.SourceConn and DestConn).
 	// They keep their session settings (each transaction sets tablesync's
 	// with SET LOCAL) and are never closed here unless broken.
@@ -543,6 +556,16 @@ type worker struct {
 // close closes w's connections, or ends the transactions left open on
 // borrowed ones, and leaves w unconnected.
 func (w *worker) close(ctx context.Context) {
+	if w.origin != "" && w.dst != nil && !w.dst.IsClosed() {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if w.dst.PgConn().TxStatus() != 'I' {
+			_, _ = w.dst.Exec(rctx, "ROLLBACK")
+		}
+		// Left behind on failure: the mirror's deletion drops it, and the
+		// next copy may use it again.
+		_ = origin.Release(rctx, w.dst, w.origin)
+		cancel()
+	}
 	for _, c := range []*pgx.Conn{w.src, w.dst} {
 		switch {
 		case c == nil || c.IsClosed():
@@ -581,10 +604,24 @@ func (r *run) connect(ctx context.Context, w *worker) error {
 				return fmt.Errorf("connect to destination: %w", err)
 			}
 			w.dst = conn
-			return nil
+			return r.markOrigin(ctx, w)
 		})
 	}
 	return g.Wait()
+}
+
+// markOrigin marks the transactions of w's destination connection with a
+// copy origin, when the run has one (Config.OriginMirrorUID).
+func (r *run) markOrigin(ctx context.Context, w *worker) error {
+	if r.cfg.OriginMirrorUID == "" {
+		return nil
+	}
+	name, err := origin.SetupCopy(ctx, w.dst, r.cfg.OriginMirrorUID)
+	if err != nil {
+		return fmt.Errorf("mark the destination's writes: %w", err)
+	}
+	w.origin = name
+	return nil
 }
 
 // copyStream copies st from the source to the destination: one COPY in one

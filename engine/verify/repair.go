@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
@@ -24,6 +25,11 @@ type RepairConfig struct {
 	Source, Dest *pgx.ConnConfig
 	MirrorUID    string
 	Tables       []TableRepair
+	// MarkWrites marks the repair's destination transaction with a copy
+	// origin of the mirror (engine/origin.SetupCopy), when the destination
+	// user may use origins, so that a mirror reading from the destination
+	// leaves the repair out like any other write of pgmirror's.
+	MarkWrites bool
 }
 
 // ErrRepairMoved: the mirror applied more before the repair could be
@@ -57,6 +63,15 @@ func Repair(ctx context.Context, cfg RepairConfig, s *Snapshots) (int64, error) 
 		return 0, fmt.Errorf("connect to the destination: %w", err)
 	}
 	defer dst.Close(context.WithoutCancel(ctx))
+	if cfg.MarkWrites {
+		name, err := markRepair(ctx, dst, cfg.MirrorUID)
+		if err != nil {
+			return 0, err
+		}
+		if name != "" {
+			defer func() { _ = origin.Release(context.WithoutCancel(ctx), dst, name) }()
+		}
+	}
 	tx, err := dst.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("begin the repair: %w", err)
@@ -90,6 +105,21 @@ func Repair(ctx context.Context, cfg RepairConfig, s *Snapshots) (int64, error) 
 		return 0, fmt.Errorf("commit the repair: %w", err)
 	}
 	return written, nil
+}
+
+// markRepair marks the session of dst with a copy origin of the mirror
+// and returns its name, or "" when the destination user may not use
+// origins (the repair is then unmarked, like the mirror's other writes).
+func markRepair(ctx context.Context, dst *pgx.Conn, mirrorUID string) (string, error) {
+	ok, err := origin.Permitted(ctx, dst)
+	if err != nil || !ok {
+		return "", err
+	}
+	name, err := origin.SetupCopy(ctx, dst, mirrorUID)
+	if err != nil {
+		return "", fmt.Errorf("mark the repair's writes: %w", err)
+	}
+	return name, nil
 }
 
 func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair) (int64, error) {

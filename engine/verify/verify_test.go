@@ -17,6 +17,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/verify"
 )
 
@@ -243,6 +244,17 @@ func TestRepair(t *testing.T) {
 	require.NotEmpty(t, res[0].RepairRanges.Ranges)
 	// Changes keep coming while the repair runs, also to repaired rows.
 	pgtest.Exec(t, b.src, `UPDATE k SET v = 'later' WHERE id = 5`)
+	// A slot on the destination sees the repair's writes, marked with an
+	// origin of the mirror (a reverse mirror leaves them out).
+	slot := fmt.Sprintf("verify_repair_%d", nameSeq.Add(1))
+	pgtest.Exec(t, b.dst, `SELECT pg_create_logical_replication_slot('`+slot+`', 'test_decoding')`)
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), b.dst)
+		if err == nil {
+			_ = origin.DropMirror(context.Background(), conn, b.cfg.MirrorUID)
+			conn.Close(context.Background())
+		}
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -253,13 +265,24 @@ func TestRepair(t *testing.T) {
 		WhileHeld: func(ctx context.Context, s *verify.Snapshots) error {
 			var err error
 			written, err = verify.Repair(ctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
-				Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}}, s)
+				Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true}, s)
 			return err
 		},
 	}, b.hold)
 	require.NoError(t, err)
 	snaps.Close()
 	require.GreaterOrEqual(t, written, int64(23))
+	dst, err := pgx.Connect(ctx, b.dst)
+	require.NoError(t, err)
+	defer dst.Close(context.Background())
+	// The slot decodes flushed WAL only: wait for the repair's one
+	// transaction to be there, then none of its deletes may be local.
+	var all, local int
+	require.Eventually(t, func() bool {
+		return dst.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_changes($1, NULL, NULL) WHERE data LIKE 'table public.k: DELETE%'`, slot).Scan(&all) == nil && all > 0
+	}, 20*time.Second, 100*time.Millisecond, "the repair deleted the differing ranges")
+	require.NoError(t, dst.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_changes($1, NULL, NULL, 'only-local', '1') WHERE data LIKE 'table public.k: DELETE%'`, slot).Scan(&local))
+	require.Zero(t, local, "the repair's deletes carry no origin")
 	pgtest.Exec(t, b.src, `UPDATE k SET v = 'after' WHERE id = 3000`)
 	res, _ = b.verifyOnce(t)
 	require.True(t, res[0].Equal(), "%+v", res[0])

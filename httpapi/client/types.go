@@ -319,13 +319,18 @@ type CutoverRecord struct {
 	Steps         []CutoverStep  `json:"steps"`
 	Error         string         `json:"error,omitempty"`
 	ReverseMirror string         `json:"reverse_mirror,omitempty"`
+	// Warnings name what the cut-over did not carry to the destination.
+	Warnings []string `json:"warnings"`
 }
 
 // CutoverResponse is the answer to a cut-over request.
 type CutoverResponse struct {
-	Message string         `json:"message"`
-	Status  string         `json:"status"`
-	Cutover *CutoverRecord `json:"cutover"`
+	Message string `json:"message"`
+	Status  string `json:"status"`
+	// Warnings name what the cut-over did not carry to the destination
+	// (the record's warnings once it completed).
+	Warnings []string       `json:"warnings"`
+	Cutover  *CutoverRecord `json:"cutover"`
 }
 
 // LogEntry is one of a mirror's log entries.

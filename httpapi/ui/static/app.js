@@ -7,6 +7,7 @@
 (() => {
   const TOKEN_KEY = 'pgmirror.token';
   const REFRESH_MS = 3000;
+  const VERIFY_PAGE = 5; // verifications shown on a mirror's page
   const LAG_WINDOW_MS = 10 * 60 * 1000;
   const LOG_PAGE = 50;
   const SVG_NS = 'http://www.w3.org/2000/svg';
@@ -538,10 +539,97 @@
       el('div', { class: 'pager' }, newer, logInfo, older));
     level.addEventListener('change', () => { logOffset = 0; loadLogs(); });
 
-    replace(view, el('p', {}, el('a', { href: '#/mirrors', text: '← Mirrors' })), title, errBox, controls, notice, summary, logsBox);
+
+    // ---- verifications: the latest results; Verify and Repair for admins ----
+    const verifyBox = el('section', { class: 'card', id: 'verifications' });
+    const verifyList = el('div', { id: 'verification-list' });
+    const verifyResult = el('p', { id: 'verify-result', role: 'status' });
+    const verifyErr = el('p', { class: 'error' });
+    let verifyBusy = false; // a verify or repair request is under way
+    let verifyRunning = false; // the newest verification is running
+    let lastVerifications = ''; // the list is only redrawn when it changed
+    let repaired = new Set(); // ids of the shown verifications that a shown repair repaired
+    const verifyButton = isAdmin() ? el('button', { type: 'button', id: 'verify', text: 'Verify', onclick: () => startVerify('Verify', path + '/verify', {}) }) : null;
+    const updateVerifyButton = () => {
+      if (verifyButton) verifyButton.disabled = verifyBusy || verifyRunning || !current || current.status !== 'running';
+    };
+
+    const startVerify = async (label, p, body) => {
+      verifyBusy = true;
+      updateVerifyButton();
+      verifyResult.className = '';
+      verifyResult.textContent = label + '…';
+      try {
+        const v = await api('POST', p, body);
+        if (!ctx.live()) return;
+        verifyResult.className = 'notice';
+        verifyResult.textContent = `${label}: verification ${v.id} started`;
+      } catch (e) {
+        if (!ctx.live()) return;
+        verifyResult.className = 'error';
+        verifyResult.textContent = label + ' failed: ' + e.message;
+      } finally {
+        verifyBusy = false;
+      }
+      await loadVerifications();
+    };
+
+    function verificationView(v) {
+      const differing = v.rows_differing;
+      const found = v.state === 'done' && differing > 0;
+      const outcome = v.state === 'done' ? (found ? (differing === 1 ? '1 row differs' : fmtNum(differing) + ' rows differ') : 'no differences') : '';
+      const examples = [];
+      for (const t of v.tables || []) {
+        for (const [kind, keys] of [['missing', t.missing], ['extra', t.extra], ['different', t.different]]) {
+          for (const k of keys || []) examples.push(el('li', {}, el('span', { class: 'muted', text: `${t.table} ${kind}: ` }), el('code', { text: k })));
+        }
+      }
+      const tables = (v.tables || []).map((t) => el('tr', { 'data-table': t.table },
+        el('td', { text: t.table }), el('td', { text: t.method || '—' }),
+        el('td', { class: 'num rows-source', text: fmtNum(t.rows_source) }),
+        el('td', { class: 'num rows-destination', text: fmtNum(t.rows_destination) }),
+        el('td', { class: 'num chunks-differing', text: `${fmtNum(t.chunks_differing)} of ${fmtNum(t.chunks)}` }),
+        el('td', { class: 'num', text: fmtNum(t.rows_differing) }),
+        el('td', { class: 'muted', text: t.skipped || '' })));
+      return el('div', { class: 'verification', 'data-id': v.id, 'data-state': v.state },
+        el('h3', {}, `Verification ${v.id} `, statusBadge(v.state), ' ', el('span', { class: found ? 'error outcome' : 'outcome', text: outcome }),
+          isAdmin() && found && !repaired.has(v.id) ? el('button', { type: 'button', class: 'repair', text: 'Repair',
+            onclick: () => startVerify('Repair', `${path}/verifications/${enc(v.id)}/repair`) }) : null),
+        el('dl', { class: 'config' }, dt('LSN', v.lsn), dt('Requested', fmtTime(v.started_at) + (v.requested_by ? ' by ' + v.requested_by : '')),
+          dt('Finished', fmtTime(v.finished_at)), v.repair_of ? dt('Repair of', 'verification ' + v.repair_of) : null),
+        v.error ? el('p', { class: 'error', text: v.error }) : null,
+        tables.length ? el('table', {}, el('thead', {}, el('tr', {}, el('th', { text: 'Table' }), el('th', { text: 'Method' }),
+          ['Rows source', 'Rows destination', 'Chunks differing', 'Rows differing'].map((h) => el('th', { class: 'num', text: h })),
+          el('th', { text: 'Skipped' }))), el('tbody', {}, tables)) : null,
+        examples.length ? el('ul', { class: 'examples' }, examples) : null);
+    }
+
+    const loadVerifications = async () => {
+      try {
+        const list = await api('GET', path + '/verifications?limit=' + VERIFY_PAGE);
+        if (!ctx.live()) return;
+        verifyErr.textContent = '';
+        verifyRunning = list.length > 0 && list[0].state === 'running';
+        updateVerifyButton();
+        const key = JSON.stringify(list);
+        if (key === lastVerifications) return;
+        lastVerifications = key;
+        repaired = new Set(list.map((v) => v.repair_of).filter((id) => id));
+        if (!list.length) replace(verifyList, el('p', { class: 'muted', text: 'Not verified yet.' }));
+        else replace(verifyList, list.map(verificationView));
+      } catch (e) {
+        if (ctx.live()) verifyErr.textContent = e.message;
+      }
+    };
+
+    replace(verifyBox, el('h2', { text: 'Verifications' }),
+      verifyButton ? el('div', { class: 'controls' }, verifyButton, verifyResult) : null,
+      verifyErr, verifyList);
+
+    replace(view, el('p', {}, el('a', { href: '#/mirrors', text: '← Mirrors' })), title, errBox, controls, notice, summary, verifyBox, logsBox);
     if (!isAdmin()) controls.hidden = true;
     // The first page of logs follows the newest entries; older pages stay put.
-    every(REFRESH_MS, () => { refresh(); if (logOffset === 0) loadLogs(); });
+    every(REFRESH_MS, () => { refresh().then(updateVerifyButton); loadVerifications(); if (logOffset === 0) loadLogs(); });
   }
 
   function dt(label, value) {
