@@ -49,7 +49,10 @@ func TestScale(t *testing.T) {
 	const n = 30
 	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
 	src := pgtest.NewDatabase(t, pgtest.NewCluster(t, true))
-	dst := pgtest.NewDatabase(t, pgtest.NewCluster(t, false))
+	// Every destination session that marks its writes with the mirror's
+	// replication origin takes one of the destination's
+	// max_replication_slots: a logical cluster has 64.
+	dst := pgtest.NewDatabase(t, pgtest.NewCluster(t, true))
 	var ddl strings.Builder
 	for i := 1; i <= n; i++ {
 		fmt.Fprintf(&ddl, "CREATE TABLE public.t%d (id serial PRIMARY KEY, v text);\n", i)
