@@ -62,6 +62,13 @@ func NewCluster(tb testing.TB, logical bool) *localpg.Cluster {
 	return newPrivateCluster(tb, localpg.Config{Logical: logical})
 }
 
+// NewClusterWith starts a private cluster with extra postgresql.conf
+// settings (name to value) for one test. It is stopped when the test ends.
+func NewClusterWith(tb testing.TB, logical bool, settings map[string]string) *localpg.Cluster {
+	tb.Helper()
+	return newPrivateCluster(tb, localpg.Config{Logical: logical, Settings: settings})
+}
+
 // newPrivateCluster starts a cluster with cfg in a new temporary directory
 // and stops it when the test ends.
 func newPrivateCluster(tb testing.TB, cfg localpg.Config) *localpg.Cluster {

@@ -369,6 +369,10 @@ func setupOrigin(ctx context.Context, dest *pgx.Conn, name string, logger *slog.
 			logger.Warn("the destination user may not use replication origins: pgmirror's writes are not marked, and a mirror reading from the destination would carry them back; "+origin.GrantHint,
 				"origin", name, "error", err.Error())
 			return false, nil
+		case errors.Is(err, origin.ErrNoFreeState):
+			logger.Warn("the destination has no free replication state for the mirror's origin: this run's writes are not marked, and a mirror reading from the destination would carry them back; raise max_replication_slots on the destination",
+				"origin", name, "error", err.Error())
+			return false, nil
 		case errors.As(err, &pgErr) && pgErr.Code == "55006" && time.Now().Before(deadline):
 			select {
 			case <-ctx.Done():

@@ -41,6 +41,11 @@ const Prefix = "pgmirror_"
 // create or use replication origins.
 var ErrNotPermitted = errors.New("the destination user may not use replication origins")
 
+// ErrNoFreeState matches (errors.Is) a destination whose replication state
+// entries are all in use: every session that marks its writes with an origin
+// takes one of the destination's max_replication_slots.
+var ErrNoFreeState = errors.New("the destination has no free replication state for an origin (raise max_replication_slots on the destination)")
+
 // Name is the origin that marks the transactions mirror uid's applier
 // commits on its destination.
 func Name(mirrorUID string) string { return Prefix + mirrorUID }
@@ -122,6 +127,9 @@ func Setup(ctx context.Context, conn DB, name string) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
 		return fmt.Errorf("use replication origin %s: %w: %w", name, ErrNotPermitted, err)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "53400" {
+		return fmt.Errorf("use replication origin %s: %w: %w", name, ErrNoFreeState, err)
 	}
 	if err != nil {
 		return fmt.Errorf("use replication origin %s: %w", name, err)

@@ -114,3 +114,28 @@ func TestNotPermitted(t *testing.T) {
 	require.NoError(t, origin.Setup(ctx, conn, origin.Name(uid)))
 	require.NoError(t, origin.Release(ctx, conn, origin.Name(uid)))
 }
+
+// TestNoFreeState: on a destination whose replication state entries are all
+// taken (max_replication_slots = 1 and one session marked), Setup and
+// SetupCopy fail with ErrNoFreeState, which the callers take as "run
+// unmarked" instead of failing the mirror; once the first session lets go,
+// the origin can be used again.
+func TestNoFreeState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDatabase(t, pgtest.NewClusterWith(t, false, map[string]string{"max_replication_slots": "1"}))
+	uid := fmt.Sprintf("origin-full-%d-%d", os.Getpid(), seq.Add(1))
+	a, b := connect(t, db), connect(t, db)
+	require.NoError(t, origin.Setup(ctx, a, origin.Name(uid)))
+
+	err := origin.Setup(ctx, b, origin.Name(uid+"x"))
+	require.ErrorIs(t, err, origin.ErrNoFreeState)
+	require.NotErrorIs(t, err, origin.ErrNotPermitted)
+	_, err = origin.SetupCopy(ctx, b, uid)
+	require.ErrorIs(t, err, origin.ErrNoFreeState)
+
+	require.NoError(t, origin.Release(ctx, a, origin.Name(uid)))
+	name, err := origin.SetupCopy(ctx, b, uid)
+	require.NoError(t, err)
+	require.NoError(t, origin.Release(ctx, b, name))
+}

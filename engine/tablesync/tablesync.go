@@ -617,6 +617,13 @@ func (r *run) markOrigin(ctx context.Context, w *worker) error {
 		return nil
 	}
 	name, err := origin.SetupCopy(ctx, w.dst, r.cfg.OriginMirrorUID)
+	if errors.Is(err, origin.ErrNoFreeState) {
+		// Copying unmarked beats failing the copy: the loop check at create
+		// time still refuses an opposite live mirror over the same tables.
+		r.log.Warn("copying without marking the destination's writes: no free replication state for a copy origin; raise max_replication_slots on the destination",
+			"error", err.Error())
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("mark the destination's writes: %w", err)
 	}

@@ -116,6 +116,9 @@ func markRepair(ctx context.Context, dst *pgx.Conn, mirrorUID string) (string, e
 		return "", err
 	}
 	name, err := origin.SetupCopy(ctx, dst, mirrorUID)
+	if errors.Is(err, origin.ErrNoFreeState) {
+		return "", nil // unmarked, as when origins are not permitted
+	}
 	if err != nil {
 		return "", fmt.Errorf("mark the repair's writes: %w", err)
 	}
