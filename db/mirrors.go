@@ -94,13 +94,13 @@ func (s *Store) MirrorList(ctx context.Context) ([]Mirror, error) {
 
 const mirrorTableColumns = `id, mirror_id, position, source_schema, source_table, destination_schema, destination_table,
 	exclude_columns, status, resync_requested_at, rows_synced, rows_inserted, rows_updated, rows_deleted, last_synced_at, rows_estimated,
-	truncates, destination_taken_at`
+	truncates, destination_taken_at, from_schema_mapping`
 
 func scanMirrorTable(row pgx.Row) (MirrorTable, error) {
 	var t MirrorTable
 	err := row.Scan(&t.ID, &t.MirrorID, &t.Position, &t.SourceSchema, &t.SourceTable, &t.DestinationSchema, &t.DestinationTable,
 		&t.ExcludeColumns, &t.Status, &t.ResyncRequestedAt, &t.RowsSynced, &t.RowsInserted, &t.RowsUpdated, &t.RowsDeleted, &t.LastSyncedAt, &t.RowsEstimated,
-		&t.Truncates, &t.DestinationTakenAt)
+		&t.Truncates, &t.DestinationTakenAt, &t.FromSchemaMapping)
 	if t.ExcludeColumns == nil {
 		t.ExcludeColumns = []string{}
 	}

@@ -25,6 +25,10 @@ type MirrorCreateParams struct {
 	PublicationName             string
 	ReplicationSlotName         string
 	Tables                      []change.Mapping
+	// SchemaMappings are the source schemas mapped as a whole; FromSchema
+	// marks the tables of Tables that come from one of them.
+	SchemaMappings []SchemaMapping
+	FromSchema     map[change.TableName]bool
 	// CreatedPublication and CreatedSlot say that the publication and slot
 	// exist already and belong to the new mirror (a reverse mirror made by
 	// a cut-over); the API leaves them false.
@@ -54,9 +58,12 @@ func (s *Store) MirrorCreate(ctx context.Context, p MirrorCreateParams) (Mirror,
 		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, translate(err))
 	}
 	for i, t := range p.Tables {
-		if err := insertMirrorTable(ctx, s.q, id, i, t); err != nil {
+		if err := insertMirrorTable(ctx, s.q, id, i, t, p.FromSchema[t.Source]); err != nil {
 			return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, err)
 		}
+	}
+	if err := replaceSchemaMappings(ctx, s.q, id, p.SchemaMappings); err != nil {
+		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, err)
 	}
 	m, err := scanMirror(s.q.QueryRow(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id))
 	if err != nil {
@@ -65,14 +72,14 @@ func (s *Store) MirrorCreate(ctx context.Context, p MirrorCreateParams) (Mirror,
 	return m, nil
 }
 
-func insertMirrorTable(ctx context.Context, tx Executor, mirrorID int64, position int, t change.Mapping) error {
+func insertMirrorTable(ctx context.Context, tx Executor, mirrorID int64, position int, t change.Mapping, fromSchema bool) error {
 	exclude := t.ExcludeColumns
 	if exclude == nil {
 		exclude = []string{}
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO mirror_tables (mirror_id, position, source_schema, source_table, destination_schema, destination_table, exclude_columns)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		mirrorID, position, t.Source.Schema, t.Source.Name, t.Destination.Schema, t.Destination.Name, exclude)
+	_, err := tx.Exec(ctx, `INSERT INTO mirror_tables (mirror_id, position, source_schema, source_table, destination_schema, destination_table, exclude_columns, from_schema_mapping)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		mirrorID, position, t.Source.Schema, t.Source.Name, t.Destination.Schema, t.Destination.Name, exclude, fromSchema)
 	if err != nil {
 		return fmt.Errorf("insert table mapping %s: %w", t.Source, translate(err))
 	}
@@ -153,6 +160,18 @@ func (s *Store) MirrorTableRequestResync(ctx context.Context, mirrorID int64, so
 // snapshotted again), removed ones are deleted and new ones inserted as
 // pending. Positions follow the order of mappings. It returns the new rows.
 func (s *Store) MirrorTablesReplace(ctx context.Context, mirrorID int64, mappings []change.Mapping) ([]MirrorTable, error) {
+	return s.MirrorTablesReplaceWithSchemas(ctx, mirrorID, mappings, nil, nil)
+}
+
+// MirrorTablesReplaceWithSchemas is MirrorTablesReplace for a set of tables
+// that includes the expansion of schema mappings: schemas become the
+// mirror's schema mappings and fromSchema marks the tables of mappings that
+// come from one of them.
+func (s *Store) MirrorTablesReplaceWithSchemas(ctx context.Context, mirrorID int64, mappings []change.Mapping,
+	schemas []SchemaMapping, fromSchema map[change.TableName]bool) ([]MirrorTable, error) {
+	if err := replaceSchemaMappings(ctx, s.q, mirrorID, schemas); err != nil {
+		return nil, err
+	}
 	current, err := mirrorTables(ctx, s.q, mirrorID)
 	if err != nil {
 		return nil, err
@@ -179,15 +198,16 @@ func (s *Store) MirrorTablesReplace(ctx context.Context, mirrorID int64, mapping
 		}
 		t, ok := existing[m.Source]
 		if !ok {
-			if err := insertMirrorTable(ctx, s.q, mirrorID, i, m); err != nil {
+			if err := insertMirrorTable(ctx, s.q, mirrorID, i, m, fromSchema[m.Source]); err != nil {
 				return nil, fmt.Errorf("add table to mirror %d: %w", mirrorID, err)
 			}
 			continue
 		}
 		_, err := s.q.Exec(ctx, `UPDATE mirror_tables SET position = $2, destination_schema = $3, destination_table = $4, exclude_columns = $5,
+				from_schema_mapping = $6,
 				status = CASE WHEN destination_schema = $3 AND destination_table = $4 THEN status ELSE 'pending' END,
 				destination_taken_at = CASE WHEN destination_schema = $3 AND destination_table = $4 THEN destination_taken_at END
-			WHERE id = $1`, t.ID, i, m.Destination.Schema, m.Destination.Name, exclude)
+			WHERE id = $1`, t.ID, i, m.Destination.Schema, m.Destination.Name, exclude, fromSchema[m.Source])
 		if err != nil {
 			return nil, fmt.Errorf("update table %s of mirror %d: %w", m.Source, mirrorID, translate(err))
 		}

@@ -70,6 +70,9 @@ const (
 	TableStatusSnapshotting TableStatus = "snapshotting"
 	TableStatusRunning      TableStatus = "running"
 	TableStatusError        TableStatus = "error"
+	// TableStatusDropped: the source table no longer exists; the table
+	// does not replicate any more and its destination table is kept.
+	TableStatusDropped TableStatus = "dropped"
 )
 
 // WantsToRun reports whether the mirror needs a worker now: live, asked to

@@ -180,6 +180,9 @@ type MirrorTable struct {
 	// was requested. Until then a copy follows the mirror's
 	// ExistingDestinationRows; from then on it truncates the table.
 	DestinationTakenAt *time.Time
+	// FromSchemaMapping says that the table is in the mirror because its
+	// source schema is mapped as a whole (SchemaMapping), not by name.
+	FromSchemaMapping bool
 }
 
 // Source is the table's source name.

@@ -228,13 +228,14 @@ func (s *Store) MirrorRecordFailure(ctx context.Context, mirrorID int64, f Mirro
 }
 
 // MirrorTablesSetStatus sets the status of the given mirror tables (all of
-// the mirror's tables when ids is empty or nil).
+// the mirror's tables when ids is empty or nil, except dropped ones: their
+// source table is gone).
 func (s *Store) MirrorTablesSetStatus(ctx context.Context, mirrorID int64, ids []int64, status TableStatus) error {
 	// pgx sends a nil slice as NULL, and cardinality(NULL) is NULL, not 0:
 	// without the IS NULL test "all tables" matched none (a full resync
 	// then copied nothing).
 	_, err := s.q.Exec(ctx, `UPDATE mirror_tables SET status = $3
-		WHERE mirror_id = $1 AND ($2::bigint[] IS NULL OR cardinality($2::bigint[]) = 0 OR id = ANY($2))`, mirrorID, ids, status)
+		WHERE mirror_id = $1 AND (($2::bigint[] IS NULL OR cardinality($2::bigint[]) = 0) AND status <> 'dropped' OR id = ANY($2))`, mirrorID, ids, status)
 	if err != nil {
 		return fmt.Errorf("set table status of mirror %d: %w", mirrorID, err)
 	}

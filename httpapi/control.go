@@ -304,7 +304,11 @@ func (h *handlers) getTables(ctx context.Context, in *mirrorPath) (*tablesOutput
 	if err != nil {
 		return nil, h.internal(ctx, "load the mirror's tables", err)
 	}
-	return &tablesOutput{Body: mappingsResponse(tables)}, nil
+	schemas, err := h.store.MirrorSchemaMappings(ctx, m.ID)
+	if err != nil {
+		return nil, h.internal(ctx, "load the mirror's schema mappings", err)
+	}
+	return &tablesOutput{Body: givenMappings(tables, schemas)}, nil
 }
 
 // runStopWait bounds how long PUT tables waits for a paused mirror's run to
@@ -328,6 +332,14 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 		return nil, h.internal(ctx, "load the destination peer", err)
 	}
 	mappings, err := validateMappings(in.Body.TableMappings, samePeer(source, dest))
+	if err != nil {
+		return nil, err
+	}
+	schemas, err := validateSchemaMappings(in.Body.TableMappings, samePeer(source, dest))
+	if err != nil {
+		return nil, err
+	}
+	mappings, fromSchema, err := h.expandSchemas(ctx, source, mappings, schemas)
 	if err != nil {
 		return nil, err
 	}
@@ -376,13 +388,13 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 			}
 		}
 		var err error
-		tables, err = h.store.With(tx).MirrorTablesReplace(ctx, m.ID, mappings)
+		tables, err = h.store.With(tx).MirrorTablesReplaceWithSchemas(ctx, m.ID, mappings, schemas, fromSchema)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &tablesOutput{Body: mappingsResponse(tables)}, nil
+	return &tablesOutput{Body: givenMappings(tables, schemas)}, nil
 }
 
 func (h *handlers) availableTables(ctx context.Context, in *mirrorPath) (*tableListOutput, error) {

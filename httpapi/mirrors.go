@@ -66,14 +66,6 @@ func mappingResponse(t db.MirrorTable) tableMapping {
 		DestinationSchema: t.DestinationSchema, DestinationTable: t.DestinationTable, ExcludeColumns: t.ExcludeColumns}
 }
 
-func mappingsResponse(tables []db.MirrorTable) []tableMapping {
-	out := make([]tableMapping, 0, len(tables))
-	for _, t := range tables {
-		out = append(out, mappingResponse(t))
-	}
-	return out
-}
-
 type mirrorCreateInput struct {
 	Body struct {
 		Name                        string         `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique mirror name, used in paths."`
@@ -100,7 +92,8 @@ type MirrorConfig struct {
 	Name                        string         `json:"name"`
 	SourcePeer                  string         `json:"source_peer"`
 	DestinationPeer             string         `json:"destination_peer"`
-	TableMappings               []tableMapping `json:"table_mappings"`
+	TableMappings               []tableMapping `json:"table_mappings" doc:"The mappings as given: tables mapped by name, then schemas mapped as a whole (source_table and destination_table \"*\")."`
+	ExpandedTableMappings       []tableMapping `json:"expanded_table_mappings" doc:"The tables that schemas mapped as a whole (source_table \"*\") cover now, each to the table of the same name in the destination schema, including tables created on the source since; [] without such mappings."`
 	SnapshotNumRowsPerPartition int            `json:"snapshot_num_rows_per_partition"`
 	SnapshotMaxParallelWorkers  int            `json:"snapshot_max_parallel_workers"`
 	SnapshotNumTablesInParallel int            `json:"snapshot_num_tables_in_parallel"`
@@ -115,9 +108,10 @@ type MirrorConfig struct {
 	CreatedAt                   time.Time      `json:"created_at"`
 }
 
-func configResponse(m db.Mirror, tables []db.MirrorTable) MirrorConfig {
+func configResponse(m db.Mirror, tables []db.MirrorTable, schemas []db.SchemaMapping) MirrorConfig {
 	return MirrorConfig{
-		Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer, TableMappings: mappingsResponse(tables),
+		Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
+		TableMappings: givenMappings(tables, schemas), ExpandedTableMappings: expandedMappings(tables),
 		SnapshotNumRowsPerPartition: m.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		SnapshotNumTablesInParallel: m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: m.CDCSyncIntervalSeconds,
 		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot, ExistingDestinationRows: string(m.ExistingDestinationRows),
@@ -150,7 +144,7 @@ type mirrorListOutput struct {
 
 type tableStatus struct {
 	TableName     string     `json:"table_name" doc:"Source table, schema.table."`
-	Status        string     `json:"status" enum:"pending,snapshotting,running,error"`
+	Status        string     `json:"status" enum:"pending,snapshotting,running,error,dropped" doc:"dropped: the source table no longer exists; it does not replicate any more and its destination table is kept (docs/status.md)."`
 	RowsSynced    int64      `json:"rows_synced"`
 	RowsInserted  int64      `json:"rows_inserted"`
 	RowsUpdated   int64      `json:"rows_updated"`
@@ -299,8 +293,12 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 	if err != nil {
 		return nil, h.internal(ctx, "load the mirror's tables", err)
 	}
+	schemas, err := h.store.MirrorSchemaMappings(ctx, m.ID)
+	if err != nil {
+		return nil, h.internal(ctx, "load the mirror's schema mappings", err)
+	}
 	st := mirrorStatus{
-		MirrorConfig: configResponse(m, tables), DesiredState: string(m.DesiredState),
+		MirrorConfig: configResponse(m, tables, schemas), DesiredState: string(m.DesiredState),
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
 		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, SlotHealth: slotHealthResponse(m), Cutover: cutoverResponse(m.Cutover), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
 	}
@@ -322,9 +320,10 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 	return &mirrorStatusOutput{Body: st}, nil
 }
 
-// validateMappings turns API mappings into engine mappings, rejecting
-// duplicate source or destination tables and a table mapped onto itself
-// when source and destination are the same peer.
+// validateMappings turns API mappings of single tables into engine
+// mappings, rejecting duplicate source or destination tables and a table
+// mapped onto itself when source and destination are the same peer.
+// Mappings of whole schemas are left to validateSchemaMappings.
 func validateMappings(in []tableMapping, samePeer bool) ([]change.Mapping, error) {
 	if len(in) == 0 {
 		return nil, errorf(http.StatusBadRequest, "Invalid request: table_mappings is empty: map at least one table")
@@ -333,6 +332,9 @@ func validateMappings(in []tableMapping, samePeer bool) ([]change.Mapping, error
 	sources := map[change.TableName]int{}
 	dests := map[change.TableName]int{}
 	for i, t := range in {
+		if isSchemaMapping(t) {
+			continue
+		}
 		m := change.Mapping{
 			Source:         change.TableName{Schema: t.SourceSchema, Name: t.SourceTable},
 			Destination:    change.TableName{Schema: t.DestinationSchema, Name: t.DestinationTable},
@@ -479,6 +481,10 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	if err != nil {
 		return nil, err
 	}
+	schemas, err := validateSchemaMappings(b.TableMappings, samePeer(source, dest))
+	if err != nil {
+		return nil, err
+	}
 	sequences, err := validateSequences(b.Sequences)
 	if err != nil {
 		return nil, err
@@ -499,6 +505,10 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 		return nil, h.internal(ctx, "check the slot and publication names", err)
 	}
 
+	mappings, fromSchema, err := h.expandSchemas(ctx, source, mappings, schemas)
+	if err != nil {
+		return nil, err
+	}
 	if err := h.checkSource(ctx, source, mappings, sequences); err != nil {
 		return nil, err
 	}
@@ -535,6 +545,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 			SnapshotNumTablesInParallel: b.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: b.CDCSyncIntervalSeconds,
 			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: doSnapshot, ExistingDestinationRows: mode,
 			PublicationName: pub, ReplicationSlotName: slot, Tables: mappings, Sequences: sequences,
+			SchemaMappings: schemas, FromSchema: fromSchema,
 		})
 		if err != nil {
 			return err
@@ -555,7 +566,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	}
 	h.logger.InfoContext(ctx, "mirror created", "mirror", m.Name, "slot", m.ReplicationSlotName, "publication", m.PublicationName,
 		"user", currentUser(ctx).Username)
-	return &mirrorCreateOutput{Body: configResponse(m, tables)}, nil
+	return &mirrorCreateOutput{Body: configResponse(m, tables, schemas)}, nil
 }
 
 // chooseNames returns the publication and replication slot names of a new

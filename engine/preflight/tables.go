@@ -35,3 +35,34 @@ func UserTables(ctx context.Context, conn Queryer) ([]change.TableName, error) {
 	}
 	return out, nil
 }
+
+// SchemaTables lists the tables of one schema that can be mirrored:
+// ordinary tables and partitioned roots (not their partitions), permanent
+// ones only (unlogged and temporary tables cannot be published), ordered by
+// name. exists is false when the schema does not exist.
+func SchemaTables(ctx context.Context, conn Queryer, schema string) (tables []change.TableName, exists bool, err error) {
+	if err := queryRow(ctx, conn, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, []any{schema}, &exists); err != nil {
+		return nil, false, fmt.Errorf("look up schema %s: %w", schema, err)
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT c.relname
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relpersistence = 'p'
+		ORDER BY c.relname`, schema)
+	if err != nil {
+		return nil, false, fmt.Errorf("list tables of schema %s: %w", schema, err)
+	}
+	defer rows.Close()
+	tables = []change.TableName{}
+	for rows.Next() {
+		t := change.TableName{Schema: schema}
+		if err := rows.Scan(&t.Name); err != nil {
+			return nil, false, fmt.Errorf("list tables of schema %s: %w", schema, err)
+		}
+		tables = append(tables, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("list tables of schema %s: %w", schema, err)
+	}
+	return tables, exists, nil
+}
