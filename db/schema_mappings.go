@@ -66,17 +66,18 @@ func replaceSchemaMappings(ctx context.Context, q Executor, mirrorID int64, sche
 }
 
 // MirrorTableAddFromSchema adds source table m, found in a schema the
-// mirror maps as a whole, to the mirror's tables as pending (so that the
-// mirror's run copies it beside CDC), after the mirror's other tables. A
+// mirror maps as a whole, to the mirror's tables as pending with a copy
+// requested (resync_requested_at: it is copied beside CDC also when the
+// mirror skips initial snapshots), after the mirror's other tables. A
 // table of that name that the mirror marked dropped (the source dropped and
 // created it again) becomes pending again. It reports whether a table was
 // added or brought back; a table the mirror has in another status is left
 // alone.
 func (s *Store) MirrorTableAddFromSchema(ctx context.Context, mirrorID int64, m change.Mapping) (bool, error) {
 	tag, err := s.q.Exec(ctx, `INSERT INTO mirror_tables (mirror_id, position, source_schema, source_table,
-			destination_schema, destination_table, from_schema_mapping)
-		SELECT $1, coalesce(max(position), -1) + 1, $2, $3, $4, $5, true FROM mirror_tables WHERE mirror_id = $1
-		ON CONFLICT (mirror_id, source_schema, source_table) DO UPDATE SET status = 'pending', resync_requested_at = NULL
+			destination_schema, destination_table, from_schema_mapping, resync_requested_at)
+		SELECT $1, coalesce(max(position), -1) + 1, $2, $3, $4, $5, true, now() FROM mirror_tables WHERE mirror_id = $1
+		ON CONFLICT (mirror_id, source_schema, source_table) DO UPDATE SET status = 'pending', resync_requested_at = now()
 			WHERE mirror_tables.status = 'dropped'`,
 		mirrorID, m.Source.Schema, m.Source.Name, m.Destination.Schema, m.Destination.Name)
 	if err != nil {

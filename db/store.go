@@ -211,3 +211,8 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Mapping is the table's mapping.
+func (t MirrorTable) Mapping() change.Mapping {
+	return change.Mapping{Source: t.Source(), Destination: t.Destination(), ExcludeColumns: t.ExcludeColumns}
+}

@@ -57,6 +57,10 @@ type Config struct {
 	// VerifyScheduleInterval is how often the leader starts the due
 	// verifications of mirrors with a verification interval. Default 30 s.
 	VerifyScheduleInterval time.Duration
+	// SchemaCheckInterval is how often a running mirror that maps whole
+	// schemas looks for tables created or dropped in them on the source.
+	// Default 5 s.
+	SchemaCheckInterval time.Duration
 
 	lags    *lagWriter       // set by NewClient
 	balance *balancer        // set by NewClient
@@ -73,6 +77,7 @@ func (c Config) withDefaults() Config {
 	c.MaxFailures = cmp.Or(c.MaxFailures, 2016)
 	c.SlotMonitorInterval = cmp.Or(c.SlotMonitorInterval, 15*time.Second)
 	c.SequenceSyncInterval = cmp.Or(c.SequenceSyncInterval, 30*time.Second)
+	c.SchemaCheckInterval = cmp.Or(c.SchemaCheckInterval, 5*time.Second)
 	return c
 }
 

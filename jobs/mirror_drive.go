@@ -88,6 +88,7 @@ func (r *mirrorRun) syncMissingColumns(ctx context.Context, cause error) (bool, 
 	}
 	defer closeConn(dst)
 	started := time.Now()
+	tables = replicating(tables)
 	mappings := toMappings(tables)
 	ddl, warnings, err := schemasync.SyncColumns(ctx, src, dst, mappings)
 	if err != nil {
@@ -254,13 +255,23 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load destination peer: %w", err)
 	}
-	in := &phaseInputs{m: m, tables: tables, mappings: toMappings(tables), srcPeer: srcPeer, dstPeer: dstPeer}
+	in := &phaseInputs{m: m, srcPeer: srcPeer, dstPeer: dstPeer}
+	if in.src, err = connectPeer(ctx, "source", srcPeer); err != nil {
+		return nil, err
+	}
+	// Tables dropped on the source stop replicating; tables created in a
+	// mapped schema join the mirror (schema_follow.go).
+	if in.tables, _, err = r.followSourceTables(ctx, in.src, m, tables); err != nil {
+		return in, err
+	}
+	if in.schemas, err = store.MirrorSchemaMappings(ctx, m.ID); err != nil {
+		return in, err
+	}
+	in.mappings = toMappings(in.tables)
+	tables = in.tables
 	sources := make([]change.TableName, len(in.mappings))
 	for i, mp := range in.mappings {
 		sources[i] = mp.Source
-	}
-	if in.src, err = connectPeer(ctx, "source", srcPeer); err != nil {
-		return nil, err
 	}
 	if err := preflight.Check(ctx, in.src, sources); err != nil {
 		return in, err
@@ -280,6 +291,9 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		}
 		r.logEnsureReport(ctx, tables, report, time.Since(started))
 	case schemaFollow:
+		if err := r.createAddedTables(ctx, in.src, in.dst, tables); err != nil {
+			return in, err
+		}
 		ddl, _, err := schemasync.SyncColumns(ctx, in.src, in.dst, in.mappings)
 		if err != nil {
 			return in, fmt.Errorf("prepare destination tables: %w", err)
@@ -607,6 +621,13 @@ func (r *mirrorRun) runCDC(ctx context.Context, in *phaseInputs) error {
 		defer sequencesDone.Done()
 		r.keepSequencesInStep(seqCtx, srcPeer, dstPeer, newSequenceSyncer(r, m, mappings))
 	}()
+	if len(in.schemas) > 0 {
+		sequencesDone.Add(1)
+		go func() {
+			defer sequencesDone.Done()
+			r.followSchemas(seqCtx, m, srcPeer)
+		}()
+	}
 	err = streamHandingOver(ctx, cfg, rep, stop)
 	stopSequences()
 	sequencesDone.Wait()

@@ -120,6 +120,8 @@ type phaseInputs struct {
 	srcPeer, dstPeer db.Peer
 	src, dst         *pgx.Conn
 	slot             capture.SlotStatus
+	// schemas are the source schemas the mirror maps as a whole.
+	schemas []db.SchemaMapping
 }
 
 // Steps of a run, named in error log entries (details.operation) and

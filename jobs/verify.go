@@ -162,6 +162,7 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 	if err != nil {
 		return nil, 0, err
 	}
+	tables = replicating(tables) // a dropped source table has nothing to compare
 	srcPeer, err := store.PeerGetByID(ctx, m.SourcePeerID)
 	if err != nil {
 		return nil, 0, fmt.Errorf("load source peer: %w", err)

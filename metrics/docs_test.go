@@ -18,7 +18,7 @@ func seriesNames(t *testing.T) []string {
 	t.Helper()
 	r := New()
 	cols := []prometheus.Collector{r.changes, r.batchSeconds, r.batchChanges, r.errors, r.retries, r.snapCopied,
-		r.snapEstimated, newCatalogCollector(nil, "", nil)}
+		r.snapEstimated, r.schemaChanges, newCatalogCollector(nil, "", nil)}
 	ch := make(chan *prometheus.Desc, 100)
 	for _, c := range cols {
 		c.Describe(ch)

@@ -66,3 +66,23 @@ func SchemaTables(ctx context.Context, conn Queryer, schema string) (tables []ch
 	}
 	return tables, exists, nil
 }
+
+// MissingTables returns those of tables that do not exist in the database
+// as a table or partitioned table (dropped, or renamed away), in the order
+// given.
+func MissingTables(ctx context.Context, conn Queryer, tables []change.TableName) ([]change.TableName, error) {
+	if len(tables) == 0 {
+		return nil, nil
+	}
+	info, err := describe(ctx, conn, tables)
+	if err != nil {
+		return nil, err
+	}
+	var out []change.TableName
+	for _, t := range tables {
+		if ti, ok := info[t]; !ok || (ti.relkind != "r" && ti.relkind != "p") {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}

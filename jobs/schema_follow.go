@@ -1,0 +1,273 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/preflight"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
+)
+
+// Tables created and dropped on the source.
+//
+// A mirror that maps whole schemas (db.SchemaMapping) follows their tables:
+// every schema check (when a run prepares, and every SchemaCheckInterval
+// while CDC streams) lists the schemas' tables on the source, and a table
+// the mirror does not have yet is added to its tables as pending with a
+// copy requested. The CDC phase stops at a batch boundary, and the next
+// iteration creates the destination table ("Schema change applied"), adds
+// the table to the publication and copies it beside running CDC
+// (copyTablesDuringCDC): its rows as of the copy's snapshot, then its
+// changes from the copy's position on. The rows inserted by the
+// transaction that created the table, and those written before the copy,
+// are in the snapshot; those after it come from the stream: each lands
+// once.
+//
+// A table of the mirror that no longer exists on the source is marked
+// dropped with a WARN entry: it stops replicating and its destination table
+// is kept; the mirror goes on with its other tables. A dropped table that
+// exists again (created anew under its name) is copied again.
+
+// msgSourceTableDropped is the WARN entry of a source table that was dropped.
+const msgSourceTableDropped = "Source table dropped; its destination table is kept"
+
+// msgSchemaChangeApplied is the INFO entry of a source schema change
+// applied to the destination.
+const msgSchemaChangeApplied = "Schema change applied"
+
+// schemaChangeApplied logs and counts a source schema change applied to the
+// destination's schema.
+func (r *mirrorRun) schemaChangeApplied(ctx context.Context, table change.TableName, statement string) {
+	r.log(ctx, db.LevelInfo, msgSchemaChangeApplied, map[string]any{"table": table.String(), "statement": statement})
+	r.cfg.Metrics.SchemaChangeApplied(r.name)
+	r.logger.Info("schema change applied", "table", table.String(), "statement", statement)
+}
+
+// followSourceTables brings the mirror's tables in line with the source's:
+// tables that disappeared are marked dropped, dropped ones that are back
+// and tables new in a mapped schema are made to be copied. It returns the
+// tables that replicate (all but the dropped ones) and whether it changed
+// any table of the mirror.
+func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.Mirror, tables []db.MirrorTable) ([]db.MirrorTable, bool, error) {
+	changed := false
+	var live, dropped []change.TableName
+	byName := map[change.TableName]db.MirrorTable{}
+	for _, t := range tables {
+		byName[t.Source()] = t
+		if t.Status == db.TableStatusDropped {
+			dropped = append(dropped, t.Source())
+		} else {
+			live = append(live, t.Source())
+		}
+	}
+	gone, err := preflight.MissingTables(ctx, src, live)
+	if err != nil {
+		return nil, false, fmt.Errorf("check the mirror's source tables: %w", err)
+	}
+	for _, name := range gone {
+		t := byName[name]
+		done, err := r.store.MirrorTableSetDropped(ctx, t.ID)
+		if err != nil {
+			return nil, false, err
+		}
+		if done {
+			changed = true
+			r.logger.Warn("source table dropped; its destination table is kept", "table", name.String())
+			r.log(ctx, db.LevelWarn, msgSourceTableDropped, map[string]any{"table": name.String(),
+				"destination_table": t.Destination().String(),
+				"note":              "the table no longer replicates (status dropped); the mirror goes on with its other tables. A table of that name created again on the source is copied again"})
+		}
+	}
+	missing := map[change.TableName]bool{}
+	if len(dropped) > 0 {
+		still, err := preflight.MissingTables(ctx, src, dropped)
+		if err != nil {
+			return nil, false, fmt.Errorf("check the mirror's dropped source tables: %w", err)
+		}
+		for _, t := range still {
+			missing[t] = true
+		}
+	}
+	for _, name := range dropped {
+		if missing[name] {
+			continue
+		}
+		// Created again: copied anew (its destination table is taken over
+		// already, so the copy truncates it).
+		if ok, err := r.addSourceTable(ctx, src, m, byName[name].Mapping()); err != nil {
+			return nil, false, err
+		} else if ok {
+			changed = true
+		}
+	}
+	schemas, err := r.store.MirrorSchemaMappings(ctx, m.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	dests := map[change.TableName]change.TableName{}
+	for _, t := range tables {
+		dests[t.Destination()] = t.Source()
+	}
+	for _, sm := range schemas {
+		found, _, err := preflight.SchemaTables(ctx, src, sm.SourceSchema)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, name := range found {
+			if _, known := byName[name]; known {
+				continue
+			}
+			dest := sm.Destination(name)
+			if other, taken := dests[dest]; taken {
+				r.warnOnce(ctx, "taken:"+name.String(), "Table created on the source not replicated", map[string]any{
+					"table": name.String(), "destination_table": dest.String(),
+					"reason": fmt.Sprintf("the mirror writes %s to that destination table already", other),
+					"action": "map the table by name to another destination table (PUT /v1/mirrors/" + m.Name + "/tables)"})
+				continue
+			}
+			ok, err := r.addSourceTable(ctx, src, m, change.Mapping{Source: name, Destination: dest})
+			if err != nil {
+				return nil, false, err
+			}
+			if ok {
+				changed = true
+				dests[dest] = name
+			}
+		}
+	}
+	if changed {
+		if tables, err = r.store.MirrorTables(ctx, m.ID); err != nil {
+			return nil, false, err
+		}
+	}
+	return replicating(tables), changed, nil
+}
+
+// addSourceTable adds the source table of mp (new in a mapped schema, or
+// dropped and created again) to the mirror's tables to be copied, unless it
+// cannot identify its rows: added to the publication it would make the
+// source refuse its updates and deletes, so it waits (with a WARN entry)
+// until it has a primary key or replica identity.
+func (r *mirrorRun) addSourceTable(ctx context.Context, src *pgx.Conn, m db.Mirror, mp change.Mapping) (bool, error) {
+	err := preflight.ReplicaIdentity(ctx, src, []change.TableName{mp.Source}, "source")
+	var f *preflight.Failure
+	if errors.As(err, &f) {
+		r.warnOnce(ctx, "identity:"+mp.Source.String(), "Table created on the source not replicated yet", map[string]any{
+			"table": mp.Source.String(), "reason": f.Message,
+			"note": "pgmirror adds the table as soon as it can identify its rows"})
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("check source table %s: %w", mp.Source, err)
+	}
+	added, err := r.store.MirrorTableAddFromSchema(ctx, m.ID, mp)
+	if err != nil || !added {
+		return false, err
+	}
+	r.log(ctx, db.LevelInfo, "Table created on the source added to the mirror", map[string]any{
+		"table": mp.Source.String(), "destination_table": mp.Destination.String(),
+		"note": "the table is created on the destination and copied while the other tables keep replicating"})
+	return true, nil
+}
+
+// warned holds the warnings of followSourceTables already logged, per
+// mirror and process, so that a table left out is not reported at every
+// check.
+var warned sync.Map
+
+func (r *mirrorRun) warnOnce(ctx context.Context, key, message string, details map[string]any) {
+	if _, done := warned.LoadOrStore(fmt.Sprintf("%d:%s", r.mirrorID, key), true); done {
+		return
+	}
+	r.log(ctx, db.LevelWarn, message, details)
+}
+
+// replicating returns tables without the dropped ones.
+func replicating(tables []db.MirrorTable) []db.MirrorTable {
+	out := make([]db.MirrorTable, 0, len(tables))
+	for _, t := range tables {
+		if t.Status != db.TableStatusDropped {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// createAddedTables creates on the destination the tables added from a
+// mapped schema that wait for their first copy, logging each statement as
+// "Schema change applied". A table that exists there already is checked
+// and used (nothing to log). Creating is idempotent: a run that dies after
+// it finds the table and goes on.
+func (r *mirrorRun) createAddedTables(ctx context.Context, src, dst *pgx.Conn, tables []db.MirrorTable) error {
+	for _, t := range tables {
+		if !t.FromSchemaMapping || (t.Status != db.TableStatusPending && t.ResyncRequestedAt == nil) {
+			continue
+		}
+		report, err := schemasync.EnsureTablesReport(ctx, src, dst, []change.Mapping{t.Mapping()})
+		if err != nil {
+			return fmt.Errorf("create destination table %s for source table %s: %w", t.Destination(), t.Source(), err)
+		}
+		for _, stmt := range report.DDL {
+			r.schemaChangeApplied(ctx, t.Source(), stmt)
+		}
+		for _, w := range report.Warnings {
+			r.log(ctx, db.LevelWarn, "Destination table differs from the source", map[string]any{"warning": w})
+		}
+	}
+	return nil
+}
+
+// followSchemas checks the mapped schemas' tables every
+// SchemaCheckInterval while the CDC phase streams, and stops the phase at a
+// batch boundary when a table is to be copied, so that the next iteration
+// adds it.
+func (r *mirrorRun) followSchemas(ctx context.Context, m db.Mirror, srcPeer db.Peer) {
+	tick := time.NewTicker(r.cfg.SchemaCheckInterval)
+	defer tick.Stop()
+	var src *pgx.Conn
+	defer func() {
+		if src != nil {
+			closeConn(src)
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var err error
+		if src == nil || src.IsClosed() {
+			if src, err = connectPeer(ctx, "source", srcPeer); err != nil {
+				src = nil
+				continue // the CDC run notices a lost peer itself
+			}
+		}
+		tables, err := r.store.MirrorTables(ctx, m.ID)
+		if err != nil {
+			continue // the catalog may be away; CDC goes on
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, changed, err := r.followSourceTables(cctx, src, m, tables)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.logger.Warn("check the source's tables", "error", err)
+			}
+			closeConn(src)
+			src = nil
+			continue
+		}
+		if changed {
+			r.stopCDC(reasonAction)
+			return
+		}
+	}
+}
