@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+)
+
+const appSchema = `
+CREATE SCHEMA app;
+CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);
+INSERT INTO app.a (n, v) SELECT g, 'init' FROM generate_series(1, 500) g;
+CREATE TABLE app.nokey (x int);
+CREATE TABLE public.solo (id int PRIMARY KEY);`
+
+// schemaLoad writes small transactions into app.a and into every table
+// whose name is in tables (a sync.Map of enabled names) until stop is
+// closed: an insert into each, and now and then an update or a delete.
+func schemaLoad(t *testing.T, dbURL string, tables *sync.Map, stop <-chan struct{}, txs *atomic.Int64) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close(ctx)
+	rng := rand.New(rand.NewPCG(3, 5))
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		names := []string{"app.a"}
+		tables.Range(func(k, _ any) bool { names = append(names, k.(string)); return true })
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			for _, name := range names {
+				k := rng.IntN(1000)
+				if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (n, v) VALUES ($1, 'load')`, name), k); err != nil {
+					return err
+				}
+				switch rng.IntN(4) {
+				case 0:
+					if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET v = v || 'u', n = n + 1 WHERE id = (SELECT max(id) - 3 FROM %s)`, name, name)); err != nil {
+						return err
+					}
+				case 1:
+					if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE id = (SELECT min(id) + 2 FROM %s)`, name, name)); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("load transaction: %v", err)
+			return
+		}
+		txs.Add(1)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSchemaMappingValidation checks the forms of a schema mapping
+// (source_table "*") that create refuses with 400.
+func TestSchemaMappingValidation(t *testing.T) {
+	t.Parallel()
+	_, src, _, s := newEnv(t, appSchema)
+	create := func(mappings ...any) (int, string) {
+		var out map[string]any
+		code := s.do("POST", "/v1/mirrors", map[string]any{
+			"name": "v", "source_peer": "src", "destination_peer": "dst", "table_mappings": mappings,
+		}, &out)
+		msg, _ := out["error"].(string)
+		return code, msg
+	}
+	cases := []struct {
+		name     string
+		mappings []any
+		want     string
+	}{
+		{"destination table not *", []any{mapping("app", "*", "app", "t")}, `set destination_table to "*"`},
+		{"* as destination only", []any{mapping("app", "a", "app", "*")}, `must be given as both`},
+		{"excluded columns", []any{mapping("app", "*", "app", "*", "v")}, "cannot exclude columns"},
+		{"schema twice", []any{mapping("app", "*", "app", "*"), mapping("app", "*", "app2", "*")}, "map each schema once"},
+		{"one destination schema", []any{mapping("app", "*", "d", "*"), mapping("public", "*", "d", "*")}, "would collide"},
+		{"schema missing", []any{mapping("nosuch", "*", "app", "*")}, "schema nosuch does not exist"},
+		{"destination taken", []any{mapping("public", "solo", "app", "a"), mapping("app", "*", "app", "*")}, "writes to already"},
+		{"table without key", []any{mapping("app", "*", "app", "*")}, "app.nokey has neither a primary key"},
+	}
+	for _, c := range cases {
+		code, msg := create(c.mappings...)
+		if code != 400 || !strings.Contains(msg, c.want) {
+			t.Errorf("%s: status %d %q, want 400 containing %q", c.name, code, msg, c.want)
+		}
+	}
+	// An explicit mapping of a table of the schema wins over the schema's.
+	exec1(t, src, `DROP TABLE app.nokey`)
+	var cfg struct {
+		TableMappings         []map[string]any `json:"table_mappings"`
+		ExpandedTableMappings []map[string]any `json:"expanded_table_mappings"`
+	}
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "ok", "source_peer": "src", "destination_peer": "dst", "do_initial_snapshot": false,
+		"table_mappings": []any{mapping("app", "a", "other", "a_copy", "v"), mapping("app", "*", "app", "*")},
+	}, 201, &cfg)
+	if len(cfg.TableMappings) != 2 || cfg.TableMappings[1]["source_table"] != "*" || len(cfg.ExpandedTableMappings) != 0 {
+		t.Errorf("mappings as created: %v, expanded %v", cfg.TableMappings, cfg.ExpandedTableMappings)
+	}
+}
+
+// TestSchemaMappingNewTables maps a whole schema and, under a running
+// write load, creates tables in it: one with rows inserted by the creating
+// transaction and continuously afterwards, one created empty and written
+// later. Both are created on the destination, copied and replicated, and
+// end equal to the source; then a table is dropped on the source: it is
+// marked dropped, its destination table is kept and the mirror keeps
+// replicating the others.
+func TestSchemaMappingNewTables(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	exec1(t, src, `
+CREATE SCHEMA app;
+CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);
+INSERT INTO app.a (n, v) SELECT g, 'init' FROM generate_series(1, 500) g;`)
+	const token = "schema-metrics-token"
+	s := startService(t, catalog, "SERVICE_METRICS_TOKEN="+token)
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	var cfg struct {
+		TableMappings         []map[string]any `json:"table_mappings"`
+		ExpandedTableMappings []map[string]any `json:"expanded_table_mappings"`
+	}
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "sm", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{mapping("app", "*", "app", "*")},
+	}, 201, &cfg)
+	s.dumpOnFailure("sm")
+	if len(cfg.TableMappings) != 1 || cfg.TableMappings[0]["source_table"] != "*" ||
+		len(cfg.ExpandedTableMappings) != 1 || cfg.ExpandedTableMappings[0]["source_table"] != "a" {
+		t.Fatalf("create answered mappings %v, expanded %v", cfg.TableMappings, cfg.ExpandedTableMappings)
+	}
+	s.waitStatus("sm", "running", 90*time.Second)
+
+	var enabled sync.Map
+	stop := make(chan struct{})
+	var txs atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); schemaLoad(t, src, &enabled, stop, &txs) }()
+	waitGrown(t, "load transactions", &txs, 50, 30*time.Second)
+
+	// b: created with rows in the same transaction, written at once.
+	exec1(t, src, `BEGIN;
+CREATE TABLE app.b (id bigserial PRIMARY KEY, n int NOT NULL, v text);
+INSERT INTO app.b (n, v) SELECT g, 'created' FROM generate_series(1, 3000) g;
+COMMIT;`)
+	enabled.Store("app.b", true)
+	// c: created empty, written once the mirror has it.
+	exec1(t, src, `CREATE TABLE app.c (id bigserial PRIMARY KEY, n int NOT NULL, v text)`)
+	waitFor(t, "app.b and app.c running in the mirror", 90*time.Second, func() bool {
+		m := s.mirror("sm")
+		return tableStatusOf(m, "app.b") == "running" && tableStatusOf(m, "app.c") == "running"
+	})
+	waitGrown(t, "load transactions", &txs, 100, 30*time.Second)
+	exec1(t, src, `INSERT INTO app.c (n, v) SELECT g, 'later' FROM generate_series(1, 200) g`)
+	enabled.Store("app.c", true)
+	waitGrown(t, "load transactions", &txs, 100, 30*time.Second)
+	if m := s.mirror("sm"); m.Status != "running" {
+		t.Errorf("mirror status %q while tables were added, want running", m.Status)
+	}
+
+	// d is dropped: its rows stay on the destination, the others go on.
+	exec1(t, src, `CREATE TABLE app.d (id int PRIMARY KEY); INSERT INTO app.d SELECT generate_series(1, 10)`)
+	waitFor(t, "app.d running", 90*time.Second, func() bool { return tableStatusOf(s.mirror("sm"), "app.d") == "running" })
+	waitEqual(t, src, dst, "app.d", "app.d", "id", 30*time.Second)
+	exec1(t, src, `DROP TABLE app.d`)
+	waitFor(t, "app.d dropped", 30*time.Second, func() bool { return tableStatusOf(s.mirror("sm"), "app.d") == "dropped" })
+	waitGrown(t, "load transactions", &txs, 50, 30*time.Second)
+	close(stop)
+	wg.Wait()
+
+	for _, table := range []string{"app.a", "app.b", "app.c"} {
+		waitEqual(t, src, dst, table, table, "id, n, v", 90*time.Second)
+		noDuplicates(t, dst, table, "id")
+	}
+	if n := queryInt64(t, dst, `SELECT count(*) FROM app.d`); n != 10 {
+		t.Errorf("destination app.d has %d rows after the source dropped it, want its 10 kept", n)
+	}
+	m := s.mirror("sm")
+	if m.Status != "running" {
+		t.Errorf("mirror status %q after a table was dropped, want running", m.Status)
+	}
+	var created []string
+	var droppedLogged bool
+	for _, e := range s.logs("sm", "") {
+		if e.Message == "Schema change applied" {
+			if st, _ := e.Details["statement"].(string); strings.HasPrefix(st, "CREATE TABLE") {
+				created = append(created, e.Details["table"].(string))
+			}
+		}
+		if e.Message == "Source table dropped; its destination table is kept" && e.Level == "WARN" && e.Details["table"] == "app.d" {
+			droppedLogged = true
+		}
+	}
+	if strings.Join(created, ",") != "app.d,app.c,app.b" {
+		t.Errorf("Schema change applied (CREATE TABLE) logged for %v, want app.d, app.c, app.b (newest first)", created)
+	}
+	if !droppedLogged {
+		t.Error(`no WARN "Source table dropped; its destination table is kept" for app.d`)
+	}
+	s.mustDo("GET", "/v1/mirrors/sm", nil, 200, &cfg)
+	if len(cfg.ExpandedTableMappings) != 4 || len(cfg.TableMappings) != 1 {
+		t.Errorf("GET shows mappings %v, expanded %v; want the schema mapping and a, b, c, d", cfg.TableMappings, cfg.ExpandedTableMappings)
+	}
+	if v, ok := metricValue(s.scrape(token), "pgmirror_schema_changes_applied_total", map[string]string{"mirror": "sm"}); !ok || v < 3 {
+		t.Errorf("pgmirror_schema_changes_applied_total{mirror=sm} = %v (present %v), want at least 3 (three tables created)", v, ok)
+	}
+}
