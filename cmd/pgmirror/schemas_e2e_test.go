@@ -116,6 +116,27 @@ func TestSchemaMappingValidation(t *testing.T) {
 	if len(cfg.TableMappings) != 2 || cfg.TableMappings[1]["source_table"] != "*" || len(cfg.ExpandedTableMappings) != 0 {
 		t.Errorf("mappings as created: %v, expanded %v", cfg.TableMappings, cfg.ExpandedTableMappings)
 	}
+
+	// PUT tables validates and expands the same way.
+	s.waitStatus("ok", "running", 60*time.Second)
+	s.mustDo("POST", "/v1/mirrors/ok/pause", nil, 200, nil)
+	s.waitStatus("ok", "paused", 30*time.Second)
+	var out map[string]any
+	if code := s.do("PUT", "/v1/mirrors/ok/tables", map[string]any{
+		"table_mappings": []any{mapping("app", "*", "app", "*", "v")}}, &out); code != 400 || !strings.Contains(fmt.Sprint(out["error"]), "cannot exclude columns") {
+		t.Errorf("PUT tables with excluded columns on a schema mapping: %d %v, want 400", code, out)
+	}
+	exec1(t, src, `CREATE TABLE app.b (id int PRIMARY KEY)`)
+	var given []map[string]any
+	s.mustDo("PUT", "/v1/mirrors/ok/tables", map[string]any{
+		"table_mappings": []any{mapping("app", "*", "app", "*"), mapping("app", "a", "other", "a_copy")}}, 200, &given)
+	if len(given) != 2 || given[0]["source_table"] != "a" || given[1]["source_table"] != "*" {
+		t.Errorf("PUT tables answered %v, want the mapping of a, then the schema mapping", given)
+	}
+	s.mustDo("GET", "/v1/mirrors/ok", nil, 200, &cfg)
+	if len(cfg.ExpandedTableMappings) != 1 || cfg.ExpandedTableMappings[0]["source_table"] != "b" {
+		t.Errorf("after PUT, expanded %v, want app.b only (app.a is mapped by name)", cfg.ExpandedTableMappings)
+	}
 }
 
 // TestSchemaMappingNewTables maps a whole schema and, under a running
