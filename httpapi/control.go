@@ -242,14 +242,17 @@ func (h *handlers) resyncTable(ctx context.Context, in *tableResyncInput) (*tabl
 		if err != nil {
 			return err
 		}
-		found := false
+		found, dropped := false, false
 		for _, t := range tables {
 			if name := (change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}); name.String() == in.Table {
-				src, found = name, true
+				src, found, dropped = name, true, t.Status == db.TableStatusDropped
 			}
 		}
 		if !found {
 			return errorf(http.StatusNotFound, "Mirror %q has no source table %s: see GET /v1/mirrors/%s/tables", m.Name, in.Table, m.Name)
+		}
+		if dropped {
+			return errorf(http.StatusConflict, "Cannot resync table %s of mirror %q: it was dropped on the source (status dropped); a table of that name created on the source again is copied by itself", in.Table, m.Name)
 		}
 		if err := busy(m, tables, "resync a table of"); err != nil {
 			return err

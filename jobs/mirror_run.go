@@ -311,7 +311,7 @@ func (r *mirrorRun) checkControl(ctx context.Context, cancel context.CancelCause
 		return
 	}
 	for _, t := range tables {
-		if r.isCopying(t.ID) {
+		if r.isCopying(t.ID) || t.Status == db.TableStatusDropped {
 			continue
 		}
 		if t.ResyncRequestedAt != nil || t.Status == db.TableStatusPending {
