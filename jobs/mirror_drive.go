@@ -622,10 +622,12 @@ func (r *mirrorRun) runCDC(ctx context.Context, in *phaseInputs) error {
 		r.keepSequencesInStep(seqCtx, srcPeer, dstPeer, newSequenceSyncer(r, m, mappings))
 	}()
 	if len(in.schemas) > 0 {
+		wake := make(chan struct{}, 1)
+		cfg.OnUnmappedTable = wakeOnSchemaTable(in.schemas, wake)
 		sequencesDone.Add(1)
 		go func() {
 			defer sequencesDone.Done()
-			r.followSchemas(seqCtx, m, srcPeer)
+			r.followSchemas(seqCtx, m, srcPeer, wake)
 		}()
 	}
 	err = streamHandingOver(ctx, cfg, rep, stop)

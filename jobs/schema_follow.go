@@ -224,11 +224,31 @@ func (r *mirrorRun) createAddedTables(ctx context.Context, src, dst *pgx.Conn, t
 	return nil
 }
 
+// wakeOnSchemaTable is the CDC run's OnUnmappedTable of a mirror that maps
+// schemas: a change of a table of a mapped schema that the run does not
+// replicate (a publication with FOR TABLES IN SCHEMA sends the tables
+// created there at once) wakes followSchemas for a check now.
+func wakeOnSchemaTable(schemas []db.SchemaMapping, wake chan<- struct{}) func(change.TableName) {
+	mapped := map[string]bool{}
+	for _, sm := range schemas {
+		mapped[sm.SourceSchema] = true
+	}
+	return func(t change.TableName) {
+		if !mapped[t.Schema] {
+			return
+		}
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // followSchemas checks the mapped schemas' tables every
-// SchemaCheckInterval while the CDC phase streams, and stops the phase at a
-// batch boundary when a table is to be copied, so that the next iteration
-// adds it.
-func (r *mirrorRun) followSchemas(ctx context.Context, m db.Mirror, srcPeer db.Peer) {
+// SchemaCheckInterval while the CDC phase streams, and at once when wake
+// fires, and stops the phase at a batch boundary when a table is to be
+// copied, so that the next iteration adds it.
+func (r *mirrorRun) followSchemas(ctx context.Context, m db.Mirror, srcPeer db.Peer, wake <-chan struct{}) {
 	tick := time.NewTicker(r.cfg.SchemaCheckInterval)
 	defer tick.Stop()
 	var src *pgx.Conn
@@ -242,6 +262,7 @@ func (r *mirrorRun) followSchemas(ctx context.Context, m db.Mirror, srcPeer db.P
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-wake:
 		}
 		var err error
 		if src == nil || src.IsClosed() {

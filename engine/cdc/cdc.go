@@ -128,6 +128,12 @@ type Config struct {
 	// Holder, when set, lets a verification hold the run for an instant at
 	// a source position (see Holder).
 	Holder Holder
+	// OnUnmappedTable, when set, is called (on the run's goroutine; it must
+	// not block) the first time the run meets a change of a table that is
+	// neither in Tables nor in SkipTables: a publication that publishes
+	// whole schemas sends the tables created in them at once. The change
+	// itself is not applied.
+	OnUnmappedTable func(change.TableName)
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -327,6 +333,12 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	for _, t := range cfg.SkipTables {
 		r.skip[t] = true
 	}
+	if cfg.OnUnmappedTable != nil {
+		r.unmapped, r.mapped = map[change.TableName]bool{}, map[change.TableName]bool{}
+		for _, m := range cfg.Tables {
+			r.mapped[m.Source] = true
+		}
+	}
 	r.floor = r.lowest()
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
@@ -443,6 +455,9 @@ type runner struct {
 	// applied (key: source schema.table); skip are the tables being copied.
 	positions map[change.TableName]change.LSN
 	skip      map[change.TableName]bool
+	// unmapped are the tables met that the run does not replicate (nil
+	// without OnUnmappedTable), mapped those it does.
+	unmapped, mapped map[change.TableName]bool
 	floor     change.LSN // lowest of applied and positions: where the stream starts
 
 	inTx     bool       // a source transaction is open in the stream
@@ -576,6 +591,9 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 			r.log.Debug("skipping transaction already applied", "lsn", ev.LSN.String())
 		}
 	case capture.EventChange:
+		if r.unmapped != nil && ev.Change.Op != change.OpTruncate {
+			r.noticeUnmapped(ev.Change.Relation.Table)
+		}
 		if r.skipping {
 			return nil
 		}
@@ -649,6 +667,16 @@ func (cfg Config) closeBatch(changes int64, age time.Duration, dry bool, behind 
 		return true, 0 // caught up with the source, or gathered long enough
 	}
 	return false, window - age
+}
+
+// noticeUnmapped calls OnUnmappedTable the first time the run meets a
+// change of t when t is not replicated by this run.
+func (r *runner) noticeUnmapped(t change.TableName) {
+	if r.mapped[t] || r.skip[t] || r.unmapped[t] {
+		return
+	}
+	r.unmapped[t] = true
+	r.cfg.OnUnmappedTable(t)
 }
 
 // filter returns c without the tables whose changes in the open
