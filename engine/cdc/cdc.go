@@ -458,7 +458,7 @@ type runner struct {
 	// unmapped are the tables met that the run does not replicate (nil
 	// without OnUnmappedTable), mapped those it does.
 	unmapped, mapped map[change.TableName]bool
-	floor     change.LSN // lowest of applied and positions: where the stream starts
+	floor            change.LSN // lowest of applied and positions: where the stream starts
 
 	inTx     bool       // a source transaction is open in the stream
 	txLSN    change.LSN // commit LSN of the open transaction
