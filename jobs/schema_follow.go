@@ -38,9 +38,18 @@ import (
 // msgSourceTableDropped is the WARN entry of a source table that was dropped.
 const msgSourceTableDropped = "Source table dropped; its destination table is kept"
 
-// msgSchemaChangeApplied is the INFO entry of a source schema change
-// applied to the destination.
-const msgSchemaChangeApplied = "Schema change applied"
+// Log messages of source schema changes.
+const (
+	// msgSchemaChangeApplied: a source schema change applied to the
+	// destination (INFO).
+	msgSchemaChangeApplied = "Schema change applied"
+	// msgSchemaChangeNotApplied: a change left alone under schema_changes
+	// warn (WARN).
+	msgSchemaChangeNotApplied = "Schema change not applied"
+	// msgPausedForSchemaChange: the mirror paused itself before a change
+	// under schema_changes stop (WARN).
+	msgPausedForSchemaChange = "Mirror paused before a schema change"
+)
 
 // schemaChangeApplied logs and counts a source schema change applied to the
 // destination's schema.
@@ -150,12 +159,45 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 	return replicating(tables), changed, nil
 }
 
+// Schema change policies (the mirror's schema_changes).
+const (
+	policyApply = "apply"
+	policyWarn  = "warn"
+	policyStop  = "stop"
+)
+
+// schemaPolicy is what the mirror does with source schema changes that
+// would alter the destination's schema: apply, warn or stop.
+func schemaPolicy(m db.Mirror) string {
+	return policyApply
+}
+
 // addSourceTable adds the source table of mp (new in a mapped schema, or
 // dropped and created again) to the mirror's tables to be copied, unless it
 // cannot identify its rows: added to the publication it would make the
 // source refuse its updates and deletes, so it waits (with a WARN entry)
-// until it has a primary key or replica identity.
+// until it has a primary key or replica identity. Under schema_changes warn
+// the table is left out with a WARN entry; under stop the mirror is paused
+// before it (errRunEnded).
 func (r *mirrorRun) addSourceTable(ctx context.Context, src *pgx.Conn, m db.Mirror, mp change.Mapping) (bool, error) {
+	switch schemaPolicy(m) {
+	case policyWarn:
+		r.warnOnce(ctx, "policy:"+mp.Source.String(), msgSchemaChangeNotApplied, map[string]any{
+			"table": mp.Source.String(), "change": "table created on the source",
+			"reason": "schema_changes is warn: the table is not added to the mirror and not created on the destination",
+			"action": "to replicate it, map it by name (PUT /v1/mirrors/" + m.Name + "/tables) or set schema_changes to apply"})
+		return false, nil
+	case policyStop:
+		if err := r.store.MirrorPause(ctx, m.ID); err != nil {
+			return false, err
+		}
+		r.log(ctx, db.LevelWarn, msgPausedForSchemaChange, map[string]any{
+			"table": mp.Source.String(), "changes": []string{"table created on the source, to be created on the destination as " + mp.Destination.String()},
+			"action": "schema_changes is stop: nothing was added. Set schema_changes to apply (the table is then created and copied) or warn (it is left out), " +
+				"or map it by name with PUT /v1/mirrors/" + m.Name + "/tables, then resume the mirror"})
+		r.logger.Warn("mirror paused before adding a table created on the source (schema_changes is stop)", "table", mp.Source.String())
+		return false, errRunEnded
+	}
 	err := preflight.ReplicaIdentity(ctx, src, []change.TableName{mp.Source}, "source")
 	var f *preflight.Failure
 	if errors.As(err, &f) {
@@ -278,6 +320,10 @@ func (r *mirrorRun) followSchemas(ctx context.Context, m db.Mirror, srcPeer db.P
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, changed, err := r.followSourceTables(cctx, src, m, tables)
 		cancel()
+		if errors.Is(err, errRunEnded) {
+			r.stopCDC(reasonPaused) // paused before a schema change
+			return
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				r.logger.Warn("check the source's tables", "error", err)
