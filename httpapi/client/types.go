@@ -134,7 +134,9 @@ type TableRef struct {
 	TableName string `json:"table_name"`
 }
 
-// TableMapping maps a source table to a destination table.
+// TableMapping maps a source table to a destination table, or with
+// SourceTable and DestinationTable "*" a whole source schema to a
+// destination schema (tables created in it later included).
 type TableMapping struct {
 	SourceSchema      string   `json:"source_schema"`
 	SourceTable       string   `json:"source_table"`
@@ -170,10 +172,12 @@ type MirrorCreate struct {
 
 // MirrorConfig is a mirror's configuration as the API returns it.
 type MirrorConfig struct {
-	Name                        string         `json:"name"`
-	SourcePeer                  string         `json:"source_peer"`
-	DestinationPeer             string         `json:"destination_peer"`
-	TableMappings               []TableMapping `json:"table_mappings"`
+	Name            string         `json:"name"`
+	SourcePeer      string         `json:"source_peer"`
+	DestinationPeer string         `json:"destination_peer"`
+	TableMappings   []TableMapping `json:"table_mappings"`
+	// ExpandedTableMappings are the tables the schema mappings cover now.
+	ExpandedTableMappings       []TableMapping `json:"expanded_table_mappings"`
 	SnapshotNumRowsPerPartition int            `json:"snapshot_num_rows_per_partition"`
 	SnapshotMaxParallelWorkers  int            `json:"snapshot_max_parallel_workers"`
 	SnapshotNumTablesInParallel int            `json:"snapshot_num_tables_in_parallel"`
