@@ -342,6 +342,35 @@ func (c *cli) api() (*client.Client, error) {
 	return &client.Client{BaseURL: u, Token: saved.Token, HTTPClient: &http.Client{Timeout: 2 * time.Minute}}, nil
 }
 
+// request makes one call with the logged-in client. With --json it prints
+// the response's JSON as the service sent it and reports printed, so the
+// command has nothing more to print; otherwise the command prints res.
+func request[T any](ctx context.Context, c *cli, call func(ctx context.Context, api *client.Client) (T, error)) (res T, printed bool, err error) {
+	api, err := c.api()
+	if err != nil {
+		return res, false, err
+	}
+	var raw []byte
+	if res, err = call(client.CaptureBody(ctx, &raw), api); err != nil {
+		return res, false, apiErr(err)
+	}
+	if c.json {
+		return res, true, c.printJSON(raw)
+	}
+	return res, false, nil
+}
+
+// say makes one call whose answer is a message and prints "name: message"
+// (or, with --json, the response's JSON).
+func (c *cli) say(ctx context.Context, name string, call func(ctx context.Context, api *client.Client) (string, error)) error {
+	msg, printed, err := request(ctx, c, call)
+	if printed || err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "%s: %s\n", name, msg)
+	return nil
+}
+
 // apiErr turns an error of a client call into the command's error with
 // its exit code.
 func apiErr(err error) error {
