@@ -120,45 +120,31 @@ func (c *cli) run(ctx context.Context, command string, args []string) error {
 		return nil
 	}
 	sub, rest := args[0], args[1:]
-	switch command {
-	case "peers":
-		switch sub {
-		case "list":
-			return c.peersList(ctx, rest)
-		case "get":
-			return c.peersGet(ctx, rest)
-		case "create":
-			return c.peersCreate(ctx, rest)
-		case "test":
-			return c.peersTest(ctx, rest)
-		case "delete":
-			return c.peersDelete(ctx, rest)
-		}
-	case "mirrors":
-		switch sub {
-		case "list":
-			return c.mirrorsList(ctx, rest)
-		case "get":
-			return c.mirrorsGet(ctx, rest)
-		case "create":
-			return c.mirrorsCreate(ctx, rest)
-		case "pause", "resume", "retry", "sync-schema":
-			return c.mirrorsControl(ctx, sub, rest)
-		case "resync":
-			return c.mirrorsResync(ctx, rest)
-		case "delete":
-			return c.mirrorsDelete(ctx, rest)
-		case "cutover":
-			return c.mirrorsCutover(ctx, rest)
-		case "verify":
-			return c.mirrorsVerify(ctx, rest)
-		case "verifications":
-			return c.mirrorsVerifications(ctx, rest)
-		case "repair":
-			return c.mirrorsRepair(ctx, rest)
-		}
+	if run := c.subcommands(command)[sub]; run != nil {
+		return run(ctx, rest)
 	}
 	return usageErrorf("%s: unknown subcommand %q; see pgmirror %s --help", command, sub, command)
+}
+
+// subcommands returns the subcommands of command by name.
+func (c *cli) subcommands(command string) map[string]func(context.Context, []string) error {
+	control := func(action string) func(context.Context, []string) error {
+		return func(ctx context.Context, args []string) error { return c.mirrorsControl(ctx, action, args) }
+	}
+	switch command {
+	case "peers":
+		return map[string]func(context.Context, []string) error{
+			"list": c.peersList, "get": c.peersGet, "create": c.peersCreate, "test": c.peersTest, "delete": c.peersDelete,
+		}
+	case "mirrors":
+		return map[string]func(context.Context, []string) error{
+			"list": c.mirrorsList, "get": c.mirrorsGet, "create": c.mirrorsCreate,
+			"pause": control("pause"), "resume": control("resume"), "retry": control("retry"), "sync-schema": control("sync-schema"),
+			"resync": c.mirrorsResync, "delete": c.mirrorsDelete, "cutover": c.mirrorsCutover,
+			"verify": c.mirrorsVerify, "verifications": c.mirrorsVerifications, "repair": c.mirrorsRepair,
+		}
+	}
+	return nil
 }
 
 var cliUsage = map[string]string{
