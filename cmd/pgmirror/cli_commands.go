@@ -351,7 +351,13 @@ func (c *cli) mirrorsCreate(ctx context.Context, args []string) error {
 	if printed || err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "Created mirror %s (%s -> %s, %d tables): %s\n", m.Name, m.SourcePeer, m.DestinationPeer, len(m.TableMappings), m.Status)
+	tables := len(m.ExpandedTableMappings)
+	for _, t := range m.TableMappings {
+		if t.SourceTable != "*" {
+			tables++ // a mapping of a whole schema counts by the tables it expanded to
+		}
+	}
+	fmt.Fprintf(c.stdout, "Created mirror %s (%s -> %s, %d tables): %s\n", m.Name, m.SourcePeer, m.DestinationPeer, tables, m.Status)
 	return nil
 }
 
