@@ -249,3 +249,59 @@ COMMIT;`)
 		t.Errorf("pgmirror_schema_changes_applied_total{mirror=sm} = %v (present %v), want at least 3 (three tables created)", v, ok)
 	}
 }
+
+// TestSchemaMappingNewTableCrash maps a schema through a publication of
+// the user's (FOR TABLES IN SCHEMA, which publishes a new table at once),
+// creates a large table in it under a write load and kills the service
+// while the table is copied: a new process copies it again and it ends
+// equal to the source, the rows of its creating transaction and the later
+// ones each once.
+func TestSchemaMappingNewTableCrash(t *testing.T) {
+	t.Parallel()
+	catalog, src, dst, s := newEnv(t, `
+CREATE SCHEMA app;
+CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);
+INSERT INTO app.a (n, v) SELECT g, 'init' FROM generate_series(1, 500) g;
+CREATE PUBLICATION app_pub FOR TABLES IN SCHEMA app WITH (publish_via_partition_root = true);`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "sc", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"publication_name": "app_pub", "snapshot_num_rows_per_partition": 20000, "snapshot_max_parallel_workers": 1,
+		"table_mappings": []any{mapping("app", "*", "app", "*")},
+	}, 201, nil)
+	s.dumpOnFailure("sc")
+	s.waitStatus("sc", "running", 90*time.Second)
+
+	var enabled sync.Map
+	stop := make(chan struct{})
+	var txs atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); schemaLoad(t, src, &enabled, stop, &txs) }()
+	waitGrown(t, "load transactions", &txs, 30, 30*time.Second)
+
+	exec1(t, src, `BEGIN;
+CREATE TABLE app.big (id bigserial PRIMARY KEY, n int NOT NULL, v text);
+INSERT INTO app.big (n, v) SELECT g, repeat('x', 200) FROM generate_series(1, 200000) g;
+COMMIT;`)
+	enabled.Store("app.big", true)
+	waitFor(t, "app.big being copied", 60*time.Second, func() bool {
+		return tableStatusOf(s.mirror("sc"), "app.big") == "snapshotting"
+	})
+	s.kill()
+	s = startService(t, catalog)
+	s.dumpOnFailure("sc")
+	waitGrown(t, "load transactions", &txs, 50, 30*time.Second)
+	waitFor(t, "app.big running", 120*time.Second, func() bool {
+		return tableStatusOf(s.mirror("sc"), "app.big") == "running"
+	})
+	waitGrown(t, "load transactions", &txs, 50, 30*time.Second)
+	close(stop)
+	wg.Wait()
+	for _, table := range []string{"app.a", "app.big"} {
+		waitEqual(t, src, dst, table, table, "id, n, v", 120*time.Second)
+		noDuplicates(t, dst, table, "id")
+	}
+	if m := s.mirror("sc"); m.Status != "running" {
+		t.Errorf("mirror status %q, want running", m.Status)
+	}
+}
