@@ -86,7 +86,7 @@ func New() *Registry {
 		}, []string{"mirror", "table"}),
 		schemaChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pgmirror_schema_changes_applied_total",
-			Help: "Source schema changes applied to the destination's schema (a table created on the source, a column added, renamed or retyped, ...).",
+			Help: "Source schema changes applied to the destination by CDC at their position in the stream (each statement logged as Schema change applied).",
 		}, []string{"mirror"}),
 	}
 	r.reg.MustRegister(r.changes, r.batchSeconds, r.batchChanges, r.errors, r.retries, r.snapCopied, r.snapEstimated, r.schemaChanges,
@@ -128,18 +128,18 @@ func (r *Registry) MirrorFailed(mirror string) {
 	}
 }
 
-// MirrorRetried counts a run of mirror started after a failure.
-func (r *Registry) MirrorRetried(mirror string) {
-	if r != nil {
-		r.retries.WithLabelValues(mirror).Inc()
-	}
-}
-
 // SchemaChangeApplied counts a source schema change applied to mirror's
 // destination.
 func (r *Registry) SchemaChangeApplied(mirror string) {
 	if r != nil {
 		r.schemaChanges.WithLabelValues(mirror).Inc()
+	}
+}
+
+// MirrorRetried counts a run of mirror started after a failure.
+func (r *Registry) MirrorRetried(mirror string) {
+	if r != nil {
+		r.retries.WithLabelValues(mirror).Inc()
 	}
 }
 
