@@ -14,8 +14,8 @@ import (
 // FromSchemaMapping set; an explicit mapping of a table of the schema wins
 // over it.
 type SchemaMapping struct {
-	SourceSchema      string
-	DestinationSchema string
+	SourceSchema      string `json:"source_schema"`
+	DestinationSchema string `json:"destination_schema"`
 }
 
 // Destination is where the schema mapping puts source table t.

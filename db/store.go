@@ -150,6 +150,9 @@ type Mirror struct {
 	LagSeconds      *float64
 	LagMeasuredAt   *time.Time
 	AppliedCommitAt *time.Time
+	// SchemaMappings are the source schemas the mirror maps as a whole
+	// (empty for none).
+	SchemaMappings []SchemaMapping
 }
 
 // MirrorTable is one table mapping of a mirror with its sync status and

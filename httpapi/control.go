@@ -307,11 +307,7 @@ func (h *handlers) getTables(ctx context.Context, in *mirrorPath) (*tablesOutput
 	if err != nil {
 		return nil, h.internal(ctx, "load the mirror's tables", err)
 	}
-	schemas, err := h.store.MirrorSchemaMappings(ctx, m.ID)
-	if err != nil {
-		return nil, h.internal(ctx, "load the mirror's schema mappings", err)
-	}
-	return &tablesOutput{Body: givenMappings(tables, schemas)}, nil
+	return &tablesOutput{Body: givenMappings(tables, m.SchemaMappings)}, nil
 }
 
 // runStopWait bounds how long PUT tables waits for a paused mirror's run to

@@ -108,10 +108,10 @@ type MirrorConfig struct {
 	CreatedAt                   time.Time      `json:"created_at"`
 }
 
-func configResponse(m db.Mirror, tables []db.MirrorTable, schemas []db.SchemaMapping) MirrorConfig {
+func configResponse(m db.Mirror, tables []db.MirrorTable) MirrorConfig {
 	return MirrorConfig{
 		Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
-		TableMappings: givenMappings(tables, schemas), ExpandedTableMappings: expandedMappings(tables),
+		TableMappings: givenMappings(tables, m.SchemaMappings), ExpandedTableMappings: expandedMappings(tables),
 		SnapshotNumRowsPerPartition: m.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		SnapshotNumTablesInParallel: m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: m.CDCSyncIntervalSeconds,
 		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot, ExistingDestinationRows: string(m.ExistingDestinationRows),
@@ -293,12 +293,8 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 	if err != nil {
 		return nil, h.internal(ctx, "load the mirror's tables", err)
 	}
-	schemas, err := h.store.MirrorSchemaMappings(ctx, m.ID)
-	if err != nil {
-		return nil, h.internal(ctx, "load the mirror's schema mappings", err)
-	}
 	st := mirrorStatus{
-		MirrorConfig: configResponse(m, tables, schemas), DesiredState: string(m.DesiredState),
+		MirrorConfig: configResponse(m, tables), DesiredState: string(m.DesiredState),
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
 		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, SlotHealth: slotHealthResponse(m), Cutover: cutoverResponse(m.Cutover), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
 	}
@@ -566,7 +562,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	}
 	h.logger.InfoContext(ctx, "mirror created", "mirror", m.Name, "slot", m.ReplicationSlotName, "publication", m.PublicationName,
 		"user", currentUser(ctx).Username)
-	return &mirrorCreateOutput{Body: configResponse(m, tables, schemas)}, nil
+	return &mirrorCreateOutput{Body: configResponse(m, tables)}, nil
 }
 
 // chooseNames returns the publication and replication slot names of a new

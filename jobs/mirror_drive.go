@@ -264,9 +264,7 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if in.tables, _, err = r.followSourceTables(ctx, in.src, m, tables); err != nil {
 		return in, err
 	}
-	if in.schemas, err = store.MirrorSchemaMappings(ctx, m.ID); err != nil {
-		return in, err
-	}
+	in.schemas = m.SchemaMappings
 	in.mappings = toMappings(in.tables)
 	tables = in.tables
 	sources := make([]change.TableName, len(in.mappings))

@@ -116,10 +116,7 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 			changed = true
 		}
 	}
-	schemas, err := r.store.MirrorSchemaMappings(ctx, m.ID)
-	if err != nil {
-		return nil, false, err
-	}
+	schemas := m.SchemaMappings
 	dests := map[change.TableName]change.TableName{}
 	for _, t := range tables {
 		dests[t.Destination()] = t.Source()
