@@ -536,12 +536,12 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 			return err
 		}
 		m, err = h.store.With(tx).MirrorCreate(ctx, db.MirrorCreateParams{
+			SchemaMappings: schemas, FromSchema: fromSchema,
 			Name: b.Name, SourcePeerID: source.ID, DestinationPeerID: dest.ID,
 			SnapshotNumRowsPerPartition: b.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: b.SnapshotMaxParallelWorkers,
 			SnapshotNumTablesInParallel: b.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: b.CDCSyncIntervalSeconds,
 			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: doSnapshot, ExistingDestinationRows: mode,
 			PublicationName: pub, ReplicationSlotName: slot, Tables: mappings, Sequences: sequences,
-			SchemaMappings: schemas, FromSchema: fromSchema,
 		})
 		if err != nil {
 			return err

@@ -280,6 +280,13 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if in.dst, err = connectPeer(ctx, "destination", dstPeer); err != nil {
 		return in, err
 	}
+	if schemaPreparation(m) == schemaFollow {
+		// Tables that joined from a mapped schema get their destination
+		// table first, logged as schema changes.
+		if err := r.createAddedTables(ctx, in.src, in.dst, tables); err != nil {
+			return in, err
+		}
+	}
 	started := time.Now()
 	switch schemaPreparation(m) {
 	case schemaCreate:
@@ -289,9 +296,6 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		}
 		r.logEnsureReport(ctx, tables, report, time.Since(started))
 	case schemaFollow:
-		if err := r.createAddedTables(ctx, in.src, in.dst, tables); err != nil {
-			return in, err
-		}
 		ddl, _, err := schemasync.SyncColumns(ctx, in.src, in.dst, in.mappings)
 		if err != nil {
 			return in, fmt.Errorf("prepare destination tables: %w", err)
