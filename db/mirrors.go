@@ -10,6 +10,8 @@ import (
 // mirrorColumns selects a mirror joined with its peers' names, in the order
 // scanMirror reads them.
 const mirrorColumns = `m.id, m.uid::text, m.name, m.source_peer_id, m.destination_peer_id, sp.name, dp.name,
+	coalesce((SELECT jsonb_agg(jsonb_build_object('source_schema', s.source_schema, 'destination_schema', s.destination_schema)
+		ORDER BY s.position, s.id) FROM mirror_schema_mappings s WHERE s.mirror_id = m.id), '[]'),
 	m.snapshot_num_rows_per_partition, m.snapshot_max_parallel_workers, m.snapshot_num_tables_in_parallel,
 	m.cdc_sync_interval_seconds, m.cdc_batch_size, m.do_initial_snapshot, m.existing_destination_rows,
 	m.publication_name, m.replication_slot_name, m.created_publication, m.created_slot,
@@ -17,9 +19,7 @@ const mirrorColumns = `m.id, m.uid::text, m.name, m.source_peer_id, m.destinatio
 	m.error_count, m.next_retry_at, m.last_lsn::text, m.last_sync_batch_id,
 	m.slot_lag_bytes, m.slot_wal_status, m.slot_checked_at,
 	m.deleted_at, m.created_at, m.updated_at, m.sequences_synced_at, m.cutover, m.sequences,
-	ml.lag_seconds, ml.measured_at, ml.applied_commit_at,
-	coalesce((SELECT jsonb_agg(jsonb_build_object('source_schema', s.source_schema, 'destination_schema', s.destination_schema)
-		ORDER BY s.position, s.id) FROM mirror_schema_mappings s WHERE s.mirror_id = m.id), '[]')`
+	ml.lag_seconds, ml.measured_at, ml.applied_commit_at`
 
 const mirrorFrom = ` FROM mirrors m JOIN peers sp ON sp.id = m.source_peer_id JOIN peers dp ON dp.id = m.destination_peer_id
 	LEFT JOIN mirror_lag ml ON ml.mirror_id = m.id`
@@ -27,6 +27,7 @@ const mirrorFrom = ` FROM mirrors m JOIN peers sp ON sp.id = m.source_peer_id JO
 func scanMirror(row pgx.Row) (Mirror, error) {
 	var m Mirror
 	err := row.Scan(&m.ID, &m.UID, &m.Name, &m.SourcePeerID, &m.DestinationPeerID, &m.SourcePeer, &m.DestinationPeer,
+		&m.SchemaMappings,
 		&m.SnapshotNumRowsPerPartition, &m.SnapshotMaxParallelWorkers, &m.SnapshotNumTablesInParallel,
 		&m.CDCSyncIntervalSeconds, &m.CDCBatchSize, &m.DoInitialSnapshot, &m.ExistingDestinationRows,
 		&m.PublicationName, &m.ReplicationSlotName, &m.CreatedPublication, &m.CreatedSlot,
@@ -34,8 +35,7 @@ func scanMirror(row pgx.Row) (Mirror, error) {
 		&m.ErrorCount, &m.NextRetryAt, &m.LastLSN, &m.LastSyncBatchID,
 		&m.SlotLagBytes, &m.SlotWALStatus, &m.SlotCheckedAt,
 		&m.DeletedAt, &m.CreatedAt, &m.UpdatedAt, &m.SequencesSyncedAt, &m.Cutover, &m.Sequences,
-		&m.LagSeconds, &m.LagMeasuredAt, &m.AppliedCommitAt,
-		&m.SchemaMappings)
+		&m.LagSeconds, &m.LagMeasuredAt, &m.AppliedCommitAt)
 	return m, err
 }
 

@@ -145,14 +145,14 @@ type Mirror struct {
 	// Sequences are the source sequences listed in the mirror's
 	// configuration, kept in step under the same names on the destination.
 	Sequences []SequenceName
+	// SchemaMappings are the source schemas the mirror maps as a whole
+	// (empty for none).
+	SchemaMappings []SchemaMapping
 	// The streaming worker's last measure of the lag (mirror_lag; nil
 	// before the first): see Lag.
 	LagSeconds      *float64
 	LagMeasuredAt   *time.Time
 	AppliedCommitAt *time.Time
-	// SchemaMappings are the source schemas the mirror maps as a whole
-	// (empty for none).
-	SchemaMappings []SchemaMapping
 }
 
 // MirrorTable is one table mapping of a mirror with its sync status and
