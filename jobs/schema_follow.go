@@ -239,14 +239,16 @@ func replicating(tables []db.MirrorTable) []db.MirrorTable {
 	return out
 }
 
-// createAddedTables creates on the destination the tables added from a
-// mapped schema that wait for their first copy, logging each statement as
+// createAddedTables creates on the destination the tables that joined the
+// mirror from a mapped schema as the source created them (pending with a
+// copy requested, MirrorTableAddFromSchema), logging each statement as
 // "Schema change applied". A table that exists there already is checked
 // and used (nothing to log). Creating is idempotent: a run that dies after
-// it finds the table and goes on.
+// it finds the table and goes on. (Tables a PUT tables expanded a schema
+// to are created like any other added table.)
 func (r *mirrorRun) createAddedTables(ctx context.Context, src, dst *pgx.Conn, tables []db.MirrorTable) error {
 	for _, t := range tables {
-		if !t.FromSchemaMapping || (t.Status != db.TableStatusPending && t.ResyncRequestedAt == nil) {
+		if !t.FromSchemaMapping || t.Status != db.TableStatusPending || t.ResyncRequestedAt == nil {
 			continue
 		}
 		report, err := schemasync.EnsureTablesReport(ctx, src, dst, []change.Mapping{t.Mapping()})
