@@ -305,3 +305,38 @@ COMMIT;`)
 		t.Errorf("mirror status %q, want running", m.Status)
 	}
 }
+
+// TestDroppedTableMappedByName drops a table mapped by name while the
+// mirror is paused: on resume it is marked dropped with a WARN entry, its
+// destination table is kept, a resync of it is refused, and the mirror
+// replicates its other table.
+func TestDroppedTableMappedByName(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `
+CREATE TABLE public.keep (id int PRIMARY KEY);
+CREATE TABLE public.gone (id int PRIMARY KEY);
+INSERT INTO public.gone SELECT generate_series(1, 20);`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "dn", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{mapping("public", "keep", "public", "keep"), mapping("public", "gone", "public", "gone")},
+	}, 201, nil)
+	s.dumpOnFailure("dn")
+	s.waitStatus("dn", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.gone", "public.gone", "id", 30*time.Second)
+	s.mustDo("POST", "/v1/mirrors/dn/pause", nil, 200, nil)
+	s.waitStatus("dn", "paused", 30*time.Second)
+	exec1(t, src, `DROP TABLE public.gone; INSERT INTO public.keep SELECT generate_series(1, 30)`)
+	s.mustDo("POST", "/v1/mirrors/dn/resume", nil, 200, nil)
+	waitFor(t, "public.gone dropped", 30*time.Second, func() bool { return tableStatusOf(s.mirror("dn"), "public.gone") == "dropped" })
+	waitEqual(t, src, dst, "public.keep", "public.keep", "id", 30*time.Second)
+	if n := queryInt64(t, dst, `SELECT count(*) FROM public.gone`); n != 20 {
+		t.Errorf("destination public.gone has %d rows, want its 20 kept", n)
+	}
+	if !hasLog(s.logs("dn", "level=WARN"), "Source table dropped; its destination table is kept") {
+		t.Error(`no WARN "Source table dropped; its destination table is kept"`)
+	}
+	s.mustDo("POST", "/v1/mirrors/dn/resync/public.gone", nil, 409, nil)
+	if m := s.mirror("dn"); m.Status != "running" {
+		t.Errorf("status %s after a table was dropped, want running", m.Status)
+	}
+}
