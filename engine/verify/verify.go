@@ -39,6 +39,10 @@ type Config struct {
 	MaxExamples int
 	// Logger receives debug output. Default: discard.
 	Logger *slog.Logger
+
+	// portableHash makes Compare hash rows with md5 even where both sides
+	// compute hashtextextended alike (tests of that path).
+	portableHash bool
 }
 
 func (c Config) withDefaults() Config {
@@ -223,12 +227,17 @@ func Compare(ctx context.Context, cfg Config, rep Reporter) ([]TableResult, erro
 	results := make([]TableResult, len(cfg.Tables))
 	var tablesWG sync.WaitGroup
 	planner := pairs[0]
+	sides, err := compareSides(ctx, planner)
+	if err != nil {
+		return nil, err
+	}
+	sides.fastHash = sides.fastHash && !cfg.portableHash
 	for i, m := range cfg.Tables {
 		if ctx.Err() != nil {
 			break
 		}
 		started := time.Now()
-		t, err := plan(ctx, planner, cfg, m)
+		t, err := plan(ctx, planner, cfg, sides, m)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -255,7 +264,10 @@ func Compare(ctx context.Context, cfg Config, rep Reporter) ([]TableResult, erro
 				rep.TableCompared(ctx, res)
 			}
 		}
-		t.submit(ctx, tasks)
+		if err := t.submit(ctx, planner, tasks); err != nil {
+			errOnce.Do(func() { firstErr = err; cancel(err) })
+			break
+		}
 	}
 	tablesWG.Wait()
 	close(tasks)
@@ -279,12 +291,12 @@ type table struct {
 	cfg     Config
 	m       change.Mapping
 	rowSQL  string   // ROW(cols)::text
+	hashSQL string   // the row hash, a bigint (hashSQL)
 	keys    []string // quoted key columns (with COLLATE "C" where needed)
 	names   []string // key column names
 	types   []string // key column types
 	multi   bool
-	collate bool       // text keys in the C collation
-	bounds  [][]string // first-level boundaries (key values as text)
+	collate bool // text keys in the C collation
 
 	mu      sync.Mutex
 	res     TableResult
@@ -292,7 +304,7 @@ type table struct {
 	done    func()
 }
 
-func plan(ctx context.Context, p *pair, cfg Config, m change.Mapping) (*table, error) {
+func plan(ctx context.Context, p *pair, cfg Config, sides sides, m change.Mapping) (*table, error) {
 	src, err := schemasync.Describe(ctx, p.src, m.Source)
 	if err != nil {
 		if errors.Is(err, schemasync.ErrTableNotFound) {
@@ -318,7 +330,8 @@ func plan(ctx context.Context, p *pair, cfg Config, m change.Mapping) (*table, e
 	if len(quoted) == 0 {
 		return nil, &skipError{reason: "no replicated columns"}
 	}
-	t := &table{cfg: cfg, m: m, rowSQL: "ROW(" + strings.Join(quoted, ", ") + ")::text"}
+	rowSQL := "ROW(" + strings.Join(quoted, ", ") + ")::text"
+	t := &table{cfg: cfg, m: m, rowSQL: rowSQL, hashSQL: hashSQL(rowSQL, sides.fastHash)}
 	t.res = TableResult{Table: m.Source.String(), Destination: m.Destination.String(), Method: MethodKeyRanges,
 		Missing: []string{}, Extra: []string{}, Different: []string{}}
 	if len(src.PrimaryKey) == 0 {
@@ -326,15 +339,11 @@ func plan(ctx context.Context, p *pair, cfg Config, m change.Mapping) (*table, e
 		t.res.Method = MethodMultiset
 		return t, nil
 	}
-	collate, err := differentCollations(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	t.collate = collate
+	t.collate = sides.collate
 	for _, k := range src.PrimaryKey {
 		c, _ := src.Column(k)
 		expr := change.QuoteIdent(k)
-		if collate {
+		if t.collate {
 			var collatable bool
 			if err := p.src.QueryRow(ctx, `SELECT typcollation <> 0 FROM pg_type WHERE oid = $1`, c.TypeOID).Scan(&collatable); err != nil {
 				return nil, fmt.Errorf("read key column type: %w", err)
@@ -347,24 +356,56 @@ func plan(ctx context.Context, p *pair, cfg Config, m change.Mapping) (*table, e
 		t.names = append(t.names, k)
 		t.types = append(t.types, c.Type)
 	}
-	if t.bounds, err = t.boundaries(ctx, p.src, m.Source.Quoted(), nil, nil, cfg.ChunkRows); err != nil {
-		return nil, fmt.Errorf("plan ranges of %s: %w", m.Source, err)
-	}
 	return t, nil
 }
 
-// differentCollations reports whether the two databases sort text
-// differently by default; then keys are compared in the C collation.
-func differentCollations(ctx context.Context, p *pair) (bool, error) {
-	q := `SELECT datcollate || '/' || datctype FROM pg_database WHERE datname = current_database()`
-	var a, b string
-	if err := p.src.QueryRow(ctx, q).Scan(&a); err != nil {
-		return false, fmt.Errorf("read source collation: %w", err)
+// sides is what Compare learns once of the two databases.
+type sides struct {
+	// collate: the databases sort text differently by default; keys are
+	// then compared in the C collation.
+	collate bool
+	// fastHash: both databases compute hashtextextended alike, so rows are
+	// hashed with it rather than with md5.
+	fastHash bool
+}
+
+// hashProbe is hashed on both sides to find out whether hashtextextended
+// (PostgreSQL 11 and later) gives the same results there (it depends on the
+// CPU's byte order).
+const hashProbe = `SELECT hashtextextended('pgmirror verification probe: 0123456789 abcdefghijklmnopqrstuvwxyz', 7)::text`
+
+// compareSides reads the collations of both databases and finds out which
+// row hash they share.
+func compareSides(ctx context.Context, p *pair) (sides, error) {
+	var s sides
+	var probes [2]struct {
+		collation string
+		version   int
+		hash      string
 	}
-	if err := p.dst.QueryRow(ctx, q).Scan(&b); err != nil {
-		return false, fmt.Errorf("read destination collation: %w", err)
+	for i, tx := range []pgx.Tx{p.src, p.dst} {
+		err := tx.QueryRow(ctx, `SELECT datcollate || '/' || datctype, current_setting('server_version_num')::int
+			FROM pg_database WHERE datname = current_database()`).Scan(&probes[i].collation, &probes[i].version)
+		if err == nil && probes[i].version >= 110000 {
+			err = tx.QueryRow(ctx, hashProbe).Scan(&probes[i].hash)
+		}
+		if err != nil {
+			return s, fmt.Errorf("read the %s database's collation and hash function: %w", [2]string{"source", "destination"}[i], err)
+		}
 	}
-	return a != b, nil
+	s.collate = probes[0].collation != probes[1].collation
+	s.fastHash = probes[0].hash != "" && probes[0].hash == probes[1].hash
+	return s, nil
+}
+
+// hashSQL returns a 64-bit hash (bigint) of the row text rowSQL: hashtextextended
+// (fast) when both sides compute it alike, else the first 64 bits of md5.
+// The text is hashed in the C collation, byte for byte.
+func hashSQL(rowSQL string, fast bool) string {
+	if fast {
+		return "hashtextextended((" + rowSQL + `) COLLATE "C", 0)`
+	}
+	return "('x' || substr(md5(" + rowSQL + "), 1, 16))::bit(64)::bigint"
 }
 
 func (t *table) result() TableResult {
@@ -373,26 +414,19 @@ func (t *table) result() TableResult {
 	return t.res
 }
 
-// submit queues the table's ranges (or buckets); done runs after the last.
-func (t *table) submit(ctx context.Context, tasks chan<- func(*pair) error) {
-	var units []func(p *pair) error
-	if t.multi {
-		units = append(units, func(p *pair) error { return t.compareBuckets(ctx, p) })
-	} else {
-		bs := append([][]string{nil}, t.bounds...)
-		for i := range bs {
-			lo := bs[i]
-			var hi []string
-			if i+1 < len(bs) {
-				hi = bs[i+1]
-			}
-			units = append(units, func(p *pair) error { return t.compareRange(ctx, p, lo, hi, true) })
-		}
-	}
+// submit queues the table's ranges (or buckets) on tasks; done runs after
+// the last. The first-level boundaries are read on the planner's source
+// snapshot and each range is queued as soon as its end is known, so the
+// workers start while the planner still reads.
+func (t *table) submit(ctx context.Context, planner *pair, tasks chan<- func(*pair) error) error {
 	t.mu.Lock()
-	t.pending = len(units)
+	t.pending = 1 // the planning itself, done at the end
 	t.mu.Unlock()
-	for _, u := range units {
+	defer t.unitDone()
+	queue := func(u func(p *pair) error) error {
+		t.mu.Lock()
+		t.pending++
+		t.mu.Unlock()
 		task := func(p *pair) error {
 			defer t.unitDone()
 			if ctx.Err() != nil {
@@ -402,10 +436,28 @@ func (t *table) submit(ctx context.Context, tasks chan<- func(*pair) error) {
 		}
 		select {
 		case tasks <- task:
+			return nil
 		case <-ctx.Done():
 			t.unitDone()
+			return context.Cause(ctx)
 		}
 	}
+	if t.multi {
+		return queue(func(p *pair) error { return t.compareBuckets(ctx, p) })
+	}
+	var lo []string
+	err := t.boundaries(ctx, planner.src, t.m.Source.Quoted(), nil, nil, t.cfg.ChunkRows, func(hi []string) error {
+		from := lo
+		lo = hi
+		return queue(func(p *pair) error { return t.compareRange(ctx, p, from, hi, true) })
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("plan ranges of %s: %w", t.m.Source, err)
+	}
+	return queue(func(p *pair) error { return t.compareRange(ctx, p, lo, nil, true) })
 }
 
 func (t *table) unitDone() {
@@ -449,9 +501,9 @@ func (t *table) where(lo, hi []string) (string, []any) {
 
 func (t *table) order() string { return strings.Join(t.keys, ", ") }
 
-// boundaries returns the keys that cut [lo, hi) on conn into ranges of
-// every rows keys, in key order.
-func (t *table) boundaries(ctx context.Context, tx pgx.Tx, rel string, lo, hi []string, every int) ([][]string, error) {
+// boundaries calls fn, in key order, with the keys that cut [lo, hi) on tx
+// into ranges of every keys.
+func (t *table) boundaries(ctx context.Context, tx pgx.Tx, rel string, lo, hi []string, every int, fn func([]string) error) error {
 	where, args := t.where(lo, hi)
 	texts := make([]string, len(t.keys))
 	for i, k := range t.keys {
@@ -463,16 +515,23 @@ func (t *table) boundaries(ctx context.Context, tx pgx.Tx, rel string, lo, hi []
 		strings.Join(texts, ", "), strings.Join(t.keysBare(), ", "), t.order(), rel, where, len(args))
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) ([]string, error) {
+	defer rows.Close()
+	for rows.Next() {
 		vals := make([]string, len(t.keys))
 		ptrs := make([]any, len(vals))
 		for i := range vals {
 			ptrs[i] = &vals[i]
 		}
-		return vals, row.Scan(ptrs...)
-	})
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		if err := fn(vals); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // keysBare returns the key columns without collation clauses, for a

@@ -77,7 +77,7 @@ func setup(t *testing.T, srcDDL, dstDDL string, maps ...change.Mapping) *bundle 
 }
 
 // verifyOnce obtains snapshots at one position and compares every table.
-func (b *bundle) verifyOnce(t *testing.T) ([]verify.TableResult, *verify.Snapshots) {
+func (b *bundle) verifyOnce(t *testing.T, opts ...func(verify.Config) verify.Config) ([]verify.TableResult, *verify.Snapshots) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -93,10 +93,14 @@ func (b *bundle) verifyOnce(t *testing.T) ([]verify.TableResult, *verify.Snapsho
 	defer snaps.Close()
 	compare, skipped := snaps.Comparable(b.maps)
 	require.Empty(t, skipped)
-	res, err := verify.Compare(ctx, verify.Config{
+	cfg := verify.Config{
 		Source: b.cfg.Source, Dest: b.cfg.Dest, SourceSnapshot: snaps.Source, DestSnapshot: snaps.Dest,
 		Tables: compare, ChunkRows: 500, LeafRows: 50, Workers: 2,
-	}, nil)
+	}
+	for _, o := range opts {
+		cfg = o(cfg)
+	}
+	res, err := verify.Compare(ctx, cfg, nil)
 	require.NoError(t, err)
 	return res, snaps
 }
@@ -203,6 +207,19 @@ func TestDifferencesReported(t *testing.T) {
 	byTable := map[string]verify.TableResult{}
 	for _, r := range res {
 		byTable[r.Table] = r
+	}
+	// The portable row hash (md5, for databases that compute
+	// hashtextextended differently) finds the same differences.
+	portable, _ := b.verifyOnce(t, verify.PortableHash)
+	require.Len(t, portable, len(res))
+	for i, r := range portable {
+		require.Equal(t, res[i].RowsDiffering, r.RowsDiffering, r.Table)
+		if r.Method == verify.MethodKeyRanges { // buckets depend on the hash
+			require.Equal(t, res[i].ChunksDiffering, r.ChunksDiffering, r.Table)
+		}
+		require.ElementsMatch(t, res[i].Missing, r.Missing, r.Table)
+		require.ElementsMatch(t, res[i].Extra, r.Extra, r.Table)
+		require.ElementsMatch(t, res[i].Different, r.Different, r.Table)
 	}
 	k := byTable["public.k"]
 	require.Equal(t, verify.MethodKeyRanges, k.Method)
