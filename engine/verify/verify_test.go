@@ -105,6 +105,20 @@ func (b *bundle) verifyOnce(t *testing.T, opts ...func(verify.Config) verify.Con
 	return res, snaps
 }
 
+// opener obtains snapshots at new positions for RepairChunks.
+func (b *bundle) opener() verify.Opener {
+	var tables []change.TableName
+	for _, m := range b.maps {
+		tables = append(tables, m.Source)
+	}
+	return func(ctx context.Context, chunk int, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
+		return verify.OpenSnapshots(ctx, verify.SnapshotConfig{
+			Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
+			SlotName: fmt.Sprintf("pgmirror_verify_t%d", nameSeq.Add(1)), Note: "repair", Tables: tables, WhileHeld: whileHeld,
+		}, b.hold)
+	}
+}
+
 // waitApplied waits until the destination table has n rows.
 func waitRows(t *testing.T, url, table string, n int64) {
 	t.Helper()
@@ -275,20 +289,11 @@ func TestRepair(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var written int64
-	snaps, err := verify.OpenSnapshots(ctx, verify.SnapshotConfig{
-		Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
-		SlotName: fmt.Sprintf("pgmirror_verify_t%d", nameSeq.Add(1)), Note: "repair", Tables: []change.TableName{tn("public", "k")},
-		WhileHeld: func(ctx context.Context, s *verify.Snapshots) error {
-			var err error
-			written, err = verify.Repair(ctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
-				Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true}, s)
-			return err
-		},
-	}, b.hold)
+	rep, _, err := verify.RepairChunks(ctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
+		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true}, b.opener())
 	require.NoError(t, err)
-	snaps.Close()
-	require.GreaterOrEqual(t, written, int64(23))
+	require.GreaterOrEqual(t, rep.Written, int64(23))
+	require.Equal(t, 1, rep.Chunks)
 	dst, err := pgx.Connect(ctx, b.dst)
 	require.NoError(t, err)
 	defer dst.Close(context.Background())
@@ -304,4 +309,99 @@ func TestRepair(t *testing.T) {
 	res, _ = b.verifyOnce(t)
 	require.True(t, res[0].Equal(), "%+v", res[0])
 	waitRows(t, b.dst, "k WHERE v IN ('later', 'after')", 2)
+}
+
+// A repair of many differing rows under a write load is written in chunks,
+// each at a position of its own: the mirror's run is never held for longer
+// than its hold bound (the lag of a steady stream of source writes stays
+// small), and the data is exact afterwards.
+func TestRepairBounded(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.k (id int PRIMARY KEY, v text, pad text);
+		CREATE TABLE public.tick (id int PRIMARY KEY, at timestamptz)`
+	b := setup(t, ddl, ddl, change.Mapping{Source: tn("public", "k"), Destination: tn("public", "k")},
+		change.Mapping{Source: tn("public", "tick"), Destination: tn("public", "tick")})
+	const rows = 150000
+	pgtest.Exec(t, b.src, fmt.Sprintf(`INSERT INTO k SELECT g, 'v' || g, repeat('p', 400) FROM generate_series(1, %d) g`, rows))
+	waitRows(t, b.dst, "k", rows)
+	pgtest.Exec(t, b.dst, `UPDATE k SET v = 'bad' WHERE id % 3 = 0`)
+	res, _ := b.verifyOnce(t, func(c verify.Config) verify.Config { c.ChunkRows, c.LeafRows = 3200, 200; return c })
+	require.Equal(t, int64(rows/3), res[0].RowsDiffering)
+	require.NotNil(t, res[0].RepairRanges)
+	require.False(t, res[0].RepairRanges.Incomplete)
+
+	// The load: a tick a source transaction every 20 ms, and updates of the
+	// rows being repaired.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var committed sync.Map // tick id -> time.Time of its commit
+	var load sync.WaitGroup
+	load.Add(2)
+	var ticks atomic.Int64
+	go func() {
+		defer load.Done()
+		conn, err := pgx.Connect(context.Background(), b.src)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		for i := 1; ctx.Err() == nil; i++ {
+			if _, err := conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO tick VALUES (%[1]d, now());
+				UPDATE k SET v = 'later' || %[1]d WHERE id = %[1]d * 7 %% %[2]d + 1`, i, rows)); err != nil {
+				t.Error(err)
+				return
+			}
+			committed.Store(i, time.Now())
+			ticks.Store(int64(i))
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	var maxLag atomic.Int64
+	go func() {
+		defer load.Done()
+		conn, err := pgx.Connect(context.Background(), b.dst)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		for ctx.Err() == nil {
+			var seen int
+			if err := conn.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM tick`).Scan(&seen); err != nil {
+				t.Error(err)
+				return
+			}
+			if at, ok := committed.Load(seen + 1); ok {
+				lag := time.Since(at.(time.Time))
+				if int64(lag) > maxLag.Load() {
+					maxLag.Store(int64(lag))
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+
+	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	started := time.Now()
+	rep, _, err := verify.RepairChunks(rctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
+		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, Budget: 300 * time.Millisecond}, b.opener())
+	require.NoError(t, err)
+	t.Logf("repaired %d rows in %d ranges, %d chunks, %s; longest lag %s", rep.Written, rep.Ranges, rep.Chunks,
+		time.Since(started).Round(time.Millisecond), time.Duration(maxLag.Load()).Round(time.Millisecond))
+	require.Equal(t, len(res[0].RepairRanges.Ranges), rep.Ranges)
+	require.Greater(t, rep.Chunks, 1, "the repair was cut into chunks")
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	load.Wait()
+	require.Less(t, time.Duration(maxLag.Load()), 2*time.Second, "the mirror was held longer than the hold bound")
+	require.Positive(t, ticks.Load())
+
+	waitRows(t, b.dst, "tick", ticks.Load())
+	res, _ = b.verifyOnce(t)
+	for _, r := range res {
+		require.True(t, r.Equal(), "%+v", r)
+	}
 }
