@@ -37,9 +37,11 @@
 //
 // # Row text forms
 //
-// Both sides' sessions run with pgmirror's session settings (engine/session:
-// DateStyle, IntervalStyle, extra_float_digits, bytea_output), and Compare
-// sets TimeZone to UTC in each transaction, so a value has one text form on
-// both sides. Excluded and generated columns are left out; renamed
-// destination tables are followed through the mapping.
+// Every comparison transaction pins the settings that change how values
+// print (Settings: pgmirror's session settings, TimeZone UTC, lc_monetary
+// C), and floating-point columns are hashed by their bits, whose text
+// changed in PostgreSQL 12 (canonical.go), so a value has one text form on
+// both sides across major versions and settings. Excluded and generated
+// columns are left out; renamed destination tables are followed through the
+// mapping.
 package verify

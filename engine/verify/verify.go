@@ -43,6 +43,9 @@ type Config struct {
 	// portableHash makes Compare hash rows with md5 even where both sides
 	// compute hashtextextended alike (tests of that path).
 	portableHash bool
+	// destSettings are set in the destination's transactions after the
+	// pinned ones (tests: a destination that prints values differently).
+	destSettings map[string]string
 }
 
 func (c Config) withDefaults() Config {
@@ -136,7 +139,7 @@ func openPair(ctx context.Context, cfg Config) (*pair, error) {
 		p.close()
 		return nil, fmt.Errorf("source: %w", err)
 	}
-	if p.dst, err = importSnapshot(ctx, p.dstConn, cfg.DestSnapshot); err != nil {
+	if p.dst, err = importSnapshot(ctx, p.dstConn, cfg.DestSnapshot, cfg.destSettings); err != nil {
 		p.close()
 		return nil, fmt.Errorf("destination: %w", err)
 	}
@@ -157,7 +160,10 @@ func ValidSnapshotName(name string) bool {
 	return true
 }
 
-func importSnapshot(ctx context.Context, conn *pgx.Conn, name string) (pgx.Tx, error) {
+// importSnapshot begins a REPEATABLE READ, READ ONLY transaction on conn in
+// the exported snapshot name, with the comparison's settings pinned
+// (Settings, then overrides).
+func importSnapshot(ctx context.Context, conn *pgx.Conn, name string, overrides ...map[string]string) (pgx.Tx, error) {
 	if !ValidSnapshotName(name) {
 		return nil, fmt.Errorf("invalid snapshot name %q", name)
 	}
@@ -169,9 +175,11 @@ func importSnapshot(ctx context.Context, conn *pgx.Conn, name string) (pgx.Tx, e
 		_ = tx.Rollback(ctx)
 		return nil, fmt.Errorf("import snapshot %s (it is valid only while the verification holds it): %w", name, err)
 	}
-	if _, err := tx.Exec(ctx, "SET LOCAL TimeZone = 'UTC'"); err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, fmt.Errorf("set time zone: %w", err)
+	for _, settings := range append([]map[string]string{Settings()}, overrides...) {
+		if err := pinSettings(ctx, tx, settings); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, err
+		}
 	}
 	return tx, nil
 }
@@ -290,8 +298,8 @@ func (e *skipError) Error() string { return e.reason }
 type table struct {
 	cfg     Config
 	m       change.Mapping
-	rowSQL  string   // ROW(cols)::text
-	hashSQL string   // the row hash, a bigint (hashSQL)
+	rowSQL  string   // ROW(cols)::text, the row as shown in examples
+	hashSQL string   // the row hash, a bigint, of its canonical text (hashSQL)
 	keys    []string // quoted key columns (with COLLATE "C" where needed)
 	names   []string // key column names
 	types   []string // key column types
@@ -321,17 +329,20 @@ func plan(ctx context.Context, p *pair, cfg Config, sides sides, m change.Mappin
 	}
 	cols := src.Replicated(m)
 	quoted := make([]string, 0, len(cols))
+	canonical := make([]string, 0, len(cols))
 	for _, c := range cols {
-		if _, ok := dst.Column(c.Name); !ok {
+		d, ok := dst.Column(c.Name)
+		if !ok {
 			return nil, &skipError{reason: fmt.Sprintf("column %s is missing on the destination: run sync-schema first", c.Name)}
 		}
 		quoted = append(quoted, change.QuoteIdent(c.Name))
+		canonical = append(canonical, canonicalColumn(c, d))
 	}
 	if len(quoted) == 0 {
 		return nil, &skipError{reason: "no replicated columns"}
 	}
-	rowSQL := "ROW(" + strings.Join(quoted, ", ") + ")::text"
-	t := &table{cfg: cfg, m: m, rowSQL: rowSQL, hashSQL: hashSQL(rowSQL, sides.fastHash)}
+	t := &table{cfg: cfg, m: m, rowSQL: "ROW(" + strings.Join(quoted, ", ") + ")::text",
+		hashSQL: hashSQL("ROW("+strings.Join(canonical, ", ")+")::text", sides.fastHash)}
 	t.res = TableResult{Table: m.Source.String(), Destination: m.Destination.String(), Method: MethodKeyRanges,
 		Missing: []string{}, Extra: []string{}, Different: []string{}}
 	if len(src.PrimaryKey) == 0 {

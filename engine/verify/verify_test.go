@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -404,4 +405,57 @@ func TestRepairBounded(t *testing.T) {
 	for _, r := range res {
 		require.True(t, r.Equal(), "%+v", r)
 	}
+}
+
+// alterDatabase sets a default of the current database in sql (run there).
+func alterDatabase(settings map[string]string) string {
+	var sql strings.Builder
+	for k, v := range settings {
+		fmt.Fprintf(&sql, "DO $$ BEGIN EXECUTE format('ALTER DATABASE %%I SET %s = %%L', current_database(), '%s'); END $$;\n", k, v)
+	}
+	return sql.String()
+}
+
+// Databases whose defaults print values differently, and floating-point
+// values whose text differs between major versions (the destination's
+// comparison prints floats with extra_float_digits 0, as PostgreSQL 11 and
+// earlier do by default: 15 significant digits), give no false difference;
+// a float that differs only beyond 15 digits is still found.
+func TestCanonicalForms(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.v (id int PRIMARY KEY, f8 float8, f4 float4, a8 float8[], a4 real[], m money, tz timestamptz,
+			ts timestamp, d date, tm time, ttz timetz, iv interval, b bytea, n numeric, j jsonb);
+		CREATE TABLE public.nk (f8 float8, tz timestamptz, a8 float8[]);
+		ALTER TABLE public.nk REPLICA IDENTITY FULL;`
+	srcDDL := alterDatabase(map[string]string{"TimeZone": "Asia/Kolkata", "DateStyle": "German", "IntervalStyle": "iso_8601",
+		"extra_float_digits": "-5", "bytea_output": "escape"}) + ddl
+	dstDDL := alterDatabase(map[string]string{"TimeZone": "Pacific/Chatham", "DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard",
+		"extra_float_digits": "0", "bytea_output": "escape"}) + ddl
+	b := setup(t, srcDDL, dstDDL, change.Mapping{Source: tn("public", "v"), Destination: tn("public", "v")},
+		change.Mapping{Source: tn("public", "nk"), Destination: tn("public", "nk")})
+	pgtest.Exec(t, b.src, `INSERT INTO v VALUES
+		(1, 0.1::float8 + 0.2, 0.1, '{0.1,NULL,1e-300}', '{{1.5,2.25},{NaN,-0}}', 1234.56, '2024-02-29 23:59:59.123456+05:30',
+		 '2024-02-29 23:59:59.5', '0044-03-15 BC', '12:34:56.789', '12:34:56+02', '1 year 2 mons -3 days 04:05:06.7', '\x00ff5c27', 12.3400, '{"a": [1, 2.50]}'),
+		(2, 'NaN', 'NaN', '{}', NULL, -0.01, 'infinity', '-infinity', 'infinity', '24:00', '00:00-14', '-1 day +1 microsecond', '', 'NaN', 'null'),
+		(3, 'Infinity'::float8 - 'Infinity'::float8, '-Infinity', '{NaN,Infinity}', '{3.4028235e38}', 0, '1999-12-31 23:00:00Z', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+		(4, '-0', 1.17549435e-38, NULL, '{}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+		(5, 2.2250738585072014e-308, 3.14159274, '{5e-324}', '{1e-45}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+		INSERT INTO nk VALUES (0.1::float8 + 0.2, '2024-01-01 00:00:00+01', '{0.3,NaN}'), ('NaN', NULL, NULL), (NULL, NULL, '{}')`)
+	waitRows(t, b.dst, "v", 5)
+	waitRows(t, b.dst, "nk", 3)
+	asPG11 := func(c verify.Config) verify.Config {
+		return verify.DestSettings(c, map[string]string{"extra_float_digits": "0"})
+	}
+	for _, opts := range [][]func(verify.Config) verify.Config{nil, {asPG11}, {asPG11, verify.PortableHash}} {
+		res, _ := b.verifyOnce(t, opts...)
+		for _, r := range res {
+			require.True(t, r.Equal(), "false difference: %+v", r)
+			require.Positive(t, r.RowsSource)
+		}
+	}
+	// A float that differs only in its last bits, equal in 15 digits.
+	pgtest.Exec(t, b.dst, `UPDATE v SET f8 = 0.3 WHERE id = 1; UPDATE nk SET f8 = 0.3 WHERE f8 BETWEEN 0.29 AND 0.31`)
+	res, _ := b.verifyOnce(t, asPG11)
+	require.Equal(t, []string{"(id)=('1')"}, res[0].Different)
+	require.Equal(t, int64(2), res[1].RowsDiffering, "%+v", res[1])
 }
