@@ -108,6 +108,11 @@ func Repair(ctx context.Context, cfg RepairConfig, s *Snapshots) (RepairResult, 
 	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'; SET LOCAL statement_timeout = '`+repairStatementTimeout+`'`); err != nil {
 		return res, err
 	}
+	// The source's rows are read as text with Settings pinned; they are
+	// written back with the same settings.
+	if err := pinSettings(ctx, tx, Settings()); err != nil {
+		return res, err
+	}
 	var text string
 	err = tx.QueryRow(ctx, `SELECT lsn::text FROM _pgmirror.applied WHERE mirror_uid = $1 FOR UPDATE`, cfg.MirrorUID).Scan(&text)
 	if err != nil {
