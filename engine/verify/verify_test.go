@@ -106,6 +106,27 @@ func (b *bundle) verifyOnce(t *testing.T, opts ...func(verify.Config) verify.Con
 	return res, snaps
 }
 
+// loop runs step(conn, i) for i = 0, 1, ... on a connection to url until
+// ctx ends or step fails, in a goroutine counted in wg.
+func loop(ctx context.Context, t *testing.T, wg *sync.WaitGroup, url string, step func(conn *pgx.Conn, i int) error) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		for i := 0; ctx.Err() == nil; i++ {
+			if err := step(conn, i); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+}
+
 // opener obtains snapshots at new positions for RepairChunks.
 func (b *bundle) opener() verify.Opener {
 	var tables []change.TableName
@@ -153,29 +174,16 @@ func TestEqualUnderWriteLoad(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	var load sync.WaitGroup
-	load.Add(1)
 	var writes atomic.Int64
-	go func() {
-		defer load.Done()
-		conn, err := pgx.Connect(context.Background(), b.src)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(context.Background())
-		for i := 0; ctx.Err() == nil; i++ {
-			id := 3001 + i
-			_, err := conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO k VALUES (%[1]d, %[1]d, 'n', now(), 0.1);
-				UPDATE k SET v = v + 1, f = f * 1.1 WHERE id = %[2]d;
-				DELETE FROM k WHERE id = %[3]d;
-				INSERT INTO nk VALUES (%[1]d %% 50, 'y')`, id, i%3000+1, id-50))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			writes.Add(1)
-		}
-	}()
+	loop(ctx, t, &load, b.src, func(conn *pgx.Conn, i int) error {
+		id := 3001 + i
+		_, err := conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO k VALUES (%[1]d, %[1]d, 'n', now(), 0.1);
+			UPDATE k SET v = v + 1, f = f * 1.1 WHERE id = %[2]d;
+			DELETE FROM k WHERE id = %[3]d;
+			INSERT INTO nk VALUES (%[1]d %% 50, 'y')`, id, i%3000+1, id-50))
+		writes.Add(1)
+		return err
+	})
 	for range 8 {
 		res, snaps := b.verifyOnce(t)
 		for _, r := range res {
@@ -337,51 +345,29 @@ func TestRepairBounded(t *testing.T) {
 	defer stop()
 	var committed sync.Map // tick id -> time.Time of its commit
 	var load sync.WaitGroup
-	load.Add(2)
 	var ticks atomic.Int64
-	go func() {
-		defer load.Done()
-		conn, err := pgx.Connect(context.Background(), b.src)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(context.Background())
-		for i := 1; ctx.Err() == nil; i++ {
-			if _, err := conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO tick VALUES (%[1]d, now());
-				UPDATE k SET v = 'later' || %[1]d WHERE id = %[1]d * 7 %% %[2]d + 1`, i, rows)); err != nil {
-				t.Error(err)
-				return
-			}
-			committed.Store(i, time.Now())
-			ticks.Store(int64(i))
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	loop(ctx, t, &load, b.src, func(conn *pgx.Conn, i int) error {
+		_, err := conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO tick VALUES (%[1]d, now());
+			UPDATE k SET v = 'later' || %[1]d WHERE id = %[1]d * 7 %% %[2]d + 1`, i+1, rows))
+		committed.Store(i+1, time.Now())
+		ticks.Store(int64(i + 1))
+		time.Sleep(20 * time.Millisecond)
+		return err
+	})
 	var maxLag atomic.Int64
-	go func() {
-		defer load.Done()
-		conn, err := pgx.Connect(context.Background(), b.dst)
-		if err != nil {
-			t.Error(err)
-			return
+	loop(ctx, t, &load, b.dst, func(conn *pgx.Conn, _ int) error {
+		var seen int
+		if err := conn.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM tick`).Scan(&seen); err != nil {
+			return err
 		}
-		defer conn.Close(context.Background())
-		for ctx.Err() == nil {
-			var seen int
-			if err := conn.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM tick`).Scan(&seen); err != nil {
-				t.Error(err)
-				return
+		if at, ok := committed.Load(seen + 1); ok {
+			if lag := time.Since(at.(time.Time)); int64(lag) > maxLag.Load() {
+				maxLag.Store(int64(lag))
 			}
-			if at, ok := committed.Load(seen + 1); ok {
-				lag := time.Since(at.(time.Time))
-				if int64(lag) > maxLag.Load() {
-					maxLag.Store(int64(lag))
-				}
-			}
-			time.Sleep(20 * time.Millisecond)
 		}
-	}()
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
 	time.Sleep(500 * time.Millisecond)
 
 	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
