@@ -342,7 +342,7 @@ func plan(ctx context.Context, p *pair, cfg Config, sides sides, m change.Mappin
 		return nil, &skipError{reason: "no replicated columns"}
 	}
 	t := &table{cfg: cfg, m: m, rowSQL: "ROW(" + strings.Join(quoted, ", ") + ")::text",
-		hashSQL: hashSQL("ROW("+strings.Join(canonical, ", ")+")::text", sides.fastHash)}
+		hashSQL: hashSQL("ROW("+strings.Join(canonical, ", ")+")::text", sides)}
 	t.res = TableResult{Table: m.Source.String(), Destination: m.Destination.String(), Method: MethodKeyRanges,
 		Missing: []string{}, Extra: []string{}, Different: []string{}}
 	if len(src.PrimaryKey) == 0 {
@@ -372,12 +372,16 @@ func plan(ctx context.Context, p *pair, cfg Config, sides sides, m change.Mappin
 
 // sides is what Compare learns once of the two databases.
 type sides struct {
-	// collate: the databases sort text differently by default; keys are
-	// then compared in the C collation.
+	// collate: the databases sort text differently by default (their
+	// collations or encodings differ); keys are then compared in the C
+	// collation.
 	collate bool
 	// fastHash: both databases compute hashtextextended alike, so rows are
 	// hashed with it rather than with md5.
 	fastHash bool
+	// encodings: the databases' encodings differ; row texts are converted
+	// to UTF8 before they are hashed.
+	encodings bool
 }
 
 // hashProbe is hashed on both sides to find out whether hashtextextended
@@ -390,13 +394,13 @@ const hashProbe = `SELECT hashtextextended('pgmirror verification probe: 0123456
 func compareSides(ctx context.Context, p *pair) (sides, error) {
 	var s sides
 	var probes [2]struct {
-		collation string
-		version   int
-		hash      string
+		collation, encoding string
+		version             int
+		hash                string
 	}
 	for i, tx := range []pgx.Tx{p.src, p.dst} {
-		err := tx.QueryRow(ctx, `SELECT datcollate || '/' || datctype, current_setting('server_version_num')::int
-			FROM pg_database WHERE datname = current_database()`).Scan(&probes[i].collation, &probes[i].version)
+		err := tx.QueryRow(ctx, `SELECT datcollate || '/' || datctype, pg_encoding_to_char(encoding), current_setting('server_version_num')::int
+			FROM pg_database WHERE datname = current_database()`).Scan(&probes[i].collation, &probes[i].encoding, &probes[i].version)
 		if err == nil && probes[i].version >= 110000 {
 			err = tx.QueryRow(ctx, hashProbe).Scan(&probes[i].hash)
 		}
@@ -404,16 +408,21 @@ func compareSides(ctx context.Context, p *pair) (sides, error) {
 			return s, fmt.Errorf("read the %s database's collation and hash function: %w", [2]string{"source", "destination"}[i], err)
 		}
 	}
-	s.collate = probes[0].collation != probes[1].collation
-	s.fastHash = probes[0].hash != "" && probes[0].hash == probes[1].hash
+	s.encodings = probes[0].encoding != probes[1].encoding
+	s.collate = probes[0].collation != probes[1].collation || s.encodings
+	s.fastHash = probes[0].hash != "" && probes[0].hash == probes[1].hash && !s.encodings
 	return s, nil
 }
 
-// hashSQL returns a 64-bit hash (bigint) of the row text rowSQL: hashtextextended
-// (fast) when both sides compute it alike, else the first 64 bits of md5.
+// hashSQL returns a 64-bit hash (bigint) of the row text rowSQL:
+// hashtextextended (fast) when both sides compute it alike, else the first
+// 64 bits of md5, of the text in UTF8 when the databases' encodings differ.
 // The text is hashed in the C collation, byte for byte.
-func hashSQL(rowSQL string, fast bool) string {
-	if fast {
+func hashSQL(rowSQL string, s sides) string {
+	switch {
+	case s.encodings:
+		return "('x' || substr(md5(convert_to(" + rowSQL + ", 'UTF8')), 1, 16))::bit(64)::bigint"
+	case s.fastHash:
 		return "hashtextextended((" + rowSQL + `) COLLATE "C", 0)`
 	}
 	return "('x' || substr(md5(" + rowSQL + "), 1, 16))::bit(64)::bigint"

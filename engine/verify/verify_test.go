@@ -39,8 +39,12 @@ func tn(s, n string) change.TableName { return change.TableName{Schema: s, Name:
 // and slot for maps, and starts a CDC run with a Local hold.
 func setup(t *testing.T, srcDDL, dstDDL string, maps ...change.Mapping) *bundle {
 	t.Helper()
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	return setupOn(t, pgtest.NewDatabase(t, pgtest.SourceCluster(t)), pgtest.NewDatabase(t, pgtest.DestCluster(t)), srcDDL, dstDDL, maps...)
+}
+
+// setupOn is setup on the given databases.
+func setupOn(t *testing.T, src, dst, srcDDL, dstDDL string, maps ...change.Mapping) *bundle {
+	t.Helper()
 	pgtest.Exec(t, src, srcDDL)
 	pgtest.Exec(t, dst, dstDDL)
 	n := nameSeq.Add(1)
@@ -444,4 +448,34 @@ func TestCanonicalForms(t *testing.T) {
 	res, _ := b.verifyOnce(t, asPG11)
 	require.Equal(t, []string{"(id)=('1')"}, res[0].Different)
 	require.Equal(t, int64(2), res[1].RowsDiffering, "%+v", res[1])
+}
+
+// A destination in another encoding (LATIN1, the source UTF8) gives no
+// false difference on text beyond ASCII, in values and in keys, and a
+// change there is still found.
+func TestEncodings(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.k (id int PRIMARY KEY, s text);
+		CREATE TABLE public.tk (name text PRIMARY KEY, n int);
+		CREATE TABLE public.nk (s text)`
+	dst := pgtest.NewDatabaseWith(t, pgtest.DestCluster(t), "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+	b := setupOn(t, pgtest.NewDatabase(t, pgtest.SourceCluster(t)), dst, ddl+"; ALTER TABLE public.nk REPLICA IDENTITY FULL", ddl,
+		change.Mapping{Source: tn("public", "k"), Destination: tn("public", "k")},
+		change.Mapping{Source: tn("public", "tk"), Destination: tn("public", "tk")},
+		change.Mapping{Source: tn("public", "nk"), Destination: tn("public", "nk")})
+	pgtest.Exec(t, b.src, `INSERT INTO k SELECT g, 'café ' || g || ' Ångström ß ÿ' FROM generate_series(1, 2000) g;
+		INSERT INTO tk SELECT chr(192 + g % 64) || 'é' || g, g FROM generate_series(1, 2000) g;
+		INSERT INTO nk SELECT 'naïve ' || g FROM generate_series(1, 300) g`)
+	waitRows(t, b.dst, "k", 2000)
+	waitRows(t, b.dst, "tk", 2000)
+	waitRows(t, b.dst, "nk", 300)
+	res, _ := b.verifyOnce(t)
+	for _, r := range res {
+		require.True(t, r.Equal(), "false difference: %+v", r)
+	}
+	pgtest.Exec(t, b.dst+"&client_encoding=UTF8", `UPDATE k SET s = 'cafe' WHERE id = 7; UPDATE tk SET n = -1 WHERE name = 'Ñé17'`)
+	res, _ = b.verifyOnce(t)
+	require.Equal(t, []string{"(id)=('7')"}, res[0].Different)
+	require.Equal(t, []string{"(name)=('Ñé17')"}, res[1].Different)
+	require.True(t, res[2].Equal(), "%+v", res[2])
 }
