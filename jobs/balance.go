@@ -18,26 +18,25 @@ import (
 // worker and spreads the mirrors over the live replicas:
 //   - every orphanCheckEvery it enqueues a run job for each mirror that
 //     wants to run and has neither a lock holder nor a waiting job (a
-//     replica died) at two checks in a row (a run handing its mirror back
-//     is briefly in neither state): a takeover does not wait for River to
-//     elect a new leader when the dead replica was the leader;
+//     replica died, or a replica at its share left the mirror to others) at
+//     two checks in a row (a run handing its mirror back is briefly in
+//     neither state): a takeover does not wait for River to elect a new
+//     leader when the dead replica was the leader;
 //   - as often, it reads the live replicas (db.LiveReplicas, with the
 //     mirrors each runs now) and the fair share: the running mirrors
 //     divided by the live replicas, rounded up. While this replica runs
 //     its share or more and another live replica runs less than its share
-//     (and has room under its SERVICE_MIRROR_WORKERS), it snoozes new run
-//     jobs for refuseSnooze, leaving them to the others; more than one
-//     above its share (so that mirrors between runs do not make replicas
-//     shed back and forth) it hands the extra mirrors back to the queue at
-//     their next batch boundary, as a run budget does.
+//     (and has room under its SERVICE_MIRROR_WORKERS), it refuses: a run
+//     job it fetches ends at once, without touching the catalog, and it
+//     enqueues no orphans, so that the mirror is left to the replicas
+//     below their share, whose adoption checks enqueue it again. A refused
+//     job is not snoozed: snoozed jobs would be fetched again every few
+//     seconds for as long as the replica refuses, each time a few catalog
+//     transactions per mirror. More than one above its share (so that
+//     mirrors between runs do not make replicas shed back and forth) a
+//     replica hands the extra mirrors back at their next batch boundary, as
+//     a run budget does.
 const orphanCheckEvery = 2 * time.Second
-
-// refuseSnooze is how long a replica that leaves a run job to the others
-// snoozes it: one to five seconds at random, so that its job fetches do
-// not fall in step with the others' and always win the job back.
-func refuseSnooze() time.Duration {
-	return time.Second + time.Duration(rand.Int64N(int64(4*time.Second)))
-}
 
 // balancer spreads mirrors over replicas and takes over those of dead
 // replicas (see above).
@@ -106,10 +105,14 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 	}
 	seen := b.orphans
 	b.orphans = make(map[int64]bool, len(ids))
+	refusing := b.refusing()
 	for _, id := range ids {
 		b.orphans[id] = true
 		if !seen[id] {
 			continue // maybe between two runs: enqueue at the next check
+		}
+		if refusing {
+			continue // left to the replicas below their share
 		}
 		b.cfg.Logger.Info("mirror has no worker: enqueueing a run job", "mirror_id", id)
 		if _, err := client.Insert(ctx, MirrorRunArgs{MirrorID: id}, nil); err != nil {

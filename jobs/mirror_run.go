@@ -40,6 +40,16 @@ var errRunBudget = errors.New("run budget used up")
 func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs]) error {
 	store := w.cfg.Store
 	id := job.Args.MirrorID
+	if w.cfg.balance != nil && w.cfg.balance.refusing() {
+		// This replica runs its share while another runs less: the job
+		// ends here, without a query, and the mirror is left to the
+		// others: the adoption loop of a replica below its share
+		// enqueues it again once it has no worker (balance.go). A job
+		// snoozed instead would come back every few seconds and cost the
+		// catalog a fetch, a read and a lock each time.
+		w.cfg.Logger.Debug("leaving the mirror to a replica below its share", "mirror_id", id)
+		return nil
+	}
 	m, err := store.MirrorGetByID(ctx, id)
 	if errors.Is(err, db.ErrNotFound) {
 		return nil
@@ -55,14 +65,9 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 		return err
 	}
 	if lock == nil {
+		// A duplicate job: the mirror's worker runs it. The job ends.
 		w.cfg.Logger.Debug("mirror is run by another worker", "mirror", m.Name)
 		return nil
-	}
-	if w.cfg.balance != nil && w.cfg.balance.refusing() {
-		// This replica runs its share while another runs less: leave
-		// the mirror to it (balance.go).
-		lock.Release()
-		return river.JobSnooze(refuseSnooze())
 	}
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock, cdcBegun: make(chan struct{}, 1),
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id),
