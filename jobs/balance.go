@@ -16,12 +16,15 @@ import (
 
 // Every replica, not only River's leader, looks for mirrors without a
 // worker and spreads the mirrors over the live replicas:
-//   - every orphanCheckEvery it enqueues a run job for each mirror that
-//     wants to run and has neither a lock holder nor a waiting job (a
-//     replica died, or a replica at its share left the mirror to others) at
-//     two checks in a row (a run handing its mirror back is briefly in
-//     neither state): a takeover does not wait for River to elect a new
-//     leader when the dead replica was the leader;
+//   - every orphanCheckEvery it adopts each mirror that wants to run and
+//     has neither a lock holder nor a waiting job on the mirrors queue (a
+//     replica died, or a replica at its share or its SERVICE_MIRROR_WORKERS
+//     left the mirror to others) at two checks in a row (a run handing its
+//     mirror back is briefly in neither state), as long as it has room: it
+//     enqueues a run job on its own adoption queue (adoptQueue), which only
+//     it works, so the mirror goes to the replica that found it. A
+//     takeover does not wait for River to elect a new leader when the dead
+//     replica was the leader;
 //   - as often, it reads the live replicas (db.LiveReplicas, with the
 //     mirrors each runs now) and the fair share: the running mirrors
 //     divided by the live replicas, rounded up. While this replica runs
@@ -43,6 +46,7 @@ const orphanCheckEvery = 2 * time.Second
 type balancer struct {
 	cfg    Config
 	client atomic.Pointer[river.Client[pgx.Tx]]
+	queue  string // this replica's adoption queue (adoptQueue)
 
 	mu   sync.Mutex
 	runs map[int64]*mirrorRun // the runs of this replica that hold their lock
@@ -53,7 +57,7 @@ type balancer struct {
 }
 
 func newBalancer(cfg Config) *balancer {
-	return &balancer{cfg: cfg, runs: map[int64]*mirrorRun{}}
+	return &balancer{cfg: cfg, queue: adoptQueue(cfg.Locks.Name()), runs: map[int64]*mirrorRun{}}
 }
 
 // started records a run that holds its lock; the returned function forgets it.
@@ -98,7 +102,7 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 	if client == nil {
 		return
 	}
-	ids, err := b.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind())
+	ids, err := b.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind(), QueueMirrors)
 	if err != nil {
 		b.cfg.Logger.Debug("look for mirrors without worker", "error", err)
 		return
@@ -106,16 +110,20 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 	seen := b.orphans
 	b.orphans = make(map[int64]bool, len(ids))
 	refusing := b.refusing()
+	room := b.cfg.MirrorWorkers - b.cfg.Locks.Running()
+	opts := MirrorRunArgs{}.InsertOpts()
+	opts.Queue = b.queue
 	for _, id := range ids {
 		b.orphans[id] = true
 		if !seen[id] {
 			continue // maybe between two runs: enqueue at the next check
 		}
-		if refusing {
-			continue // left to the replicas below their share
+		if refusing || room <= 0 {
+			continue // left to the replicas below their share, or with room
 		}
-		b.cfg.Logger.Info("mirror has no worker: enqueueing a run job", "mirror_id", id)
-		if _, err := client.Insert(ctx, MirrorRunArgs{MirrorID: id}, nil); err != nil {
+		room--
+		b.cfg.Logger.Info("mirror has no worker: adopting it", "mirror_id", id)
+		if _, err := client.Insert(ctx, MirrorRunArgs{MirrorID: id}, &opts); err != nil {
 			b.cfg.Logger.Debug("enqueue run of mirror without worker", "mirror_id", id, "error", err)
 			return
 		}
