@@ -105,7 +105,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		Queues: map[string]river.QueueConfig{
 			river.QueueDefault: {MaxWorkers: 10},
 			QueueMirrors:       {MaxWorkers: cfg.MirrorWorkers},
-			cfg.balance.queue:  {MaxWorkers: cfg.MirrorWorkers},
+			// Its jobs come from this process, announced by notification:
+			// the poll is only a fallback, which costs the catalog a query.
+			cfg.balance.queue: {MaxWorkers: cfg.MirrorWorkers, FetchPollInterval: 5 * time.Second},
 		},
 		FetchCooldown: 50 * time.Millisecond,
 		// New jobs arrive by notification at once; the poll only backs
