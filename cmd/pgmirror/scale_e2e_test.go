@@ -244,3 +244,66 @@ func TestDestinationRefused(t *testing.T) {
 		return st.Status == "error" && st.Worker == nil
 	})
 }
+
+// TestWorkerCap: a replica runs at most SERVICE_MIRROR_WORKERS mirrors,
+// also when it adopts the mirrors of a replica that died: the others wait
+// without a worker (shown as such) until a replica with room adopts them.
+func TestWorkerCap(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	var ddl strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&ddl, "CREATE TABLE public.t%d (id serial PRIMARY KEY, v text);\n", i)
+	}
+	exec1(t, src, ddl.String())
+	withApp := func(name string) string { return catalog + "&application_name=" + name }
+	capped := startService(t, withApp("capped"), "SERVICE_MIRROR_WORKERS=1")
+	other := startService(t, withApp("other"))
+	other.createPeer("src", src)
+	other.createPeer("dst", dst)
+	for i := 1; i <= n; i++ {
+		table := fmt.Sprintf("t%d", i)
+		other.mustDo("POST", "/v1/mirrors", map[string]any{
+			"name": fmt.Sprintf("m%d", i), "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+			"table_mappings": []any{mapping("public", table, "public", table)},
+		}, 201, nil)
+	}
+	waitFor(t, "every mirror running with a worker", 90*time.Second, func() bool {
+		byWorker, running := workersOf(capped)
+		return running == n && byWorker[""] == 0
+	})
+	cappedName, otherName := workerOf(t, catalog, "capped"), workerOf(t, catalog, "other")
+	if byWorker, _ := workersOf(capped); byWorker[cappedName] > 1 {
+		t.Fatalf("the replica with SERVICE_MIRROR_WORKERS=1 runs %d mirrors", byWorker[cappedName])
+	}
+
+	// The other replica dies: the capped one adopts one mirror at most.
+	if byWorker, _ := workersOf(capped); byWorker[otherName] == 0 {
+		t.Fatalf("mirrors by worker %v: the uncapped replica runs none", byWorker)
+	}
+	other.kill()
+	waitFor(t, "the capped replica to run one mirror", 30*time.Second, func() bool {
+		byWorker, _ := workersOf(capped)
+		return byWorker[cappedName] == 1 && byWorker[""] == n-1
+	})
+	time.Sleep(5 * time.Second) // two adoption checks and more: still one
+	if byWorker, _ := workersOf(capped); byWorker[cappedName] != 1 || byWorker[""] != n-1 {
+		t.Fatalf("mirrors by worker %v, want 1 on the capped replica and %d without a worker", byWorker, n-1)
+	}
+
+	// A replica with room joins: it adopts the rest, and they replicate.
+	startService(t, withApp("joined"))
+	joinedName := workerOf(t, catalog, "joined")
+	waitFor(t, "the joining replica to adopt the rest", 30*time.Second, func() bool {
+		byWorker, running := workersOf(capped)
+		return running == n && byWorker[cappedName] == 1 && byWorker[joinedName] == n-1
+	})
+	for i := 1; i <= n; i++ {
+		table := fmt.Sprintf("public.t%d", i)
+		exec1(t, src, fmt.Sprintf("INSERT INTO %s (v) VALUES ('after')", table))
+		waitEqual(t, src, dst, table, table, "id, v", 30*time.Second)
+	}
+}
