@@ -20,7 +20,10 @@ import (
 //     has neither a lock holder nor a waiting job on the mirrors queue (a
 //     replica died, or a replica at its share or its SERVICE_MIRROR_WORKERS
 //     left the mirror to others) at two checks in a row (a run handing its
-//     mirror back is briefly in neither state), as long as it has room: it
+//     mirror back is briefly in neither state; right after a replica went
+//     from the live ones, at the first: a handover caught in between
+//     only makes a second job, which finds the lock taken and ends), as
+//     long as it has room: it
 //     enqueues a run job on its own adoption queue (adoptQueue), which only
 //     it works, so the mirror goes to the replica that found it. A
 //     takeover does not wait for River to elect a new leader when the dead
@@ -53,7 +56,11 @@ type balancer struct {
 
 	refuse atomic.Bool // leave new mirrors to replicas below their share
 
-	orphans map[int64]bool // mirrors without worker at the last check (loop only)
+	orphans map[int64]bool  // mirrors without worker at the last check (loop only)
+	live    map[string]bool // the live replicas at the last check (loop only)
+	// departed: a replica that was live at the check before is gone (loop
+	// only); its mirrors are adopted at their first sighting.
+	departed bool
 }
 
 func newBalancer(cfg Config) *balancer {
@@ -115,8 +122,8 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 	opts.Queue = b.queue
 	for _, id := range ids {
 		b.orphans[id] = true
-		if !seen[id] {
-			continue // maybe between two runs: enqueue at the next check
+		if !seen[id] && !b.departed {
+			continue // maybe between two runs: adopt at the next check
 		}
 		if refusing || room <= 0 {
 			continue // left to the replicas below their share, or with room
@@ -132,11 +139,23 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 
 // balance computes the fair share and hands extra mirrors back.
 func (b *balancer) balance(ctx context.Context) {
+	b.departed = false
 	replicas, err := b.cfg.Store.LiveReplicas(ctx)
 	if err != nil {
 		b.cfg.Logger.Debug("read live replicas", "error", err)
 		return
 	}
+	live := make(map[string]bool, len(replicas))
+	for _, r := range replicas {
+		live[r.Name] = true
+	}
+	for name := range b.live {
+		if !live[name] {
+			b.departed = true
+			b.cfg.Logger.Info("a replica is gone: adopting mirrors without a worker at once", "replica", name)
+		}
+	}
+	b.live = live
 	me := b.cfg.Locks.Name()
 	mine := b.cfg.Locks.Running()
 	total, others, found := 0, []db.Replica{}, false
