@@ -150,7 +150,9 @@ func (b *balancer) balance(ctx context.Context) {
 		live[r.Name] = true
 	}
 	for name := range b.live {
-		if !live[name] {
+		// Not this replica: its lock connection may be down for a moment,
+		// and its own runs take their locks back (catalog_outage.go).
+		if !live[name] && name != b.cfg.Locks.Name() {
 			b.departed = true
 			b.cfg.Logger.Info("a replica is gone: adopting mirrors without a worker at once", "replica", name)
 		}
