@@ -150,11 +150,6 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 	if m == nil {
 		return nil, nil
 	}
-	if a.cfg.Binary {
-		if err := checkBinary(m, rel, a.cfg.BinaryTypes[rel.Table]); err != nil {
-			return nil, err
-		}
-	}
 	old := a.current[rel.Table]
 	if old != nil && sameShape(old.rel, rel) {
 		// The source re-sends descriptions after cache invalidations that
@@ -165,13 +160,15 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		a.plans[rel] = old
 		return old, nil
 	}
+	tracked := a.cfg.SchemaChanges != ""
+	applying := a.cfg.SchemaChanges == SchemaApply
 	reported := map[string]bool{}
 	if old != nil {
-		if dropped := droppedColumns(old.rel, rel); len(dropped) > 0 && a.cfg.OnColumnsDropped != nil {
+		if dropped := droppedColumns(old.rel, rel); len(dropped) > 0 && a.cfg.OnColumnsDropped != nil && !applying {
 			a.cfg.OnColumnsDropped(ctx, rel.Table, dropped)
-			for _, c := range dropped {
-				reported[c] = true
-			}
+		}
+		for _, c := range droppedColumns(old.rel, rel) {
+			reported[c] = true
 		}
 		// A new shape of the table (DDL on the source): write what was
 		// buffered under the old one first, to keep the order, and drop
@@ -190,6 +187,19 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		delete(a.plans, old.rel)
 		// A schema sync may have changed the destination along (a type).
 		delete(a.tables, m.Destination)
+	}
+	if tracked {
+		// The source's columns compared with those known: renamed,
+		// dropped, added or retyped ones are applied at this position,
+		// reported, or stop the run (schema.go).
+		if err := a.reconcile(ctx, m, rel); err != nil {
+			return nil, err
+		}
+	}
+	if a.cfg.Binary {
+		if err := checkBinary(m, rel, a.cfg.BinaryTypes[rel.Table]); err != nil {
+			return nil, err
+		}
 	}
 	dest, err := a.destTable(ctx, m.Destination)
 	if err != nil {

@@ -125,6 +125,12 @@ type Config struct {
 	// origins). A destination that refuses it (privileges) logs a warning
 	// and the run goes on unmarked.
 	Origin string
+	// SchemaChanges is what the run does when a mapped source table's
+	// columns change: "apply", "warn" or "stop" (see apply.SchemaMode and
+	// SchemaChangeReporter); "" keeps no record of the source's columns
+	// (a dropped column is kept on the destination, a new one is
+	// ErrMissingColumn).
+	SchemaChanges string
 	// Holder, when set, lets a verification hold the run for an instant at
 	// a source position (see Holder).
 	Holder Holder
@@ -262,6 +268,8 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if sr, ok := rep.(SchemaReporter); ok {
 		applyCfg.OnColumnsDropped = sr.ColumnsDropped
 	}
+	closeSchema := schemaConfig(cfg, rep, &applyCfg)
+	defer closeSchema()
 	applier, err := apply.New(ctx, dest, applyCfg)
 	if err != nil {
 		return netError(err)
