@@ -37,6 +37,10 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 		if errors.Is(err, errRunEnded) {
 			return nil
 		}
+		var schemaStop *cdc.SchemaStopError
+		if errors.As(err, &schemaStop) {
+			return r.pauseForSchemaChange(ctx, schemaStop)
+		}
 		if errors.Is(err, cdc.ErrMissingColumn) {
 			// A column added on the source: add it on the destination and
 			// apply the batch again. If nothing could be added, fail.
@@ -50,6 +54,20 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 		}
 		return err
 	}
+}
+
+// pauseForSchemaChange pauses the mirror, as POST pause does, before a
+// source column change met under schema_changes stop: nothing of it was
+// applied, and resuming starts again before it.
+func (r *mirrorRun) pauseForSchemaChange(ctx context.Context, stop *cdc.SchemaStopError) error {
+	if err := r.store.MirrorPause(ctx, r.mirrorID); err != nil {
+		return err
+	}
+	r.log(ctx, db.LevelWarn, db.MsgPausedForSchemaChange, map[string]any{"table": stop.Table.String(), "changes": stop.Changes,
+		"action": "schema_changes is stop: the destination was left as it is. Either switch the setting (PATCH /v1/mirrors/{name} with schema_changes apply or warn) " +
+			"or change the destination table yourself to match, then resume the mirror (POST /v1/mirrors/{name}/resume): it continues from before the change"})
+	r.logger.Warn("mirror paused before a source schema change (schema_changes is stop)", "table", stop.Table.String(), "changes", stop.Changes)
+	return nil
 }
 
 // addMissingColumns brings the destination's columns up to the source's
@@ -676,6 +694,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		SourceWatch:      r.cfg.sources,
 		Origin:           origin.NameOrNone(r.originUID(m)),
 		Holder:           r.holder(),
+		SchemaChanges:    string(m.SchemaChanges),
 		Logger:           r.logger,
 	}, nil
 }

@@ -138,10 +138,12 @@ type Applier struct {
 	current  map[change.TableName]*plan // latest plan per source table
 	// known holds the source columns known per table (schema.go), read
 	// from the destination on first use; forgotten with the transaction.
-	known   map[change.TableName][]knownColumn
-	dirty   []*plan // plans with buffered changes, in first-use order
-	inBatch bool    // a batch transaction is open in the session
-	begun   bool    // the batch's BEGIN was sent
+	known map[change.TableName][]knownColumn
+	// schemaDone are the schema changes of the open batch (schema.go).
+	schemaDone []schemaReport
+	dirty      []*plan // plans with buffered changes, in first-use order
+	inBatch    bool    // a batch transaction is open in the session
+	begun      bool    // the batch's BEGIN was sent
 	// While Commit flushes, the last plan's row statements may wait for
 	// the commit's round trip instead of taking their own (see
 	// flushKeyedRows): tailAllowed says the plan being flushed may, tail
@@ -377,6 +379,7 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 		counts[k] = *v
 	}
 	a.counts = map[change.TableName]*change.Counts{}
+	a.reportSchema(ctx)
 	return counts, nil
 }
 
@@ -458,6 +461,7 @@ func (a *Applier) reset() {
 	a.plans = map[*change.Relation]*plan{}
 	a.current = map[change.TableName]*plan{}
 	a.known = map[change.TableName][]knownColumn{}
+	a.schemaDone = nil
 	a.tables = map[change.TableName]*destTable{}
 	a.dirty = nil
 	a.lastPlan = nil

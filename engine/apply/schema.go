@@ -89,9 +89,10 @@ type SourceCatalog interface {
 // field is optional.
 type SchemaHooks struct {
 	// Applied is called with each statement executed on the destination,
-	// in the batch transaction (it is rolled back with the batch).
+	// once the batch that carries it committed.
 	Applied func(ctx context.Context, table change.TableName, statement string)
-	// Warned is called under SchemaWarn with each change left alone.
+	// Warned is called under SchemaWarn with each change left alone, once
+	// the batch that met it committed.
 	Warned func(ctx context.Context, table change.TableName, what string)
 	// Resync is called when a change may have changed values the stream
 	// does not carry (a column retyped with a table rewrite, a column added
@@ -457,10 +458,7 @@ func (a *Applier) reconcile(ctx context.Context, m *change.Mapping, rel *change.
 		}
 	default:
 		for _, c := range changes {
-			a.log.Warn("source table changed; the destination's schema is left as it is (schema_changes is warn)", "table", rel.Table.String(), "change", c.String())
-			if a.cfg.SchemaHooks.Warned != nil {
-				a.cfg.SchemaHooks.Warned(ctx, rel.Table, c.String())
-			}
+			a.schemaDone = append(a.schemaDone, schemaReport{table: rel.Table, warning: c.String()})
 		}
 	}
 	return a.saveKnown(ctx, rel.Table, next)
@@ -621,11 +619,35 @@ func (a *Applier) execStep(ctx context.Context, table change.TableName, s schema
 	} else if _, err := a.conn.Exec(ctx, s.sql); err != nil {
 		return fmt.Errorf("apply schema change to the destination: %s: %w", s.sql, err)
 	}
-	a.log.Info("Schema change applied", "table", table.String(), "statement", s.sql)
-	if a.cfg.SchemaHooks.Applied != nil {
-		a.cfg.SchemaHooks.Applied(ctx, table, s.sql)
-	}
+	a.schemaDone = append(a.schemaDone, schemaReport{table: table, statement: s.sql})
 	return nil
+}
+
+// schemaReport is a schema change applied or warned about in the open
+// batch, reported once the batch commits.
+type schemaReport struct {
+	table     change.TableName
+	statement string // applied
+	warning   string // warned about
+}
+
+// reportSchema hands the schema changes of the batch just committed to the
+// hooks.
+func (a *Applier) reportSchema(ctx context.Context) {
+	for _, r := range a.schemaDone {
+		if r.statement != "" {
+			a.log.Info("Schema change applied", "table", r.table.String(), "statement", r.statement)
+			if a.cfg.SchemaHooks.Applied != nil {
+				a.cfg.SchemaHooks.Applied(ctx, r.table, r.statement)
+			}
+			continue
+		}
+		a.log.Warn("source table changed; the destination's schema is left as it is (schema_changes is warn)", "table", r.table.String(), "change", r.warning)
+		if a.cfg.SchemaHooks.Warned != nil {
+			a.cfg.SchemaHooks.Warned(ctx, r.table, r.warning)
+		}
+	}
+	a.schemaDone = nil
 }
 
 // settleBinary updates the checked binary types of the table after its

@@ -15,8 +15,7 @@ import (
 // the run does with source column changes under Config.SchemaChanges.
 type SchemaChangeReporter interface {
 	// SchemaChangeApplied is called with each statement applied to the
-	// destination at the change's position (in the batch transaction: a
-	// batch that fails afterwards is rolled back and applied again).
+	// destination at the change's position, once its batch committed.
 	SchemaChangeApplied(ctx context.Context, table change.TableName, statement string)
 	// SchemaChangeWarned is called under warn with each change left alone.
 	SchemaChangeWarned(ctx context.Context, table change.TableName, what string)
