@@ -56,18 +56,37 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 	}
 }
 
+// followMappings are the tables whose destination columns a run brings up
+// to the source's before it starts: all of them under schema_changes warn;
+// otherwise only those about to be copied (new, or resync requested),
+// since CDC applies the column changes of the others at their position in
+// the stream, and doing it here, ahead of the stream, would change the
+// destination before changes that still have the old shape.
+func followMappings(m db.Mirror, tables []db.MirrorTable) []change.Mapping {
+	if m.SchemaChanges == db.SchemaChangesWarn {
+		return toMappings(tables)
+	}
+	var copying []db.MirrorTable
+	for _, t := range tables {
+		if t.Status != db.TableStatusRunning || t.ResyncRequestedAt != nil {
+			copying = append(copying, t)
+		}
+	}
+	return toMappings(copying)
+}
+
 // pauseForSchemaChange pauses the mirror, as POST pause does, before a
 // source column change met under schema_changes stop: nothing of it was
 // applied, and resuming starts again before it.
 func (r *mirrorRun) pauseForSchemaChange(ctx context.Context, stop *cdc.SchemaStopError) error {
-	if err := r.store.MirrorPause(ctx, r.mirrorID); err != nil {
-		return err
-	}
+	// Pausing makes the control watcher cancel ctx: log first, and on a
+	// context that outlives it.
+	ctx = context.WithoutCancel(ctx)
 	r.log(ctx, db.LevelWarn, db.MsgPausedForSchemaChange, map[string]any{"table": stop.Table.String(), "changes": stop.Changes,
 		"action": "schema_changes is stop: the destination was left as it is. Either switch the setting (PATCH /v1/mirrors/{name} with schema_changes apply or warn) " +
 			"or change the destination table yourself to match, then resume the mirror (POST /v1/mirrors/{name}/resume): it continues from before the change"})
 	r.logger.Warn("mirror paused before a source schema change (schema_changes is stop)", "table", stop.Table.String(), "changes", stop.Changes)
-	return nil
+	return r.store.MirrorPause(ctx, r.mirrorID)
 }
 
 // addMissingColumns brings the destination's columns up to the source's
@@ -298,7 +317,7 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		}
 		r.logEnsureReport(ctx, tables, report, time.Since(started))
 	case schemaFollow:
-		ddl, _, err := schemasync.SyncColumns(ctx, in.src, in.dst, in.mappings)
+		ddl, _, err := schemasync.SyncColumns(ctx, in.src, in.dst, followMappings(m, tables))
 		if err != nil {
 			return in, fmt.Errorf("prepare destination tables: %w", err)
 		}

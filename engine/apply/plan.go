@@ -160,11 +160,11 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		a.plans[rel] = old
 		return old, nil
 	}
+	// Tracked columns: reconcile reports the changes (SchemaHooks).
 	tracked := a.cfg.SchemaChanges != ""
-	applying := a.cfg.SchemaChanges == SchemaApply
 	reported := map[string]bool{}
 	if old != nil {
-		if dropped := droppedColumns(old.rel, rel); len(dropped) > 0 && a.cfg.OnColumnsDropped != nil && !applying {
+		if dropped := droppedColumns(old.rel, rel); len(dropped) > 0 && a.cfg.OnColumnsDropped != nil && !tracked {
 			a.cfg.OnColumnsDropped(ctx, rel.Table, dropped)
 		}
 		for _, c := range droppedColumns(old.rel, rel) {
