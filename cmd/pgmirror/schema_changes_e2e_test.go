@@ -155,6 +155,9 @@ func TestSchemaChangesApply(t *testing.T) {
 		{"type change with USING", `ALTER TABLE public.sc ALTER COLUMN a TYPE text USING 'v' || a`, true},
 		{"numeric scale change", `ALTER TABLE public.sc ALTER COLUMN d TYPE numeric(12,4)`, true},
 		{"varchar widened", `ALTER TABLE public.sc ALTER COLUMN g TYPE varchar(20)`, false},
+		{"add of a new enum type", `CREATE TYPE public.mood AS ENUM ('ok', 'meh');
+			ALTER TABLE public.sc ADD COLUMN m public.mood;
+			UPDATE public.sc SET m = 'meh' WHERE id % 3 = 0`, false},
 		{"several in one transaction", `BEGIN;
 			ALTER TABLE public.sc RENAME COLUMN b2 TO b3;
 			ALTER TABLE public.sc ADD COLUMN h text DEFAULT 'x';
@@ -189,6 +192,7 @@ func TestSchemaChangesApply(t *testing.T) {
 	for _, want := range []string{
 		`ALTER TABLE public.sc RENAME COLUMN b TO b2`, `DROP COLUMN c`, `ADD COLUMN e integer DEFAULT '7'::integer NOT NULL`,
 		`ALTER COLUMN g TYPE character varying(20) USING g::character varying(20)`,
+		`CREATE TYPE public.mood AS ENUM ('ok', 'meh')`, `ADD COLUMN m public.mood`,
 		`RENAME COLUMN b2 TO b3`, `ADD COLUMN h text DEFAULT 'x'::text`, `DROP COLUMN e`, `ALTER COLUMN g TYPE text USING g::text`,
 	} {
 		if !strings.Contains(joined, want) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
@@ -83,6 +84,10 @@ type SourceCatalog interface {
 	Columns(ctx context.Context, table change.TableName) ([]SourceColumn, error)
 	// FormatType returns format_type(oid, typmod) as SourceColumn.Type.
 	FormatType(ctx context.Context, oid uint32, typmod int32) (string, error)
+	// EnsureTypes creates on the destination, in dst's open transaction,
+	// the user-defined source types oids (and their dependencies) that it
+	// lacks, and returns the statements executed.
+	EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) ([]string, error)
 }
 
 // SchemaHooks receive what the applier does with schema changes. Every
@@ -440,6 +445,9 @@ func (a *Applier) reconcile(ctx context.Context, m *change.Mapping, rel *change.
 		if err := a.begin(ctx); err != nil {
 			return err
 		}
+		if err := a.ensureTypes(ctx, m, rel, changes); err != nil {
+			return err
+		}
 		for _, s := range steps {
 			if err := a.execStep(ctx, rel.Table, s); err != nil {
 				return err
@@ -589,6 +597,28 @@ func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *dest
 	return append(steps, finals...), nil
 }
 
+// ensureTypes creates on the destination the user-defined types that added
+// and retyped columns need, in the batch transaction.
+func (a *Applier) ensureTypes(ctx context.Context, m *change.Mapping, rel *change.Relation, changes []columnChange) error {
+	var oids []uint32
+	for _, c := range changes {
+		if (c.kind == "add" || c.kind == "type" || c.kind == "rename") && c.col.TypeOID >= firstNormalObjectID && !m.Excluded(c.name) {
+			oids = append(oids, c.col.TypeOID)
+		}
+	}
+	if len(oids) == 0 || a.cfg.Source == nil {
+		return nil
+	}
+	ddl, err := a.cfg.Source.EnsureTypes(ctx, a.conn, oids)
+	if err != nil {
+		return fmt.Errorf("create the types of new source columns of %s on the destination: %w", rel.Table, err)
+	}
+	for _, stmt := range ddl {
+		a.schemaDone = append(a.schemaDone, schemaReport{table: rel.Table, statement: stmt})
+	}
+	return nil
+}
+
 // sourceType is the SQL type of a column as the source describes it now.
 func (a *Applier) sourceType(ctx context.Context, c change.Column, cat catalogView, attnum int) (string, error) {
 	if sc, ok := cat.byAttnum[attnum]; ok && !sc.Dropped && sc.TypeOID == c.TypeOID && sc.TypeMod == c.TypeMod && sc.Type != "" {
@@ -653,7 +683,8 @@ func (a *Applier) reportSchema(ctx context.Context) {
 // settleBinary updates the checked binary types of the table after its
 // destination was altered: renamed columns keep their entry under the new
 // name; added and retyped columns get one when the destination's type is
-// the source's, built in (its binary form is the same on both sides).
+// the source's and built in, or an enum (created from the source's), whose
+// binary forms are the same on both sides.
 // Others stay unchecked, and checkBinary ends the run so that the next one
 // decides the format again.
 func (a *Applier) settleBinary(ctx context.Context, m *change.Mapping, rel *change.Relation, changes []columnChange) error {
@@ -678,8 +709,21 @@ func (a *Applier) settleBinary(ctx context.Context, m *change.Mapping, rel *chan
 				types[c.name] = oid
 			}
 		case "type", "add":
-			if dc, ok := dest.columns[c.name]; ok && dc.typeOID == c.col.TypeOID && c.col.TypeOID < firstNormalObjectID {
+			dc, ok := dest.columns[c.name]
+			switch {
+			case !ok:
+			case dc.typeOID == c.col.TypeOID && c.col.TypeOID < firstNormalObjectID:
 				types[c.name] = c.col.TypeOID
+			case c.col.TypeOID >= firstNormalObjectID:
+				// The source's enum, created under the same name
+				// (ensureTypes): its binary form is the label.
+				var enum bool
+				if err := a.conn.QueryRow(ctx, `SELECT typtype = 'e' FROM pg_catalog.pg_type WHERE oid = $1`, dc.typeOID).Scan(&enum); err != nil {
+					return fmt.Errorf("read destination type of column %q: %w", c.name, err)
+				}
+				if enum {
+					types[c.name] = c.col.TypeOID
+				}
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
 
@@ -107,6 +108,15 @@ func (s *sourceCatalog) FormatType(ctx context.Context, oid uint32, typmod int32
 		return "", fmt.Errorf("source type %d does not exist", oid)
 	}
 	return *typ, nil
+}
+
+// EnsureTypes implements apply.SourceCatalog.
+func (s *sourceCatalog) EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) ([]string, error) {
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return schemasync.EnsureTypesIn(ctx, conn, dst, oids)
 }
 
 // catalogTx runs fn in a read-only transaction whose search_path is

@@ -225,7 +225,7 @@ func (l *ddlLog) warn(format string, args ...any) {
 	l.warnings = append(l.warnings, fmt.Sprintf(format, args...))
 }
 
-func (l *ddlLog) exec(ctx context.Context, tx pgx.Tx, stmt string) error {
+func (l *ddlLog) exec(ctx context.Context, tx Execer, stmt string) error {
 	if _, err := tx.Exec(ctx, stmt); err != nil {
 		return fmt.Errorf("execute %s: %w", stmt, err)
 	}
@@ -266,7 +266,7 @@ func inDestination(ctx context.Context, dst Conn, fn func(tx pgx.Tx, log *ddlLog
 	return log, nil
 }
 
-func ensureSchema(ctx context.Context, tx pgx.Tx, schema string, log *ddlLog) error {
+func ensureSchema(ctx context.Context, tx Execer, schema string, log *ddlLog) error {
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
 		return fmt.Errorf("look up schema %s: %w", change.QuoteIdent(schema), err)
