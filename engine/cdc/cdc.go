@@ -257,7 +257,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 
 	var types map[change.TableName]map[string]uint32
 	if !textOnly {
-		if types, err = binaryTypes(ctx, src, dest, cfg.Tables); err != nil {
+		if types, err = binaryTypes(ctx, src, dest, cfg.Tables, cfg.SchemaChanges != ""); err != nil {
 			return netError(err)
 		}
 	}
