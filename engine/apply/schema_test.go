@@ -16,7 +16,9 @@ func rel(cols ...change.Column) *change.Relation {
 	return &change.Relation{Table: change.TableName{Schema: "public", Name: "t"}, Columns: cols}
 }
 
-func col(name string, oid uint32) change.Column { return change.Column{Name: name, TypeOID: oid, TypeMod: -1} }
+func col(name string, oid uint32) change.Column {
+	return change.Column{Name: name, TypeOID: oid, TypeMod: -1}
+}
 
 func known(cols ...knownColumn) []knownColumn { return cols }
 
