@@ -579,11 +579,20 @@ func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *dest
 			if ok && current.typ == typ {
 				continue
 			}
+			// A default of the old type may not cast to the new one (the
+			// source's was changed along, which no Relation message
+			// shows): drop it first and set the source's after.
+			if ok && current.hasDefault {
+				finals = append(finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)})
+			}
 			step := schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s", name, col, typ, col, typ)}
 			if !noRewrite(c.oldType.TypeOID, c.oldType.TypeMod, c.col.TypeOID, c.col.TypeMod) {
 				step.resync = fmt.Sprintf("column %s changed type with a table rewrite on the source, whose new values the stream does not carry", col)
 			}
 			finals = append(finals, step)
+			if sc, found := cat.byAttnum[c.attnum]; ok && current.hasDefault && found && !sc.Dropped && sc.Default != "" {
+				finals = append(finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", name, col, sc.Default), optional: true})
+			}
 		case "add":
 			if newEx || has(c.name) {
 				continue
