@@ -286,7 +286,8 @@ func TestSchemaChangesWarn(t *testing.T) {
 
 // TestSchemaChangesStop: under stop the mirror pauses before the first
 // change that would alter the destination's schema, with a log entry that
-// says how to go on; the destination is left as it was. Switched to apply
+// says how to go on; the destination is left as it was. Changed by hand on
+// the destination, the change is taken as done on resume; switched to apply
 // and resumed, it continues from before the change and applies it.
 func TestSchemaChangesStop(t *testing.T) {
 	t.Parallel()
@@ -320,11 +321,33 @@ func TestSchemaChangesStop(t *testing.T) {
 		t.Fatalf("status %s, want paused", m.Status)
 	}
 
-	s.mustDo("PATCH", "/v1/mirrors/scs", map[string]any{"schema_changes": "apply"}, 200, nil)
+	// Fixed by hand on the destination: resumed, the mirror takes the
+	// change as done and goes on, still under stop.
+	exec1(t, dst, `ALTER TABLE public.sc RENAME COLUMN b TO b2`)
 	s.mustDo("POST", "/v1/mirrors/scs/resume", nil, 200, nil)
 	s.waitStatus("scs", "running", 60*time.Second)
 	migrateUnderLoad(t, src, dst, `UPDATE public.sc SET b2 = b2 || '?' WHERE id % 5 = 0`, 3)
-	if !hasLog(s.logsWith("scs", "Schema change applied"), "Schema change applied") {
-		t.Error("no Schema change applied after resuming with apply")
+	if n := s.countLogs("scs", "Mirror paused before a schema change"); n != 1 {
+		t.Errorf("%d pauses before a schema change, want 1 (the destination already had the change)", n)
+	}
+
+	// The next change stops it again; switched to apply and resumed, it
+	// continues from before the change and applies it.
+	l = startSCLoad(src, 4)
+	time.Sleep(300 * time.Millisecond)
+	exec1(t, src, `ALTER TABLE public.sc DROP COLUMN c`)
+	time.Sleep(time.Second)
+	l.end()
+	s.waitStatus("scs", "paused", 60*time.Second)
+	s.mustDo("PATCH", "/v1/mirrors/scs", map[string]any{"schema_changes": "apply"}, 200, nil)
+	s.mustDo("POST", "/v1/mirrors/scs/resume", nil, 200, nil)
+	s.waitStatus("scs", "running", 60*time.Second)
+	migrateUnderLoad(t, src, dst, `UPDATE public.sc SET b2 = b2 || '!' WHERE id % 5 = 1`, 5)
+	e = s.waitLog("scs", "Schema change applied", 10*time.Second, nil)
+	if st, _ := e.Details["statement"].(string); !strings.Contains(st, `DROP COLUMN "c"`) {
+		t.Errorf("Schema change applied %v, want the drop of c", e.Details)
+	}
+	for _, e := range s.logs("scs", "level=ERROR") {
+		t.Errorf("ERROR entry %q: %v", e.Message, e.Details)
 	}
 }
