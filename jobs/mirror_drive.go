@@ -76,15 +76,16 @@ func followMappings(m db.Mirror, tables []db.MirrorTable) []change.Mapping {
 }
 
 // pauseForSchemaChange pauses the mirror, as POST pause does, before a
-// source column change met under schema_changes stop: nothing of it was
-// applied, and resuming starts again before it.
+// source column change met under schema_changes stop: CDC applied what came
+// before the transaction that carries it and nothing of that one, so
+// resuming starts right at the change.
 func (r *mirrorRun) pauseForSchemaChange(ctx context.Context, stop *cdc.SchemaStopError) error {
 	// Pausing makes the control watcher cancel ctx: log first, and on a
 	// context that outlives it.
 	ctx = context.WithoutCancel(ctx)
 	r.log(ctx, db.LevelWarn, db.MsgPausedForSchemaChange, map[string]any{"table": stop.Table.String(), "changes": stop.Changes,
 		"action": "schema_changes is stop: the destination was left as it is. Either switch the setting (PATCH /v1/mirrors/{name} with schema_changes apply or warn) " +
-			"or change the destination table yourself to match, then resume the mirror (POST /v1/mirrors/{name}/resume): it continues from before the change"})
+			"or change the destination table yourself to match, then resume the mirror (POST /v1/mirrors/{name}/resume): it continues from right before the change"})
 	r.logger.Warn("mirror paused before a source schema change (schema_changes is stop)", "table", stop.Table.String(), "changes", stop.Changes)
 	return r.store.MirrorPause(ctx, r.mirrorID)
 }

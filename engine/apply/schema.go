@@ -49,6 +49,10 @@ type SchemaStopError struct {
 	Table change.TableName
 	// Changes describe what changed, one entry per column.
 	Changes []string
+	// At is the commit position of the source transaction in which the
+	// change was met (set by the CDC run, which then applies everything
+	// before that transaction and stops there).
+	At change.LSN
 }
 
 func (e *SchemaStopError) Error() string {

@@ -27,7 +27,9 @@ type SchemaChangeReporter interface {
 }
 
 // SchemaStopError is returned (wrapped) by Run under Config.SchemaChanges
-// stop, before the first change that would alter the destination's schema.
+// stop, before the first change that would alter the destination's schema,
+// once everything before the source transaction that carries it is applied
+// (At is that transaction's commit position).
 type SchemaStopError = apply.SchemaStopError
 
 // sourceCatalog reads the source's catalog for the applier on a connection
