@@ -61,7 +61,8 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 // otherwise only those about to be copied (new, or resync requested),
 // since CDC applies the column changes of the others at their position in
 // the stream, and doing it here, ahead of the stream, would change the
-// destination before changes that still have the old shape.
+// destination before changes that still have the old shape. (Their types
+// and enum labels are still brought up: schemasync.SyncTypes.)
 func followMappings(m db.Mirror, tables []db.MirrorTable) []change.Mapping {
 	if m.SchemaChanges == db.SchemaChangesWarn {
 		return toMappings(tables)
@@ -321,6 +322,16 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		ddl, _, err := schemasync.SyncColumns(ctx, in.src, in.dst, followMappings(m, tables))
 		if err != nil {
 			return in, fmt.Errorf("prepare destination tables: %w", err)
+		}
+		if m.SchemaChanges != db.SchemaChangesWarn {
+			// Types and enum labels for every table (CDC applies the
+			// columns): a label added on the source must exist before rows
+			// that use it arrive.
+			types, err := schemasync.SyncTypes(ctx, in.src, in.dst, in.mappings)
+			if err != nil {
+				return in, fmt.Errorf("prepare destination types: %w", err)
+			}
+			ddl = append(ddl, types...)
 		}
 		if len(ddl) > 0 {
 			r.log(ctx, db.LevelInfo, "Schema sync completed", db.SchemaSyncDetails{

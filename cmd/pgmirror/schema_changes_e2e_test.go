@@ -351,3 +351,25 @@ func TestSchemaChangesStop(t *testing.T) {
 		t.Errorf("ERROR entry %q: %v", e.Message, e.Details)
 	}
 }
+
+// TestSchemaChangesEnumLabel: a label added to an enum on the source that
+// a mapped column uses reaches the destination (a run's start adds it to
+// the destination's copy of the enum under apply too), so the rows that
+// use it replicate.
+func TestSchemaChangesEnumLabel(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `CREATE TYPE public.level AS ENUM ('low', 'high');
+		CREATE TABLE public.lv (id int PRIMARY KEY, l public.level);
+		INSERT INTO public.lv SELECT i, 'low' FROM generate_series(1, 20) i`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "lv", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{map[string]any{"source_schema": "public", "source_table": "lv", "destination_schema": "public", "destination_table": "lv"}},
+	}, 201, nil)
+	s.dumpOnFailure("lv")
+	s.waitStatus("lv", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.lv", "public.lv", "id, l", 60*time.Second)
+	exec1(t, src, `ALTER TYPE public.level ADD VALUE 'mid' AFTER 'low'`)
+	exec1(t, src, `UPDATE public.lv SET l = 'mid' WHERE id % 2 = 0; INSERT INTO public.lv VALUES (21, 'mid')`)
+	waitEqual(t, src, dst, "public.lv", "public.lv", "id, l", 120*time.Second)
+	s.waitStatus("lv", "running", 60*time.Second)
+}

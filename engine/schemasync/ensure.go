@@ -150,6 +150,23 @@ func SyncColumns(ctx context.Context, src, dst Conn, mappings []change.Mapping) 
 	return log.statements, log.warnings, nil
 }
 
+// SyncTypes creates on the destination the user-defined types that the
+// mapped source tables' columns use and that it lacks, and adds the enum
+// labels its copies lack, as SyncColumns does, without touching any table.
+func SyncTypes(ctx context.Context, src, dst Conn, mappings []change.Mapping) ([]string, error) {
+	sources, graph, err := readSources(ctx, src, mappings, false)
+	if err != nil {
+		return nil, err
+	}
+	log, err := inDestination(ctx, dst, func(tx pgx.Tx, log *ddlLog) error {
+		return ensureTypes(ctx, tx, graph.creationOrder(typeRoots(sources)), log)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return log.statements, nil
+}
+
 // readSources describes every mapping's source table and loads the types its
 // destination columns use. strict also rejects excluded columns that the
 // source does not have.
