@@ -401,9 +401,28 @@ func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog) 
 			// Generated on either side: nothing is copied into it.
 		case !Compatible(sc.Type, dc.Type):
 			col := change.QuoteIdent(sc.Name)
+			// A default of the old type may not cast to the new one (the
+			// source changed its default along): drop it first and set
+			// the source's after.
+			if dc.Default != "" {
+				if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)); err != nil {
+					return nil, err
+				}
+			}
 			stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s", name, col, sc.Type, col, sc.Type)
 			if err := log.exec(ctx, tx, stmt); err != nil {
 				return nil, err
+			}
+			if dc.Default != "" && sc.Default != "" && sc.Sequence == nil {
+				err := tryExec(ctx, tx, log, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", name, col, sc.Default))
+				var pgErr *pgconn.PgError
+				switch {
+				case errors.As(err, &pgErr):
+					warnings = append(warnings, fmt.Sprintf("column %s of %s changed type without the source's default %s, since the destination rejected it (%s)",
+						col, name, sc.Default, pgErr.Message))
+				case err != nil:
+					return nil, err
+				}
 			}
 		}
 	}
