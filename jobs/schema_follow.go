@@ -38,17 +38,11 @@ import (
 // msgSourceTableDropped is the WARN entry of a source table that was dropped.
 const msgSourceTableDropped = "Source table dropped; its destination table is kept"
 
-// Log messages of source schema changes.
+// Log messages of source schema changes (the catalogue is in db).
 const (
-	// msgSchemaChangeApplied: a source schema change applied to the
-	// destination (INFO).
-	msgSchemaChangeApplied = "Schema change applied"
-	// msgSchemaChangeNotApplied: a change left alone under schema_changes
-	// warn (WARN).
-	msgSchemaChangeNotApplied = "Schema change not applied"
-	// msgPausedForSchemaChange: the mirror paused itself before a change
-	// under schema_changes stop (WARN).
-	msgPausedForSchemaChange = "Mirror paused before a schema change"
+	msgSchemaChangeApplied    = db.MsgSchemaChangeApplied
+	msgSchemaChangeNotApplied = db.MsgSchemaChangeNotApplied
+	msgPausedForSchemaChange  = db.MsgPausedForSchemaChange
 )
 
 // schemaChangeApplied logs and counts a source schema change applied to the
@@ -156,17 +150,13 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 	return replicating(tables), changed, nil
 }
 
-// Schema change policies (the mirror's schema_changes).
-const (
-	policyApply = "apply"
-	policyWarn  = "warn"
-	policyStop  = "stop"
-)
-
 // schemaPolicy is what the mirror does with source schema changes that
-// would alter the destination's schema: apply, warn or stop.
-func schemaPolicy(m db.Mirror) string {
-	return policyApply
+// would alter the destination's schema (schema_changes; apply when unset).
+func schemaPolicy(m db.Mirror) db.SchemaChanges {
+	if m.SchemaChanges == "" {
+		return db.SchemaChangesApply
+	}
+	return m.SchemaChanges
 }
 
 // addSourceTable adds the source table of mp (new in a mapped schema, or
@@ -178,13 +168,13 @@ func schemaPolicy(m db.Mirror) string {
 // before it (errRunEnded).
 func (r *mirrorRun) addSourceTable(ctx context.Context, src *pgx.Conn, m db.Mirror, mp change.Mapping) (bool, error) {
 	switch schemaPolicy(m) {
-	case policyWarn:
+	case db.SchemaChangesWarn:
 		r.warnOnce(ctx, "policy:"+mp.Source.String(), msgSchemaChangeNotApplied, map[string]any{
 			"table": mp.Source.String(), "change": "table created on the source",
 			"reason": "schema_changes is warn: the table is not added to the mirror and not created on the destination",
 			"action": "to replicate it, map it by name (PUT /v1/mirrors/" + m.Name + "/tables) or set schema_changes to apply"})
 		return false, nil
-	case policyStop:
+	case db.SchemaChangesStop:
 		if err := r.store.MirrorPause(ctx, m.ID); err != nil {
 			return false, err
 		}

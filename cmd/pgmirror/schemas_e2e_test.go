@@ -340,3 +340,61 @@ INSERT INTO public.gone SELECT generate_series(1, 20);`)
 		t.Errorf("status %s after a table was dropped, want running", m.Status)
 	}
 }
+
+// TestSchemaMappingPolicies follows a table created in a mapped schema
+// through the mirror's schema_changes settings: warn leaves it out with a
+// WARN entry, stop pauses the mirror before adding it, and apply (after
+// PATCH and resume) creates and copies it.
+func TestSchemaMappingPolicies(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `
+CREATE SCHEMA app;
+CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "sp", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1, "schema_changes": "warn",
+		"table_mappings": []any{mapping("app", "*", "app", "*")},
+	}, 201, nil)
+	s.dumpOnFailure("sp")
+	s.waitStatus("sp", "running", 60*time.Second)
+	exec1(t, src, `CREATE TABLE app.w (id int PRIMARY KEY); INSERT INTO app.w SELECT generate_series(1, 100)`)
+	waitFor(t, "a Schema change not applied entry for app.w", 30*time.Second, func() bool {
+		for _, e := range s.logs("sp", "") {
+			if e.Message == "Schema change not applied" && e.Level == "WARN" && e.Details["table"] == "app.w" {
+				return true
+			}
+		}
+		return false
+	})
+	destinationHasW := func() bool {
+		return queryInt64(t, dst, `SELECT count(*) FROM pg_tables WHERE schemaname = 'app' AND tablename = 'w'`) > 0
+	}
+	if tableStatusOf(s.mirror("sp"), "app.w") != "" || destinationHasW() {
+		t.Fatal("under warn, app.w was added to the mirror or created on the destination")
+	}
+
+	s.mustDo("POST", "/v1/mirrors/sp/pause", nil, 200, nil)
+	s.waitStatus("sp", "paused", 30*time.Second)
+	s.mustDo("PATCH", "/v1/mirrors/sp", map[string]any{"schema_changes": "stop"}, 200, nil)
+	s.mustDo("POST", "/v1/mirrors/sp/resume", nil, 200, nil)
+	waitFor(t, "a Mirror paused before a schema change entry for app.w", 30*time.Second, func() bool {
+		for _, e := range s.logs("sp", "") {
+			if e.Message == "Mirror paused before a schema change" && e.Level == "WARN" && e.Details["table"] == "app.w" {
+				return true
+			}
+		}
+		return false
+	})
+	s.waitStatus("sp", "paused", 30*time.Second)
+	if tableStatusOf(s.mirror("sp"), "app.w") != "" || destinationHasW() {
+		t.Fatal("under stop, app.w was added to the mirror or created on the destination")
+	}
+
+	s.mustDo("PATCH", "/v1/mirrors/sp", map[string]any{"schema_changes": "apply"}, 200, nil)
+	s.mustDo("POST", "/v1/mirrors/sp/resume", nil, 200, nil)
+	waitFor(t, "app.w running", 60*time.Second, func() bool { return tableStatusOf(s.mirror("sp"), "app.w") == "running" })
+	exec1(t, src, `INSERT INTO app.w SELECT generate_series(101, 150)`)
+	waitEqual(t, src, dst, "app.w", "app.w", "id", 30*time.Second)
+	if m := s.mirror("sp"); m.Status != "running" {
+		t.Errorf("status %s, want running", m.Status)
+	}
+}
