@@ -222,7 +222,9 @@ WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, p.oid)
 	return nil
 }
 
-func (p *planner) add(format string, args ...any) { p.stmts = append(p.stmts, fmt.Sprintf(format, args...)) }
+func (p *planner) add(format string, args ...any) {
+	p.stmts = append(p.stmts, fmt.Sprintf(format, args...))
+}
 
 func (p *planner) warn(format string, args ...any) {
 	p.warnings = append(p.warnings, fmt.Sprintf(format, args...))
