@@ -34,6 +34,9 @@ type MirrorCreateParams struct {
 	// ExistingDestinationRows is what a table's first copy does with rows
 	// its destination table holds ("": ExistingRowsRefuse).
 	ExistingDestinationRows ExistingRows
+	// CaptureDDL: the mirror applies the schema changes captured by
+	// pgmirror's event trigger on the source.
+	CaptureDDL bool
 }
 
 // MirrorCreate inserts a mirror (status initializing, desired state
@@ -44,12 +47,12 @@ func (s *Store) MirrorCreate(ctx context.Context, p MirrorCreateParams) (Mirror,
 	err := s.q.QueryRow(ctx, `INSERT INTO mirrors (name, source_peer_id, destination_peer_id,
 			snapshot_num_rows_per_partition, snapshot_max_parallel_workers, snapshot_num_tables_in_parallel,
 			cdc_sync_interval_seconds, cdc_batch_size, do_initial_snapshot, publication_name, replication_slot_name,
-			created_publication, created_slot, sequences, existing_destination_rows)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING id`,
+			created_publication, created_slot, sequences, existing_destination_rows, capture_ddl)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id`,
 		p.Name, p.SourcePeerID, p.DestinationPeerID,
 		p.SnapshotNumRowsPerPartition, p.SnapshotMaxParallelWorkers, p.SnapshotNumTablesInParallel,
 		p.CDCSyncIntervalSeconds, p.CDCBatchSize, p.DoInitialSnapshot, p.PublicationName, p.ReplicationSlotName,
-		p.CreatedPublication, p.CreatedSlot, sequencesValue(p.Sequences), cmp.Or(p.ExistingDestinationRows, ExistingRowsRefuse)).Scan(&id)
+		p.CreatedPublication, p.CreatedSlot, sequencesValue(p.Sequences), cmp.Or(p.ExistingDestinationRows, ExistingRowsRefuse), p.CaptureDDL).Scan(&id)
 	if err != nil {
 		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, translate(err))
 	}

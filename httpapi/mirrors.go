@@ -89,6 +89,7 @@ type mirrorCreateInput struct {
 		PublicationName             string         `json:"publication_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_pub_<name>."`
 		ReplicationSlotName         string         `json:"replication_slot_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_slot_<name>."`
 		ExistingDestinationRows     string         `json:"existing_destination_rows,omitempty" enum:"refuse,truncate,keep" default:"refuse" doc:"What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
+		CaptureDDL                  bool           `json:"capture_ddl,omitempty" default:"false" doc:"Capture schema changes of the mapped tables with an event trigger that pgmirror installs on the source database (needs a superuser source peer, PostgreSQL 14 or later): CREATE INDEX, DROP INDEX, ALTER INDEX ... RENAME, check/unique/exclusion constraints added or dropped, column defaults and NOT NULL are then applied on the destination in order with the rows. Without it, added, renamed and dropped columns still replicate from the stream. The trigger is shared by the mirrors of the source database and removed with the last of them."`
 		Sequences                   []sequenceRef  `json:"sequences,omitempty" maxItems:"1000" doc:"Source sequences to keep in step on the destination besides those the mapped tables' columns own (serial, identity): for example one that several tables draw ids from through DEFAULT nextval(...). Each is created on the destination under the same name when missing, set after the snapshot, every SERVICE_SEQUENCE_SYNC_INTERVAL and exactly at a cut-over."`
 	}
 }
@@ -111,6 +112,7 @@ type MirrorConfig struct {
 	PublicationName             string         `json:"publication_name"`
 	ReplicationSlotName         string         `json:"replication_slot_name"`
 	Sequences                   []sequenceRef  `json:"sequences" doc:"Source sequences listed at creation, kept in step on the destination; [] for none."`
+	CaptureDDL                  bool           `json:"capture_ddl" doc:"Schema changes of the mapped tables are captured by pgmirror's event trigger on the source and applied on the destination in order with the rows."`
 	Status                      string         `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped,completed"`
 	CreatedAt                   time.Time      `json:"created_at"`
 }
@@ -122,7 +124,7 @@ func configResponse(m db.Mirror, tables []db.MirrorTable) MirrorConfig {
 		SnapshotNumTablesInParallel: m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: m.CDCSyncIntervalSeconds,
 		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot, ExistingDestinationRows: string(m.ExistingDestinationRows),
 		PublicationName: m.PublicationName, ReplicationSlotName: m.ReplicationSlotName, Sequences: sequencesResponse(m.Sequences),
-		Status: string(m.Status), CreatedAt: m.CreatedAt,
+		Status: string(m.Status), CreatedAt: m.CreatedAt, CaptureDDL: m.CaptureDDL,
 	}
 }
 
@@ -502,6 +504,11 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	if err := h.checkSource(ctx, source, mappings, sequences); err != nil {
 		return nil, err
 	}
+	if b.CaptureDDL {
+		if err := h.installDDLCapture(ctx, source); err != nil {
+			return nil, err
+		}
+	}
 	// A loop with another mirror is refused whatever the destination holds.
 	if err := h.refuseCycle(ctx, 0, source, dest, mappings); err != nil {
 		return nil, err
@@ -535,6 +542,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 			SnapshotNumTablesInParallel: b.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: b.CDCSyncIntervalSeconds,
 			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: doSnapshot, ExistingDestinationRows: mode,
 			PublicationName: pub, ReplicationSlotName: slot, Tables: mappings, Sequences: sequences,
+			CaptureDDL: b.CaptureDDL,
 		})
 		if err != nil {
 			return err

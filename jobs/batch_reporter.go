@@ -261,3 +261,16 @@ func (b *batchReporter) ColumnsDropped(ctx context.Context, table change.TableNa
 		"table": table.String(), "columns": columns,
 		"policy": "the destination keeps these columns and new rows leave them NULL (or their default); the remaining columns keep replicating; a renamed column arrives as a new column, added automatically"})
 }
+
+// SchemaChangeApplied logs an INFO entry for a schema change captured on
+// the source and applied on the destination, and counts it.
+func (b *batchReporter) SchemaChangeApplied(ctx context.Context, table change.TableName, statement string) {
+	b.run.log(ctx, db.LevelInfo, "Schema change applied", map[string]any{"table": table.String(), "statement": statement})
+	b.run.cfg.Metrics.SchemaChangeApplied(b.mirror.Name)
+}
+
+// SchemaChangeWarning logs a WARN entry for a captured schema change that
+// was left out on the destination.
+func (b *batchReporter) SchemaChangeWarning(ctx context.Context, table change.TableName, warning string) {
+	b.run.log(ctx, db.LevelWarn, "Schema change not applied", map[string]any{"table": table.String(), "warning": warning})
+}

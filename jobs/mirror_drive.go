@@ -676,6 +676,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		SourceWatch:      r.cfg.sources,
 		Origin:           origin.NameOrNone(r.originUID(m)),
 		Holder:           r.holder(),
+		CaptureDDL:       m.CaptureDDL,
 		Logger:           r.logger,
 	}, nil
 }

@@ -125,6 +125,12 @@ type Config struct {
 	// origins). A destination that refuses it (privileges) logs a warning
 	// and the run goes on unmarked.
 	Origin string
+	// CaptureDDL applies the schema changes that pgmirror's event trigger
+	// on the source writes into the WAL (engine/ddl): indexes, check,
+	// unique and exclusion constraints, column defaults and NOT NULL, each
+	// at its place among the changes. Needs PostgreSQL 14 or later on the
+	// source.
+	CaptureDDL bool
 	// Holder, when set, lets a verification hold the run for an instant at
 	// a source position (see Holder).
 	Holder Holder
@@ -331,7 +337,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
-		Binary: types != nil, Messages: heartbeatEvery > 0,
+		Binary: types != nil, Messages: heartbeatEvery > 0, SchemaMessages: cfg.CaptureDDL,
 	})
 	if err != nil {
 		return netError(err)
@@ -579,17 +585,15 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 		if r.skipping {
 			return nil
 		}
+		if ev.Change.Op == change.OpSchema {
+			return r.schemaChange(ctx, ev.Change.Schema)
+		}
 		c := r.filter(ev.Change)
 		if c == nil {
 			return nil
 		}
-		if !r.applier.InBatch() {
-			if err := r.applier.Begin(ctx); err != nil {
-				return err
-			}
-			r.started = time.Now()
-			r.changes = 0
-			r.batchCommit = r.txCommit
+		if err := r.openBatch(ctx); err != nil {
+			return err
 		}
 		r.changes++
 		if err := r.applier.Apply(ctx, c); err != nil {
@@ -623,6 +627,20 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 			r.gathering = true
 		}
 	}
+	return nil
+}
+
+// openBatch opens a batch unless one is open.
+func (r *runner) openBatch(ctx context.Context) error {
+	if r.applier.InBatch() {
+		return nil
+	}
+	if err := r.applier.Begin(ctx); err != nil {
+		return err
+	}
+	r.started = time.Now()
+	r.changes = 0
+	r.batchCommit = r.txCommit
 	return nil
 }
 

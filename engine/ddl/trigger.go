@@ -29,7 +29,7 @@ const (
 // cannot be installed: the peer user is not a superuser (PostgreSQL 15 and
 // older let only superusers create event triggers), or the source is older
 // than PostgreSQL 14 (pgoutput sends logical decoding messages since 14).
-var ErrNotPermitted = errors.New("the source cannot capture DDL")
+var ErrNotPermitted = errors.New("capture_ddl is not possible on this source")
 
 // CheckPermitted returns an error matching ErrNotPermitted, saying what is
 // needed, when Install would fail on conn's database for lack of privilege
@@ -44,11 +44,11 @@ func CheckPermitted(ctx context.Context, conn Conn) error {
 		return fmt.Errorf("check the source's version and privileges: %w", err)
 	}
 	if version < 140000 {
-		return fmt.Errorf("%w: capture_ddl needs PostgreSQL 14 or later on the source (it has %d)", ErrNotPermitted, version)
+		return fmt.Errorf("%w: it needs PostgreSQL 14 or later on the source (server_version_num is %d)", ErrNotPermitted, version)
 	}
 	if !super {
-		return fmt.Errorf("%w: capture_ddl installs an event trigger on the source, which only a superuser may create, and the peer user %q is not one: "+
-			"connect the source peer as a superuser, or leave capture_ddl off (added columns, renames, drops and type changes still replicate from the stream)", ErrNotPermitted, user)
+		return fmt.Errorf("%w: it installs an event trigger on the source database, which only a superuser may create, and the peer user %q is not one; "+
+			"connect the source peer as a superuser, or leave capture_ddl off (added columns still replicate from the stream)", ErrNotPermitted, user)
 	}
 	return nil
 }
