@@ -1,0 +1,183 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+)
+
+// eventTriggers counts pgmirror's DDL capture event triggers on a database.
+func eventTriggers(t *testing.T, dbURL string) int64 {
+	t.Helper()
+	return queryInt64(t, dbURL, `SELECT count(*) FROM pg_event_trigger WHERE evtname IN ('pgmirror_ddl_command_end', 'pgmirror_ddl_sql_drop')`)
+}
+
+// destHas waits until a query on the destination counts at least one row.
+func destHas(t *testing.T, dst, what, sql string, args ...any) {
+	t.Helper()
+	waitFor(t, what+" on the destination", 60*time.Second, func() bool { return queryInt64(t, dst, sql, args...) > 0 })
+}
+
+// TestCaptureDDL: a mirror with capture_ddl, under a running write load,
+// applies index, constraint, default and NOT NULL changes made on the
+// source at their place in the stream: a row that violates a CHECK added
+// NOT VALID in the same transaction lands before it (the other order would
+// fail the batch), the run never errors, the data ends equal, each change
+// is logged and counted, and deleting the mirror removes the trigger.
+func TestCaptureDDL(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	exec1(t, src, loadTables)
+	const token = "metrics-token-for-the-ddl-test"
+	s := startService(t, catalog, "SERVICE_METRICS_TOKEN="+token)
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	var cfg struct {
+		CaptureDDL bool `json:"capture_ddl"`
+	}
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "ddl", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": loadMappings(), "capture_ddl": true,
+	}, 201, &cfg)
+	if !cfg.CaptureDDL {
+		t.Fatal("POST /v1/mirrors answered capture_ddl false")
+	}
+	s.dumpOnFailure("ddl")
+	if n := eventTriggers(t, src); n != 2 {
+		t.Fatalf("%d DDL capture event triggers on the source after create, want 2", n)
+	}
+	s.waitStatus("ddl", "running", 60*time.Second)
+	s.mustDo("GET", "/v1/mirrors/ddl", nil, 200, &cfg)
+	if !cfg.CaptureDDL {
+		t.Fatal("GET /v1/mirrors/ddl shows capture_ddl false")
+	}
+
+	l := startLoad(src)
+	ended := false
+	defer func() {
+		if !ended {
+			l.end()
+		}
+	}()
+	l.waitMore(t, 20, 30*time.Second)
+
+	exec1(t, src, `CREATE INDEX items_n_idx ON public.items (n)`)
+	destHas(t, dst, "index items_n_idx", `SELECT count(*) FROM pg_indexes WHERE schemaname = 'public' AND tablename = 'items' AND indexname = 'items_n_idx'`)
+
+	// The violating row comes first in the transaction, the constraint
+	// after it: the destination must apply them in that order.
+	exec1(t, src, `BEGIN;
+		INSERT INTO public.items (n, v) VALUES (-5, 'violates the check added next');
+		ALTER TABLE public.items ADD CONSTRAINT items_n_nonneg CHECK (n >= 0) NOT VALID;
+		COMMIT`)
+	destHas(t, dst, "NOT VALID check items_n_nonneg",
+		`SELECT count(*) FROM pg_constraint WHERE conrelid = 'public.items'::regclass AND conname = 'items_n_nonneg' AND contype = 'c' AND NOT convalidated`)
+
+	exec1(t, src, `ALTER TABLE public.items ADD CONSTRAINT items_n_id_key UNIQUE (n, id)`)
+	destHas(t, dst, "unique items_n_id_key",
+		`SELECT count(*) FROM pg_constraint WHERE conrelid = 'public.items'::regclass AND conname = 'items_n_id_key' AND contype = 'u'`)
+
+	exec1(t, src, `ALTER TABLE public.items ALTER COLUMN v SET DEFAULT 'dflt'`)
+	destHas(t, dst, "default of items.v",
+		`SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'items' AND column_name = 'v' AND column_default = $1`, "'dflt'::text")
+
+	exec1(t, src, `ALTER TABLE public.events ALTER COLUMN v SET NOT NULL`)
+	destHas(t, dst, "NOT NULL events.v",
+		`SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'events' AND column_name = 'v' AND is_nullable = 'NO'`)
+
+	exec1(t, src, `CREATE INDEX events_k_idx ON public.events (k); ALTER INDEX public.events_k_idx RENAME TO events_k_idx2; DROP INDEX public.items_n_idx`)
+	destHas(t, dst, "renamed index events_k_idx2",
+		`SELECT count(*) FROM pg_indexes WHERE schemaname = 'public' AND indexname = 'events_k_idx2'`)
+	waitFor(t, "items_n_idx dropped on the destination", 60*time.Second, func() bool {
+		return queryInt64(t, dst, `SELECT count(*) FROM pg_indexes WHERE schemaname = 'public' AND indexname IN ('items_n_idx', 'events_k_idx')`) == 0
+	})
+
+	exec1(t, src, `ALTER TABLE public.items DROP CONSTRAINT items_n_nonneg`)
+	waitFor(t, "items_n_nonneg dropped on the destination", 60*time.Second, func() bool {
+		return queryInt64(t, dst, `SELECT count(*) FROM pg_constraint WHERE conrelid = 'public.items'::regclass AND conname = 'items_n_nonneg'`) == 0
+	})
+
+	l.waitMore(t, 20, 30*time.Second)
+	ended = true
+	if n := l.end(); n == 0 {
+		t.Fatal("the load committed nothing")
+	}
+	checkLoadEqual(t, src, dst, 90*time.Second)
+	m := s.full("ddl")
+	if m.Status != "running" || m.ErrorCount != 0 {
+		t.Fatalf("mirror status %q, error_count %d (%q), want running without errors", m.Status, m.ErrorCount, m.ErrorMessage)
+	}
+	applied := s.logsWith("ddl", "Schema change applied")
+	var statements []string
+	for _, e := range applied {
+		if e.Level != "INFO" || e.Details["table"] == nil {
+			t.Errorf("log entry %+v: want INFO with the table", e)
+		}
+		statements = append(statements, fmt.Sprint(e.Details["statement"]))
+	}
+	joined := strings.Join(statements, "\n")
+	for _, want := range []string{
+		`CREATE INDEX "items_n_idx" ON "public"."items"`, `ADD CONSTRAINT "items_n_nonneg" CHECK ((n >= 0)) NOT VALID`,
+		`ALTER COLUMN "v" SET DEFAULT 'dflt'::text`, `ALTER COLUMN "v" SET NOT NULL`, `RENAME TO "events_k_idx2"`, `DROP INDEX "public"."items_n_idx"`,
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("no \"Schema change applied\" entry with %q; entries:\n%s", want, joined)
+		}
+	}
+	if v, ok := metricValue(s.scrape(token), "pgmirror_schema_changes_applied_total", map[string]string{"mirror": "ddl"}); !ok || v < float64(len(applied)) {
+		t.Errorf("pgmirror_schema_changes_applied_total = %v (present %v), want at least %d", v, ok, len(applied))
+	}
+
+	s.mustDo("DELETE", "/v1/mirrors/ddl", nil, 200, nil)
+	waitFor(t, "the DDL capture trigger removed from the source", 60*time.Second, func() bool { return eventTriggers(t, src) == 0 })
+}
+
+// TestCaptureDDLNeedsSuperuser: capture_ddl with a source peer user that
+// is not a superuser is refused with a 400 that says what is needed, and
+// the same mirror without it is created.
+func TestCaptureDDLNeedsSuperuser(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	role := fmt.Sprintf("ddl_user_%d", time.Now().UnixNano()%1_000_000_000)
+	u, err := url.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbName := strings.TrimPrefix(u.Path, "/")
+	exec1(t, src, fmt.Sprintf(`CREATE ROLE %s LOGIN REPLICATION PASSWORD 'ddl-secret-pw'; GRANT CREATE, CONNECT ON DATABASE %q TO %s;
+		CREATE TABLE public.t (id int PRIMARY KEY, v text); ALTER TABLE public.t OWNER TO %s`, role, dbName, role, role))
+	t.Cleanup(func() {
+		exec1(t, src, fmt.Sprintf(`DROP OWNED BY %s CASCADE`, role))
+		pgtest.Exec(t, pgtest.SourceCluster(t).URL("postgres"), `DROP ROLE IF EXISTS `+role)
+	})
+	u.User = url.UserPassword(role, "ddl-secret-pw")
+	s := startService(t, catalog)
+	s.createPeer("src", u.String())
+	s.createPeer("dst", dst)
+	body := map[string]any{
+		"name": "plain", "source_peer": "src", "destination_peer": "dst",
+		"table_mappings": []any{mapping("public", "t", "public", "t")}, "capture_ddl": true,
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	if code := s.do("POST", "/v1/mirrors", body, &e); code != 400 || !strings.Contains(e.Error, "superuser") || !strings.Contains(e.Error, "capture_ddl") {
+		t.Fatalf("POST /v1/mirrors with capture_ddl and a plain source user: %d %q, want 400 naming capture_ddl and superuser", code, e.Error)
+	}
+	if strings.Contains(e.Error, "ddl-secret-pw") {
+		t.Fatal("the error shows the password")
+	}
+	if n := eventTriggers(t, src); n != 0 {
+		t.Fatalf("%d event triggers on the source after the refusal", n)
+	}
+	delete(body, "capture_ddl")
+	s.mustDo("POST", "/v1/mirrors", body, 201, nil)
+}
