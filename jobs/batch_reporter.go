@@ -269,8 +269,8 @@ func (b *batchReporter) SchemaChangeApplied(ctx context.Context, table change.Ta
 	b.run.cfg.Metrics.SchemaChangeApplied(b.mirror.Name)
 }
 
-// SchemaChangeWarning logs a WARN entry for a captured schema change that
+// SchemaChangeRejected logs a WARN entry for a captured schema change that
 // was left out on the destination.
-func (b *batchReporter) SchemaChangeWarning(ctx context.Context, table change.TableName, warning string) {
+func (b *batchReporter) SchemaChangeRejected(ctx context.Context, table change.TableName, warning string) {
 	b.run.log(ctx, db.LevelWarn, "Schema change not applied", map[string]any{"table": table.String(), "warning": warning})
 }

@@ -268,6 +268,9 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if err := r.ensurePublication(ctx, in.src, m, sources); err != nil {
 		return in, err
 	}
+	if err := r.ensureDDLCapture(ctx, in.src, m); err != nil {
+		return in, err
+	}
 	if in.dst, err = connectPeer(ctx, "destination", dstPeer); err != nil {
 		return in, err
 	}

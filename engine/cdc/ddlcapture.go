@@ -10,17 +10,17 @@ import (
 	"github.com/pgmirror/pgmirror/engine/ddl"
 )
 
-// SchemaChangeReporter may also be implemented by a Reporter to hear of the
-// schema changes captured by pgmirror's event trigger (Config.CaptureDDL)
-// that the run applied on the destination.
-type SchemaChangeReporter interface {
+// DDLReporter may also be implemented by a Reporter to hear of the schema
+// changes captured by pgmirror's event trigger (Config.CaptureDDL) that the
+// run applied on the destination.
+type DDLReporter interface {
 	// SchemaChangeApplied is called for each statement executed on the
 	// destination, inside the batch that carries the changes after it (the
 	// batch may still roll back and be applied again by a later run).
 	SchemaChangeApplied(ctx context.Context, table change.TableName, statement string)
-	// SchemaChangeWarning is called for what was left out: a statement the
-	// destination rejected, an object whose name is taken there.
-	SchemaChangeWarning(ctx context.Context, table change.TableName, warning string)
+	// SchemaChangeRejected is called for what was left out: a statement
+	// the destination rejected, an object whose name is taken there.
+	SchemaChangeRejected(ctx context.Context, table change.TableName, warning string)
 }
 
 // schemaChange applies a schema change message at its place in the open
@@ -33,7 +33,7 @@ func (r *runner) schemaChange(ctx context.Context, msg *change.SchemaMessage) er
 		r.log.Warn("ignoring a schema change message that cannot be read", "lsn", msg.LSN.String(), "error", err.Error())
 		return nil
 	}
-	rep, _ := r.rep.(SchemaChangeReporter)
+	rep, _ := r.rep.(DDLReporter)
 	for _, m := range r.cfg.Tables {
 		if !parsed.Concerns(m) || r.skipped(m.Source) {
 			continue
@@ -59,7 +59,7 @@ func (r *runner) schemaChange(ctx context.Context, msg *change.SchemaMessage) er
 		for _, w := range res.Warnings {
 			r.log.Warn("schema change not applied", "table", m.Destination.String(), "warning", w, "lsn", msg.LSN.String())
 			if rep != nil {
-				rep.SchemaChangeWarning(ctx, m.Destination, w)
+				rep.SchemaChangeRejected(ctx, m.Destination, w)
 			}
 		}
 	}
