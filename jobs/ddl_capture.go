@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/ddl"
 )
 
@@ -42,3 +43,6 @@ func (r *mirrorRun) ensureDDLCapture(ctx context.Context, src *pgx.Conn, m db.Mi
 		return err
 	}
 }
+
+// The run's reporter hears of the captured schema changes it applies.
+var _ cdc.DDLReporter = (*batchReporter)(nil)
