@@ -166,6 +166,7 @@ type MirrorCreate struct {
 	ReplicationSlotName         string         `json:"replication_slot_name,omitempty"`
 	ExistingDestinationRows     string         `json:"existing_destination_rows,omitempty"`
 	Sequences                   []SequenceRef  `json:"sequences,omitempty"`
+	CaptureDDL                  bool           `json:"capture_ddl,omitempty"`
 }
 
 // MirrorConfig is a mirror's configuration as the API returns it.
@@ -186,6 +187,7 @@ type MirrorConfig struct {
 	Sequences                   []SequenceRef  `json:"sequences"`
 	Status                      string         `json:"status"`
 	CreatedAt                   time.Time      `json:"created_at"`
+	CaptureDDL                  bool           `json:"capture_ddl"`
 }
 
 // SlotHealth is the mirror's replication slot as the service last read it
