@@ -181,3 +181,40 @@ func TestCaptureDDLNeedsSuperuser(t *testing.T) {
 	delete(body, "capture_ddl")
 	s.mustDo("POST", "/v1/mirrors", body, 201, nil)
 }
+
+// TestCaptureDDLShared: two mirrors of one source database share the DDL
+// capture trigger; each applies the changes of its own tables only;
+// deleting the first keeps the trigger, deleting the second removes it.
+func TestCaptureDDLShared(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `CREATE TABLE public.a (id int PRIMARY KEY, v text); CREATE TABLE public.b (id int PRIMARY KEY, v text);`)
+	for _, name := range []string{"a", "b"} {
+		s.mustDo("POST", "/v1/mirrors", map[string]any{
+			"name": name, "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1, "capture_ddl": true,
+			"table_mappings": []any{mapping("public", name, "public", name)},
+		}, 201, nil)
+		s.dumpOnFailure(name)
+	}
+	s.waitStatus("a", "running", 60*time.Second)
+	s.waitStatus("b", "running", 60*time.Second)
+	exec1(t, src, `CREATE INDEX a_v ON public.a (v); CREATE INDEX b_v ON public.b (v); INSERT INTO public.a VALUES (1, 'x'); INSERT INTO public.b VALUES (1, 'y')`)
+	destHas(t, dst, "index a_v", `SELECT count(*) FROM pg_indexes WHERE indexname = 'a_v'`)
+	destHas(t, dst, "index b_v", `SELECT count(*) FROM pg_indexes WHERE indexname = 'b_v'`)
+	for _, name := range []string{"a", "b"} {
+		for _, e := range s.logsWith(name, "Schema change applied") {
+			if st := fmt.Sprint(e.Details["statement"]); !strings.Contains(st, `"public"."`+name+`"`) {
+				t.Errorf("mirror %s applied %q, a change of another mirror's table", name, st)
+			}
+		}
+	}
+	s.mustDo("DELETE", "/v1/mirrors/a", nil, 200, nil)
+	waitFor(t, "mirror a purged", 60*time.Second, func() bool {
+		return s.do("GET", "/v1/mirrors/a", nil, nil) == 404 && queryInt64(t, src, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'pgmirror_slot_a'`) == 0
+	})
+	time.Sleep(time.Second)
+	if n := eventTriggers(t, src); n != 2 {
+		t.Fatalf("%d DDL capture event triggers after deleting one of two mirrors, want 2", n)
+	}
+	s.mustDo("DELETE", "/v1/mirrors/b", nil, 200, nil)
+	waitFor(t, "the DDL capture trigger removed with the last mirror", 60*time.Second, func() bool { return eventTriggers(t, src) == 0 })
+}
