@@ -120,45 +120,31 @@ func (c *cli) run(ctx context.Context, command string, args []string) error {
 		return nil
 	}
 	sub, rest := args[0], args[1:]
-	switch command {
-	case "peers":
-		switch sub {
-		case "list":
-			return c.peersList(ctx, rest)
-		case "get":
-			return c.peersGet(ctx, rest)
-		case "create":
-			return c.peersCreate(ctx, rest)
-		case "test":
-			return c.peersTest(ctx, rest)
-		case "delete":
-			return c.peersDelete(ctx, rest)
-		}
-	case "mirrors":
-		switch sub {
-		case "list":
-			return c.mirrorsList(ctx, rest)
-		case "get":
-			return c.mirrorsGet(ctx, rest)
-		case "create":
-			return c.mirrorsCreate(ctx, rest)
-		case "pause", "resume", "retry", "sync-schema":
-			return c.mirrorsControl(ctx, sub, rest)
-		case "resync":
-			return c.mirrorsResync(ctx, rest)
-		case "delete":
-			return c.mirrorsDelete(ctx, rest)
-		case "cutover":
-			return c.mirrorsCutover(ctx, rest)
-		case "verify":
-			return c.mirrorsVerify(ctx, rest)
-		case "verifications":
-			return c.mirrorsVerifications(ctx, rest)
-		case "repair":
-			return c.mirrorsRepair(ctx, rest)
-		}
+	if run := c.subcommands(command)[sub]; run != nil {
+		return run(ctx, rest)
 	}
 	return usageErrorf("%s: unknown subcommand %q; see pgmirror %s --help", command, sub, command)
+}
+
+// subcommands returns the subcommands of command by name.
+func (c *cli) subcommands(command string) map[string]func(context.Context, []string) error {
+	control := func(action string) func(context.Context, []string) error {
+		return func(ctx context.Context, args []string) error { return c.mirrorsControl(ctx, action, args) }
+	}
+	switch command {
+	case "peers":
+		return map[string]func(context.Context, []string) error{
+			"list": c.peersList, "get": c.peersGet, "create": c.peersCreate, "test": c.peersTest, "delete": c.peersDelete,
+		}
+	case "mirrors":
+		return map[string]func(context.Context, []string) error{
+			"list": c.mirrorsList, "get": c.mirrorsGet, "create": c.mirrorsCreate,
+			"pause": control("pause"), "resume": control("resume"), "retry": control("retry"), "sync-schema": control("sync-schema"),
+			"resync": c.mirrorsResync, "delete": c.mirrorsDelete, "cutover": c.mirrorsCutover,
+			"verify": c.mirrorsVerify, "verifications": c.mirrorsVerifications, "repair": c.mirrorsRepair,
+		}
+	}
+	return nil
 }
 
 var cliUsage = map[string]string{
@@ -340,6 +326,35 @@ func (c *cli) api() (*client.Client, error) {
 		return nil, &exitError{code: exitNotLoggedIn, err: fmt.Errorf("not logged in to %s: run pgmirror login --url %s --user NAME", u, u)}
 	}
 	return &client.Client{BaseURL: u, Token: saved.Token, HTTPClient: &http.Client{Timeout: 2 * time.Minute}}, nil
+}
+
+// request makes one call with the logged-in client. With --json it prints
+// the response's JSON as the service sent it and reports printed, so the
+// command has nothing more to print; otherwise the command prints res.
+func request[T any](ctx context.Context, c *cli, call func(ctx context.Context, api *client.Client) (T, error)) (res T, printed bool, err error) {
+	api, err := c.api()
+	if err != nil {
+		return res, false, err
+	}
+	var raw []byte
+	if res, err = call(client.CaptureBody(ctx, &raw), api); err != nil {
+		return res, false, apiErr(err)
+	}
+	if c.json {
+		return res, true, c.printJSON(raw)
+	}
+	return res, false, nil
+}
+
+// say makes one call whose answer is a message and prints "name: message"
+// (or, with --json, the response's JSON).
+func (c *cli) say(ctx context.Context, name string, call func(ctx context.Context, api *client.Client) (string, error)) error {
+	msg, printed, err := request(ctx, c, call)
+	if printed || err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "%s: %s\n", name, msg)
+	return nil
 }
 
 // apiErr turns an error of a client call into the command's error with

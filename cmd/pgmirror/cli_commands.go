@@ -106,17 +106,11 @@ func (c *cli) peersList(ctx context.Context, args []string) error {
 	if _, err := parse(c.newFlags("peers list"), args, 0, 0, ""); err != nil {
 		return err
 	}
-	api, err := c.api()
-	if err != nil {
+	peers, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) ([]client.Peer, error) {
+		return api.ListPeers(ctx)
+	})
+	if printed || err != nil {
 		return err
-	}
-	var raw []byte
-	peers, err := api.ListPeers(client.CaptureBody(ctx, &raw))
-	if err != nil {
-		return apiErr(err)
-	}
-	if c.json {
-		return c.printJSON(raw)
 	}
 	w := c.table()
 	fmt.Fprintln(w, "NAME\tHOST\tPORT\tDATABASE\tUSER\tSSL MODE")
@@ -132,17 +126,11 @@ func (c *cli) peersGet(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := c.api()
-	if err != nil {
+	p, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) (*client.Peer, error) {
+		return api.GetPeer(ctx, pos[0])
+	})
+	if printed || err != nil {
 		return err
-	}
-	var raw []byte
-	p, err := api.GetPeer(client.CaptureBody(ctx, &raw), pos[0])
-	if err != nil {
-		return apiErr(err)
-	}
-	if c.json {
-		return c.printJSON(raw)
 	}
 	w := c.table()
 	fmt.Fprintf(w, "Name:\t%s\nHost:\t%s\nPort:\t%d\nDatabase:\t%s\nUser:\t%s\nSSL mode:\t%s\nCA certificate:\t%t\nCreated:\t%s\nUpdated:\t%s\n",
@@ -199,17 +187,12 @@ func (c *cli) peersCreate(ctx context.Context, args []string) error {
 			req.Password = pw
 		}
 	}
-	api, err := c.api()
-	if err != nil {
+	p, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) (p client.Peer, err error) {
+		_, err = api.Do(ctx, client.OpCreatePeer, nil, nil, body, &p)
+		return p, err
+	})
+	if printed || err != nil {
 		return err
-	}
-	var raw []byte
-	var p client.Peer
-	if _, err := api.Do(client.CaptureBody(ctx, &raw), client.OpCreatePeer, nil, nil, body, &p); err != nil {
-		return apiErr(err)
-	}
-	if c.json {
-		return c.printJSON(raw)
 	}
 	fmt.Fprintf(c.stdout, "Created peer %s (%s:%d/%s)\n", p.Name, p.Host, p.Port, p.Database)
 	return nil
@@ -222,20 +205,13 @@ func (c *cli) peersTest(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := c.api()
+	res, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) (*client.PeerTest, error) {
+		return api.TestPeer(ctx, pos[0])
+	})
 	if err != nil {
 		return err
 	}
-	var raw []byte
-	res, err := api.TestPeer(client.CaptureBody(ctx, &raw), pos[0])
-	if err != nil {
-		return apiErr(err)
-	}
-	if c.json {
-		if err := c.printJSON(raw); err != nil {
-			return err
-		}
-	} else if res.Success {
+	if !printed && res.Success {
 		fmt.Fprintf(c.stdout, "Connection to peer %s succeeded: %s\n", pos[0], res.Version)
 	}
 	if !res.Success {
@@ -250,19 +226,7 @@ func (c *cli) peersDelete(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := c.api()
-	if err != nil {
-		return err
-	}
-	var raw []byte
-	if _, err := api.DeletePeer(client.CaptureBody(ctx, &raw), pos[0]); err != nil {
-		return apiErr(err)
-	}
-	if c.json {
-		return c.printJSON(raw)
-	}
-	fmt.Fprintf(c.stdout, "Deleted peer %s\n", pos[0])
-	return nil
+	return c.deleted(ctx, "peer", pos[0], (*client.Client).DeletePeer)
 }
 
 // readJSONFile reads a request body from a JSON file (- for stdin) and
@@ -299,17 +263,11 @@ func (c *cli) mirrorsList(ctx context.Context, args []string) error {
 	if _, err := parse(c.newFlags("mirrors list"), args, 0, 0, ""); err != nil {
 		return err
 	}
-	api, err := c.api()
-	if err != nil {
+	mirrors, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) ([]client.MirrorSummary, error) {
+		return api.ListMirrors(ctx)
+	})
+	if printed || err != nil {
 		return err
-	}
-	var raw []byte
-	mirrors, err := api.ListMirrors(client.CaptureBody(ctx, &raw))
-	if err != nil {
-		return apiErr(err)
-	}
-	if c.json {
-		return c.printJSON(raw)
 	}
 	w := c.table()
 	fmt.Fprintln(w, "NAME\tSTATUS\tSOURCE\tDESTINATION\tLAG\tSLOT LAG\tLAST LSN\tERRORS\tUPDATED")
@@ -326,17 +284,11 @@ func (c *cli) mirrorsGet(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := c.api()
-	if err != nil {
+	m, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) (*client.MirrorStatus, error) {
+		return api.GetMirror(ctx, pos[0])
+	})
+	if printed || err != nil {
 		return err
-	}
-	var raw []byte
-	m, err := api.GetMirror(client.CaptureBody(ctx, &raw), pos[0])
-	if err != nil {
-		return apiErr(err)
-	}
-	if c.json {
-		return c.printJSON(raw)
 	}
 	w := c.table()
 	fmt.Fprintf(w, "Name:\t%s\n", m.Name)
@@ -392,17 +344,12 @@ func (c *cli) mirrorsCreate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := c.api()
-	if err != nil {
+	m, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) (m client.MirrorConfig, err error) {
+		_, err = api.Do(ctx, client.OpCreateMirror, nil, nil, body, &m)
+		return m, err
+	})
+	if printed || err != nil {
 		return err
-	}
-	var raw []byte
-	var m client.MirrorConfig
-	if _, err := api.Do(client.CaptureBody(ctx, &raw), client.OpCreateMirror, nil, nil, body, &m); err != nil {
-		return apiErr(err)
-	}
-	if c.json {
-		return c.printJSON(raw)
 	}
 	fmt.Fprintf(c.stdout, "Created mirror %s (%s -> %s, %d tables): %s\n", m.Name, m.SourcePeer, m.DestinationPeer, len(m.TableMappings), m.Status)
 	return nil
@@ -414,40 +361,30 @@ func (c *cli) mirrorsControl(ctx context.Context, action string, args []string) 
 	if err != nil {
 		return err
 	}
-	api, err := c.api()
-	if err != nil {
-		return err
-	}
-	var raw []byte
-	rctx := client.CaptureBody(ctx, &raw)
-	var msg string
-	switch action {
-	case "pause", "resume":
-		call := api.PauseMirror
-		if action == "resume" {
-			call = api.ResumeMirror
+	return c.say(ctx, pos[0], func(ctx context.Context, api *client.Client) (string, error) {
+		switch action {
+		case "pause", "resume":
+			call := api.PauseMirror
+			if action == "resume" {
+				call = api.ResumeMirror
+			}
+			res, err := call(ctx, pos[0])
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%s (status %s)", res.Message, res.Status), nil
+		default:
+			call := api.RetryMirror
+			if action == "sync-schema" {
+				call = api.SyncSchema
+			}
+			res, err := call(ctx, pos[0])
+			if err != nil {
+				return "", err
+			}
+			return res.Message, nil
 		}
-		res, err := call(rctx, pos[0])
-		if err != nil {
-			return apiErr(err)
-		}
-		msg = fmt.Sprintf("%s (status %s)", res.Message, res.Status)
-	default:
-		call := api.RetryMirror
-		if action == "sync-schema" {
-			call = api.SyncSchema
-		}
-		res, err := call(rctx, pos[0])
-		if err != nil {
-			return apiErr(err)
-		}
-		msg = res.Message
-	}
-	if c.json {
-		return c.printJSON(raw)
-	}
-	fmt.Fprintf(c.stdout, "%s: %s\n", pos[0], msg)
-	return nil
+	})
 }
 
 // mirrorsResync is `pgmirror mirrors resync NAME [schema.table]`.
@@ -456,31 +393,20 @@ func (c *cli) mirrorsResync(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := c.api()
-	if err != nil {
-		return err
-	}
-	var raw []byte
-	rctx := client.CaptureBody(ctx, &raw)
-	var msg string
-	if len(pos) == 2 {
-		res, err := api.ResyncTable(rctx, pos[0], pos[1])
-		if err != nil {
-			return apiErr(err)
+	return c.say(ctx, pos[0], func(ctx context.Context, api *client.Client) (string, error) {
+		if len(pos) == 2 {
+			res, err := api.ResyncTable(ctx, pos[0], pos[1])
+			if err != nil {
+				return "", err
+			}
+			return res.Message, nil
 		}
-		msg = res.Message
-	} else {
-		res, err := api.ResyncMirror(rctx, pos[0])
+		res, err := api.ResyncMirror(ctx, pos[0])
 		if err != nil {
-			return apiErr(err)
+			return "", err
 		}
-		msg = res.Message
-	}
-	if c.json {
-		return c.printJSON(raw)
-	}
-	fmt.Fprintf(c.stdout, "%s: %s\n", pos[0], msg)
-	return nil
+		return res.Message, nil
+	})
 }
 
 // mirrorsDelete is `pgmirror mirrors delete NAME [--yes]`.
@@ -501,18 +427,18 @@ func (c *cli) mirrorsDelete(ctx context.Context, args []string) error {
 			return usageErrorf("mirrors delete: not confirmed; nothing was deleted")
 		}
 	}
-	api, err := c.api()
-	if err != nil {
+	return c.deleted(ctx, "mirror", pos[0], (*client.Client).DeleteMirror)
+}
+
+// deleted deletes a peer or mirror with del and says so.
+func (c *cli) deleted(ctx context.Context, kind, name string, del func(*client.Client, context.Context, string) (*client.Deleted, error)) error {
+	_, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) (*client.Deleted, error) {
+		return del(api, ctx, name)
+	})
+	if printed || err != nil {
 		return err
 	}
-	var raw []byte
-	if _, err := api.DeleteMirror(client.CaptureBody(ctx, &raw), pos[0]); err != nil {
-		return apiErr(err)
-	}
-	if c.json {
-		return c.printJSON(raw)
-	}
-	fmt.Fprintf(c.stdout, "Deleted mirror %s\n", pos[0])
+	fmt.Fprintf(c.stdout, "Deleted %s %s\n", kind, name)
 	return nil
 }
 

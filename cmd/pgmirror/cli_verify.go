@@ -132,28 +132,21 @@ func (c *cli) mirrorsVerifications(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	api, err := c.api()
-	if err != nil {
-		return err
-	}
-	var raw []byte
 	if len(pos) == 2 {
-		v, err := api.GetVerification(client.CaptureBody(ctx, &raw), pos[0], id)
-		if err != nil {
-			return apiErr(err)
-		}
-		if c.json {
-			return c.printJSON(raw)
+		v, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) (*client.Verification, error) {
+			return api.GetVerification(ctx, pos[0], id)
+		})
+		if printed || err != nil {
+			return err
 		}
 		c.printVerification(pos[0], v)
 		return nil
 	}
-	list, err := api.ListVerifications(client.CaptureBody(ctx, &raw), pos[0], *limit)
-	if err != nil {
-		return apiErr(err)
-	}
-	if c.json {
-		return c.printJSON(raw)
+	list, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) ([]client.Verification, error) {
+		return api.ListVerifications(ctx, pos[0], *limit)
+	})
+	if printed || err != nil {
+		return err
 	}
 	w := c.table()
 	fmt.Fprintln(w, "ID\tSTATE\tLSN\tROWS DIFFERING\tTABLES\tREQUESTED BY\tSTARTED\tFINISHED\tREPAIR OF")
