@@ -8,6 +8,7 @@ package capture
 // update) and the *change.Change.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -500,14 +501,19 @@ func (s *Stream) decodeTruncate(data []byte) (*change.Change, error) {
 }
 
 // schemaChange turns the content of a schema change message into an
-// OpSchema change: the table it concerns is read from its "schema" and
-// "table" fields (engine/ddl reads the rest).
+// OpSchema change: the table it concerns is read from the "schema" and
+// "table" fields of the JSON object after its signature (engine/ddl checks
+// the signature and reads the rest).
 func schemaChange(lsn change.LSN, content []byte) (*change.Change, error) {
 	var head struct {
 		Schema string `json:"schema"`
 		Table  string `json:"table"`
 	}
-	if err := json.Unmarshal(content, &head); err != nil {
+	start := bytes.IndexByte(content, '{')
+	if start < 0 {
+		return nil, errors.New("decode schema change message: no JSON object")
+	}
+	if err := json.Unmarshal(content[start:], &head); err != nil {
 		return nil, fmt.Errorf("decode schema change message: %w", err)
 	}
 	if head.Schema == "" {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -556,7 +557,8 @@ func TestDecodeSkipsPgmirrorOrigins(t *testing.T) {
 // pgmirror origin are left out.
 func TestDecodeSchemaMessages(t *testing.T) {
 	t.Parallel()
-	content := []byte(`{"v":1,"kind":"state","schema":"public","table":"orders","indexes":[]}`)
+	// A signature (engine/ddl checks it) precedes the JSON object.
+	content := []byte(strings.Repeat("ab", 32) + `{"v":1,"kind":"state","schema":"public","table":"orders","indexes":[]}`)
 	ddlMsg := func(flags byte, prefix string) []byte {
 		return msg{'M'}.u8(flags).u64(0x1_0000_0042).str(prefix).u32(uint32(len(content))).raw(content)
 	}

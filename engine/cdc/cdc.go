@@ -318,6 +318,10 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if err != nil {
 		return err
 	}
+	var ddlKey string
+	if cfg.CaptureDDL {
+		ddlKey = readDDLKey(ctx, src, logger)
+	}
 	var source *sourcePosition
 	if cfg.SourceWatch != nil {
 		// The shared poll follows the source: this run's plain source
@@ -329,7 +333,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	}
 	defer source.stop()
 	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, applied: applied, batchID: batchID,
-		positions: positions, skip: map[change.TableName]bool{}, source: source}
+		positions: positions, skip: map[change.TableName]bool{}, source: source, ddlKey: ddlKey}
 	for _, t := range cfg.SkipTables {
 		r.skip[t] = true
 	}
@@ -337,7 +341,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
-		Binary: types != nil, Messages: heartbeatEvery > 0, SchemaMessages: cfg.CaptureDDL,
+		Binary: types != nil, Messages: heartbeatEvery > 0, SchemaMessages: ddlKey != "",
 	})
 	if err != nil {
 		return netError(err)
@@ -453,6 +457,8 @@ type runner struct {
 
 	inTx     bool       // a source transaction is open in the stream
 	txLSN    change.LSN // commit LSN of the open transaction
+	txXid    uint32     // id of the open transaction
+	ddlKey   string     // signs the DDL capture trigger's messages (Config.CaptureDDL)
 	skipping bool       // every change of the open transaction is already on the destination
 	batchEnd change.LSN // end LSN of the batch's last complete transaction
 	changes  int64
@@ -574,6 +580,7 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 		}
 		r.inTx = true
 		r.txLSN = ev.LSN
+		r.txXid = ev.Xid
 		r.txCommit = ev.CommitTime
 		// The commit LSN of a transaction not yet applied is at or after the
 		// end of the last applied one; anything before it was applied.

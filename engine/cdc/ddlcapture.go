@@ -3,6 +3,7 @@ package cdc
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,9 +29,14 @@ type DDLReporter interface {
 // reconciled with it in the batch's destination transaction, after the
 // changes before it.
 func (r *runner) schemaChange(ctx context.Context, msg *change.SchemaMessage) error {
-	parsed, err := ddl.Parse(msg.Content)
+	if !r.concernsMapped(msg.Table) {
+		return nil
+	}
+	parsed, err := ddl.Open(msg.Content, r.ddlKey, r.txXid)
 	if err != nil {
-		r.log.Warn("ignoring a schema change message that cannot be read", "lsn", msg.LSN.String(), "error", err.Error())
+		// Not written by the trigger (anyone may write a message with
+		// pgmirror's prefix), or unreadable: never executed.
+		r.log.Warn("ignoring a schema change message", "lsn", msg.LSN.String(), "table", msg.Table.String(), "error", err.Error())
 		return nil
 	}
 	rep, _ := r.rep.(DDLReporter)
@@ -64,4 +70,28 @@ func (r *runner) schemaChange(ctx context.Context, msg *change.SchemaMessage) er
 		}
 	}
 	return nil
+}
+
+// concernsMapped reports whether a schema change message about table (Name
+// "" for a dropped index of the schema) may concern a mapped table.
+func (r *runner) concernsMapped(table change.TableName) bool {
+	for _, m := range r.cfg.Tables {
+		if m.Source.Schema == table.Schema && (table.Name == "" || m.Source.Name == table.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// readDDLKey reads the key that signs the DDL capture trigger's messages
+// on the source. Without it (the trigger is missing, or the source user
+// may not read it any more) no schema change message is applied: the run
+// logs a warning and goes on.
+func readDDLKey(ctx context.Context, src *pgx.Conn, logger *slog.Logger) string {
+	key, err := ddl.ReadKey(ctx, src)
+	if err != nil {
+		logger.Warn("capture_ddl is on but the key of the DDL capture trigger cannot be read on the source; schema change messages are ignored", "error", err.Error())
+		return ""
+	}
+	return key
 }

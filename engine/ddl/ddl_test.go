@@ -2,9 +2,11 @@ package ddl
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,15 +35,15 @@ func connect(t *testing.T, url string) *pgx.Conn {
 
 // messages returns the pgmirror_ddl messages the source wrote since the
 // slot was created, decoded, in order (read with pgoutput, as a mirror).
-func messages(t *testing.T, ctx context.Context, src *pgx.Conn) []Message {
+func messages(t *testing.T, ctx context.Context, src *pgx.Conn, slot, key string) []Message {
 	t.Helper()
-	rows, err := src.Query(ctx, `SELECT data FROM pg_logical_slot_get_binary_changes('ddl_test', NULL, NULL,
-		'proto_version', '1', 'publication_names', 'ddl_test_pub', 'messages', 'true')`)
-	require.NoError(t, err)
-	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	require.NoError(t, err)
+	datas := slotMessages(t, ctx, src, slot)
 	var out []Message
+	var xid uint32
 	for _, d := range datas {
+		if d[0] == 'B' {
+			xid = binary.BigEndian.Uint32(d[17:21])
+		}
 		if d[0] != 'M' {
 			continue
 		}
@@ -52,12 +54,38 @@ func messages(t *testing.T, ctx context.Context, src *pgx.Conn) []Message {
 		if prefix != change.SchemaMessagePrefix {
 			continue
 		}
-		msg, err := Parse([]byte(content[4:]))
+		msg, err := Open([]byte(content[4:]), key, xid)
 		require.NoError(t, err)
+		_, err = Open([]byte(content[4:]), key, xid+1)
+		require.ErrorIs(t, err, ErrUnsigned, "a message of another transaction")
+		_, err = Open([]byte(content[4:]), key+"x", xid)
+		require.ErrorIs(t, err, ErrUnsigned, "another key")
 		out = append(out, msg)
 	}
 	return out
 }
+
+// slotMessages reads the pgoutput messages of slot.
+func slotMessages(t *testing.T, ctx context.Context, src *pgx.Conn, slot string) [][]byte {
+	t.Helper()
+	rows, err := src.Query(ctx, `SELECT data FROM pg_logical_slot_get_binary_changes($1, NULL, NULL,
+		'proto_version', '1', 'publication_names', 'ddl_test_pub', 'messages', 'true')`, slot)
+	require.NoError(t, err)
+	datas, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	require.NoError(t, err)
+	return datas
+}
+
+// newSlot creates a pgoutput slot with a name unique in the cluster.
+func newSlot(t *testing.T, ctx context.Context, src *pgx.Conn) string {
+	t.Helper()
+	slot := fmt.Sprintf("ddl_test_%d", slotSeq.Add(1))
+	_, err := src.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	require.NoError(t, err)
+	return slot
+}
+
+var slotSeq atomic.Int64
 
 // TestTriggerAndReconcile installs the trigger on a source database, runs
 // DDL there, reads the messages it wrote through a pgoutput slot, and
@@ -82,14 +110,15 @@ func TestTriggerAndReconcile(t *testing.T) {
 	ok, err := Installed(ctx, src)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = src.Exec(ctx, `SELECT pg_create_logical_replication_slot('ddl_test', 'pgoutput')`)
+	slot := newSlot(t, ctx, src)
+	key, err := ReadKey(ctx, src)
 	require.NoError(t, err)
 
 	m := change.Mapping{Source: change.TableName{Schema: "public", Name: "t"}, Destination: change.TableName{Schema: "other", Name: "t2"}, ExcludeColumns: []string{"skip"}}
 	apply := func() []string {
 		t.Helper()
 		var applied []string
-		for _, msg := range messages(t, ctx, src) {
+		for _, msg := range messages(t, ctx, src, slot, key) {
 			require.True(t, msg.Concerns(m), "%+v", msg)
 			tx, err := dst.Begin(ctx)
 			require.NoError(t, err)
@@ -150,7 +179,7 @@ func TestTriggerAndReconcile(t *testing.T) {
 	require.False(t, ok)
 	_, err = src.Exec(ctx, `CREATE INDEX t_v ON public.t (v)`)
 	require.NoError(t, err)
-	require.Empty(t, messages(t, ctx, src), "no message once removed")
+	require.Empty(t, messages(t, ctx, src, slot, key), "no message once removed")
 }
 
 // TestTriggerLeavesTemporaryTables: DDL on temporary tables writes no
@@ -163,11 +192,12 @@ func TestTriggerLeavesTemporaryTables(t *testing.T) {
 	require.NoError(t, Install(ctx, src))
 	_, err := src.Exec(ctx, `CREATE PUBLICATION ddl_test_pub FOR ALL TABLES`)
 	require.NoError(t, err)
-	_, err = src.Exec(ctx, `SELECT pg_create_logical_replication_slot('ddl_test', 'pgoutput')`)
+	slot := newSlot(t, ctx, src)
+	key, err := ReadKey(ctx, src)
 	require.NoError(t, err)
 	_, err = src.Exec(ctx, `CREATE TEMP TABLE tmp (a int); CREATE INDEX ON tmp (a); ALTER TABLE tmp ADD CHECK (a > 0)`)
 	require.NoError(t, err)
-	require.Empty(t, messages(t, ctx, src))
+	require.Empty(t, messages(t, ctx, src, slot, key))
 }
 
 // TestCheckPermitted: a user that is not a superuser may not install the
@@ -188,4 +218,34 @@ func TestCheckPermitted(t *testing.T) {
 	err = Install(ctx, conn)
 	require.ErrorIs(t, err, ErrNotPermitted)
 	require.Contains(t, err.Error(), "superuser")
+}
+
+// TestForgedMessage: a message with pgmirror's prefix written by a user
+// through pg_logical_emit_message (not by the trigger) is not signed and
+// is refused.
+func TestForgedMessage(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src := connect(t, pgtest.NewDatabase(t, pgtest.SourceCluster(t)))
+	require.NoError(t, Install(ctx, src))
+	_, err := src.Exec(ctx, `CREATE TABLE public.t (id int PRIMARY KEY); CREATE PUBLICATION ddl_test_pub FOR ALL TABLES`)
+	require.NoError(t, err)
+	slot := newSlot(t, ctx, src)
+	forged := `{"v": 1, "kind": "state", "schema": "public", "table": "t", "xid": 0, "indexes": [{"name": "x", "def": "CREATE INDEX x ON public.t USING btree (id); DROP TABLE t", "prefix": "CREATE INDEX x ON public.t USING "}]}`
+	_, err = src.Exec(ctx, `SELECT pg_logical_emit_message(true, 'pgmirror_ddl', $1)`, strings.Repeat("0", 64)+forged)
+	require.NoError(t, err)
+	datas := slotMessages(t, ctx, src, slot)
+	key, err := ReadKey(ctx, src)
+	require.NoError(t, err)
+	found := false
+	for _, d := range datas {
+		if d[0] == 'M' {
+			_, content, _ := strings.Cut(string(d[10:]), "\x00")
+			_, err := Open([]byte(content[4:]), key, 0)
+			require.ErrorIs(t, err, ErrUnsigned)
+			found = true
+		}
+	}
+	require.True(t, found, "the forged message reached the slot")
 }

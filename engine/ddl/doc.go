@@ -20,6 +20,11 @@
 //     index or a table constraint and writes one message per dropped object
 //     (a Drop).
 //
+// Every message is signed (see Open) with a key kept in a table that only
+// the trigger's owner and superusers can read (ReadKey), and names the
+// transaction that wrote it: anyone may call pg_logical_emit_message with
+// pgmirror's prefix, and such a message must never reach the destination.
+//
 // The messages are decoded by every slot of the database where they were
 // written, inside their transaction (engine/capture turns them into
 // change.OpSchema changes); each mirror filters them by the tables it

@@ -1,7 +1,11 @@
 package ddl
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/pgmirror/pgmirror/engine/change"
@@ -21,6 +25,9 @@ type Message struct {
 	Schema string `json:"schema"`
 	// Table is the source table ("" for a dropped index).
 	Table string `json:"table"`
+	// Xid is the id of the source transaction that wrote the message
+	// (modulo 2^32, as pgoutput's Begin message carries it).
+	Xid uint32 `json:"xid"`
 	State
 	Drop
 }
@@ -105,4 +112,42 @@ func (msg Message) Concerns(m change.Mapping) bool {
 		return false
 	}
 	return msg.Table == m.Source.Name || (msg.Kind == "drop" && msg.Object == "index" && msg.Table == "")
+}
+
+// signatureLen is the length of the hex signature before a message's JSON.
+const signatureLen = 2 * sha256.Size
+
+// ErrUnsigned matches (errors.Is) a message that the trigger did not write:
+// its signature does not match the key, or it was written in another
+// transaction than the one it claims (a copy of an older message).
+var ErrUnsigned = errors.New("schema change message not signed by the DDL capture trigger")
+
+// sign returns the signature of body under key: hex(sha256(key ||
+// hex(sha256(key || body)))), as the trigger's emit function computes it.
+func sign(key string, body []byte) string {
+	inner := sha256.Sum256(append([]byte(key), body...))
+	outer := sha256.Sum256([]byte(key + hex.EncodeToString(inner[:])))
+	return hex.EncodeToString(outer[:])
+}
+
+// Open checks the signature of the content of a schema change message with
+// key (ReadKey) and that it was written in the transaction xid, then
+// decodes it (Parse). Anyone connected to the source may write a logical
+// decoding message with pgmirror's prefix: only the trigger knows the key.
+func Open(content []byte, key string, xid uint32) (Message, error) {
+	if key == "" || len(content) < signatureLen {
+		return Message{}, ErrUnsigned
+	}
+	sig, body := content[:signatureLen], content[signatureLen:]
+	if subtle.ConstantTimeCompare(sig, []byte(sign(key, body))) != 1 {
+		return Message{}, ErrUnsigned
+	}
+	m, err := Parse(body)
+	if err != nil {
+		return Message{}, err
+	}
+	if m.Xid != xid {
+		return Message{}, fmt.Errorf("%w: written in transaction %d, found in transaction %d", ErrUnsigned, m.Xid, xid)
+	}
+	return m, nil
 }

@@ -83,7 +83,9 @@ WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, m.Destinat
 // savepoint: one the destination rejects is undone alone and reported in
 // Result.Warnings. Only a failure to talk to the destination is an error.
 // Call it inside the transaction the changes after msg are applied in.
-func Reconcile(ctx context.Context, conn Querier, m change.Mapping, msg Message) (Result, error) {
+// Each statement is sent alone with the extended protocol, which runs one
+// statement at most.
+func Reconcile(ctx context.Context, conn *pgx.Conn, m change.Mapping, msg Message) (Result, error) {
 	stmts, warnings, err := Plan(ctx, conn, m, msg)
 	if err != nil {
 		return Result{}, err
@@ -93,7 +95,7 @@ func Reconcile(ctx context.Context, conn Querier, m change.Mapping, msg Message)
 		if _, err := conn.Exec(ctx, "SAVEPOINT pgmirror_schema_change"); err != nil {
 			return res, fmt.Errorf("destination: savepoint: %w", err)
 		}
-		_, err := conn.Exec(ctx, stmt)
+		err := conn.PgConn().ExecParams(ctx, stmt, nil, nil, nil, nil).Read().Err
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr):

@@ -20,6 +20,8 @@ const (
 	CommandEndTrigger      = "pgmirror_ddl_command_end"
 	SQLDropTrigger         = "pgmirror_ddl_sql_drop"
 	stateFunction          = Schema + ".pgmirror_ddl_table_state"
+	emitFunction           = Schema + ".pgmirror_ddl_emit"
+	keyTable               = Schema + ".pgmirror_ddl_key"
 	commandEndFunction     = Schema + "." + CommandEndTrigger
 	sqlDropFunction        = Schema + "." + SQLDropTrigger
 	installLock        int = 0x70676d64 // "pgmd": serializes Install and Remove
@@ -58,7 +60,7 @@ func CheckPermitted(ctx context.Context, conn Conn) error {
 // temporary). Names are printed with only pg_catalog on the search path, so
 // that they read the same on any database.
 const tableStateSQL = `CREATE OR REPLACE FUNCTION ` + stateFunction + `(rel oid, tag text) RETURNS jsonb
-LANGUAGE sql STABLE SET search_path = pg_catalog AS $f$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $f$
 SELECT jsonb_build_object(
   'v', 1, 'kind', 'state', 'tag', tag, 'schema', n.nspname, 'table', c.relname,
   'indexes', COALESCE((SELECT jsonb_agg(jsonb_build_object(
@@ -84,10 +86,37 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = rel AND c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
 $f$`
 
+// keySQL creates the table of the key that signs the messages: readable by
+// its owner (the superuser who installed the trigger) and superusers only,
+// generated on the server so that it never appears in a statement's text.
+const keySQL = `CREATE TABLE IF NOT EXISTS ` + keyTable + ` (key text NOT NULL);
+REVOKE ALL ON ` + keyTable + ` FROM PUBLIC;
+INSERT INTO ` + keyTable + ` SELECT pg_catalog.replace(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text, '-', '')
+WHERE NOT EXISTS (SELECT 1 FROM ` + keyTable + `)`
+
+// emitSQL creates the function that writes a message: the JSON body with
+// the writing transaction's id added, preceded by its signature (see Open)
+// over the bytes the message carries (the server's encoding).
+// Only its owner may call it (the trigger functions, SECURITY DEFINER, run
+// as that owner); anyone can call pg_logical_emit_message, but without the
+// key their messages are not signed and pgmirror ignores them.
+const emitSQL = `CREATE OR REPLACE FUNCTION ` + emitFunction + `(body jsonb) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+DECLARE
+  k text := (SELECT key FROM ` + keyTable + ` LIMIT 1);
+  t text := (body || jsonb_build_object('xid', pg_current_xact_id()::text::bigint % 4294967296))::text;
+  enc text := current_setting('server_encoding');
+BEGIN
+  PERFORM pg_logical_emit_message(true, 'pgmirror_ddl',
+    encode(sha256(convert_to(k || encode(sha256(convert_to(k || t, enc)), 'hex'), enc)), 'hex') || t);
+END
+$f$;
+REVOKE ALL ON FUNCTION ` + emitFunction + `(jsonb) FROM PUBLIC`
+
 // commandEndSQL creates the ddl_command_end function: one state message per
 // table the command touched.
 const commandEndSQL = `CREATE OR REPLACE FUNCTION ` + commandEndFunction + `() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $f$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
   rel oid;
   msg jsonb;
@@ -102,7 +131,7 @@ BEGIN
     CONTINUE WHEN rel IS NULL;
     msg := ` + stateFunction + `(rel, TG_TAG);
     CONTINUE WHEN msg IS NULL;
-    PERFORM pg_logical_emit_message(true, 'pgmirror_ddl', msg::text);
+    PERFORM ` + emitFunction + `(msg);
   END LOOP;
 EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'pgmirror: this schema change is not captured for replication: %', SQLERRM;
@@ -113,7 +142,7 @@ $f$`
 // index or table constraint. An index's table is gone from the catalog by
 // then: its message names the schema and the index only.
 const sqlDropSQL = `CREATE OR REPLACE FUNCTION ` + sqlDropFunction + `() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $f$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
   obj record;
 BEGIN
@@ -121,12 +150,12 @@ BEGIN
     SELECT d.object_type, d.address_names FROM pg_event_trigger_dropped_objects() d
     WHERE d.object_type IN ('index', 'table constraint') AND NOT d.is_temporary
   LOOP
-    PERFORM pg_logical_emit_message(true, 'pgmirror_ddl', jsonb_build_object(
+    PERFORM ` + emitFunction + `(jsonb_build_object(
       'v', 1, 'kind', 'drop', 'tag', TG_TAG,
       'object', CASE WHEN obj.object_type = 'index' THEN 'index' ELSE 'constraint' END,
       'schema', obj.address_names[1],
       'table', CASE WHEN obj.object_type = 'index' THEN '' ELSE obj.address_names[2] END,
-      'name', obj.address_names[array_length(obj.address_names, 1)])::text);
+      'name', obj.address_names[array_length(obj.address_names, 1)]));
   END LOOP;
 EXCEPTION WHEN OTHERS THEN
   RAISE WARNING 'pgmirror: this schema change is not captured for replication: %', SQLERRM;
@@ -148,7 +177,7 @@ func Install(ctx context.Context, conn Conn) error {
 	stmts := []string{
 		`SELECT pg_catalog.pg_advisory_xact_lock(` + fmt.Sprint(installLock) + `)`,
 		`CREATE SCHEMA IF NOT EXISTS ` + Schema,
-		tableStateSQL, commandEndSQL, sqlDropSQL,
+		keySQL, tableStateSQL, emitSQL, commandEndSQL, sqlDropSQL,
 	}
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
@@ -204,6 +233,8 @@ func Remove(ctx context.Context, conn Conn) error {
 		`DROP FUNCTION IF EXISTS ` + commandEndFunction + `()`,
 		`DROP FUNCTION IF EXISTS ` + sqlDropFunction + `()`,
 		`DROP FUNCTION IF EXISTS ` + stateFunction + `(oid, text)`,
+		`DROP FUNCTION IF EXISTS ` + emitFunction + `(jsonb)`,
+		`DROP TABLE IF EXISTS ` + keyTable,
 	} {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			return fmt.Errorf("remove the DDL capture trigger: %w", err)
@@ -213,4 +244,15 @@ func Remove(ctx context.Context, conn Conn) error {
 		return fmt.Errorf("remove the DDL capture trigger: commit: %w", err)
 	}
 	return nil
+}
+
+// ReadKey returns the key that signs the messages of the trigger on conn's
+// database (see Open). The trigger's owner and superusers may read it; a
+// database without the trigger gives an error.
+func ReadKey(ctx context.Context, conn Conn) (string, error) {
+	var key string
+	if err := conn.QueryRow(ctx, `SELECT key FROM `+keyTable+` LIMIT 1`).Scan(&key); err != nil {
+		return "", fmt.Errorf("read the key of the DDL capture trigger: %w", err)
+	}
+	return key, nil
 }
