@@ -207,15 +207,17 @@ func Install(ctx context.Context, conn Conn) error {
 	return nil
 }
 
-// Installed reports whether both event triggers exist on conn's database.
+// Installed reports whether both event triggers and the signing key exist
+// on conn's database.
 func Installed(ctx context.Context, conn Conn) (bool, error) {
 	var n int
-	err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_event_trigger WHERE evtname IN ($1, $2)`,
-		CommandEndTrigger, SQLDropTrigger).Scan(&n)
+	var key bool
+	err := conn.QueryRow(ctx, `SELECT count(*), pg_catalog.to_regclass($3) IS NOT NULL FROM pg_catalog.pg_event_trigger WHERE evtname IN ($1, $2)`,
+		CommandEndTrigger, SQLDropTrigger, keyTable).Scan(&n, &key)
 	if err != nil {
 		return false, fmt.Errorf("look up the DDL capture trigger: %w", err)
 	}
-	return n == 2, nil
+	return n == 2 && key, nil
 }
 
 // Remove drops the event triggers and their functions from conn's database
