@@ -183,8 +183,9 @@ func TestCaptureDDLNeedsSuperuser(t *testing.T) {
 }
 
 // TestCaptureDDLShared: two mirrors of one source database share the DDL
-// capture trigger; each applies the changes of its own tables only;
-// deleting the first keeps the trigger, deleting the second removes it.
+// capture trigger; each applies the changes of its own tables only; a
+// trigger removed by hand is installed again by the next run; deleting the
+// first mirror keeps the trigger, deleting the second removes it.
 func TestCaptureDDLShared(t *testing.T) {
 	t.Parallel()
 	_, src, dst, s := newEnv(t, `CREATE TABLE public.a (id int PRIMARY KEY, v text); CREATE TABLE public.b (id int PRIMARY KEY, v text);`)
@@ -207,6 +208,17 @@ func TestCaptureDDLShared(t *testing.T) {
 			}
 		}
 	}
+	// Removed by hand: the next run of a mirror installs it again, with a
+	// new key, and changes replicate again.
+	exec1(t, src, `DROP EVENT TRIGGER pgmirror_ddl_command_end; DROP EVENT TRIGGER pgmirror_ddl_sql_drop; DROP TABLE _pgmirror.pgmirror_ddl_key`)
+	s.mustDo("POST", "/v1/mirrors/b/pause", nil, 200, nil)
+	s.waitStatus("b", "paused", 60*time.Second)
+	s.mustDo("POST", "/v1/mirrors/b/resume", nil, 200, nil)
+	s.waitLog("b", "DDL capture trigger installed", 60*time.Second, nil)
+	s.waitStatus("b", "running", 60*time.Second)
+	exec1(t, src, `CREATE INDEX b_v2 ON public.b (v, id)`)
+	destHas(t, dst, "index b_v2", `SELECT count(*) FROM pg_indexes WHERE indexname = 'b_v2'`)
+
 	s.mustDo("DELETE", "/v1/mirrors/a", nil, 200, nil)
 	waitFor(t, "mirror a purged", 60*time.Second, func() bool {
 		return s.do("GET", "/v1/mirrors/a", nil, nil) == 404 && queryInt64(t, src, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'pgmirror_slot_a'`) == 0

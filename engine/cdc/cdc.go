@@ -341,7 +341,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
-		Binary: types != nil, Messages: heartbeatEvery > 0, SchemaMessages: ddlKey != "",
+		Binary: types != nil, Messages: heartbeatEvery > 0, SchemaMessages: cfg.CaptureDDL,
 	})
 	if err != nil {
 		return netError(err)
@@ -457,8 +457,6 @@ type runner struct {
 
 	inTx     bool       // a source transaction is open in the stream
 	txLSN    change.LSN // commit LSN of the open transaction
-	txXid    uint32     // id of the open transaction
-	ddlKey   string     // signs the DDL capture trigger's messages (Config.CaptureDDL)
 	skipping bool       // every change of the open transaction is already on the destination
 	batchEnd change.LSN // end LSN of the batch's last complete transaction
 	changes  int64
@@ -468,6 +466,13 @@ type runner struct {
 	// transaction, of the open batch's first and last transactions, and of
 	// the last transaction applied (or empty, or skipped).
 	txCommit, batchCommit, batchEndCommit, appliedCommit time.Time
+
+	// DDL capture (Config.CaptureDDL): the open transaction's id, the key
+	// that signs the trigger's messages, and when it was last read again
+	// (rereadDDLKey).
+	txXid      uint32
+	ddlKey     string
+	ddlKeyRead time.Time
 }
 
 // lagEvery is how often a LagReporter hears the lag.

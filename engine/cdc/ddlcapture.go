@@ -2,13 +2,16 @@ package cdc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/ddl"
+	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // DDLReporter may also be implemented by a Reporter to hear of the schema
@@ -33,6 +36,10 @@ func (r *runner) schemaChange(ctx context.Context, msg *change.SchemaMessage) er
 		return nil
 	}
 	parsed, err := ddl.Open(msg.Content, r.ddlKey, r.txXid)
+	if errors.Is(err, ddl.ErrUnsigned) && r.rereadDDLKey(ctx) {
+		// The trigger may have been installed again with a new key.
+		parsed, err = ddl.Open(msg.Content, r.ddlKey, r.txXid)
+	}
 	if err != nil {
 		// Not written by the trigger (anyone may write a message with
 		// pgmirror's prefix), or unreadable: never executed.
@@ -94,4 +101,29 @@ func readDDLKey(ctx context.Context, src *pgx.Conn, logger *slog.Logger) string 
 		return ""
 	}
 	return key
+}
+
+// ddlKeyReread bounds how often a message that fails its signature check
+// makes the run read the key again.
+const ddlKeyReread = 10 * time.Second
+
+// rereadDDLKey reads the signing key again on a connection of its own, at
+// most every ddlKeyReread, and reports whether it changed.
+func (r *runner) rereadDDLKey(ctx context.Context) bool {
+	if time.Since(r.ddlKeyRead) < ddlKeyReread {
+		return false
+	}
+	r.ddlKeyRead = time.Now()
+	src, err := session.Connect(ctx, r.cfg.Source)
+	if err != nil {
+		r.log.Warn("cannot connect to the source to read the key of the DDL capture trigger again", "error", err.Error())
+		return false
+	}
+	defer closeQuietly(src)
+	key, err := ddl.ReadKey(ctx, src)
+	if err != nil || key == r.ddlKey {
+		return false
+	}
+	r.ddlKey = key
+	return true
 }
