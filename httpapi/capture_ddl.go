@@ -11,10 +11,11 @@ import (
 	"github.com/pgmirror/pgmirror/engine/session"
 )
 
-// installDDLCapture installs (or updates) the event trigger that captures
-// DDL on the source peer's database (engine/ddl). A source that may not
-// have it is a 400 that says what is needed.
-func (h *handlers) installDDLCapture(ctx context.Context, source db.Peer) error {
+// ddlCapture checks that the event trigger that captures DDL may be
+// installed on the source peer's database (engine/ddl) and, with install,
+// installs (or updates) it. A source that may not have it is a 400 that
+// says what is needed.
+func (h *handlers) ddlCapture(ctx context.Context, source db.Peer, install bool) error {
 	conn, err := h.connectPeer(ctx, source)
 	if isRefusal(err) {
 		return err
@@ -25,7 +26,11 @@ func (h *handlers) installDDLCapture(ctx context.Context, source db.Peer) error 
 	defer conn.Close(context.WithoutCancel(ctx))
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err = ddl.Install(qctx, conn)
+	if install {
+		err = ddl.Install(qctx, conn)
+	} else {
+		err = ddl.CheckPermitted(qctx, conn)
+	}
 	switch {
 	case err == nil:
 		return nil

@@ -505,7 +505,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 		return nil, err
 	}
 	if b.CaptureDDL {
-		if err := h.installDDLCapture(ctx, source); err != nil {
+		if err := h.ddlCapture(ctx, source, false); err != nil {
 			return nil, err
 		}
 	}
@@ -520,6 +520,13 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	doSnapshot := b.DoInitialSnapshot == nil || *b.DoInitialSnapshot
 	if err := h.checkDestination(ctx, dest, mappings, mode, doSnapshot); err != nil {
 		return nil, err
+	}
+	if b.CaptureDDL {
+		// Installed before the mirror exists, so that no change made on
+		// the source after its slot is missed.
+		if err := h.ddlCapture(ctx, source, true); err != nil {
+			return nil, err
+		}
 	}
 
 	var m db.Mirror
