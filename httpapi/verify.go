@@ -127,7 +127,8 @@ func (h *handlers) registerVerify(api huma.API) {
 		OperationID: "repair-verification", Method: http.MethodPost, Path: "/v1/mirrors/{name}/verifications/{id}/repair", Tags: []string{"Verification"},
 		Summary: "Copy again only what a verification found different, then verify again",
 		Description: "Starts a new verification (202) that first copies the source rows of the key ranges where verification {id} found " +
-			"differences over the destination's rows, at one source position beside running CDC, and then compares those tables again. " +
+			"differences over the destination's rows beside running CDC (in transactions of about a second, each at a source position of its own), " +
+			"and then compares those tables again. " +
 			"409 unless verification {id} is done and found differences in tables with a primary key (tables without one, or with more " +
 			"than 1000 differing ranges, need POST /v1/mirrors/{name}/resync/{table}), or when the mirror is not running or another verification runs.",
 		DefaultStatus: http.StatusAccepted,
@@ -140,6 +141,84 @@ func (h *handlers) registerVerify(api huma.API) {
 	}, h.cancelVerification)
 }
 
+// verificationTx runs fn in a control transaction of the mirror (see
+// controlTx) and answers with the verification it returns.
+func (h *handlers) verificationTx(ctx context.Context, name string, status int,
+	fn func(tx pgx.Tx, store *db.Store, m db.Mirror) (db.Verification, error)) (*verificationOutput, error) {
+	var out verification
+	err := h.controlTx(ctx, name, func(tx pgx.Tx, m db.Mirror) error {
+		v, err := fn(tx, h.store.With(tx), m)
+		if err != nil {
+			return err
+		}
+		out = toVerification(m, v)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &verificationOutput{Status: status, Body: out}, nil
+}
+
+// verificationTxOf is verificationTx on the verification in.ID of the
+// mirror, loaded for fn (404 when the mirror has none).
+func (h *handlers) verificationTxOf(ctx context.Context, in *verificationPath, status int,
+	fn func(tx pgx.Tx, store *db.Store, m db.Mirror, v db.Verification) (db.Verification, error)) (*verificationOutput, error) {
+	return h.verificationTx(ctx, in.Name, status, func(tx pgx.Tx, store *db.Store, m db.Mirror) (db.Verification, error) {
+		v, err := verificationOf(ctx, store, m, in.ID)
+		if err != nil {
+			return v, err
+		}
+		return fn(tx, store, m, v)
+	})
+}
+
+// verificationOf loads verification id of mirror m, or answers 404.
+func verificationOf(ctx context.Context, store *db.Store, m db.Mirror, id int64) (db.Verification, error) {
+	v, err := store.VerificationGet(ctx, m.ID, id)
+	if errors.Is(err, db.ErrNotFound) {
+		return v, errorf(http.StatusNotFound, "Mirror %q has no verification %d: see GET /v1/mirrors/%s/verifications", m.Name, id, m.Name)
+	}
+	return v, err
+}
+
+// requireRunning answers 409 unless mirror m runs; what names the request
+// ("verify", "repair").
+func requireRunning(m db.Mirror, what string) error {
+	if m.Status != db.StatusRunning || m.DesiredState != db.DesiredRunning {
+		return errorf(http.StatusConflict, "Cannot %s mirror %q: its status is %s; a %s needs a running mirror (resume or retry it first)",
+			what, m.Name, m.Status, map[string]string{"verify": "verification", "repair": "repair"}[what])
+	}
+	return nil
+}
+
+// startVerification creates a verification of m (of tables, all when
+// empty; repairing verification repairOf first when not 0) and enqueues its
+// job in tx, or answers 409 while another one runs.
+func (h *handlers) startVerification(ctx context.Context, tx pgx.Tx, store *db.Store, m db.Mirror, tables []string, repairOf int64) (db.Verification, error) {
+	if err := store.VerificationsFailStale(ctx, m.ID); err != nil {
+		return db.Verification{}, err
+	}
+	if n, err := store.VerificationsRunning(ctx, m.ID); err != nil {
+		return db.Verification{}, err
+	} else if n > 0 {
+		return db.Verification{}, errorf(http.StatusConflict, "A verification of mirror %q is already running: wait for it (GET /v1/mirrors/%s/verifications) or cancel it", m.Name, m.Name)
+	}
+	v, err := store.VerificationCreate(ctx, m.ID, currentUser(ctx).Username, tables, repairOf)
+	if err != nil {
+		return v, err
+	}
+	details := map[string]any{"verification_id": v.ID, "tables": tables}
+	if repairOf != 0 {
+		details["repair_of"] = repairOf
+	}
+	setAuditDetails(ctx, details)
+	if _, err := h.river.InsertTx(ctx, tx, jobs.VerifyArgs{VerificationID: v.ID}, nil); err != nil {
+		return v, fmt.Errorf("enqueue the verification: %w", err)
+	}
+	return v, nil
+}
+
 func (h *handlers) verify(ctx context.Context, in *verifyInput) (*verificationOutput, error) {
 	var tables []string
 	if in.Body != nil {
@@ -150,15 +229,13 @@ func (h *handlers) verify(ctx context.Context, in *verifyInput) (*verificationOu
 			return nil, errorf(http.StatusBadRequest, "Invalid request: table %q is not schema.table (for example public.orders)", t)
 		}
 	}
-	var out verification
-	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
-		store := h.store.With(tx)
-		if m.Status != db.StatusRunning || m.DesiredState != db.DesiredRunning {
-			return errorf(http.StatusConflict, "Cannot verify mirror %q: its status is %s; a verification needs a running mirror (resume or retry it first)", m.Name, m.Status)
+	return h.verificationTx(ctx, in.Name, http.StatusAccepted, func(tx pgx.Tx, store *db.Store, m db.Mirror) (db.Verification, error) {
+		if err := requireRunning(m, "verify"); err != nil {
+			return db.Verification{}, err
 		}
 		mts, err := store.MirrorTables(ctx, m.ID)
 		if err != nil {
-			return err
+			return db.Verification{}, err
 		}
 		known := map[string]bool{}
 		for _, t := range mts {
@@ -166,41 +243,30 @@ func (h *handlers) verify(ctx context.Context, in *verifyInput) (*verificationOu
 		}
 		for _, t := range tables {
 			if !known[t] {
-				return errorf(http.StatusBadRequest, "Invalid request: mirror %q has no source table %s: see GET /v1/mirrors/%s/tables", m.Name, t, m.Name)
+				return db.Verification{}, errorf(http.StatusBadRequest, "Invalid request: mirror %q has no source table %s: see GET /v1/mirrors/%s/tables", m.Name, t, m.Name)
 			}
 		}
-		if err := store.VerificationsFailStale(ctx, m.ID); err != nil {
-			return err
-		}
-		if n, err := store.VerificationsRunning(ctx, m.ID); err != nil {
-			return err
-		} else if n > 0 {
-			return errorf(http.StatusConflict, "A verification of mirror %q is already running: wait for it (GET /v1/mirrors/%s/verifications) or cancel it", m.Name, m.Name)
-		}
-		v, err := store.VerificationCreate(ctx, m.ID, currentUser(ctx).Username, tables, 0)
-		if err != nil {
-			return err
-		}
-		setAuditDetails(ctx, map[string]any{"verification_id": v.ID, "tables": tables})
-		if _, err := h.river.InsertTx(ctx, tx, jobs.VerifyArgs{VerificationID: v.ID}, nil); err != nil {
-			return fmt.Errorf("enqueue the verification: %w", err)
-		}
-		out = toVerification(m, v)
-		return nil
+		return h.startVerification(ctx, tx, store, m, tables, 0)
 	})
+}
+
+// verificationsMirror loads the mirror name for reading its verifications,
+// first marking failed those whose replica stopped.
+func (h *handlers) verificationsMirror(ctx context.Context, name, what string) (db.Mirror, error) {
+	m, err := h.mirror(ctx, name)
 	if err != nil {
-		return nil, err
+		return m, err
 	}
-	return &verificationOutput{Status: http.StatusAccepted, Body: out}, nil
+	if err := h.store.VerificationsFailStale(ctx, m.ID); err != nil {
+		return m, h.internal(ctx, what, err)
+	}
+	return m, nil
 }
 
 func (h *handlers) listVerifications(ctx context.Context, in *verificationsListInput) (*verificationsOutput, error) {
-	m, err := h.mirror(ctx, in.Name)
+	m, err := h.verificationsMirror(ctx, in.Name, "list verifications")
 	if err != nil {
 		return nil, err
-	}
-	if err := h.store.VerificationsFailStale(ctx, m.ID); err != nil {
-		return nil, h.internal(ctx, "list verifications", err)
 	}
 	vs, err := h.store.VerificationList(ctx, m.ID, in.Limit)
 	if err != nil {
@@ -214,16 +280,13 @@ func (h *handlers) listVerifications(ctx context.Context, in *verificationsListI
 }
 
 func (h *handlers) getVerification(ctx context.Context, in *verificationPath) (*verificationOutput, error) {
-	m, err := h.mirror(ctx, in.Name)
+	m, err := h.verificationsMirror(ctx, in.Name, "load the verification")
 	if err != nil {
 		return nil, err
 	}
-	if err := h.store.VerificationsFailStale(ctx, m.ID); err != nil {
-		return nil, h.internal(ctx, "load the verification", err)
-	}
-	v, err := h.store.VerificationGet(ctx, m.ID, in.ID)
-	if errors.Is(err, db.ErrNotFound) {
-		return nil, errorf(http.StatusNotFound, "Mirror %q has no verification %d: see GET /v1/mirrors/%s/verifications", in.Name, in.ID, in.Name)
+	v, err := verificationOf(ctx, h.store, m, in.ID)
+	if ae := (*apiError)(nil); errors.As(err, &ae) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, h.internal(ctx, "load the verification", err)
@@ -232,60 +295,34 @@ func (h *handlers) getVerification(ctx context.Context, in *verificationPath) (*
 }
 
 func (h *handlers) cancelVerification(ctx context.Context, in *verificationPath) (*verificationOutput, error) {
-	var out verification
-	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
-		store := h.store.With(tx)
-		v, err := store.VerificationGet(ctx, m.ID, in.ID)
-		if errors.Is(err, db.ErrNotFound) {
-			return errorf(http.StatusNotFound, "Mirror %q has no verification %d: see GET /v1/mirrors/%s/verifications", m.Name, in.ID, m.Name)
-		}
-		if err != nil {
-			return err
-		}
+	return h.verificationTxOf(ctx, in, http.StatusOK, func(tx pgx.Tx, store *db.Store, m db.Mirror, v db.Verification) (db.Verification, error) {
 		setAuditDetails(ctx, map[string]any{"verification_id": v.ID})
 		ok, err := store.VerificationCancel(ctx, m.ID, v.ID)
 		if err != nil {
-			return err
+			return v, err
 		}
 		if !ok {
-			return errorf(http.StatusConflict, "Verification %d of mirror %q has already ended (%s)", v.ID, m.Name, v.State)
+			return v, errorf(http.StatusConflict, "Verification %d of mirror %q has already ended (%s)", v.ID, m.Name, v.State)
 		}
 		if err := store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification cancel requested", actor(ctx, map[string]string{"verification_id": fmt.Sprint(v.ID)})); err != nil {
-			return err
+			return v, err
 		}
-		if v, err = store.VerificationGet(ctx, m.ID, v.ID); err != nil {
-			return err
-		}
-		out = toVerification(m, v)
-		return nil
+		return store.VerificationGet(ctx, m.ID, v.ID)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &verificationOutput{Status: http.StatusOK, Body: out}, nil
 }
 
 func (h *handlers) repairVerification(ctx context.Context, in *verificationPath) (*verificationOutput, error) {
-	var out verification
-	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
-		store := h.store.With(tx)
-		old, err := store.VerificationGet(ctx, m.ID, in.ID)
-		if errors.Is(err, db.ErrNotFound) {
-			return errorf(http.StatusNotFound, "Mirror %q has no verification %d: see GET /v1/mirrors/%s/verifications", m.Name, in.ID, m.Name)
-		}
-		if err != nil {
-			return err
-		}
+	return h.verificationTxOf(ctx, in, http.StatusAccepted, func(tx pgx.Tx, store *db.Store, m db.Mirror, old db.Verification) (db.Verification, error) {
 		setAuditDetails(ctx, map[string]any{"repair_of": old.ID})
 		if old.State != db.VerifyDone || old.RowsDiffering == nil || *old.RowsDiffering == 0 {
-			return errorf(http.StatusConflict, "Verification %d of mirror %q has nothing to repair (state %s): only a done verification that found differences can be repaired", old.ID, m.Name, old.State)
+			return old, errorf(http.StatusConflict, "Verification %d of mirror %q has nothing to repair (state %s): only a done verification that found differences can be repaired", old.ID, m.Name, old.State)
 		}
-		if m.Status != db.StatusRunning || m.DesiredState != db.DesiredRunning {
-			return errorf(http.StatusConflict, "Cannot repair mirror %q: its status is %s; a repair needs a running mirror (resume or retry it first)", m.Name, m.Status)
+		if err := requireRunning(m, "repair"); err != nil {
+			return old, err
 		}
 		var results []verify.TableResult
 		if err := json.Unmarshal(old.Result, &results); err != nil {
-			return fmt.Errorf("read verification result: %w", err)
+			return old, fmt.Errorf("read verification result: %w", err)
 		}
 		var tables, resync []string
 		for _, r := range results {
@@ -298,31 +335,10 @@ func (h *handlers) repairVerification(ctx context.Context, in *verificationPath)
 			}
 		}
 		if len(resync) > 0 {
-			return errorf(http.StatusConflict, "Cannot repair %s of mirror %q by key ranges (no primary key, or too many differing ranges): resync them with POST /v1/mirrors/%s/resync/{table}", strings.Join(resync, ", "), m.Name, m.Name)
+			return old, errorf(http.StatusConflict, "Cannot repair %s of mirror %q by key ranges (no primary key, or too many differing ranges): resync them with POST /v1/mirrors/%s/resync/{table}", strings.Join(resync, ", "), m.Name, m.Name)
 		}
-		if err := store.VerificationsFailStale(ctx, m.ID); err != nil {
-			return err
-		}
-		if n, err := store.VerificationsRunning(ctx, m.ID); err != nil {
-			return err
-		} else if n > 0 {
-			return errorf(http.StatusConflict, "A verification of mirror %q is already running: wait for it (GET /v1/mirrors/%s/verifications) or cancel it", m.Name, m.Name)
-		}
-		v, err := store.VerificationCreate(ctx, m.ID, currentUser(ctx).Username, tables, old.ID)
-		if err != nil {
-			return err
-		}
-		setAuditDetails(ctx, map[string]any{"repair_of": old.ID, "verification_id": v.ID, "tables": tables})
-		if _, err := h.river.InsertTx(ctx, tx, jobs.VerifyArgs{VerificationID: v.ID}, nil); err != nil {
-			return fmt.Errorf("enqueue the repair: %w", err)
-		}
-		out = toVerification(m, v)
-		return nil
+		return h.startVerification(ctx, tx, store, m, tables, old.ID)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &verificationOutput{Status: http.StatusAccepted, Body: out}, nil
 }
 
 // mirrorVerification is the verification part of GET /v1/mirrors/{name}.

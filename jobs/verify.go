@@ -217,15 +217,13 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 		if err != nil {
 			return nil, 0, err
 		}
-		var written int64
 		started := time.Now()
-		snaps, err := open(fmt.Sprintf("pgmirror_verify_%d_r", v.ID), func(ctx context.Context, s *verify.Snapshots) error {
-			var err error
-			written, err = verify.Repair(ctx, verify.RepairConfig{Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID, Tables: repairs, MarkWrites: true}, s)
-			return err
-		})
+		res, at, err := verify.RepairChunks(ctx, verify.RepairConfig{Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID, Tables: repairs, MarkWrites: true},
+			func(ctx context.Context, chunk int, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
+				return open(fmt.Sprintf("pgmirror_verify_%d_r%d", v.ID, chunk), whileHeld)
+			})
 		if err != nil {
-			return nil, 0, fmt.Errorf("repair: %w", err)
+			return nil, 0, fmt.Errorf("repair (%d key ranges, %d rows repaired before): %w", res.Ranges, res.Written, err)
 		}
 		names := make([]string, len(repairs))
 		ranges := 0
@@ -234,9 +232,8 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 			ranges += len(r.Ranges.Ranges)
 		}
 		_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification repair applied", map[string]any{
-			"verification_id": v.ID, "repair_of": *v.RepairOf, "lsn": snaps.LSN.String(), "tables": names,
-			"key_ranges": ranges, "rows_written": written, "duration_ms": time.Since(started).Milliseconds()})
-		snaps.Close()
+			"verification_id": v.ID, "repair_of": *v.RepairOf, "lsn": at.String(), "tables": names,
+			"key_ranges": ranges, "rows_written": res.Written, "chunks": res.Chunks, "duration_ms": time.Since(started).Milliseconds()})
 	}
 	snaps, err := open(fmt.Sprintf("pgmirror_verify_%d", v.ID), nil)
 	if err != nil {

@@ -130,6 +130,13 @@ func CatalogCluster(tb testing.TB) *localpg.Cluster { return shared(tb, "catalog
 // database is dropped when the test ends (replication slots in it first).
 func NewDatabase(tb testing.TB, c *localpg.Cluster) string {
 	tb.Helper()
+	return NewDatabaseWith(tb, c, "")
+}
+
+// NewDatabaseWith is NewDatabase with options for CREATE DATABASE (for
+// example "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0").
+func NewDatabaseWith(tb testing.TB, c *localpg.Cluster, options string) string {
+	tb.Helper()
 	name := fmt.Sprintf("t_%d_%d", os.Getpid(), dbSeq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -138,7 +145,7 @@ func NewDatabase(tb testing.TB, c *localpg.Cluster) string {
 		tb.Fatalf("pgtest: connect to cluster: %v", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+options); err != nil {
 		tb.Fatalf("pgtest: create database %s: %v", name, err)
 	}
 	tb.Cleanup(func() { dropDatabase(c, name) })

@@ -5,7 +5,8 @@
 // Every connection starts with the same session settings (Settings): the
 // text forms of dates, intervals, floats and bytea are then unambiguous and
 // identical on both sides, whichever path (snapshot COPY, CDC in text, DDL
-// defaults) a value takes. application_name is "pgmirror" unless the
+// defaults) a value takes, and text travels as UTF8 whatever each
+// database's encoding. application_name is "pgmirror" unless the
 // configuration names one, so that pg_stat_activity shows pgmirror's
 // sessions; a connection attempt gives up after ConnectTimeout unless the
 // configuration sets a timeout of its own.
@@ -47,6 +48,9 @@ const ConnectTimeout = 10 * time.Second
 // with.
 func Settings() map[string]string {
 	return map[string]string{
+		// Text crosses between databases of any encodings as UTF8 (and Go
+		// strings are UTF8): the server converts from and to its own.
+		"client_encoding":    "UTF8",
 		"DateStyle":          "ISO, YMD",
 		"IntervalStyle":      "postgres",
 		"extra_float_digits": "3",

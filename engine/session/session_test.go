@@ -27,15 +27,17 @@ func TestSettings(t *testing.T) {
 	conn, err := session.Connect(ctx, cfg)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	var dateStyle, app, interval string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('DateStyle'), current_setting('application_name'), current_setting('IntervalStyle')`).Scan(&dateStyle, &app, &interval))
-	require.Equal(t, []string{"ISO, YMD", "pgmirror", "postgres"}, []string{dateStyle, app, interval})
+	var dateStyle, app, interval, encoding string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('DateStyle'), current_setting('application_name'), current_setting('IntervalStyle'),
+		current_setting('client_encoding')`).Scan(&dateStyle, &app, &interval, &encoding))
+	require.Equal(t, []string{"ISO, YMD", "pgmirror", "postgres", "UTF8"}, []string{dateStyle, app, interval, encoding})
 	require.Empty(t, cfg.RuntimeParams["DateStyle"], "the caller's configuration is not changed")
 
 	repl, err := session.ConnectReplication(ctx, &cfg.Config)
 	require.NoError(t, err)
 	defer repl.Close(ctx)
 	require.Equal(t, "ISO, YMD", repl.ParameterStatus("DateStyle"))
+	require.Equal(t, "UTF8", repl.ParameterStatus("client_encoding"))
 	require.Equal(t, "pgmirror", repl.ParameterStatus("application_name"))
 
 	named := cfg.Copy()

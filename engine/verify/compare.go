@@ -4,21 +4,81 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// rangeSum is a range's row count and hash on one side.
-type rangeSum struct {
-	count int64
-	hash  string
+// both runs f on the source and on the destination at once, each on its own
+// connection of p, and returns the first error.
+func (t *table) both(ctx context.Context, p *pair, f func(ctx context.Context, tx pgx.Tx, rel string) error) error {
+	var wg sync.WaitGroup
+	var srcErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srcErr = f(ctx, p.src, t.m.Source.Quoted())
+	}()
+	dstErr := f(ctx, p.dst, t.m.Destination.Quoted())
+	wg.Wait()
+	return cmpErr(srcErr, dstErr)
 }
 
+// cmpErr returns the first of the two sides' errors.
+func cmpErr(src, dst error) error {
+	if src != nil {
+		return src
+	}
+	return dst
+}
+
+// bothMaps runs the query that query(rel) returns on both sides at once and
+// collects each side's rows into a map by the key scan returns.
+func bothMaps[V any](ctx context.Context, t *table, p *pair, what string, query func(rel string) string, args []any,
+	scan func(rows pgx.Rows) (string, V, error)) (src, dst map[string]V, err error) {
+	err = t.both(ctx, p, func(ctx context.Context, tx pgx.Tx, rel string) error {
+		rows, err := tx.Query(ctx, query(rel), args...)
+		if err != nil {
+			return fmt.Errorf("%s of %s: %w", what, rel, err)
+		}
+		defer rows.Close()
+		out := map[string]V{}
+		for rows.Next() {
+			k, v, err := scan(rows)
+			if err != nil {
+				return fmt.Errorf("%s of %s: %w", what, rel, err)
+			}
+			out[k] = v
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("%s of %s: %w", what, rel, err)
+		}
+		if tx == p.src {
+			src = out
+		} else {
+			dst = out
+		}
+		return nil
+	})
+	return src, dst, err
+}
+
+// rangeSum is a range's row count and the sum of its row hashes on one
+// side.
+type rangeSum struct {
+	count int64
+	sum   string
+}
+
+// sum computes the row count and the sum of the row hashes of a range. The
+// sum does not depend on the order of the rows: within a range of a table
+// with a primary key, equal sets of rows (each with its key) are equal
+// contents.
 func (t *table) sum(ctx context.Context, tx pgx.Tx, rel, where string, args []any) (rangeSum, error) {
-	q := fmt.Sprintf(`SELECT count(*), coalesce(md5(string_agg(md5(%s), '' ORDER BY %s)), '') FROM %s WHERE %s`,
-		t.rowSQL, t.order(), rel, where)
+	q := fmt.Sprintf(`SELECT count(*), coalesce(sum(h), 0)::text FROM (SELECT %s AS h FROM %s WHERE %s) s`,
+		t.hashSQL, rel, where)
 	var s rangeSum
-	if err := tx.QueryRow(ctx, q, args...).Scan(&s.count, &s.hash); err != nil {
+	if err := tx.QueryRow(ctx, q, args...).Scan(&s.count, &s.sum); err != nil {
 		return s, fmt.Errorf("hash a key range of %s: %w", rel, err)
 	}
 	return s, nil
@@ -28,11 +88,16 @@ func (t *table) sum(ctx context.Context, tx pgx.Tx, rel, where string, args []an
 // first-level range (counted in Chunks and the row totals).
 func (t *table) compareRange(ctx context.Context, p *pair, lo, hi []string, top bool) error {
 	where, args := t.where(lo, hi)
-	src, err := t.sum(ctx, p.src, t.m.Source.Quoted(), where, args)
-	if err != nil {
+	var src, dst rangeSum
+	err := t.both(ctx, p, func(ctx context.Context, tx pgx.Tx, rel string) error {
+		s, err := t.sum(ctx, tx, rel, where, args)
+		if tx == p.src {
+			src = s
+		} else {
+			dst = s
+		}
 		return err
-	}
-	dst, err := t.sum(ctx, p.dst, t.m.Destination.Quoted(), where, args)
+	})
 	if err != nil {
 		return err
 	}
@@ -59,7 +124,11 @@ func (t *table) compareRange(ctx context.Context, p *pair, lo, hi []string, top 
 		tx, rel, n = p.dst, t.m.Destination.Quoted(), dst.count
 	}
 	every := max(int(n/16), t.cfg.LeafRows/2, 1)
-	bounds, err := t.boundaries(ctx, tx, rel, lo, hi, every)
+	var bounds [][]string
+	err = t.boundaries(ctx, tx, rel, lo, hi, every, func(b []string) error {
+		bounds = append(bounds, b)
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("cut a differing range of %s: %w", rel, err)
 	}
@@ -84,32 +153,15 @@ func (t *table) compareRange(ctx context.Context, p *pair, lo, hi []string, top 
 // compareRows fetches keys and row hashes of a small range from both sides
 // and records each difference.
 func (t *table) compareRows(ctx context.Context, p *pair, lo, hi []string, where string, args []any) error {
-	fetch := func(tx pgx.Tx, rel string) (map[string]string, error) {
-		texts := make([]string, len(t.names))
-		for i, n := range t.names {
-			texts[i] = "quote_nullable((" + quoteCol(n) + ")::text)"
-		}
-		q := fmt.Sprintf(`SELECT concat_ws(', ', %s), md5(%s) FROM %s WHERE %s`, strings.Join(texts, ", "), t.rowSQL, rel, where)
-		rows, err := tx.Query(ctx, q, args...)
-		if err != nil {
-			return nil, fmt.Errorf("read row hashes of %s: %w", rel, err)
-		}
-		defer rows.Close()
-		out := map[string]string{}
-		for rows.Next() {
-			var k, h string
-			if err := rows.Scan(&k, &h); err != nil {
-				return nil, err
-			}
-			out[k] = h
-		}
-		return out, rows.Err()
+	texts := make([]string, len(t.names))
+	for i, n := range t.names {
+		texts[i] = "quote_nullable((" + quoteCol(n) + ")::text)"
 	}
-	src, err := fetch(p.src, t.m.Source.Quoted())
-	if err != nil {
-		return err
-	}
-	dst, err := fetch(p.dst, t.m.Destination.Quoted())
+	src, dst, err := bothMaps(ctx, t, p, "read row hashes", func(rel string) string {
+		return fmt.Sprintf(`SELECT concat_ws(', ', %s), (%s)::text FROM %s WHERE %s`, strings.Join(texts, ", "), t.hashSQL, rel, where)
+	}, args, func(rows pgx.Rows) (k, h string, err error) {
+		return k, h, rows.Scan(&k, &h)
+	})
 	if err != nil {
 		return err
 	}
@@ -155,44 +207,25 @@ func (t *table) example(list []string, s string) []string {
 
 func quoteCol(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
 
-// bucketSum is one hash bucket of a table without a primary key.
-type bucketSum struct {
-	count int64
-	sum   string // numeric sum of the rows' first 64 hash bits, as text
-}
+// multisetBuckets is how many buckets a table without a primary key is
+// spread over (by the low bits of the row hash).
+const multisetBuckets = 16
 
 // compareBuckets compares a table without a primary key as multisets.
 func (t *table) compareBuckets(ctx context.Context, p *pair) error {
-	sums := func(tx pgx.Tx, rel string) (map[string]bucketSum, error) {
-		q := fmt.Sprintf(`SELECT substr(h, 1, 1), count(*), sum(('x' || substr(h, 1, 16))::bit(64)::bigint::numeric)::text
-			FROM (SELECT md5(%s) AS h FROM %s) s GROUP BY 1`, t.rowSQL, rel)
-		rows, err := tx.Query(ctx, q)
-		if err != nil {
-			return nil, fmt.Errorf("hash the rows of %s: %w", rel, err)
-		}
-		defer rows.Close()
-		out := map[string]bucketSum{}
-		for rows.Next() {
-			var b string
-			var s bucketSum
-			if err := rows.Scan(&b, &s.count, &s.sum); err != nil {
-				return nil, err
-			}
-			out[b] = s
-		}
-		return out, rows.Err()
-	}
-	src, err := sums(p.src, t.m.Source.Quoted())
-	if err != nil {
-		return err
-	}
-	dst, err := sums(p.dst, t.m.Destination.Quoted())
+	src, dst, err := bothMaps(ctx, t, p, "hash the rows", func(rel string) string {
+		return fmt.Sprintf(`SELECT (h & %d)::text, count(*), sum(h)::text FROM (SELECT %s AS h FROM %s) s GROUP BY 1`,
+			multisetBuckets-1, t.hashSQL, rel)
+	}, nil, func(rows pgx.Rows) (b string, s rangeSum, err error) {
+		return b, s, rows.Scan(&b, &s.count, &s.sum)
+	})
 	if err != nil {
 		return err
 	}
 	var differing []string
 	t.mu.Lock()
-	for _, b := range strings.Split("0123456789abcdef", "") {
+	for i := range multisetBuckets {
+		b := fmt.Sprint(i)
 		t.res.Chunks++
 		t.res.RowsSource += src[b].count
 		t.res.RowsDestination += dst[b].count
@@ -218,30 +251,12 @@ func (t *table) compareBucketRows(ctx context.Context, p *pair, bucket string) e
 		n    int64
 		text string
 	}
-	fetch := func(tx pgx.Tx, rel string) (map[string]group, error) {
-		q := fmt.Sprintf(`SELECT h, count(*), min(r) FROM (SELECT %[1]s AS r, md5(%[1]s) AS h FROM %[2]s) s
-			WHERE substr(h, 1, 1) = $1 GROUP BY h`, t.rowSQL, rel)
-		rows, err := tx.Query(ctx, q, bucket)
-		if err != nil {
-			return nil, fmt.Errorf("read row hashes of %s: %w", rel, err)
-		}
-		defer rows.Close()
-		out := map[string]group{}
-		for rows.Next() {
-			var h string
-			var g group
-			if err := rows.Scan(&h, &g.n, &g.text); err != nil {
-				return nil, err
-			}
-			out[h] = g
-		}
-		return out, rows.Err()
-	}
-	src, err := fetch(p.src, t.m.Source.Quoted())
-	if err != nil {
-		return err
-	}
-	dst, err := fetch(p.dst, t.m.Destination.Quoted())
+	src, dst, err := bothMaps(ctx, t, p, "read row hashes", func(rel string) string {
+		return fmt.Sprintf(`SELECT h::text, count(*), min(r) FROM (SELECT %s AS r, %s AS h FROM %s) s
+			WHERE (h & %d)::text = $1 GROUP BY h`, t.rowSQL, t.hashSQL, rel, multisetBuckets-1)
+	}, []any{bucket}, func(rows pgx.Rows) (h string, g group, err error) {
+		return h, g, rows.Scan(&h, &g.n, &g.text)
+	})
 	if err != nil {
 		return err
 	}

@@ -11,29 +11,37 @@
 //
 // # Tables with a primary key
 //
+// Every row is hashed inside its database into 64 bits: hashtextextended of
+// its text form when both databases compute that alike (a probe at the
+// start; it depends on the byte order), else the first 64 bits of its md5.
+//
 // A table is cut into ranges of its source primary key (a boundary every
-// Config.ChunkRows keys, in key order). For each range both databases compute
-// the row count and md5 over the md5 of every row's text form, in key order:
-// only these hashes cross the network. A range whose hashes differ is cut
-// again into smaller ranges (boundaries from the side with more rows there)
-// until it holds at most Config.LeafRows rows; then the keys and row hashes
-// of that small range are fetched from both sides and each difference is
-// classified as missing on the destination, extra on the destination, or
-// different.
+// Config.ChunkRows keys, in key order; ranges are compared while the planner
+// still reads the boundaries). For each range both databases compute, at
+// the same time, the row count and the sum of the row hashes: only these
+// cross the network. The sum does not depend on row order, and rows that
+// carry their keys are equal as sets exactly when the range is equal. A
+// range whose sums differ is cut again into smaller ranges (boundaries from
+// the side with more rows there) until it holds at most Config.LeafRows
+// rows; then the keys and row hashes of that small range are fetched from
+// both sides and each difference is classified as missing on the
+// destination, extra on the destination, or different.
 //
 // # Tables without a primary key
 //
 // Rows are compared as multisets: the rows are spread over 16 buckets by the
-// first hex digit of their hash, and per bucket both sides compute the count
-// and the sum of the first 64 bits of every row hash, which does not depend
-// on row order. A differing bucket is compared by grouping its row hashes on
-// both sides; examples are the rows' text forms.
+// low bits of their hash, and per bucket both sides compute the count and
+// the sum of the row hashes, which does not depend on row order. A differing
+// bucket is compared by grouping its row hashes on both sides; examples are
+// the rows' text forms.
 //
 // # Row text forms
 //
-// Both sides' sessions run with pgmirror's session settings (engine/session:
-// DateStyle, IntervalStyle, extra_float_digits, bytea_output), and Compare
-// sets TimeZone to UTC in each transaction, so a value has one text form on
-// both sides. Excluded and generated columns are left out; renamed
-// destination tables are followed through the mapping.
+// Every comparison transaction pins the settings that change how values
+// print (Settings: pgmirror's session settings, TimeZone UTC, lc_monetary
+// C), and floating-point columns are hashed by their bits, whose text
+// changed in PostgreSQL 12 (canonical.go), so a value has one text form on
+// both sides across major versions and settings. Excluded and generated
+// columns are left out; renamed destination tables are followed through the
+// mapping.
 package verify

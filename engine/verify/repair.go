@@ -1,10 +1,12 @@
 package verify
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,6 +27,11 @@ type RepairConfig struct {
 	Source, Dest *pgx.ConnConfig
 	MirrorUID    string
 	Tables       []TableRepair
+	// Budget bounds the time one Repair call writes, so that it holds the
+	// mirror's run for at most about that long: it stops after the key range
+	// that exceeds it and returns the ranges left for the next call (at a
+	// new position). At least one range is repaired per call. Default 1 s.
+	Budget time.Duration
 	// MarkWrites marks the repair's destination transaction with a copy
 	// origin of the mirror (engine/origin.SetupCopy), when the destination
 	// user may use origins, so that a mirror reading from the destination
@@ -36,6 +43,21 @@ type RepairConfig struct {
 // written; nothing was changed.
 var ErrRepairMoved = errors.New("the mirror moved on before the repair was written; nothing was changed, try again")
 
+// RepairResult is what one Repair call did.
+type RepairResult struct {
+	// Written is the rows written, Ranges the key ranges repaired.
+	Written int64
+	Ranges  int
+	// Rest are the key ranges left for the next call (Budget).
+	Rest []TableRepair
+	// Chunks is how many Repair calls RepairChunks made.
+	Chunks int
+}
+
+// repairStatementTimeout bounds each statement of a repair: with Budget it
+// bounds how long a repair keeps the mirror's applied position locked.
+const repairStatementTimeout = "1s"
+
 // Repair copies the source rows of the given key ranges, as of the
 // snapshots' position, over the destination's rows of those ranges (delete
 // the range, insert the source's rows), in one destination transaction.
@@ -43,30 +65,36 @@ var ErrRepairMoved = errors.New("the mirror moved on before the repair was writt
 // WhileHeld): the transaction first locks the mirror's applied position on
 // the destination and checks that it is still the held one, so a CDC batch
 // cannot commit in between (it waits for the lock), and the repaired rows
-// stand exactly where the rest of the destination stands. Lock waits are
-// bounded (lock_timeout), so a CDC batch never deadlocks with a repair: the
-// repair fails instead. Excluded columns of repaired rows get their
-// destination defaults. It returns the rows written.
-func Repair(ctx context.Context, cfg RepairConfig, s *Snapshots) (int64, error) {
+// stand exactly where the rest of the destination stands. Lock waits and
+// statements are bounded (lock_timeout, statement_timeout), so a CDC batch
+// never deadlocks with a repair: the repair fails instead. It writes for
+// about cfg.Budget and returns the ranges it did not reach, to be repaired
+// by further calls at new positions: each call is consistent on its own, and
+// the run is never held for long. Excluded columns of repaired rows get
+// their destination defaults.
+func Repair(ctx context.Context, cfg RepairConfig, s *Snapshots) (RepairResult, error) {
+	var res RepairResult
+	budget := cmp.Or(cfg.Budget, time.Second)
+	started := time.Now()
 	src, err := session.Connect(ctx, cfg.Source)
 	if err != nil {
-		return 0, fmt.Errorf("connect to the source: %w", err)
+		return res, fmt.Errorf("connect to the source: %w", err)
 	}
 	defer src.Close(context.WithoutCancel(ctx))
 	srcTx, err := importSnapshot(ctx, src, s.Source)
 	if err != nil {
-		return 0, fmt.Errorf("source: %w", err)
+		return res, fmt.Errorf("source: %w", err)
 	}
 	defer srcTx.Rollback(context.WithoutCancel(ctx))
 	dst, err := session.Connect(ctx, cfg.Dest)
 	if err != nil {
-		return 0, fmt.Errorf("connect to the destination: %w", err)
+		return res, fmt.Errorf("connect to the destination: %w", err)
 	}
 	defer dst.Close(context.WithoutCancel(ctx))
 	if cfg.MarkWrites {
 		name, err := markRepair(ctx, dst, cfg.MirrorUID)
 		if err != nil {
-			return 0, err
+			return res, err
 		}
 		if name != "" {
 			defer func() { _ = origin.Release(context.WithoutCancel(ctx), dst, name) }()
@@ -74,37 +102,50 @@ func Repair(ctx context.Context, cfg RepairConfig, s *Snapshots) (int64, error) 
 	}
 	tx, err := dst.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("begin the repair: %w", err)
+		return res, fmt.Errorf("begin the repair: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
-		return 0, err
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'; SET LOCAL statement_timeout = '`+repairStatementTimeout+`'`); err != nil {
+		return res, err
+	}
+	// The source's rows are read as text with Settings pinned; they are
+	// written back with the same settings.
+	if err := pinSettings(ctx, tx, Settings()); err != nil {
+		return res, err
 	}
 	var text string
 	err = tx.QueryRow(ctx, `SELECT lsn::text FROM _pgmirror.applied WHERE mirror_uid = $1 FOR UPDATE`, cfg.MirrorUID).Scan(&text)
 	if err != nil {
-		return 0, fmt.Errorf("lock the mirror's applied position: %w", err)
+		return res, fmt.Errorf("lock the mirror's applied position: %w", err)
 	}
 	if lsn, err := change.ParseLSN(text); err != nil || lsn != s.Applied {
-		return 0, ErrRepairMoved
+		return res, ErrRepairMoved
 	}
-	var written int64
-	for _, tr := range cfg.Tables {
-		n, err := repairTable(ctx, srcTx, tx, tr)
+	for i, tr := range cfg.Tables {
+		n, done, err := repairTable(ctx, srcTx, tx, tr, func(done int) bool {
+			return res.Ranges+done > 0 && time.Since(started) >= budget
+		})
 		if err != nil {
-			return 0, fmt.Errorf("repair %s: %w", tr.Mapping.Source, err)
+			return RepairResult{}, fmt.Errorf("repair %s: %w", tr.Mapping.Source, err)
 		}
-		written += n
+		res.Written += n
+		res.Ranges += done
+		if done < len(tr.Ranges.Ranges) {
+			rest := tr
+			rest.Ranges.Ranges = tr.Ranges.Ranges[done:]
+			res.Rest = append([]TableRepair{rest}, cfg.Tables[i+1:]...)
+			break
+		}
 	}
 	// The applied position is rewritten unchanged: the row lock is what
 	// mattered.
 	if _, err := tx.Exec(ctx, `UPDATE _pgmirror.applied SET updated_at = now() WHERE mirror_uid = $1`, cfg.MirrorUID); err != nil {
-		return 0, err
+		return RepairResult{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("commit the repair: %w", err)
+		return RepairResult{}, fmt.Errorf("commit the repair: %w", err)
 	}
-	return written, nil
+	return res, nil
 }
 
 // markRepair marks the session of dst with a copy origin of the mirror
@@ -125,10 +166,13 @@ func markRepair(ctx context.Context, dst *pgx.Conn, mirrorUID string) (string, e
 	return name, nil
 }
 
-func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair) (int64, error) {
+// repairTable repairs the key ranges of tr in order until stop says so
+// (asked before each range with the ranges done so far) and returns the
+// rows written and the ranges repaired.
+func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair, stop func(done int) bool) (written int64, done int, err error) {
 	desc, err := schemasync.Describe(ctx, srcTx, tr.Mapping.Source)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	cols := desc.Replicated(tr.Mapping)
 	names := make([]string, len(cols))
@@ -146,7 +190,7 @@ func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair) (int6
 			c, _ := desc.Column(k)
 			var collatable bool
 			if err := srcTx.QueryRow(ctx, `SELECT typcollation <> 0 FROM pg_type WHERE oid = $1`, c.TypeOID).Scan(&collatable); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			if collatable {
 				expr += ` COLLATE "C"`
@@ -156,12 +200,14 @@ func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair) (int6
 	}
 	insert := fmt.Sprintf(`INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE VALUES (%s)`, tr.Mapping.Destination.Quoted(),
 		strings.Join(names, ", "), strings.Join(ph, ", "))
-	var written int64
 	for _, r := range tr.Ranges.Ranges {
+		if stop(done) {
+			break
+		}
 		where, args := t.where(r.Lo, r.Hi)
 		rows, err := srcTx.Query(ctx, fmt.Sprintf(`SELECT %s FROM %s WHERE %s`, strings.Join(texts, ", "), tr.Mapping.Source.Quoted(), where), args...)
 		if err != nil {
-			return 0, fmt.Errorf("read source rows: %w", err)
+			return 0, 0, fmt.Errorf("read source rows: %w", err)
 		}
 		values, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) ([]any, error) {
 			vals := make([]*string, len(cols))
@@ -181,19 +227,52 @@ func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair) (int6
 			return out, nil
 		})
 		if err != nil {
-			return 0, fmt.Errorf("read source rows: %w", err)
+			return 0, 0, fmt.Errorf("read source rows: %w", err)
 		}
 		if _, err := dstTx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE %s`, tr.Mapping.Destination.Quoted(), where), args...); err != nil {
-			return 0, fmt.Errorf("delete destination rows: %w", err)
+			return 0, 0, fmt.Errorf("delete destination rows: %w", err)
 		}
 		batch := &pgx.Batch{}
 		for _, v := range values {
 			batch.Queue(insert, v...)
 		}
 		if err := dstTx.SendBatch(ctx, batch).Close(); err != nil {
-			return 0, fmt.Errorf("insert source rows: %w", err)
+			return 0, 0, fmt.Errorf("insert source rows: %w", err)
 		}
 		written += int64(len(values))
+		done++
 	}
-	return written, nil
+	return written, done, nil
+}
+
+// Opener obtains snapshots at a new position and runs whileHeld while the
+// mirror is held there (OpenSnapshots with SnapshotConfig.WhileHeld); chunk
+// numbers the calls from 0, for unique slot names.
+type Opener func(ctx context.Context, chunk int, whileHeld func(ctx context.Context, s *Snapshots) error) (*Snapshots, error)
+
+// RepairChunks repairs every range of cfg.Tables by calling Repair at new
+// positions until none is left: each chunk writes for about cfg.Budget
+// while the mirror is held, and the mirror runs freely between chunks. It
+// returns the totals (Rest empty) and the position of the last chunk.
+func RepairChunks(ctx context.Context, cfg RepairConfig, open Opener) (RepairResult, change.LSN, error) {
+	var total RepairResult
+	var at change.LSN
+	for chunk := 0; len(cfg.Tables) > 0; chunk++ {
+		var res RepairResult
+		snaps, err := open(ctx, chunk, func(ctx context.Context, s *Snapshots) error {
+			var err error
+			res, err = Repair(ctx, cfg, s)
+			return err
+		})
+		if err != nil {
+			return total, at, err
+		}
+		at = snaps.LSN
+		snaps.Close()
+		total.Written += res.Written
+		total.Ranges += res.Ranges
+		total.Chunks++
+		cfg.Tables = res.Rest
+	}
+	return total, at, nil
 }

@@ -39,6 +39,13 @@ type Config struct {
 	MaxExamples int
 	// Logger receives debug output. Default: discard.
 	Logger *slog.Logger
+
+	// portableHash makes Compare hash rows with md5 even where both sides
+	// compute hashtextextended alike (tests of that path).
+	portableHash bool
+	// destSettings are set in the destination's transactions after the
+	// pinned ones (tests: a destination that prints values differently).
+	destSettings map[string]string
 }
 
 func (c Config) withDefaults() Config {
@@ -132,7 +139,7 @@ func openPair(ctx context.Context, cfg Config) (*pair, error) {
 		p.close()
 		return nil, fmt.Errorf("source: %w", err)
 	}
-	if p.dst, err = importSnapshot(ctx, p.dstConn, cfg.DestSnapshot); err != nil {
+	if p.dst, err = importSnapshot(ctx, p.dstConn, cfg.DestSnapshot, cfg.destSettings); err != nil {
 		p.close()
 		return nil, fmt.Errorf("destination: %w", err)
 	}
@@ -153,7 +160,10 @@ func ValidSnapshotName(name string) bool {
 	return true
 }
 
-func importSnapshot(ctx context.Context, conn *pgx.Conn, name string) (pgx.Tx, error) {
+// importSnapshot begins a REPEATABLE READ, READ ONLY transaction on conn in
+// the exported snapshot name, with the comparison's settings pinned
+// (Settings, then overrides).
+func importSnapshot(ctx context.Context, conn *pgx.Conn, name string, overrides ...map[string]string) (pgx.Tx, error) {
 	if !ValidSnapshotName(name) {
 		return nil, fmt.Errorf("invalid snapshot name %q", name)
 	}
@@ -165,9 +175,11 @@ func importSnapshot(ctx context.Context, conn *pgx.Conn, name string) (pgx.Tx, e
 		_ = tx.Rollback(ctx)
 		return nil, fmt.Errorf("import snapshot %s (it is valid only while the verification holds it): %w", name, err)
 	}
-	if _, err := tx.Exec(ctx, "SET LOCAL TimeZone = 'UTC'"); err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, fmt.Errorf("set time zone: %w", err)
+	for _, settings := range append([]map[string]string{Settings()}, overrides...) {
+		if err := pinSettings(ctx, tx, settings); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, err
+		}
 	}
 	return tx, nil
 }
@@ -223,12 +235,17 @@ func Compare(ctx context.Context, cfg Config, rep Reporter) ([]TableResult, erro
 	results := make([]TableResult, len(cfg.Tables))
 	var tablesWG sync.WaitGroup
 	planner := pairs[0]
+	sides, err := compareSides(ctx, planner)
+	if err != nil {
+		return nil, err
+	}
+	sides.fastHash = sides.fastHash && !cfg.portableHash
 	for i, m := range cfg.Tables {
 		if ctx.Err() != nil {
 			break
 		}
 		started := time.Now()
-		t, err := plan(ctx, planner, cfg, m)
+		t, err := plan(ctx, planner, cfg, sides, m)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -255,7 +272,10 @@ func Compare(ctx context.Context, cfg Config, rep Reporter) ([]TableResult, erro
 				rep.TableCompared(ctx, res)
 			}
 		}
-		t.submit(ctx, tasks)
+		if err := t.submit(ctx, planner, tasks); err != nil {
+			errOnce.Do(func() { firstErr = err; cancel(err) })
+			break
+		}
 	}
 	tablesWG.Wait()
 	close(tasks)
@@ -278,13 +298,13 @@ func (e *skipError) Error() string { return e.reason }
 type table struct {
 	cfg     Config
 	m       change.Mapping
-	rowSQL  string   // ROW(cols)::text
+	rowSQL  string   // ROW(cols)::text, the row as shown in examples
+	hashSQL string   // the row hash, a bigint, of its canonical text (hashSQL)
 	keys    []string // quoted key columns (with COLLATE "C" where needed)
 	names   []string // key column names
 	types   []string // key column types
 	multi   bool
-	collate bool       // text keys in the C collation
-	bounds  [][]string // first-level boundaries (key values as text)
+	collate bool // text keys in the C collation
 
 	mu      sync.Mutex
 	res     TableResult
@@ -292,7 +312,7 @@ type table struct {
 	done    func()
 }
 
-func plan(ctx context.Context, p *pair, cfg Config, m change.Mapping) (*table, error) {
+func plan(ctx context.Context, p *pair, cfg Config, sides sides, m change.Mapping) (*table, error) {
 	src, err := schemasync.Describe(ctx, p.src, m.Source)
 	if err != nil {
 		if errors.Is(err, schemasync.ErrTableNotFound) {
@@ -309,16 +329,20 @@ func plan(ctx context.Context, p *pair, cfg Config, m change.Mapping) (*table, e
 	}
 	cols := src.Replicated(m)
 	quoted := make([]string, 0, len(cols))
+	canonical := make([]string, 0, len(cols))
 	for _, c := range cols {
-		if _, ok := dst.Column(c.Name); !ok {
+		d, ok := dst.Column(c.Name)
+		if !ok {
 			return nil, &skipError{reason: fmt.Sprintf("column %s is missing on the destination: run sync-schema first", c.Name)}
 		}
 		quoted = append(quoted, change.QuoteIdent(c.Name))
+		canonical = append(canonical, canonicalColumn(c, d))
 	}
 	if len(quoted) == 0 {
 		return nil, &skipError{reason: "no replicated columns"}
 	}
-	t := &table{cfg: cfg, m: m, rowSQL: "ROW(" + strings.Join(quoted, ", ") + ")::text"}
+	t := &table{cfg: cfg, m: m, rowSQL: "ROW(" + strings.Join(quoted, ", ") + ")::text",
+		hashSQL: hashSQL("ROW("+strings.Join(canonical, ", ")+")::text", sides)}
 	t.res = TableResult{Table: m.Source.String(), Destination: m.Destination.String(), Method: MethodKeyRanges,
 		Missing: []string{}, Extra: []string{}, Different: []string{}}
 	if len(src.PrimaryKey) == 0 {
@@ -326,15 +350,11 @@ func plan(ctx context.Context, p *pair, cfg Config, m change.Mapping) (*table, e
 		t.res.Method = MethodMultiset
 		return t, nil
 	}
-	collate, err := differentCollations(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	t.collate = collate
+	t.collate = sides.collate
 	for _, k := range src.PrimaryKey {
 		c, _ := src.Column(k)
 		expr := change.QuoteIdent(k)
-		if collate {
+		if t.collate {
 			var collatable bool
 			if err := p.src.QueryRow(ctx, `SELECT typcollation <> 0 FROM pg_type WHERE oid = $1`, c.TypeOID).Scan(&collatable); err != nil {
 				return nil, fmt.Errorf("read key column type: %w", err)
@@ -347,24 +367,65 @@ func plan(ctx context.Context, p *pair, cfg Config, m change.Mapping) (*table, e
 		t.names = append(t.names, k)
 		t.types = append(t.types, c.Type)
 	}
-	if t.bounds, err = t.boundaries(ctx, p.src, m.Source.Quoted(), nil, nil, cfg.ChunkRows); err != nil {
-		return nil, fmt.Errorf("plan ranges of %s: %w", m.Source, err)
-	}
 	return t, nil
 }
 
-// differentCollations reports whether the two databases sort text
-// differently by default; then keys are compared in the C collation.
-func differentCollations(ctx context.Context, p *pair) (bool, error) {
-	q := `SELECT datcollate || '/' || datctype FROM pg_database WHERE datname = current_database()`
-	var a, b string
-	if err := p.src.QueryRow(ctx, q).Scan(&a); err != nil {
-		return false, fmt.Errorf("read source collation: %w", err)
+// sides is what Compare learns once of the two databases.
+type sides struct {
+	// collate: the databases sort text differently by default (their
+	// collations or encodings differ); keys are then compared in the C
+	// collation.
+	collate bool
+	// fastHash: both databases compute hashtextextended alike, so rows are
+	// hashed with it rather than with md5.
+	fastHash bool
+	// encodings: the databases' encodings differ; row texts are converted
+	// to UTF8 before they are hashed.
+	encodings bool
+}
+
+// hashProbe is hashed on both sides to find out whether hashtextextended
+// (PostgreSQL 11 and later) gives the same results there (it depends on the
+// CPU's byte order).
+const hashProbe = `SELECT hashtextextended('pgmirror verification probe: 0123456789 abcdefghijklmnopqrstuvwxyz', 7)::text`
+
+// compareSides reads the collations of both databases and finds out which
+// row hash they share.
+func compareSides(ctx context.Context, p *pair) (sides, error) {
+	var s sides
+	var probes [2]struct {
+		collation, encoding string
+		version             int
+		hash                string
 	}
-	if err := p.dst.QueryRow(ctx, q).Scan(&b); err != nil {
-		return false, fmt.Errorf("read destination collation: %w", err)
+	for i, tx := range []pgx.Tx{p.src, p.dst} {
+		err := tx.QueryRow(ctx, `SELECT datcollate || '/' || datctype, pg_encoding_to_char(encoding), current_setting('server_version_num')::int
+			FROM pg_database WHERE datname = current_database()`).Scan(&probes[i].collation, &probes[i].encoding, &probes[i].version)
+		if err == nil && probes[i].version >= 110000 {
+			err = tx.QueryRow(ctx, hashProbe).Scan(&probes[i].hash)
+		}
+		if err != nil {
+			return s, fmt.Errorf("read the %s database's collation and hash function: %w", [2]string{"source", "destination"}[i], err)
+		}
 	}
-	return a != b, nil
+	s.encodings = probes[0].encoding != probes[1].encoding
+	s.collate = probes[0].collation != probes[1].collation || s.encodings
+	s.fastHash = probes[0].hash != "" && probes[0].hash == probes[1].hash && !s.encodings
+	return s, nil
+}
+
+// hashSQL returns a 64-bit hash (bigint) of the row text rowSQL:
+// hashtextextended (fast) when both sides compute it alike, else the first
+// 64 bits of md5, of the text in UTF8 when the databases' encodings differ.
+// The text is hashed in the C collation, byte for byte.
+func hashSQL(rowSQL string, s sides) string {
+	switch {
+	case s.encodings:
+		return "('x' || substr(md5(convert_to(" + rowSQL + ", 'UTF8')), 1, 16))::bit(64)::bigint"
+	case s.fastHash:
+		return "hashtextextended((" + rowSQL + `) COLLATE "C", 0)`
+	}
+	return "('x' || substr(md5(" + rowSQL + "), 1, 16))::bit(64)::bigint"
 }
 
 func (t *table) result() TableResult {
@@ -373,26 +434,19 @@ func (t *table) result() TableResult {
 	return t.res
 }
 
-// submit queues the table's ranges (or buckets); done runs after the last.
-func (t *table) submit(ctx context.Context, tasks chan<- func(*pair) error) {
-	var units []func(p *pair) error
-	if t.multi {
-		units = append(units, func(p *pair) error { return t.compareBuckets(ctx, p) })
-	} else {
-		bs := append([][]string{nil}, t.bounds...)
-		for i := range bs {
-			lo := bs[i]
-			var hi []string
-			if i+1 < len(bs) {
-				hi = bs[i+1]
-			}
-			units = append(units, func(p *pair) error { return t.compareRange(ctx, p, lo, hi, true) })
-		}
-	}
+// submit queues the table's ranges (or buckets) on tasks; done runs after
+// the last. The first-level boundaries are read on the planner's source
+// snapshot and each range is queued as soon as its end is known, so the
+// workers start while the planner still reads.
+func (t *table) submit(ctx context.Context, planner *pair, tasks chan<- func(*pair) error) error {
 	t.mu.Lock()
-	t.pending = len(units)
+	t.pending = 1 // the planning itself, done at the end
 	t.mu.Unlock()
-	for _, u := range units {
+	defer t.unitDone()
+	queue := func(u func(p *pair) error) error {
+		t.mu.Lock()
+		t.pending++
+		t.mu.Unlock()
 		task := func(p *pair) error {
 			defer t.unitDone()
 			if ctx.Err() != nil {
@@ -402,10 +456,28 @@ func (t *table) submit(ctx context.Context, tasks chan<- func(*pair) error) {
 		}
 		select {
 		case tasks <- task:
+			return nil
 		case <-ctx.Done():
 			t.unitDone()
+			return context.Cause(ctx)
 		}
 	}
+	if t.multi {
+		return queue(func(p *pair) error { return t.compareBuckets(ctx, p) })
+	}
+	var lo []string
+	err := t.boundaries(ctx, planner.src, t.m.Source.Quoted(), nil, nil, t.cfg.ChunkRows, func(hi []string) error {
+		from := lo
+		lo = hi
+		return queue(func(p *pair) error { return t.compareRange(ctx, p, from, hi, true) })
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("plan ranges of %s: %w", t.m.Source, err)
+	}
+	return queue(func(p *pair) error { return t.compareRange(ctx, p, lo, nil, true) })
 }
 
 func (t *table) unitDone() {
@@ -449,9 +521,9 @@ func (t *table) where(lo, hi []string) (string, []any) {
 
 func (t *table) order() string { return strings.Join(t.keys, ", ") }
 
-// boundaries returns the keys that cut [lo, hi) on conn into ranges of
-// every rows keys, in key order.
-func (t *table) boundaries(ctx context.Context, tx pgx.Tx, rel string, lo, hi []string, every int) ([][]string, error) {
+// boundaries calls fn, in key order, with the keys that cut [lo, hi) on tx
+// into ranges of every keys.
+func (t *table) boundaries(ctx context.Context, tx pgx.Tx, rel string, lo, hi []string, every int, fn func([]string) error) error {
 	where, args := t.where(lo, hi)
 	texts := make([]string, len(t.keys))
 	for i, k := range t.keys {
@@ -463,16 +535,23 @@ func (t *table) boundaries(ctx context.Context, tx pgx.Tx, rel string, lo, hi []
 		strings.Join(texts, ", "), strings.Join(t.keysBare(), ", "), t.order(), rel, where, len(args))
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) ([]string, error) {
+	defer rows.Close()
+	for rows.Next() {
 		vals := make([]string, len(t.keys))
 		ptrs := make([]any, len(vals))
 		for i := range vals {
 			ptrs[i] = &vals[i]
 		}
-		return vals, row.Scan(ptrs...)
-	})
+		if err := rows.Scan(ptrs...); err != nil {
+			return err
+		}
+		if err := fn(vals); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // keysBare returns the key columns without collation clauses, for a

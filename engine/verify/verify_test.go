@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,8 +39,12 @@ func tn(s, n string) change.TableName { return change.TableName{Schema: s, Name:
 // and slot for maps, and starts a CDC run with a Local hold.
 func setup(t *testing.T, srcDDL, dstDDL string, maps ...change.Mapping) *bundle {
 	t.Helper()
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	return setupOn(t, pgtest.NewDatabase(t, pgtest.SourceCluster(t)), pgtest.NewDatabase(t, pgtest.DestCluster(t)), srcDDL, dstDDL, maps...)
+}
+
+// setupOn is setup on the given databases.
+func setupOn(t *testing.T, src, dst, srcDDL, dstDDL string, maps ...change.Mapping) *bundle {
+	t.Helper()
 	pgtest.Exec(t, src, srcDDL)
 	pgtest.Exec(t, dst, dstDDL)
 	n := nameSeq.Add(1)
@@ -77,7 +82,7 @@ func setup(t *testing.T, srcDDL, dstDDL string, maps ...change.Mapping) *bundle 
 }
 
 // verifyOnce obtains snapshots at one position and compares every table.
-func (b *bundle) verifyOnce(t *testing.T) ([]verify.TableResult, *verify.Snapshots) {
+func (b *bundle) verifyOnce(t *testing.T, opts ...func(verify.Config) verify.Config) ([]verify.TableResult, *verify.Snapshots) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -93,12 +98,51 @@ func (b *bundle) verifyOnce(t *testing.T) ([]verify.TableResult, *verify.Snapsho
 	defer snaps.Close()
 	compare, skipped := snaps.Comparable(b.maps)
 	require.Empty(t, skipped)
-	res, err := verify.Compare(ctx, verify.Config{
+	cfg := verify.Config{
 		Source: b.cfg.Source, Dest: b.cfg.Dest, SourceSnapshot: snaps.Source, DestSnapshot: snaps.Dest,
 		Tables: compare, ChunkRows: 500, LeafRows: 50, Workers: 2,
-	}, nil)
+	}
+	for _, o := range opts {
+		cfg = o(cfg)
+	}
+	res, err := verify.Compare(ctx, cfg, nil)
 	require.NoError(t, err)
 	return res, snaps
+}
+
+// loop runs step(conn, i) for i = 0, 1, ... on a connection to url until
+// ctx ends or step fails, in a goroutine counted in wg.
+func loop(ctx context.Context, t *testing.T, wg *sync.WaitGroup, url string, step func(conn *pgx.Conn, i int) error) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		for i := 0; ctx.Err() == nil; i++ {
+			if err := step(conn, i); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+}
+
+// opener obtains snapshots at new positions for RepairChunks.
+func (b *bundle) opener() verify.Opener {
+	var tables []change.TableName
+	for _, m := range b.maps {
+		tables = append(tables, m.Source)
+	}
+	return func(ctx context.Context, chunk int, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
+		return verify.OpenSnapshots(ctx, verify.SnapshotConfig{
+			Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
+			SlotName: fmt.Sprintf("pgmirror_verify_t%d", nameSeq.Add(1)), Note: "repair", Tables: tables, WhileHeld: whileHeld,
+		}, b.hold)
+	}
 }
 
 // waitApplied waits until the destination table has n rows.
@@ -134,29 +178,16 @@ func TestEqualUnderWriteLoad(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	var load sync.WaitGroup
-	load.Add(1)
 	var writes atomic.Int64
-	go func() {
-		defer load.Done()
-		conn, err := pgx.Connect(context.Background(), b.src)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(context.Background())
-		for i := 0; ctx.Err() == nil; i++ {
-			id := 3001 + i
-			_, err := conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO k VALUES (%[1]d, %[1]d, 'n', now(), 0.1);
-				UPDATE k SET v = v + 1, f = f * 1.1 WHERE id = %[2]d;
-				DELETE FROM k WHERE id = %[3]d;
-				INSERT INTO nk VALUES (%[1]d %% 50, 'y')`, id, i%3000+1, id-50))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			writes.Add(1)
-		}
-	}()
+	loop(ctx, t, &load, b.src, func(conn *pgx.Conn, i int) error {
+		id := 3001 + i
+		_, err := conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO k VALUES (%[1]d, %[1]d, 'n', now(), 0.1);
+			UPDATE k SET v = v + 1, f = f * 1.1 WHERE id = %[2]d;
+			DELETE FROM k WHERE id = %[3]d;
+			INSERT INTO nk VALUES (%[1]d %% 50, 'y')`, id, i%3000+1, id-50))
+		writes.Add(1)
+		return err
+	})
 	for range 8 {
 		res, snaps := b.verifyOnce(t)
 		for _, r := range res {
@@ -203,6 +234,19 @@ func TestDifferencesReported(t *testing.T) {
 	byTable := map[string]verify.TableResult{}
 	for _, r := range res {
 		byTable[r.Table] = r
+	}
+	// The portable row hash (md5, for databases that compute
+	// hashtextextended differently) finds the same differences.
+	portable, _ := b.verifyOnce(t, verify.PortableHash)
+	require.Len(t, portable, len(res))
+	for i, r := range portable {
+		require.Equal(t, res[i].RowsDiffering, r.RowsDiffering, r.Table)
+		if r.Method == verify.MethodKeyRanges { // buckets depend on the hash
+			require.Equal(t, res[i].ChunksDiffering, r.ChunksDiffering, r.Table)
+		}
+		require.ElementsMatch(t, res[i].Missing, r.Missing, r.Table)
+		require.ElementsMatch(t, res[i].Extra, r.Extra, r.Table)
+		require.ElementsMatch(t, res[i].Different, r.Different, r.Table)
 	}
 	k := byTable["public.k"]
 	require.Equal(t, verify.MethodKeyRanges, k.Method)
@@ -258,20 +302,11 @@ func TestRepair(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var written int64
-	snaps, err := verify.OpenSnapshots(ctx, verify.SnapshotConfig{
-		Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
-		SlotName: fmt.Sprintf("pgmirror_verify_t%d", nameSeq.Add(1)), Note: "repair", Tables: []change.TableName{tn("public", "k")},
-		WhileHeld: func(ctx context.Context, s *verify.Snapshots) error {
-			var err error
-			written, err = verify.Repair(ctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
-				Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true}, s)
-			return err
-		},
-	}, b.hold)
+	rep, _, err := verify.RepairChunks(ctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
+		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true}, b.opener())
 	require.NoError(t, err)
-	snaps.Close()
-	require.GreaterOrEqual(t, written, int64(23))
+	require.GreaterOrEqual(t, rep.Written, int64(23))
+	require.Equal(t, 1, rep.Chunks)
 	dst, err := pgx.Connect(ctx, b.dst)
 	require.NoError(t, err)
 	defer dst.Close(context.Background())
@@ -287,4 +322,160 @@ func TestRepair(t *testing.T) {
 	res, _ = b.verifyOnce(t)
 	require.True(t, res[0].Equal(), "%+v", res[0])
 	waitRows(t, b.dst, "k WHERE v IN ('later', 'after')", 2)
+}
+
+// A repair of many differing rows under a write load is written in chunks,
+// each at a position of its own: the mirror's run is never held for longer
+// than its hold bound (the lag of a steady stream of source writes stays
+// small), and the data is exact afterwards.
+func TestRepairBounded(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.k (id int PRIMARY KEY, v text, pad text);
+		CREATE TABLE public.tick (id int PRIMARY KEY, at timestamptz)`
+	b := setup(t, ddl, ddl, change.Mapping{Source: tn("public", "k"), Destination: tn("public", "k")},
+		change.Mapping{Source: tn("public", "tick"), Destination: tn("public", "tick")})
+	const rows = 150000
+	pgtest.Exec(t, b.src, fmt.Sprintf(`INSERT INTO k SELECT g, 'v' || g, repeat('p', 400) FROM generate_series(1, %d) g`, rows))
+	waitRows(t, b.dst, "k", rows)
+	pgtest.Exec(t, b.dst, `UPDATE k SET v = 'bad' WHERE id % 3 = 0`)
+	res, _ := b.verifyOnce(t, func(c verify.Config) verify.Config { c.ChunkRows, c.LeafRows = 3200, 200; return c })
+	require.Equal(t, int64(rows/3), res[0].RowsDiffering)
+	require.NotNil(t, res[0].RepairRanges)
+	require.False(t, res[0].RepairRanges.Incomplete)
+
+	// The load: a tick a source transaction every 20 ms, and updates of the
+	// rows being repaired.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var committed sync.Map // tick id -> time.Time of its commit
+	var load sync.WaitGroup
+	var ticks atomic.Int64
+	loop(ctx, t, &load, b.src, func(conn *pgx.Conn, i int) error {
+		_, err := conn.Exec(context.Background(), fmt.Sprintf(`INSERT INTO tick VALUES (%[1]d, now());
+			UPDATE k SET v = 'later' || %[1]d WHERE id = %[1]d * 7 %% %[2]d + 1`, i+1, rows))
+		committed.Store(i+1, time.Now())
+		ticks.Store(int64(i + 1))
+		time.Sleep(20 * time.Millisecond)
+		return err
+	})
+	var maxLag atomic.Int64
+	loop(ctx, t, &load, b.dst, func(conn *pgx.Conn, _ int) error {
+		var seen int
+		if err := conn.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM tick`).Scan(&seen); err != nil {
+			return err
+		}
+		if at, ok := committed.Load(seen + 1); ok {
+			if lag := time.Since(at.(time.Time)); int64(lag) > maxLag.Load() {
+				maxLag.Store(int64(lag))
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond)
+
+	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	started := time.Now()
+	rep, _, err := verify.RepairChunks(rctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
+		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, Budget: 300 * time.Millisecond}, b.opener())
+	require.NoError(t, err)
+	t.Logf("repaired %d rows in %d ranges, %d chunks, %s; longest lag %s", rep.Written, rep.Ranges, rep.Chunks,
+		time.Since(started).Round(time.Millisecond), time.Duration(maxLag.Load()).Round(time.Millisecond))
+	require.Equal(t, len(res[0].RepairRanges.Ranges), rep.Ranges)
+	require.Greater(t, rep.Chunks, 1, "the repair was cut into chunks")
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	load.Wait()
+	require.Less(t, time.Duration(maxLag.Load()), 2*time.Second, "the mirror was held longer than the hold bound")
+	require.Positive(t, ticks.Load())
+
+	waitRows(t, b.dst, "tick", ticks.Load())
+	res, _ = b.verifyOnce(t)
+	for _, r := range res {
+		require.True(t, r.Equal(), "%+v", r)
+	}
+}
+
+// alterDatabase sets a default of the current database in sql (run there).
+func alterDatabase(settings map[string]string) string {
+	var sql strings.Builder
+	for k, v := range settings {
+		fmt.Fprintf(&sql, "DO $$ BEGIN EXECUTE format('ALTER DATABASE %%I SET %s = %%L', current_database(), '%s'); END $$;\n", k, v)
+	}
+	return sql.String()
+}
+
+// Databases whose defaults print values differently, and floating-point
+// values whose text differs between major versions (the destination's
+// comparison prints floats with extra_float_digits 0, as PostgreSQL 11 and
+// earlier do by default: 15 significant digits), give no false difference;
+// a float that differs only beyond 15 digits is still found.
+func TestCanonicalForms(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.v (id int PRIMARY KEY, f8 float8, f4 float4, a8 float8[], a4 real[], m money, tz timestamptz,
+			ts timestamp, d date, tm time, ttz timetz, iv interval, b bytea, n numeric, j jsonb);
+		CREATE TABLE public.nk (f8 float8, tz timestamptz, a8 float8[]);
+		ALTER TABLE public.nk REPLICA IDENTITY FULL;`
+	srcDDL := alterDatabase(map[string]string{"TimeZone": "Asia/Kolkata", "DateStyle": "German", "IntervalStyle": "iso_8601",
+		"extra_float_digits": "-5", "bytea_output": "escape"}) + ddl
+	dstDDL := alterDatabase(map[string]string{"TimeZone": "Pacific/Chatham", "DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard",
+		"extra_float_digits": "0", "bytea_output": "escape"}) + ddl
+	b := setup(t, srcDDL, dstDDL, change.Mapping{Source: tn("public", "v"), Destination: tn("public", "v")},
+		change.Mapping{Source: tn("public", "nk"), Destination: tn("public", "nk")})
+	pgtest.Exec(t, b.src, `INSERT INTO v VALUES
+		(1, 0.1::float8 + 0.2, 0.1, '{0.1,NULL,1e-300}', '{{1.5,2.25},{NaN,-0}}', 1234.56, '2024-02-29 23:59:59.123456+05:30',
+		 '2024-02-29 23:59:59.5', '0044-03-15 BC', '12:34:56.789', '12:34:56+02', '1 year 2 mons -3 days 04:05:06.7', '\x00ff5c27', 12.3400, '{"a": [1, 2.50]}'),
+		(2, 'NaN', 'NaN', '{}', NULL, -0.01, 'infinity', '-infinity', 'infinity', '24:00', '00:00-14', '-1 day +1 microsecond', '', 'NaN', 'null'),
+		(3, 'Infinity'::float8 - 'Infinity'::float8, '-Infinity', '{NaN,Infinity}', '{3.4028235e38}', 0, '1999-12-31 23:00:00Z', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+		(4, '-0', 1.17549435e-38, NULL, '{}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+		(5, 2.2250738585072014e-308, 3.14159274, '{5e-324}', '{1e-45}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+		INSERT INTO nk VALUES (0.1::float8 + 0.2, '2024-01-01 00:00:00+01', '{0.3,NaN}'), ('NaN', NULL, NULL), (NULL, NULL, '{}')`)
+	waitRows(t, b.dst, "v", 5)
+	waitRows(t, b.dst, "nk", 3)
+	asPG11 := func(c verify.Config) verify.Config {
+		return verify.DestSettings(c, map[string]string{"extra_float_digits": "0"})
+	}
+	for _, opts := range [][]func(verify.Config) verify.Config{nil, {asPG11}, {asPG11, verify.PortableHash}} {
+		res, _ := b.verifyOnce(t, opts...)
+		for _, r := range res {
+			require.True(t, r.Equal(), "false difference: %+v", r)
+			require.Positive(t, r.RowsSource)
+		}
+	}
+	// A float that differs only in its last bits, equal in 15 digits.
+	pgtest.Exec(t, b.dst, `UPDATE v SET f8 = 0.3 WHERE id = 1; UPDATE nk SET f8 = 0.3 WHERE f8 BETWEEN 0.29 AND 0.31`)
+	res, _ := b.verifyOnce(t, asPG11)
+	require.Equal(t, []string{"(id)=('1')"}, res[0].Different)
+	require.Equal(t, int64(2), res[1].RowsDiffering, "%+v", res[1])
+}
+
+// A destination in another encoding (LATIN1, the source UTF8) gives no
+// false difference on text beyond ASCII, in values and in keys, and a
+// change there is still found.
+func TestEncodings(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.k (id int PRIMARY KEY, s text);
+		CREATE TABLE public.tk (name text PRIMARY KEY, n int);
+		CREATE TABLE public.nk (s text)`
+	dst := pgtest.NewDatabaseWith(t, pgtest.DestCluster(t), "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+	b := setupOn(t, pgtest.NewDatabase(t, pgtest.SourceCluster(t)), dst, ddl+"; ALTER TABLE public.nk REPLICA IDENTITY FULL", ddl,
+		change.Mapping{Source: tn("public", "k"), Destination: tn("public", "k")},
+		change.Mapping{Source: tn("public", "tk"), Destination: tn("public", "tk")},
+		change.Mapping{Source: tn("public", "nk"), Destination: tn("public", "nk")})
+	pgtest.Exec(t, b.src, `INSERT INTO k SELECT g, 'café ' || g || ' Ångström ß ÿ' FROM generate_series(1, 2000) g;
+		INSERT INTO tk SELECT chr(192 + g % 64) || 'é' || g, g FROM generate_series(1, 2000) g;
+		INSERT INTO nk SELECT 'naïve ' || g FROM generate_series(1, 300) g`)
+	waitRows(t, b.dst, "k", 2000)
+	waitRows(t, b.dst, "tk", 2000)
+	waitRows(t, b.dst, "nk", 300)
+	res, _ := b.verifyOnce(t)
+	for _, r := range res {
+		require.True(t, r.Equal(), "false difference: %+v", r)
+	}
+	pgtest.Exec(t, b.dst+"&client_encoding=UTF8", `UPDATE k SET s = 'cafe' WHERE id = 7; UPDATE tk SET n = -1 WHERE name = 'Ñé17'`)
+	res, _ = b.verifyOnce(t)
+	require.Equal(t, []string{"(id)=('7')"}, res[0].Different)
+	require.Equal(t, []string{"(name)=('Ñé17')"}, res[1].Different)
+	require.True(t, res[2].Equal(), "%+v", res[2])
 }

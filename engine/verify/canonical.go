@@ -1,0 +1,84 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/session"
+)
+
+// Canonical text forms. The hashes compare the text form of every row as
+// each database computes it, so both must print equal values alike,
+// whatever their major versions and settings (docs/consistency.md):
+//
+//   - every setting that changes a value's text form is pinned in every
+//     comparison transaction (Settings), over the database's, the role's
+//     and the connection's defaults;
+//   - floating-point columns (real, double precision and arrays of them),
+//     whose text form changed in PostgreSQL 12 (shortest exact digits
+//     instead of 17 significant ones), are hashed by their IEEE 754 bits
+//     (float4send, float8send), with every NaN as the one NaN PostgreSQL
+//     reads from text.
+
+// Settings returns the session settings every comparison transaction pins
+// (SET LOCAL): pgmirror's session settings (DateStyle, IntervalStyle,
+// extra_float_digits, bytea_output), TimeZone UTC (timestamptz) and
+// lc_monetary C (money).
+func Settings() map[string]string {
+	s := session.Settings()
+	s["TimeZone"] = "UTC"
+	s["lc_monetary"] = "C"
+	return s
+}
+
+// pinSettings sets settings for the rest of tx's transaction.
+func pinSettings(ctx context.Context, tx pgx.Tx, settings map[string]string) error {
+	var sql strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
+		fmt.Fprintf(&sql, "SET LOCAL %s = %s;", change.QuoteIdent(k), quoteLiteral(settings[k]))
+	}
+	if _, err := tx.Exec(ctx, sql.String()); err != nil {
+		return fmt.Errorf("pin the comparison's session settings: %w", err)
+	}
+	return nil
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// floatSend maps the floating-point types to their binary send function and
+// the bits of the NaN their input function returns.
+var floatSend = map[string][2]string{
+	"real":             {"float4send", `\x7fc00000`},
+	"double precision": {"float8send", `\x7ff8000000000000`},
+}
+
+// canonicalColumn returns the expression whose text form stands for
+// column col in the row text: the column itself, or for floating-point
+// columns (the same type on both sides) their bits.
+func canonicalColumn(col, dstCol schemasync.Column) string {
+	q := change.QuoteIdent(col.Name)
+	if col.Type != dstCol.Type {
+		return q // different types: compared by text, as they are
+	}
+	if f, ok := floatSend[col.Type]; ok {
+		return floatBits(q, col.Type, f)
+	}
+	if f, ok := floatSend[strings.TrimSuffix(col.Type, "[]")]; ok && strings.HasSuffix(col.Type, "[]") {
+		// The bounds, then every element's bits (N for NULL) in order.
+		elem := floatBits("pgmirror_e", strings.TrimSuffix(col.Type, "[]"), f)
+		return fmt.Sprintf(`CASE WHEN %[1]s IS NOT NULL THEN coalesce(array_dims(%[1]s), '') || ':' || coalesce((SELECT string_agg(coalesce(encode(%[2]s, 'hex'), 'N'), ',' ORDER BY pgmirror_i) FROM unnest(%[1]s) WITH ORDINALITY AS pgmirror_u(pgmirror_e, pgmirror_i)), '') END`,
+			q, elem)
+	}
+	return q
+}
+
+func floatBits(expr, typ string, f [2]string) string {
+	return fmt.Sprintf(`CASE WHEN %[1]s = 'NaN'::%[2]s THEN '%[4]s'::bytea ELSE %[3]s(%[1]s) END`, expr, typ, f[0], f[1])
+}
