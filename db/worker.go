@@ -99,10 +99,12 @@ func (l *MirrorLock) Release() {
 }
 
 // MirrorsWithoutWorker returns the live mirrors that want to run but have no
-// worker: nobody holds their lock and no run job waits for them. The
+// worker: nobody holds their lock and no run job of kind runKind waits for
+// them in queue (jobs in other queues, such as a replica's own adoption
+// queue, are fetched at once by their replica or not at all). The
 // supervisor enqueues a run job for each; this is how a mirror whose replica
 // died is taken over.
-func (s *Store) MirrorsWithoutWorker(ctx context.Context, runKind string) ([]int64, error) {
+func (s *Store) MirrorsWithoutWorker(ctx context.Context, runKind, queue string) ([]int64, error) {
 	rows, err := s.q.Query(ctx, `
 		SELECT m.id FROM mirrors m
 		WHERE m.deleted_at IS NULL
@@ -115,9 +117,9 @@ func (s *Store) MirrorsWithoutWorker(ctx context.Context, runKind string) ([]int
 		        AND l.classid = $1::oid AND l.objid = m.id::oid AND l.objsubid = 2)
 		  AND NOT EXISTS (
 		      SELECT 1 FROM river_job j
-		      WHERE j.kind = $2 AND j.state IN ('available', 'scheduled', 'retryable', 'pending')
+		      WHERE j.kind = $2 AND j.queue = $3 AND j.state IN ('available', 'scheduled', 'retryable', 'pending')
 		        AND (j.args->>'mirror_id')::bigint = m.id)
-		ORDER BY m.id`, int64(mirrorLockClass), runKind)
+		ORDER BY m.id`, int64(mirrorLockClass), runKind, queue)
 	if err != nil {
 		return nil, fmt.Errorf("list mirrors without worker: %w", err)
 	}

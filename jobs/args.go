@@ -1,11 +1,29 @@
 package jobs
 
-import "github.com/riverqueue/river"
+import (
+	"fmt"
+	"hash/fnv"
+
+	"github.com/riverqueue/river"
+)
 
 // QueueMirrors is the River queue of the long-running mirror jobs (setup,
 // snapshot, CDC). It has its own worker slots so that running mirrors never
 // starve the short jobs of the default queue.
 const QueueMirrors = "mirrors"
+
+// adoptQueue is the River queue of the run jobs that the replica named
+// replica enqueues for the mirrors it adopts (balance.go). Only that replica
+// works it, so that the replica that found a mirror without a worker, and
+// has room for it, runs it: on the mirrors queue any replica could fetch the
+// job, also one at its fair share, which would only leave the mirror again.
+// A run job taken from it that would be snoozed or retried goes back to the
+// mirrors queue (MirrorRunWorker.Work).
+func adoptQueue(replica string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(replica))
+	return fmt.Sprintf("%s-adopt-%016x", QueueMirrors, h.Sum64())
+}
 
 // MirrorRunArgs enqueues the job that drives one mirror: setup, snapshot and
 // CDC, following the mirror's desired state in the catalog. Any number of

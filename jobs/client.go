@@ -61,6 +61,7 @@ type Config struct {
 	lags    *lagWriter       // set by NewClient
 	balance *balancer        // set by NewClient
 	sources *cdc.SourceWatch // set by NewClient: the source polls shared by the runs of this process
+	dests   *cdc.DestWatch   // set by NewClient: the destination flush polls shared by the runs of this process
 }
 
 func (c Config) withDefaults() Config {
@@ -87,6 +88,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	cfg.lags = newLagWriter(cfg.Store, cfg.Logger)
 	go cfg.lags.loop(cfg.Locks.Done())
 	cfg.sources = cdc.NewSourceWatch()
+	cfg.dests = cdc.NewDestWatch()
 	cfg.balance = newBalancer(cfg)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &MirrorRunWorker{cfg: cfg})
@@ -103,6 +105,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		Queues: map[string]river.QueueConfig{
 			river.QueueDefault: {MaxWorkers: 10},
 			QueueMirrors:       {MaxWorkers: cfg.MirrorWorkers},
+			// Its jobs come from this process, announced by notification:
+			// the poll is only a fallback, which costs the catalog a query.
+			cfg.balance.queue: {MaxWorkers: cfg.MirrorWorkers, FetchPollInterval: 5 * time.Second},
 		},
 		FetchCooldown: 50 * time.Millisecond,
 		// New jobs arrive by notification at once; the poll only backs

@@ -677,6 +677,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		SyncInterval:     time.Duration(m.CDCSyncIntervalSeconds) * time.Second,
 		HeartbeatTimeout: r.cfg.HeartbeatTimeout,
 		SourceWatch:      r.cfg.sources,
+		DestWatch:        r.cfg.dests,
 		Origin:           origin.NameOrNone(r.originUID(m)),
 		Holder:           r.holder(),
 		CaptureDDL:       m.CaptureDDL,

@@ -8,7 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/pgmirror/pgmirror/db"
 )
@@ -36,10 +38,60 @@ func (w *MirrorRunWorker) Timeout(*river.Job[MirrorRunArgs]) time.Duration {
 var errRunBudget = errors.New("run budget used up")
 
 // Work runs the mirror until it pauses, is deleted, fails or uses up its
-// run budget.
+// run budget. A job from this replica's adoption queue that would be
+// snoozed or retried is replaced by a run job on the mirrors queue, due
+// then, so that any replica may take the mirror over from there and the
+// jobs waiting for a mirror are always on the mirrors queue (which is where
+// the adoption checks look).
 func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs]) error {
+	err := w.run(ctx, job)
+	if err == nil || job.Queue == QueueMirrors {
+		return err
+	}
+	delay := 5 * time.Second
+	var snooze *rivertype.JobSnoozeError
+	if errors.As(err, &snooze) {
+		delay = snooze.Duration
+	}
+	client, cerr := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if cerr != nil {
+		return err
+	}
+	// Also while shutting down: the mirror is handed back at once.
+	insertCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	opts := MirrorRunArgs{}.InsertOpts()
+	if delay > 0 {
+		opts.ScheduledAt = time.Now().Add(delay)
+	}
+	if _, ierr := client.Insert(insertCtx, job.Args, &opts); ierr != nil {
+		w.cfg.Logger.Debug("move the run job to the mirrors queue", "mirror_id", job.Args.MirrorID, "error", ierr)
+		return err
+	}
+	return nil
+}
+
+// run is Work on the job as it comes.
+func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]) error {
 	store := w.cfg.Store
 	id := job.Args.MirrorID
+	if w.cfg.Locks.Running() >= w.cfg.MirrorWorkers {
+		// This replica runs its SERVICE_MIRROR_WORKERS already (jobs of
+		// both its queues count): the job ends, and a replica with room
+		// adopts the mirror (balance.go).
+		w.cfg.Logger.Debug("running as many mirrors as SERVICE_MIRROR_WORKERS allows; leaving the mirror to others", "mirror_id", id)
+		return nil
+	}
+	if w.cfg.balance != nil && w.cfg.balance.refusing() {
+		// This replica runs its share while another runs less: the job
+		// ends here, without a query, and the mirror is left to the
+		// others: the adoption loop of a replica below its share
+		// enqueues it again once it has no worker (balance.go). A job
+		// snoozed instead would come back every few seconds and cost the
+		// catalog a fetch, a read and a lock each time.
+		w.cfg.Logger.Debug("leaving the mirror to a replica below its share", "mirror_id", id)
+		return nil
+	}
 	m, err := store.MirrorGetByID(ctx, id)
 	if errors.Is(err, db.ErrNotFound) {
 		return nil
@@ -55,14 +107,9 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 		return err
 	}
 	if lock == nil {
+		// A duplicate job: the mirror's worker runs it. The job ends.
 		w.cfg.Logger.Debug("mirror is run by another worker", "mirror", m.Name)
 		return nil
-	}
-	if w.cfg.balance != nil && w.cfg.balance.refusing() {
-		// This replica runs its share while another runs less: leave
-		// the mirror to it (balance.go).
-		lock.Release()
-		return river.JobSnooze(refuseSnooze())
 	}
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock, cdcBegun: make(chan struct{}, 1),
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id),

@@ -58,7 +58,7 @@ func (w *SupervisorWorker) Timeout(*river.Job[SupervisorArgs]) time.Duration { r
 // Work looks for mirrors that nobody runs and enqueues a run job for each.
 func (w *SupervisorWorker) Work(ctx context.Context, job *river.Job[SupervisorArgs]) error {
 	client := river.ClientFromContext[pgxTx](ctx)
-	ids, err := w.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind())
+	ids, err := w.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind(), QueueMirrors)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,15 @@
 //   - steady-state lag percentiles under a paced load of single-row
 //     transactions, native and pgmirror.
 //
+// Then, on a pair of clusters of its own, the scale measurement (scale.go;
+// -scale-mirrors, default 100, 0 leaves it out; -scale-only runs only it):
+// two pgmirror replicas on one catalog run that many small mirrors; it
+// reports the time until all run, the connections per mirror on each
+// database, the idle CPU time and transactions per mirror, the takeover
+// after a kill -9 of one replica, and checks every table equal.
+//
+//	go run ./cmd/pgmirror-bench -scale-only -scale-mirrors 10
+//
 // It prints a section of tables per mode (times, rates, ratios, targets,
 // CPU) and a summary of every ratio against its target. Everything it
 // started (clusters, the pgmirror process) is stopped at the end, also on
@@ -110,7 +119,11 @@ type options struct {
 	uniqueIndex bool
 	pprofURL    string
 	profileDir  string
-	out         io.Writer
+	// scaleMirrors is the mirror count of the scale measurement (scale.go),
+	// 0 to leave it out; scaleOnly runs only it.
+	scaleMirrors int
+	scaleOnly    bool
+	out          io.Writer
 }
 
 func parseOptions(args []string) (options, error) {
@@ -133,6 +146,8 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (cluster data, pgmirror log) after the run")
 	fs.StringVar(&o.pprofURL, "pgmirror-pprof", "", "base URL of the pgmirror process's net/http/pprof endpoint, if the binary has one: CPU profiles of the pgmirror measurements are saved")
 	fs.StringVar(&o.profileDir, "profile-dir", ".", "where -pgmirror-pprof profiles go (file names start with the mode)")
+	fs.IntVar(&o.scaleMirrors, "scale-mirrors", 100, "mirrors in the scale measurement (two pgmirror replicas on one catalog, a kill -9 of one); 0 leaves it out")
+	fs.BoolVar(&o.scaleOnly, "scale-only", false, "run only the scale measurement")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -168,6 +183,10 @@ func parseOptions(args []string) (options, error) {
 		return o, errors.New("-lag-rate: use 1 to 20000")
 	case o.lagDuration < time.Second || o.lagDuration > 10*time.Minute:
 		return o, errors.New("-lag-duration: use 1s to 10m")
+	case o.scaleMirrors < 0 || o.scaleMirrors > 999:
+		return o, errors.New("-scale-mirrors: use 0 to 999")
+	case o.scaleOnly && o.scaleMirrors < 2:
+		return o, errors.New("-scale-only needs -scale-mirrors of at least 2")
 	}
 	// Deletes take ids from the lower half of the original rows, each once;
 	// updates cycle through the upper half.
@@ -215,6 +234,9 @@ func run(ctx context.Context, args []string) error {
 	var done []*bench
 	var runErr error
 	for _, m := range o.modes {
+		if o.scaleOnly {
+			break
+		}
 		b := &bench{opts: o, mode: m, start: start, bin: bin, dir: filepath.Join(root, m.name)}
 		if err := b.run(ctx); err != nil {
 			runErr = fmt.Errorf("%s mode: %w", m.name, err)
@@ -224,6 +246,13 @@ func run(ctx context.Context, args []string) error {
 	}
 	if len(done) > 0 {
 		report(o.out, o, done)
+	}
+	if runErr == nil && o.scaleMirrors > 0 {
+		sr, err := runScale(ctx, o, start, bin, root)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		reportScale(o.out, sr)
 	}
 	return runErr
 }

@@ -57,16 +57,27 @@ func buildPgmirror(ctx context.Context, dir string) (string, error) {
 // startService starts `pgmirror serve` with its catalog in catalogURL,
 // waits until /health answers and logs in as the admin.
 func startService(ctx context.Context, bin, catalogURL, dir string) (*service, error) {
-	port, err := localpg.FreePort()
+	key, password, err := serviceSecrets()
 	if err != nil {
 		return nil, err
 	}
+	return startServiceWith(ctx, bin, catalogURL, dir, key, password)
+}
+
+// serviceSecrets returns a new encryption key and admin password.
+func serviceSecrets() (key []byte, password string, err error) {
 	secret := make([]byte, 16)
 	if _, err := rand.Read(secret); err != nil {
-		return nil, fmt.Errorf("generate admin password: %w", err)
+		return nil, "", fmt.Errorf("generate admin password: %w", err)
 	}
-	password := hex.EncodeToString(secret)
-	key, err := secretbox.GenerateKey()
+	key, err = secretbox.GenerateKey()
+	return key, hex.EncodeToString(secret), err
+}
+
+// startServiceWith is startService with the given encryption key and admin
+// password: replicas of one catalog share both.
+func startServiceWith(ctx context.Context, bin, catalogURL, dir string, key []byte, password string) (*service, error) {
+	port, err := localpg.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -118,6 +118,12 @@ type Config struct {
 	// source database (one connection and one poll for all of them);
 	// without it the run does so on a source connection of its own.
 	SourceWatch *SourceWatch
+	// DestWatch, when set, follows the destination's WAL flush for this
+	// run together with the other runs of the same destination database
+	// (one connection and one poll for all of them), so that the run holds
+	// one destination connection, the one it applies on; without it the
+	// run follows the flush on a destination connection of its own.
+	DestWatch *DestWatch
 	// Origin, when set, is the replication origin (engine/origin.Name of
 	// the mirror) that marks every transaction the run commits on the
 	// destination, so that a mirror reading from the destination leaves
@@ -244,11 +250,13 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		return connectError("destination", err)
 	}
 	defer closeQuietly(dest)
-	flushConn, err := session.Connect(ctx, cfg.Dest)
-	if err != nil {
-		return connectError("destination", err)
+	var flushConn *pgx.Conn // the flush watcher's, without a DestWatch
+	if cfg.DestWatch == nil {
+		if flushConn, err = session.Connect(ctx, cfg.Dest); err != nil {
+			return connectError("destination", err)
+		}
+		defer closeQuietly(flushConn)
 	}
-	defer closeQuietly(flushConn)
 	src, err := session.Connect(ctx, cfg.Source)
 	if err != nil {
 		return connectError("source", err)
@@ -352,7 +360,11 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	// confirmed position (the source never sends what precedes it). The
 	// heartbeats start now that the stream is open.
 	source.begin(max(r.floor, confirmed))
-	r.flush = startFlushWatcher(ctx, flushConn, cfg.MirrorUID)
+	if cfg.DestWatch != nil {
+		r.flush = cfg.DestWatch.join(cfg.Dest, dest, cfg.MirrorUID, logger)
+	} else {
+		r.flush = startFlushWatcher(ctx, flushConn, cfg.MirrorUID)
+	}
 	defer r.flush.stop()
 	logger.Info("CDC started", "lsn", applied.String(), "start_lsn", r.floor.String(), "batch_id", batchID,
 		"table_positions", len(positions), "skipped_tables", len(cfg.SkipTables), "binary", types != nil)

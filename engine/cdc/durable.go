@@ -22,8 +22,11 @@ import (
 // source sends it again, and the applied position on the destination (lost
 // with it) does not skip it.
 //
-// The flush watcher runs in its own goroutine with its own destination
-// connection, off the apply path. When a commit is not yet flushed it polls
+// The flush watcher runs in its own goroutine, off the apply path, on a
+// destination connection of its own, or, with Config.DestWatch, on one
+// connection shared by the runs of the process that write the same
+// destination database (destwatch.go): one read of the flush position and
+// one forced flush then serve all of them. When a commit is not yet flushed it polls
 // the flush position (the WAL writer flushes on its own every
 // wal_writer_delay, or as WAL pages fill under load) and reports every
 // advance; when that takes longer than its patience it forces a flush with a
@@ -71,6 +74,7 @@ type flushTarget struct {
 type flushWatcher struct {
 	conn    *pgx.Conn
 	mirror  string           // the mirror's uid, for positions.FlushWAL
+	shared  *sharedDest      // set when a DestWatch follows the flush for the run (destwatch.go)
 	targets chan flushTarget // latest target (capacity 1)
 	flushed chan change.LSN  // latest flushed position seen (capacity 1)
 	errs    chan error       // the watcher's failure (capacity 1)
@@ -108,6 +112,10 @@ func startFlushWatcher(ctx context.Context, conn *pgx.Conn, mirrorUID string) *f
 // target is merged with one not yet taken.
 func (w *flushWatcher) want(lsn change.LSN, urgent bool) {
 	t := flushTarget{lsn: lsn, urgent: urgent}
+	if w.shared != nil {
+		w.shared.want(w, t)
+		return
+	}
 	for {
 		select {
 		case w.targets <- t:
@@ -129,7 +137,13 @@ func merge(a, b flushTarget) flushTarget {
 // stop ends the watcher's goroutine and waits for it; the connection stays
 // open for the caller (see positions.FlushWAL).
 func (w *flushWatcher) stop() {
-	w.once.Do(func() { close(w.quit) })
+	w.once.Do(func() {
+		close(w.quit)
+		if w.shared != nil {
+			w.shared.leave(w)
+			close(w.done)
+		}
+	})
 	<-w.done
 }
 

@@ -1,0 +1,304 @@
+package cdc
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
+	"github.com/pgmirror/pgmirror/engine/session"
+)
+
+// DestWatch shares, among the runs of one process, the work of following
+// the destination's WAL flush (see durable.go): runs whose destinations are
+// the same database as the same user share one connection, one read of the
+// flush position (pg_current_wal_flush_lsn) and one forced flush, which
+// flushes every session's asynchronous commits at once. A streaming mirror
+// then holds one destination connection, the one it applies on, and a
+// hundred mirrors of one destination cost one poll, not a hundred.
+//
+// Set Config.DestWatch to use it; without one a run follows the flush on a
+// destination connection of its own. The zero value is not usable: use
+// NewDestWatch.
+type DestWatch struct {
+	mu    sync.Mutex
+	dests map[string]*sharedDest
+}
+
+// NewDestWatch returns an empty DestWatch.
+func NewDestWatch() *DestWatch {
+	return &DestWatch{dests: map[string]*sharedDest{}}
+}
+
+// Destinations is the number of destination databases being watched (one
+// connection each).
+func (w *DestWatch) Destinations() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.dests)
+}
+
+// sharedDest follows the WAL flush of one destination database for the
+// runs that joined it.
+type sharedDest struct {
+	watch *DestWatch
+	key   string
+	cfg   *pgx.ConnConfig
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	subs    map[*flushWatcher]*destSub
+	wake    chan struct{} // a run wants a flush (capacity 1)
+	stopped chan struct{} // closed when the last run leaves
+	done    chan struct{}
+}
+
+// destSub is what the shared watcher knows of one run.
+type destSub struct {
+	target    flushTarget // zero when the run waits for nothing
+	since     time.Time   // when the oldest unreached target came
+	published change.LSN  // last flush position handed to the run
+}
+
+// join returns a flush watcher for a run on cfg's database that follows
+// the shared watcher, starting it if this is its first run. conn is the
+// run's apply connection: the watcher never queries it, but the run's
+// last flush at stop does (see runner.finish), after stop.
+func (w *DestWatch) join(cfg *pgx.ConnConfig, conn *pgx.Conn, mirrorUID string, log *slog.Logger) *flushWatcher {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	key := sourceKey(cfg)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.dests[key]
+	if d == nil {
+		d = &sharedDest{watch: w, key: key, cfg: cfg.Copy(), log: log, subs: map[*flushWatcher]*destSub{},
+			wake: make(chan struct{}, 1), stopped: make(chan struct{}), done: make(chan struct{})}
+		w.dests[key] = d
+		go d.run()
+	}
+	fw := &flushWatcher{
+		conn:    conn,
+		mirror:  mirrorUID,
+		shared:  d,
+		flushed: make(chan change.LSN, 1),
+		errs:    make(chan error, 1),
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	d.mu.Lock()
+	d.subs[fw] = &destSub{}
+	d.mu.Unlock()
+	return fw
+}
+
+// want records that fw waits for the destination's WAL to be flushed to
+// t.lsn. It never blocks.
+func (d *sharedDest) want(fw *flushWatcher, t flushTarget) {
+	d.mu.Lock()
+	s := d.subs[fw]
+	if s == nil {
+		d.mu.Unlock()
+		return
+	}
+	if s.target.lsn == 0 {
+		s.since = time.Now()
+	}
+	s.target = merge(s.target, t)
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// leave removes fw; the last run to leave stops the watcher.
+func (d *sharedDest) leave(fw *flushWatcher) {
+	w := d.watch
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d.mu.Lock()
+	delete(d.subs, fw)
+	last := len(d.subs) == 0
+	d.mu.Unlock()
+	if last {
+		delete(w.dests, d.key)
+		close(d.stopped)
+	}
+}
+
+// pending reports what the runs wait for: whether any does, whether any
+// waits urgently, whether one has waited past its patience for a position
+// beyond flushed, and a mirror uid of a waiting run (for the forced
+// flush's bookkeeping row).
+func (d *sharedDest) pending(flushed change.LSN) (some, urgent, force bool, uid string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	for fw, s := range d.subs {
+		if s.target.lsn == 0 {
+			continue
+		}
+		some = true
+		uid = fw.mirror
+		patience := busyPatience
+		if s.target.urgent {
+			urgent = true
+			patience = urgentPatience
+		}
+		if flushed < s.target.lsn && now.Sub(s.since) >= patience {
+			force = true
+		}
+	}
+	return some, urgent, force, uid
+}
+
+// publish hands flushed to every run it advances and clears the targets
+// it reaches.
+func (d *sharedDest) publish(flushed change.LSN) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for fw, s := range d.subs {
+		if flushed > s.published {
+			s.published = flushed
+			// Replace a position not yet read: the latest covers it.
+			select {
+			case <-fw.flushed:
+			default:
+			}
+			fw.flushed <- flushed
+		}
+		if s.target.lsn != 0 && flushed >= s.target.lsn {
+			s.target = flushTarget{}
+		}
+	}
+}
+
+// fail hands err to every run that waits for a flush: its batches cannot
+// be confirmed while the destination does not answer, so it ends as with a
+// watcher of its own.
+func (d *sharedDest) fail(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for fw, s := range d.subs {
+		if s.target.lsn == 0 {
+			continue
+		}
+		select {
+		case fw.errs <- err:
+		default:
+		}
+	}
+}
+
+// run follows the flush until the last run leaves: it waits while no run
+// waits for a flush, then reads the flush position every busyPoll
+// (urgentPoll when a run's stream is dry) and forces a flush once a run
+// has waited past its patience, as a run's own watcher does (durable.go).
+// A failed connection is made again (at most every second).
+func (d *sharedDest) run() {
+	defer close(d.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-d.stopped
+		cancel()
+	}()
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			closeQuietly(conn)
+		}
+	}()
+	var lastConnect time.Time
+	var flushed change.LSN
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		some, urgent, _, _ := d.pending(flushed)
+		if !some {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.wake:
+				continue
+			}
+		}
+		if conn == nil {
+			if wait := time.Second - time.Since(lastConnect); wait > 0 && !lastConnect.IsZero() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			lastConnect = time.Now()
+			connectCtx, connectCancel := context.WithTimeout(ctx, 10*time.Second)
+			c, err := session.Connect(connectCtx, d.cfg)
+			connectCancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				d.fail(connectError("destination", err))
+				continue
+			}
+			conn = c
+		}
+		var err error
+		if flushed, err = d.step(ctx, conn); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d.fail(netError(err))
+			closeQuietly(conn)
+			conn = nil
+			continue
+		}
+		d.publish(flushed)
+		if some, urgent, _, _ = d.pending(flushed); !some {
+			continue
+		}
+		// Wait for the next poll. Newer targets only merge in: a batch per
+		// transaction must not cost a query each; a run whose stream ran
+		// dry shortens the wait.
+		poll := busyPoll
+		if urgent {
+			poll = urgentPoll
+		}
+		timer.Reset(poll)
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.wake:
+				if _, nowUrgent, _, _ := d.pending(flushed); nowUrgent && !urgent {
+					urgent = true
+					timer.Reset(urgentPoll)
+				}
+			case <-timer.C:
+				waiting = false
+			}
+		}
+	}
+}
+
+// step reads the flush position and, when a run has waited past its
+// patience, forces a flush.
+func (d *sharedDest) step(ctx context.Context, conn *pgx.Conn) (change.LSN, error) {
+	stepCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	flushed, err := flushPosition(stepCtx, conn)
+	if err != nil {
+		return 0, err
+	}
+	if _, _, force, uid := d.pending(flushed); force {
+		return positions.FlushWAL(stepCtx, conn, uid)
+	}
+	return flushed, nil
+}
