@@ -36,6 +36,16 @@ const (
 	MsgConnectionTimeout      = "Connection timeout"
 	MsgHeartbeatTimeout       = "Heartbeat timeout"
 	MsgForeignKeyViolation    = "Foreign key violation"
+	// MsgSchemaChangeApplied: a source column change applied to the
+	// destination at its position in the stream (details: table,
+	// statement).
+	MsgSchemaChangeApplied = "Schema change applied"
+	// MsgSchemaChangeNotApplied: a source column change left alone under
+	// schema_changes warn.
+	MsgSchemaChangeNotApplied = "Schema change not applied"
+	// MsgPausedForSchemaChange: the mirror paused itself before a source
+	// column change under schema_changes stop.
+	MsgPausedForSchemaChange = "Mirror paused before a schema change"
 )
 
 // CDCBatchDetails is the details object of CDC batch log entries.

@@ -11,7 +11,7 @@ import (
 // scanMirror reads them.
 const mirrorColumns = `m.id, m.uid::text, m.name, m.source_peer_id, m.destination_peer_id, sp.name, dp.name,
 	m.snapshot_num_rows_per_partition, m.snapshot_max_parallel_workers, m.snapshot_num_tables_in_parallel,
-	m.cdc_sync_interval_seconds, m.cdc_batch_size, m.do_initial_snapshot, m.existing_destination_rows,
+	m.cdc_sync_interval_seconds, m.cdc_batch_size, m.do_initial_snapshot, m.existing_destination_rows, m.schema_changes,
 	m.publication_name, m.replication_slot_name, m.created_publication, m.created_slot,
 	m.status, m.desired_state, m.resume_status, m.pending_action, m.error_message,
 	m.error_count, m.next_retry_at, m.last_lsn::text, m.last_sync_batch_id,
@@ -26,7 +26,7 @@ func scanMirror(row pgx.Row) (Mirror, error) {
 	var m Mirror
 	err := row.Scan(&m.ID, &m.UID, &m.Name, &m.SourcePeerID, &m.DestinationPeerID, &m.SourcePeer, &m.DestinationPeer,
 		&m.SnapshotNumRowsPerPartition, &m.SnapshotMaxParallelWorkers, &m.SnapshotNumTablesInParallel,
-		&m.CDCSyncIntervalSeconds, &m.CDCBatchSize, &m.DoInitialSnapshot, &m.ExistingDestinationRows,
+		&m.CDCSyncIntervalSeconds, &m.CDCBatchSize, &m.DoInitialSnapshot, &m.ExistingDestinationRows, &m.SchemaChanges,
 		&m.PublicationName, &m.ReplicationSlotName, &m.CreatedPublication, &m.CreatedSlot,
 		&m.Status, &m.DesiredState, &m.ResumeStatus, &m.PendingAction, &m.ErrorMessage,
 		&m.ErrorCount, &m.NextRetryAt, &m.LastLSN, &m.LastSyncBatchID,

@@ -37,6 +37,9 @@ type MirrorCreateParams struct {
 	// CaptureDDL: the mirror applies the schema changes captured by
 	// pgmirror's event trigger on the source.
 	CaptureDDL bool
+	// SchemaChanges is what CDC does when a mapped source table's columns
+	// change ("": SchemaChangesApply).
+	SchemaChanges SchemaChanges
 }
 
 // MirrorCreate inserts a mirror (status initializing, desired state
@@ -47,12 +50,13 @@ func (s *Store) MirrorCreate(ctx context.Context, p MirrorCreateParams) (Mirror,
 	err := s.q.QueryRow(ctx, `INSERT INTO mirrors (name, source_peer_id, destination_peer_id,
 			snapshot_num_rows_per_partition, snapshot_max_parallel_workers, snapshot_num_tables_in_parallel,
 			cdc_sync_interval_seconds, cdc_batch_size, do_initial_snapshot, publication_name, replication_slot_name,
-			created_publication, created_slot, sequences, existing_destination_rows, capture_ddl)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id`,
+			created_publication, created_slot, sequences, existing_destination_rows, schema_changes, capture_ddl)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id`,
 		p.Name, p.SourcePeerID, p.DestinationPeerID,
 		p.SnapshotNumRowsPerPartition, p.SnapshotMaxParallelWorkers, p.SnapshotNumTablesInParallel,
 		p.CDCSyncIntervalSeconds, p.CDCBatchSize, p.DoInitialSnapshot, p.PublicationName, p.ReplicationSlotName,
-		p.CreatedPublication, p.CreatedSlot, sequencesValue(p.Sequences), cmp.Or(p.ExistingDestinationRows, ExistingRowsRefuse), p.CaptureDDL).Scan(&id)
+		p.CreatedPublication, p.CreatedSlot, sequencesValue(p.Sequences), cmp.Or(p.ExistingDestinationRows, ExistingRowsRefuse),
+		cmp.Or(p.SchemaChanges, SchemaChangesApply), p.CaptureDDL).Scan(&id)
 	if err != nil {
 		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, translate(err))
 	}
@@ -127,6 +131,23 @@ func (s *Store) MirrorRequestAction(ctx context.Context, id int64, action Pendin
 		`UPDATE mirrors SET pending_action = $2, desired_state = 'running',
 			status = CASE WHEN status = 'paused' THEN 'running' ELSE status END
 		WHERE id = $1 AND deleted_at IS NULL`, action)
+}
+
+// MirrorSettings are the settings of a mirror that may be changed while it
+// is paused (PATCH /v1/mirrors/{name}); a nil field is left as it is.
+type MirrorSettings struct {
+	SchemaChanges *SchemaChanges
+}
+
+// MirrorUpdateSettings changes the settings set in s.
+func (s *Store) MirrorUpdateSettings(ctx context.Context, id int64, set MirrorSettings) error {
+	if set.SchemaChanges != nil {
+		if err := s.updateMirror(ctx, "set schema_changes of", id,
+			`UPDATE mirrors SET schema_changes = $2 WHERE id = $1 AND deleted_at IS NULL`, *set.SchemaChanges); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MirrorRequestRetry makes a failed mirror due for retry now.

@@ -151,3 +151,25 @@ const (
 	// rows over them by primary key.
 	ExistingRowsKeep ExistingRows = "keep"
 )
+
+// SchemaChanges is what CDC does when a mapped source table's columns change
+// (mirrors.schema_changes).
+type SchemaChanges string
+
+// The values of SchemaChanges.
+const (
+	// SchemaChangesApply: the change is applied to the destination at its
+	// position in the stream (the default).
+	SchemaChangesApply SchemaChanges = "apply"
+	// SchemaChangesWarn: a WARN is logged and the destination's schema is
+	// left as it is (dropped columns are kept, made nullable).
+	SchemaChangesWarn SchemaChanges = "warn"
+	// SchemaChangesStop: the mirror is paused before the first change that
+	// would alter the destination's schema.
+	SchemaChangesStop SchemaChanges = "stop"
+)
+
+// Valid reports whether s is one of the values.
+func (s SchemaChanges) Valid() bool {
+	return s == SchemaChangesApply || s == SchemaChangesWarn || s == SchemaChangesStop
+}

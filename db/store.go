@@ -116,19 +116,22 @@ type Mirror struct {
 	// ExistingDestinationRows is what a table's first copy does with rows
 	// its destination table already holds.
 	ExistingDestinationRows ExistingRows
-	PublicationName         string
-	ReplicationSlotName     string
-	CreatedPublication      bool
-	CreatedSlot             bool
-	Status                  MirrorStatus
-	DesiredState            DesiredState
-	ResumeStatus            *MirrorStatus
-	PendingAction           *PendingAction
-	ErrorMessage            *string
-	ErrorCount              int
-	NextRetryAt             *time.Time
-	LastLSN                 *string
-	LastSyncBatchID         int64
+	// SchemaChanges is what CDC does when a mapped source table's columns
+	// change.
+	SchemaChanges       SchemaChanges
+	PublicationName     string
+	ReplicationSlotName string
+	CreatedPublication  bool
+	CreatedSlot         bool
+	Status              MirrorStatus
+	DesiredState        DesiredState
+	ResumeStatus        *MirrorStatus
+	PendingAction       *PendingAction
+	ErrorMessage        *string
+	ErrorCount          int
+	NextRetryAt         *time.Time
+	LastLSN             *string
+	LastSyncBatchID     int64
 	// Slot health, read from the source by the slot monitor (nil before
 	// its first check).
 	SlotLagBytes  *int64

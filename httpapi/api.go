@@ -126,6 +126,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerPeers(api)
 	h.registerMirrors(api)
 	h.registerControl(api)
+	h.registerMirrorSettings(api)
 	h.registerCutover(api)
 	h.registerVerify(api)
 	h.registerLogs(api)

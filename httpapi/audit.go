@@ -30,6 +30,7 @@ var auditedOperations = map[string]string{
 	"delete-peer":         db.AuditTargetPeer,
 	"create-mirror":       db.AuditTargetMirror,
 	"delete-mirror":       db.AuditTargetMirror,
+	"update-mirror":       db.AuditTargetMirror,
 	"pause-mirror":        db.AuditTargetMirror,
 	"resume-mirror":       db.AuditTargetMirror,
 	"resync-mirror":       db.AuditTargetMirror,

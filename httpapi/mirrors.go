@@ -90,6 +90,7 @@ type mirrorCreateInput struct {
 		ReplicationSlotName         string         `json:"replication_slot_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_slot_<name>."`
 		ExistingDestinationRows     string         `json:"existing_destination_rows,omitempty" enum:"refuse,truncate,keep" default:"refuse" doc:"What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
 		CaptureDDL                  bool           `json:"capture_ddl,omitempty" default:"false" doc:"Capture schema changes of the mapped tables with an event trigger that pgmirror installs on the source database (needs a superuser source peer, PostgreSQL 14 or later): CREATE INDEX, DROP INDEX, ALTER INDEX ... RENAME, check/unique/exclusion constraints added or dropped, column defaults and NOT NULL are then applied on the destination in order with the rows. Without it, added, renamed and dropped columns still replicate from the stream. The trigger is shared by the mirrors of the source database and removed with the last of them."`
+		SchemaChanges               string         `json:"schema_changes,omitempty" enum:"apply,warn,stop" default:"apply" doc:"What CDC does when a mapped source table's columns change (renamed, dropped, added, retyped): apply (default: the change is applied to the destination at its position in the stream and logged as Schema change applied; a type change that may have changed stored values resyncs that table beside running CDC), warn (a WARN is logged and the destination's schema is left as it is: dropped and renamed columns are kept and made nullable), or stop (the mirror is paused before the first change that would alter the destination's schema; switch the setting with PATCH /v1/mirrors/{name} or change the destination yourself, then resume). See docs/consistency.md, Schema changes."`
 		Sequences                   []sequenceRef  `json:"sequences,omitempty" maxItems:"1000" doc:"Source sequences to keep in step on the destination besides those the mapped tables' columns own (serial, identity): for example one that several tables draw ids from through DEFAULT nextval(...). Each is created on the destination under the same name when missing, set after the snapshot, every SERVICE_SEQUENCE_SYNC_INTERVAL and exactly at a cut-over."`
 	}
 }
@@ -109,6 +110,7 @@ type MirrorConfig struct {
 	CDCBatchSize                int            `json:"cdc_batch_size"`
 	DoInitialSnapshot           bool           `json:"do_initial_snapshot"`
 	ExistingDestinationRows     string         `json:"existing_destination_rows" enum:"refuse,truncate,keep" doc:"What a table's first copy does with rows its destination table already holds."`
+	SchemaChanges               string         `json:"schema_changes" enum:"apply,warn,stop" doc:"What CDC does when a mapped source table's columns change: apply, warn or stop (editable while paused with PATCH /v1/mirrors/{name})."`
 	PublicationName             string         `json:"publication_name"`
 	ReplicationSlotName         string         `json:"replication_slot_name"`
 	Sequences                   []sequenceRef  `json:"sequences" doc:"Source sequences listed at creation, kept in step on the destination; [] for none."`
@@ -123,6 +125,7 @@ func configResponse(m db.Mirror, tables []db.MirrorTable) MirrorConfig {
 		SnapshotNumRowsPerPartition: m.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		SnapshotNumTablesInParallel: m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: m.CDCSyncIntervalSeconds,
 		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot, ExistingDestinationRows: string(m.ExistingDestinationRows),
+		SchemaChanges:   string(m.SchemaChanges),
 		PublicationName: m.PublicationName, ReplicationSlotName: m.ReplicationSlotName, Sequences: sequencesResponse(m.Sequences),
 		Status: string(m.Status), CreatedAt: m.CreatedAt, CaptureDDL: m.CaptureDDL,
 	}
@@ -140,6 +143,7 @@ type mirrorSummary struct {
 	LastLSN         *string `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
 	ErrorMessage    *string `json:"error_message" doc:"Set when status is error."`
 	ErrorCount      int     `json:"error_count" doc:"Consecutive errors."`
+	SchemaChanges   string  `json:"schema_changes" enum:"apply,warn,stop" doc:"What CDC does when a mapped source table's columns change."`
 	SlotHealth
 	WorkerInfo
 	CreatedAt time.Time `json:"created_at"`
@@ -268,7 +272,7 @@ func (h *handlers) listMirrors(ctx context.Context, _ *struct{}) (*mirrorListOut
 	out := &mirrorListOutput{Body: make([]mirrorSummary, 0, len(mirrors))}
 	for _, m := range mirrors {
 		sum := mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
-			Status: string(m.Status), LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
+			Status: string(m.Status), LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount, SchemaChanges: string(m.SchemaChanges),
 			SlotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
 		sum.WorkerInfo = withWorker(m, workers, &sum.SlotHealth)
 		out.Body = append(out.Body, sum)
@@ -549,7 +553,8 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 			SnapshotNumTablesInParallel: b.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: b.CDCSyncIntervalSeconds,
 			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: doSnapshot, ExistingDestinationRows: mode,
 			PublicationName: pub, ReplicationSlotName: slot, Tables: mappings, Sequences: sequences,
-			CaptureDDL: b.CaptureDDL,
+			CaptureDDL:    b.CaptureDDL,
+			SchemaChanges: db.SchemaChanges(b.SchemaChanges),
 		})
 		if err != nil {
 			return err

@@ -36,7 +36,7 @@ func TestPermissionMatrix(t *testing.T) {
 	for name, status := range map[string]string{
 		"m": "running", "m-pause": "running", "m-resume": "paused", "m-resync": "running", "m-tresync": "running",
 		"m-retry": "error", "m-schema": "running", "m-tables": "paused", "m-del": "initializing", "m-cut": "running",
-		"m-ver": "running", "m-rep": "running",
+		"m-ver": "running", "m-rep": "running", "m-set": "paused",
 	} {
 		b.createMirror(name)
 		b.setStatus(name, status)
@@ -74,6 +74,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{http.MethodPost, "/v1/mirrors", "/v1/mirrors", "adminOnly", fixed(mirrorBody("m-new")), http.StatusCreated},
 		{http.MethodGet, "/v1/mirrors/{name}", "/v1/mirrors/m", "authed", nil, http.StatusOK},
 		{http.MethodDelete, "/v1/mirrors/{name}", "/v1/mirrors/m-del", "adminOnly", nil, http.StatusOK},
+		{http.MethodPatch, "/v1/mirrors/{name}", "/v1/mirrors/m-set", "adminOnly", fixed(map[string]any{"schema_changes": "warn"}), http.StatusOK},
 		{http.MethodPost, "/v1/mirrors/{name}/pause", "/v1/mirrors/m-pause/pause", "adminOnly", nil, http.StatusOK},
 		{http.MethodPost, "/v1/mirrors/{name}/resume", "/v1/mirrors/m-resume/resume", "adminOnly", nil, http.StatusOK},
 		{http.MethodPost, "/v1/mirrors/{name}/resync", "/v1/mirrors/m-resync/resync", "adminOnly", nil, http.StatusOK},

@@ -262,15 +262,32 @@ func (b *batchReporter) ColumnsDropped(ctx context.Context, table change.TableNa
 		"policy": "the destination keeps these columns and new rows leave them NULL (or their default); the remaining columns keep replicating; a renamed column arrives as a new column, added automatically"})
 }
 
-// SchemaChangeApplied logs an INFO entry for a schema change captured on
-// the source and applied on the destination, and counts it.
-func (b *batchReporter) SchemaChangeApplied(ctx context.Context, table change.TableName, statement string) {
-	b.run.log(ctx, db.LevelInfo, "Schema change applied", map[string]any{"table": table.String(), "statement": statement})
-	b.run.cfg.Metrics.SchemaChangeApplied(b.mirror.Name)
-}
-
 // SchemaChangeRejected logs a WARN entry for a captured schema change that
 // was left out on the destination.
 func (b *batchReporter) SchemaChangeRejected(ctx context.Context, table change.TableName, warning string) {
-	b.run.log(ctx, db.LevelWarn, "Schema change not applied", map[string]any{"table": table.String(), "warning": warning})
+	b.run.log(ctx, db.LevelWarn, db.MsgSchemaChangeNotApplied, map[string]any{"table": table.String(), "warning": warning})
+}
+
+// SchemaChangeApplied logs a statement applied to the destination for a
+// source column change and counts it in /metrics.
+func (b *batchReporter) SchemaChangeApplied(ctx context.Context, table change.TableName, statement string) {
+	b.run.log(ctx, db.LevelInfo, db.MsgSchemaChangeApplied, map[string]any{"table": table.String(), "statement": statement})
+	b.run.cfg.Metrics.SchemaChangeApplied(b.mirror.Name)
+}
+
+// SchemaChangeWarned logs a source column change left alone under
+// schema_changes warn.
+func (b *batchReporter) SchemaChangeWarned(ctx context.Context, table change.TableName, what string) {
+	b.run.log(ctx, db.LevelWarn, db.MsgSchemaChangeNotApplied, map[string]any{"table": table.String(), "change": what,
+		"policy": "schema_changes is warn: the destination's schema is left as it is (dropped and renamed columns are kept and made nullable, new ones are added); set it to apply with PATCH /v1/mirrors/{name} while paused to have such changes applied"})
+}
+
+// ResyncTable asks for a copy of a table beside running CDC after a source
+// column change whose values the stream does not carry.
+func (b *batchReporter) ResyncTable(ctx context.Context, table change.TableName, reason string) error {
+	if err := b.run.store.MirrorTableRequestResync(ctx, b.mirror.ID, table); err != nil {
+		return err
+	}
+	b.run.log(ctx, db.LevelInfo, db.MsgTableResyncStarted, map[string]any{"table": table.String(), "reason": reason})
+	return nil
 }

@@ -55,6 +55,10 @@
 // The snapshot, new slot and table-start phases continue with CDC. When CDC
 // meets a column the destination lacks (cdc.ErrMissingColumn), the loop adds
 // it (schemasync.SyncColumns) and starts over; the batch was rolled back.
+// Column changes of the source follow the mirror's schema_changes: CDC
+// applies them itself (cdc.Config.SchemaChanges, batchReporter logs and
+// counts them and requests a table's resync), and under stop the run pauses
+// the mirror (pauseForSchemaChange).
 //
 // # Failures
 //

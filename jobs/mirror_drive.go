@@ -37,6 +37,10 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 		if errors.Is(err, errRunEnded) {
 			return nil
 		}
+		var schemaStop *cdc.SchemaStopError
+		if errors.As(err, &schemaStop) {
+			return r.pauseForSchemaChange(ctx, schemaStop)
+		}
 		if errors.Is(err, cdc.ErrMissingColumn) {
 			// A column added on the source: add it on the destination and
 			// apply the batch again. If nothing could be added, fail.
@@ -50,6 +54,41 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 		}
 		return err
 	}
+}
+
+// followMappings are the tables whose destination columns a run brings up
+// to the source's before it starts: all of them under schema_changes warn;
+// otherwise only those about to be copied (new, or resync requested),
+// since CDC applies the column changes of the others at their position in
+// the stream, and doing it here, ahead of the stream, would change the
+// destination before changes that still have the old shape. (Their types
+// and enum labels are still brought up: schemasync.SyncTypes.)
+func followMappings(m db.Mirror, tables []db.MirrorTable) []change.Mapping {
+	if m.SchemaChanges == db.SchemaChangesWarn {
+		return toMappings(tables)
+	}
+	var copying []db.MirrorTable
+	for _, t := range tables {
+		if t.Status != db.TableStatusRunning || t.ResyncRequestedAt != nil {
+			copying = append(copying, t)
+		}
+	}
+	return toMappings(copying)
+}
+
+// pauseForSchemaChange pauses the mirror, as POST pause does, before a
+// source column change met under schema_changes stop: CDC applied what came
+// before the transaction that carries it and nothing of that one, so
+// resuming starts right at the change.
+func (r *mirrorRun) pauseForSchemaChange(ctx context.Context, stop *cdc.SchemaStopError) error {
+	// Pausing makes the control watcher cancel ctx: log first, and on a
+	// context that outlives it.
+	ctx = context.WithoutCancel(ctx)
+	r.log(ctx, db.LevelWarn, db.MsgPausedForSchemaChange, map[string]any{"table": stop.Table.String(), "changes": stop.Changes,
+		"action": "schema_changes is stop: the destination was left as it is. Either switch the setting (PATCH /v1/mirrors/{name} with schema_changes apply or warn) " +
+			"or change the destination table yourself to match, then resume the mirror (POST /v1/mirrors/{name}/resume): it continues from right before the change"})
+	r.logger.Warn("mirror paused before a source schema change (schema_changes is stop)", "table", stop.Table.String(), "changes", stop.Changes)
+	return r.store.MirrorPause(ctx, r.mirrorID)
 }
 
 // addMissingColumns brings the destination's columns up to the source's
@@ -283,9 +322,19 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		}
 		r.logEnsureReport(ctx, tables, report, time.Since(started))
 	case schemaFollow:
-		ddl, _, err := schemasync.SyncColumns(ctx, in.src, in.dst, in.mappings)
+		ddl, _, err := schemasync.SyncColumns(ctx, in.src, in.dst, followMappings(m, tables))
 		if err != nil {
 			return in, fmt.Errorf("prepare destination tables: %w", err)
+		}
+		if m.SchemaChanges != db.SchemaChangesWarn {
+			// Types and enum labels for every table (CDC applies the
+			// columns): a label added on the source must exist before rows
+			// that use it arrive.
+			types, err := schemasync.SyncTypes(ctx, in.src, in.dst, in.mappings)
+			if err != nil {
+				return in, fmt.Errorf("prepare destination types: %w", err)
+			}
+			ddl = append(ddl, types...)
 		}
 		if len(ddl) > 0 {
 			r.log(ctx, db.LevelInfo, "Schema sync completed", db.SchemaSyncDetails{
@@ -681,6 +730,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		Origin:           origin.NameOrNone(r.originUID(m)),
 		Holder:           r.holder(),
 		CaptureDDL:       m.CaptureDDL,
+		SchemaChanges:    string(m.SchemaChanges),
 		Logger:           r.logger,
 	}, nil
 }

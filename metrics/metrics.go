@@ -45,6 +45,7 @@ type Registry struct {
 	retries       *prometheus.CounterVec
 	snapCopied    *prometheus.GaugeVec
 	snapEstimated *prometheus.GaugeVec
+	schemaChanges *prometheus.CounterVec
 	catalog       *catalogCollector
 }
 
@@ -83,8 +84,12 @@ func New() *Registry {
 			Name: "pgmirror_snapshot_rows_estimated",
 			Help: "The source's row estimate of a table being copied; the series goes away when the copy ends.",
 		}, []string{"mirror", "table"}),
+		schemaChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgmirror_schema_changes_applied_total",
+			Help: "Source schema changes applied to the destination by CDC at their position in the stream (each statement logged as Schema change applied).",
+		}, []string{"mirror"}),
 	}
-	r.reg.MustRegister(r.changes, r.batchSeconds, r.batchChanges, r.errors, r.retries, r.snapCopied, r.snapEstimated,
+	r.reg.MustRegister(r.changes, r.batchSeconds, r.batchChanges, r.errors, r.retries, r.snapCopied, r.snapEstimated, r.schemaChanges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
@@ -120,6 +125,14 @@ func (r *Registry) BatchApplied(mirror string, d time.Duration, changes int64, t
 func (r *Registry) MirrorFailed(mirror string) {
 	if r != nil {
 		r.errors.WithLabelValues(mirror).Inc()
+	}
+}
+
+// SchemaChangeApplied counts a source schema change applied to mirror's
+// destination.
+func (r *Registry) SchemaChangeApplied(mirror string) {
+	if r != nil {
+		r.schemaChanges.WithLabelValues(mirror).Inc()
 	}
 }
 

@@ -212,16 +212,17 @@ func TestEditTables(t *testing.T) {
 }
 
 // TestSourceDDLWithoutSyncSchema changes a source table's columns without
-// calling sync-schema: an added column appears on the destination before the
-// rows that use it, and a dropped or renamed column gets a WARN entry while
-// the remaining columns keep replicating.
+// calling sync-schema, under schema_changes warn: an added column appears on
+// the destination before the rows that use it, and a dropped or renamed
+// column gets a WARN entry while the remaining columns keep replicating.
+// (TestSchemaChangesApply covers the default, apply.)
 func TestSourceDDLWithoutSyncSchema(t *testing.T) {
 	t.Parallel()
 	_, src, dst, s := newEnv(t, `CREATE TYPE color AS ENUM ('red', 'green');
 		CREATE TABLE public.ddl (id int PRIMARY KEY, a text, b text NOT NULL, c text NOT NULL);
 		INSERT INTO public.ddl SELECT g, 'a', 'b', 'c' FROM generate_series(1, 10) g`)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "ddl", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"name": "ddl", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1, "schema_changes": "warn",
 		"table_mappings": []any{mapping("public", "ddl", "public", "ddl")},
 	}, 201, nil)
 	s.waitStatus("ddl", "running", 60*time.Second)

@@ -93,6 +93,18 @@ type Config struct {
 	// source). The destination keeps those columns; new rows leave them
 	// to their default.
 	OnColumnsDropped func(ctx context.Context, table change.TableName, columns []string)
+	// SchemaChanges is what the applier does when a mapped table's columns
+	// change on the source (see schema.go). "" keeps no record of the
+	// source's columns and behaves as SchemaWarn.
+	SchemaChanges SchemaMode
+	// Source reads the source catalog (attnums, types, defaults) for
+	// SchemaChanges. Without it columns are matched by name and position
+	// only, and a change that needs a column's type fails the batch: set
+	// it for SchemaApply.
+	Source SourceCatalog
+	// SchemaHooks hear of schema changes applied, warned about or needing a
+	// table resync.
+	SchemaHooks SchemaHooks
 }
 
 // Applier writes batches of source changes to the destination. It owns its
@@ -124,9 +136,14 @@ type Applier struct {
 	tables   map[change.TableName]*destTable
 	plans    map[*change.Relation]*plan
 	current  map[change.TableName]*plan // latest plan per source table
-	dirty    []*plan                    // plans with buffered changes, in first-use order
-	inBatch  bool                       // a batch transaction is open in the session
-	begun    bool                       // the batch's BEGIN was sent
+	// known holds the source columns known per table (schema.go), read
+	// from the destination on first use; forgotten with the transaction.
+	known map[change.TableName][]knownColumn
+	// schemaDone are the schema changes of the open batch (schema.go).
+	schemaDone []schemaReport
+	dirty      []*plan // plans with buffered changes, in first-use order
+	inBatch    bool    // a batch transaction is open in the session
+	begun      bool    // the batch's BEGIN was sent
 	// While Commit flushes, the last plan's row statements may wait for
 	// the commit's round trip instead of taking their own (see
 	// flushKeyedRows): tailAllowed says the plan being flushed may, tail
@@ -168,6 +185,7 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 		tables:   map[change.TableName]*destTable{},
 		plans:    map[*change.Relation]*plan{},
 		current:  map[change.TableName]*plan{},
+		known:    map[change.TableName][]knownColumn{},
 		counts:   map[change.TableName]*change.Counts{},
 
 		statements: map[string]string{},
@@ -178,6 +196,11 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 	}
 	if err := positions.Ensure(ctx, conn); err != nil {
 		return nil, err
+	}
+	if cfg.SchemaChanges != "" {
+		if err := ensureSourceColumns(ctx, conn); err != nil {
+			return nil, err
+		}
 	}
 	_, err := conn.Exec(ctx, "SET session_replication_role = replica")
 	var pgErr *pgconn.PgError
@@ -356,6 +379,7 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 		counts[k] = *v
 	}
 	a.counts = map[change.TableName]*change.Counts{}
+	a.reportSchema(ctx)
 	return counts, nil
 }
 
@@ -436,6 +460,8 @@ func commitPositions(results []*pgconn.Result) (commit, flushed change.LSN, err 
 func (a *Applier) reset() {
 	a.plans = map[*change.Relation]*plan{}
 	a.current = map[change.TableName]*plan{}
+	a.known = map[change.TableName][]knownColumn{}
+	a.schemaDone = nil
 	a.tables = map[change.TableName]*destTable{}
 	a.dirty = nil
 	a.lastPlan = nil

@@ -36,6 +36,8 @@ type destColumn struct {
 	// and unchanged values would break), with its collation, so that staged
 	// keys compare with the column as its index does.
 	stage string
+	// hasDefault: the column has a default expression (atthasdef).
+	hasDefault bool
 }
 
 // destTableSQL reads the columns of a destination table (not dropped, not
@@ -43,7 +45,7 @@ type destColumn struct {
 // (following domains over domains), with its modifier.
 const destTableSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid,
 		format_type(b.oid, b.typmod), coll.nspname, coll.collname,
-		coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p', a.attnotnull AND NOT a.atthasdef,
+		coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p', a.attnotnull AND NOT a.atthasdef, a.atthasdef,
 		EXISTS (SELECT 1 FROM pg_index x WHERE (x.indrelid = c.oid OR x.indrelid IN (SELECT relid FROM pg_partition_tree(c.oid)))
 				AND x.indisunique AND NOT x.indisprimary)
 			OR EXISTS (SELECT 1 FROM pg_constraint x WHERE (x.conrelid = c.oid OR x.conrelid IN (SELECT relid FROM pg_partition_tree(c.oid)))
@@ -79,16 +81,17 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 			oid                  uint32
 			collSchema, collName *string
 			pk, part, required   bool
+			hasDefault           bool
 			otherUnique          bool
 		)
-		if err := rows.Scan(&col, &typ, &oid, &stageType, &collSchema, &collName, &pk, &part, &required, &otherUnique); err != nil {
+		if err := rows.Scan(&col, &typ, &oid, &stageType, &collSchema, &collName, &pk, &part, &required, &hasDefault, &otherUnique); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 		}
 		if collName != nil {
 			stageType += " COLLATE " + change.QuoteIdent(*collSchema) + "." + change.QuoteIdent(*collName)
 		}
-		t.columns[col] = destColumn{typ: typ, typeOID: oid, stage: stageType}
+		t.columns[col] = destColumn{typ: typ, typeOID: oid, stage: stageType, hasDefault: hasDefault}
 		if pk {
 			t.pk[col] = true
 		}
@@ -150,11 +153,6 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 	if m == nil {
 		return nil, nil
 	}
-	if a.cfg.Binary {
-		if err := checkBinary(m, rel, a.cfg.BinaryTypes[rel.Table]); err != nil {
-			return nil, err
-		}
-	}
 	old := a.current[rel.Table]
 	if old != nil && sameShape(old.rel, rel) {
 		// The source re-sends descriptions after cache invalidations that
@@ -165,13 +163,15 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		a.plans[rel] = old
 		return old, nil
 	}
+	// Tracked columns: reconcile reports the changes (SchemaHooks).
+	tracked := a.cfg.SchemaChanges != ""
 	reported := map[string]bool{}
 	if old != nil {
-		if dropped := droppedColumns(old.rel, rel); len(dropped) > 0 && a.cfg.OnColumnsDropped != nil {
+		if dropped := droppedColumns(old.rel, rel); len(dropped) > 0 && a.cfg.OnColumnsDropped != nil && !tracked {
 			a.cfg.OnColumnsDropped(ctx, rel.Table, dropped)
-			for _, c := range dropped {
-				reported[c] = true
-			}
+		}
+		for _, c := range droppedColumns(old.rel, rel) {
+			reported[c] = true
 		}
 		// A new shape of the table (DDL on the source): write what was
 		// buffered under the old one first, to keep the order, and drop
@@ -190,6 +190,19 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		delete(a.plans, old.rel)
 		// A schema sync may have changed the destination along (a type).
 		delete(a.tables, m.Destination)
+	}
+	if tracked {
+		// The source's columns compared with those known: renamed,
+		// dropped, added or retyped ones are applied at this position,
+		// reported, or stop the run (schema.go).
+		if err := a.reconcile(ctx, m, rel); err != nil {
+			return nil, err
+		}
+	}
+	if a.cfg.Binary {
+		if err := checkBinary(m, rel, a.cfg.BinaryTypes[rel.Table]); err != nil {
+			return nil, err
+		}
 	}
 	dest, err := a.destTable(ctx, m.Destination)
 	if err != nil {

@@ -233,7 +233,7 @@ func TestStreamDecodes(t *testing.T) {
 	require.Equal(t, capture.EventBegin, evs[0].Kind)
 	require.Equal(t, change.OpInsert, evs[1].Change.Op)
 	require.Equal(t, tn("public", "a"), evs[1].Change.Relation.Table)
-	require.Equal(t, []change.Column{{Name: "id", TypeOID: 23, Key: true}, {Name: "v", TypeOID: 25}, {Name: "big", TypeOID: 25}}, evs[1].Change.Relation.Columns)
+	require.Equal(t, []change.Column{{Name: "id", TypeOID: 23, TypeMod: -1, Key: true}, {Name: "v", TypeOID: 25, TypeMod: -1}, {Name: "big", TypeOID: 25, TypeMod: -1}}, evs[1].Change.Relation.Columns)
 	require.Equal(t, null, evs[1].Change.New[1])
 	require.Equal(t, capture.EventCommit, evs[3].Kind)
 	require.Greater(t, evs[3].LSN, evs[0].LSN)

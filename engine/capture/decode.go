@@ -330,11 +330,11 @@ func decodeRelation(data []byte) (*change.Relation, error) {
 		flags := w.u8("column flags")
 		colName := w.cstring("column name")
 		typ := w.u32("column type")
-		w.u32("column type modifier")
+		mod := int32(w.u32("column type modifier"))
 		if w.err != nil {
 			return nil, fmt.Errorf("column %d: %w", i+1, w.err)
 		}
-		rel.Columns[i] = change.Column{Name: colName, TypeOID: typ, Key: flags&1 != 0}
+		rel.Columns[i] = change.Column{Name: colName, TypeOID: typ, TypeMod: mod, Key: flags&1 != 0}
 	}
 	if err := w.done(); err != nil {
 		return nil, err

@@ -121,8 +121,8 @@ func TestDecode(t *testing.T) {
 	t.Parallel()
 	msgs := validMessages()
 	at := time.Date(2024, 5, 1, 12, 0, 0, 123456000, time.UTC)
-	cols := []change.Column{{Name: "id", TypeOID: 20, Key: true}, {Name: "name", TypeOID: 25}, {Name: "n", TypeOID: 23}, {Name: "at", TypeOID: 1184}, {Name: "note", TypeOID: 25}}
-	pairCols := []change.Column{{Name: "a", TypeOID: 23, Key: true}, {Name: "b", TypeOID: 17, Key: true}}
+	cols := []change.Column{{Name: "id", TypeOID: 20, TypeMod: -1, Key: true}, {Name: "name", TypeOID: 25, TypeMod: -1}, {Name: "n", TypeOID: 23, TypeMod: -1}, {Name: "at", TypeOID: 1184, TypeMod: -1}, {Name: "note", TypeOID: 25, TypeMod: -1}}
+	pairCols := []change.Column{{Name: "a", TypeOID: 23, TypeMod: -1, Key: true}, {Name: "b", TypeOID: 17, TypeMod: 12, Key: true}}
 	for _, tc := range []struct {
 		name string
 		// check gets the stream (primed with both relations) and the result.

@@ -137,6 +137,12 @@ type Config struct {
 	// at its place among the changes. Needs PostgreSQL 14 or later on the
 	// source.
 	CaptureDDL bool
+	// SchemaChanges is what the run does when a mapped source table's
+	// columns change: "apply", "warn" or "stop" (see apply.SchemaMode and
+	// SchemaChangeReporter); "" keeps no record of the source's columns
+	// (a dropped column is kept on the destination, a new one is
+	// ErrMissingColumn).
+	SchemaChanges string
 	// Holder, when set, lets a verification hold the run for an instant at
 	// a source position (see Holder).
 	Holder Holder
@@ -221,12 +227,31 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 	// batch was rolled back, and the stream starts again at the applied
 	// position with that table applied in the source's order for the rest
 	// of the run. A violation in order is real and ends the run.
+	//
+	// A source column change met under SchemaChanges "stop" (a
+	// SchemaStopError): the batch was rolled back, and the stream starts
+	// again with StopAt at the commit of the transaction that carries the
+	// change, so that everything before it is applied and confirmed; then
+	// Run returns the SchemaStopError. A run resumed later starts right at
+	// that transaction.
 	inOrder := map[change.TableName]bool{}
 	binaryRestarts := 0
+	var schemaStopped *SchemaStopError
 	for {
 		err := runOnce(ctx, cfg, rep, stop, binaryRestarts >= 3, inOrder)
+		if err == nil && schemaStopped != nil {
+			return schemaStopped
+		}
 		var conflict *apply.OrderConflictError
+		var schemaStop *SchemaStopError
 		switch {
+		case errors.As(err, &schemaStop) && schemaStop.At != 0 && (cfg.StopAt == 0 || schemaStop.At < cfg.StopAt):
+			schemaStopped = schemaStop
+			cfg.StopAt = schemaStop.At
+			cfg.Logger.Info("a source column change needs the mirror to stop (schema_changes is stop); applying what comes before it first",
+				"table", schemaStop.Table.String(), "stop_at", schemaStop.At.String())
+		case errors.Is(err, ErrStopAtUnsupported) && schemaStopped != nil:
+			return schemaStopped
 		case errors.As(err, &conflict) && !inOrder[conflict.Table]:
 			inOrder[conflict.Table] = true
 			cfg.Logger.Info("rows of a destination table met a constraint in the order folding by key gives them (a unique value traded within a batch, a self-referencing foreign key); restarting the stream with the table applied in the source's order",
@@ -265,7 +290,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 
 	var types map[change.TableName]map[string]uint32
 	if !textOnly {
-		if types, err = binaryTypes(ctx, src, dest, cfg.Tables); err != nil {
+		if types, err = binaryTypes(ctx, src, dest, cfg.Tables, cfg.SchemaChanges != ""); err != nil {
 			return netError(err)
 		}
 	}
@@ -276,6 +301,8 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if sr, ok := rep.(SchemaReporter); ok {
 		applyCfg.OnColumnsDropped = sr.ColumnsDropped
 	}
+	closeSchema := schemaConfig(cfg, rep, &applyCfg)
+	defer closeSchema()
 	applier, err := apply.New(ctx, dest, applyCfg)
 	if err != nil {
 		return netError(err)
@@ -621,6 +648,10 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 		}
 		r.changes++
 		if err := r.applier.Apply(ctx, c); err != nil {
+			var schemaStop *SchemaStopError
+			if errors.As(err, &schemaStop) {
+				schemaStop.At = r.txLSN
+			}
 			return err
 		}
 	case capture.EventCommit:

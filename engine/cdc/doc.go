@@ -63,6 +63,19 @@
 // checked at the start (DDL on the source) ends the run's attempt with
 // apply.ErrBinaryMismatch and Run starts again with the format decided anew.
 //
+// # Schema changes
+//
+// With Config.SchemaChanges set, the applier keeps each table's source
+// columns by attnum on the destination and handles a renamed, dropped,
+// added or retyped column at its position in the stream (engine/apply,
+// schema.go): under "apply" it alters the destination in the batch
+// transaction and settles the changed columns' binary format, so the run
+// goes on in binary without a restart; a change whose values the stream
+// does not carry asks the Reporter (SchemaChangeReporter.ResyncTable) for
+// a copy of the table. Under "stop" Run returns a SchemaStopError before
+// the change. The format check at the start then tolerates a source that
+// is ahead of the stream (trackedBinaryTypes).
+//
 // # Tables applied in order
 //
 // The applier folds each chunk by key. On a destination table with unique

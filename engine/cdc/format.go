@@ -25,7 +25,13 @@ const minBinaryServer = 140000
 // must use text. The applier stops the run (apply.ErrBinaryMismatch) when a
 // column arrives whose type was not checked here, and the next run decides
 // again.
-func binaryTypes(ctx context.Context, src, dst *pgx.Conn, tables []change.Mapping) (map[change.TableName]map[string]uint32, error) {
+//
+// With tracked (the run applies source column changes itself, see
+// Config.SchemaChanges), columns whose types differ, or that only one side
+// has, do not force text: the source may have changed ahead of the stream,
+// and the applier settles each such column's format when it applies the
+// change (trackedBinaryTypes).
+func binaryTypes(ctx context.Context, src, dst *pgx.Conn, tables []change.Mapping, tracked bool) (map[change.TableName]map[string]uint32, error) {
 	var version string
 	if err := src.QueryRow(ctx, "SHOW server_version_num").Scan(&version); err != nil {
 		return nil, fmt.Errorf("read source server version: %w", err)
@@ -54,6 +60,10 @@ func binaryTypes(ctx context.Context, src, dst *pgx.Conn, tables []change.Mappin
 				return nil, nil
 			}
 		}
+		if tracked {
+			out[m.Source] = trackedBinaryTypes(st, dt, m)
+			continue
+		}
 		if !schemasync.BinaryCompatible(st, dt, m) {
 			return nil, nil
 		}
@@ -65,3 +75,27 @@ func binaryTypes(ctx context.Context, src, dst *pgx.Conn, tables []change.Mappin
 	}
 	return out, nil
 }
+
+// trackedBinaryTypes is binaryTypes' check of one table with tracked
+// columns: the destination's built-in columns (the stream, which may be
+// behind the source's catalog, sends them with their destination type until
+// it reaches a change), and the replicated source columns with the
+// identical portable type on the destination.
+func trackedBinaryTypes(st, dt schemasync.Table, m change.Mapping) map[string]uint32 {
+	cols := map[string]uint32{}
+	for _, dc := range dt.Columns {
+		if !dc.Generated && !m.Excluded(dc.Name) && dc.BinarySafe && dc.TypeOID < firstNormalOID {
+			cols[dc.Name] = dc.TypeOID
+		}
+	}
+	for _, c := range st.Replicated(m) {
+		if dc, ok := dt.Column(c.Name); ok && dc.Type == c.Type && c.BinarySafe && dc.BinarySafe {
+			cols[c.Name] = c.TypeOID
+		}
+	}
+	return cols
+}
+
+// firstNormalOID is PostgreSQL's first OID of objects not built in: types
+// below it have the same OID and binary form in every cluster.
+const firstNormalOID = 16384

@@ -11,6 +11,9 @@ type Column struct {
 	// TypeOID is the source type's OID (it names the format of ValueBinary
 	// values; text values are read by the destination's type input).
 	TypeOID uint32
+	// TypeMod is the type modifier (atttypmod: a varchar's length, a
+	// numeric's precision and scale), -1 for none.
+	TypeMod int32
 	// Key reports whether the column is part of the replica identity.
 	Key bool
 }

@@ -20,6 +20,14 @@ type Conn interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// Execer runs statements in a transaction the caller opened; pgx.Tx and
+// *pgx.Conn satisfy it.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // ErrTableNotFound is returned (wrapped) by Describe when the table does not
 // exist.
 var ErrTableNotFound = errors.New("table not found")

@@ -150,6 +150,23 @@ func SyncColumns(ctx context.Context, src, dst Conn, mappings []change.Mapping) 
 	return log.statements, log.warnings, nil
 }
 
+// SyncTypes creates on the destination the user-defined types that the
+// mapped source tables' columns use and that it lacks, and adds the enum
+// labels its copies lack, as SyncColumns does, without touching any table.
+func SyncTypes(ctx context.Context, src, dst Conn, mappings []change.Mapping) ([]string, error) {
+	sources, graph, err := readSources(ctx, src, mappings, false)
+	if err != nil {
+		return nil, err
+	}
+	log, err := inDestination(ctx, dst, func(tx pgx.Tx, log *ddlLog) error {
+		return ensureTypes(ctx, tx, graph.creationOrder(typeRoots(sources)), log)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return log.statements, nil
+}
+
 // readSources describes every mapping's source table and loads the types its
 // destination columns use. strict also rejects excluded columns that the
 // source does not have.
@@ -225,7 +242,7 @@ func (l *ddlLog) warn(format string, args ...any) {
 	l.warnings = append(l.warnings, fmt.Sprintf(format, args...))
 }
 
-func (l *ddlLog) exec(ctx context.Context, tx pgx.Tx, stmt string) error {
+func (l *ddlLog) exec(ctx context.Context, tx Execer, stmt string) error {
 	if _, err := tx.Exec(ctx, stmt); err != nil {
 		return fmt.Errorf("execute %s: %w", stmt, err)
 	}
@@ -266,7 +283,7 @@ func inDestination(ctx context.Context, dst Conn, fn func(tx pgx.Tx, log *ddlLog
 	return log, nil
 }
 
-func ensureSchema(ctx context.Context, tx pgx.Tx, schema string, log *ddlLog) error {
+func ensureSchema(ctx context.Context, tx Execer, schema string, log *ddlLog) error {
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
 		return fmt.Errorf("look up schema %s: %w", change.QuoteIdent(schema), err)
@@ -384,9 +401,28 @@ func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog) 
 			// Generated on either side: nothing is copied into it.
 		case !Compatible(sc.Type, dc.Type):
 			col := change.QuoteIdent(sc.Name)
+			// A default of the old type may not cast to the new one (the
+			// source changed its default along): drop it first and set
+			// the source's after.
+			if dc.Default != "" {
+				if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)); err != nil {
+					return nil, err
+				}
+			}
 			stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s", name, col, sc.Type, col, sc.Type)
 			if err := log.exec(ctx, tx, stmt); err != nil {
 				return nil, err
+			}
+			if dc.Default != "" && sc.Default != "" && sc.Sequence == nil {
+				err := tryExec(ctx, tx, log, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", name, col, sc.Default))
+				var pgErr *pgconn.PgError
+				switch {
+				case errors.As(err, &pgErr):
+					warnings = append(warnings, fmt.Sprintf("column %s of %s changed type without the source's default %s, since the destination rejected it (%s)",
+						col, name, sc.Default, pgErr.Message))
+				case err != nil:
+					return nil, err
+				}
 			}
 		}
 	}

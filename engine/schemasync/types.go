@@ -275,7 +275,7 @@ func createTypeSQL(t *pgType) (string, error) {
 // ensureTypes creates on the destination (tx, with only pg_catalog on its
 // search path) the user-defined types in order that it lacks, and adds enum
 // labels the destination's copy of an enum lacks.
-func ensureTypes(ctx context.Context, tx pgx.Tx, order []*pgType, log *ddlLog) error {
+func ensureTypes(ctx context.Context, tx Execer, order []*pgType, log *ddlLog) error {
 	for _, t := range order {
 		var dstOID uint32
 		var dstKind byte
@@ -308,9 +308,48 @@ WHERE n.nspname = $1 AND t.typname = $2`, t.Schema, t.Name).Scan(&dstOID, &dstKi
 	return nil
 }
 
+// EnsureTypesIn creates in dst, an open transaction of the caller, the
+// user-defined types among the source types oids (and those they depend
+// on) that the destination lacks, and adds the enum labels its copies
+// lack, as the first setup does. It returns the statements executed.
+// The transaction's search_path is pg_catalog meanwhile and restored after.
+func EnsureTypesIn(ctx context.Context, src Conn, dst Execer, oids []uint32) ([]string, error) {
+	graph := newTypeGraph()
+	err := withCatalogPath(ctx, src, func(tx pgx.Tx) error {
+		for _, oid := range oids {
+			if err := graph.load(ctx, tx, oid); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("source: %w", err)
+	}
+	order := graph.creationOrder(oids)
+	if len(order) == 0 {
+		return nil, nil
+	}
+	var searchPath string
+	if err := dst.QueryRow(ctx, `SELECT pg_catalog.current_setting('search_path')`).Scan(&searchPath); err != nil {
+		return nil, fmt.Errorf("destination: read search_path: %w", err)
+	}
+	if _, err := dst.Exec(ctx, `SELECT pg_catalog.set_config('search_path', 'pg_catalog', true)`); err != nil {
+		return nil, fmt.Errorf("destination: set search_path: %w", err)
+	}
+	log := &ddlLog{}
+	if err := ensureTypes(ctx, dst, order, log); err != nil {
+		return nil, fmt.Errorf("destination: %w", err)
+	}
+	if _, err := dst.Exec(ctx, `SELECT pg_catalog.set_config('search_path', $1, true)`, searchPath); err != nil {
+		return nil, fmt.Errorf("destination: restore search_path: %w", err)
+	}
+	return log.statements, nil
+}
+
 // addEnumLabels adds to the destination's enum (dstOID) the source labels it
 // lacks, each at its source position.
-func addEnumLabels(ctx context.Context, tx pgx.Tx, t *pgType, dstOID uint32, log *ddlLog) error {
+func addEnumLabels(ctx context.Context, tx Execer, t *pgType, dstOID uint32, log *ddlLog) error {
 	rows, err := tx.Query(ctx, `SELECT enumlabel::text FROM pg_catalog.pg_enum WHERE enumtypid = $1 ORDER BY enumsortorder`, dstOID)
 	if err != nil {
 		return fmt.Errorf("read labels of enum %s on the destination: %w", t.Expr, err)

@@ -99,6 +99,7 @@ var (
 	OpCreateMirror    = Operation{"create-mirror", http.MethodPost, "/v1/mirrors", nil}
 	OpGetMirror       = Operation{"get-mirror", http.MethodGet, "/v1/mirrors/{name}", nil}
 	OpDeleteMirror    = Operation{"delete-mirror", http.MethodDelete, "/v1/mirrors/{name}", nil}
+	OpUpdateMirror    = Operation{"update-mirror", http.MethodPatch, "/v1/mirrors/{name}", nil}
 	OpPauseMirror     = Operation{"pause-mirror", http.MethodPost, "/v1/mirrors/{name}/pause", nil}
 	OpResumeMirror    = Operation{"resume-mirror", http.MethodPost, "/v1/mirrors/{name}/resume", nil}
 	OpResyncMirror    = Operation{"resync-mirror", http.MethodPost, "/v1/mirrors/{name}/resync", nil}
@@ -117,7 +118,7 @@ var (
 var Operations = []Operation{
 	OpHealth, OpReady, OpLogin, OpMe, OpChangePassword, OpListUsers, OpCreateUser, OpDeleteUser,
 	OpListPeers, OpCreatePeer, OpGetPeer, OpUpdatePeer, OpDeletePeer, OpListPeerTables, OpTestPeer,
-	OpListMirrors, OpCreateMirror, OpGetMirror, OpDeleteMirror, OpPauseMirror, OpResumeMirror,
+	OpListMirrors, OpCreateMirror, OpGetMirror, OpDeleteMirror, OpUpdateMirror, OpPauseMirror, OpResumeMirror,
 	OpResyncMirror, OpResyncTable, OpRetryMirror, OpSyncSchema, OpGetTables, OpPutTables,
 	OpAvailableTables, OpCutover, OpMirrorLogs, OpAuditLog,
 }
@@ -326,6 +327,11 @@ func (c *Client) GetMirror(ctx context.Context, name string) (*MirrorStatus, err
 // DeleteMirror deletes a mirror, its slot and publication (admin).
 func (c *Client) DeleteMirror(ctx context.Context, name string) (*Deleted, error) {
 	return call[Deleted](ctx, c, OpDeleteMirror, p(name), nil, nil)
+}
+
+// UpdateMirror changes the non-nil settings of a paused mirror (admin).
+func (c *Client) UpdateMirror(ctx context.Context, name string, req MirrorUpdate) (*MirrorConfig, error) {
+	return call[MirrorConfig](ctx, c, OpUpdateMirror, p(name), nil, req)
 }
 
 // PauseMirror pauses a mirror (admin).

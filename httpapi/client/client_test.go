@@ -118,6 +118,7 @@ var schemaTypes = map[string]any{
 	"MirrorCreateInputBody":    client.MirrorCreate{},
 	"MirrorStatus":             client.MirrorStatus{},
 	"MirrorSummary":            client.MirrorSummary{},
+	"MirrorPatchInputBody":     client.MirrorUpdate{},
 	"PeerBody":                 client.Peer{},
 	"PeerCreateInputBody":      client.PeerCreate{},
 	"PeerTestOutputBody":       client.PeerTest{},

@@ -165,8 +165,15 @@ type MirrorCreate struct {
 	PublicationName             string         `json:"publication_name,omitempty"`
 	ReplicationSlotName         string         `json:"replication_slot_name,omitempty"`
 	ExistingDestinationRows     string         `json:"existing_destination_rows,omitempty"`
+	SchemaChanges               string         `json:"schema_changes,omitempty"`
 	Sequences                   []SequenceRef  `json:"sequences,omitempty"`
 	CaptureDDL                  bool           `json:"capture_ddl,omitempty"`
+}
+
+// MirrorUpdate is the body of PATCH /v1/mirrors/{name}: nil fields keep
+// their value.
+type MirrorUpdate struct {
+	SchemaChanges *string `json:"schema_changes,omitempty"`
 }
 
 // MirrorConfig is a mirror's configuration as the API returns it.
@@ -182,6 +189,7 @@ type MirrorConfig struct {
 	CDCBatchSize                int            `json:"cdc_batch_size"`
 	DoInitialSnapshot           bool           `json:"do_initial_snapshot"`
 	ExistingDestinationRows     string         `json:"existing_destination_rows"`
+	SchemaChanges               string         `json:"schema_changes"`
 	PublicationName             string         `json:"publication_name"`
 	ReplicationSlotName         string         `json:"replication_slot_name"`
 	Sequences                   []SequenceRef  `json:"sequences"`
@@ -215,6 +223,7 @@ type MirrorSummary struct {
 	LastLSN         *string `json:"last_lsn"`
 	ErrorMessage    *string `json:"error_message"`
 	ErrorCount      int     `json:"error_count"`
+	SchemaChanges   string  `json:"schema_changes"`
 	SlotHealth
 	WorkerInfo
 	CreatedAt time.Time `json:"created_at"`

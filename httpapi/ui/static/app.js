@@ -424,6 +424,7 @@
         dt('Desired state', m.desired_state),
         dt('Initial snapshot', m.do_initial_snapshot ? 'yes' : 'no'),
         dt('Existing destination rows', m.existing_destination_rows),
+        dt('Schema changes', m.schema_changes),
         dt('Rows per partition', fmtNum(m.snapshot_num_rows_per_partition)),
         dt('Parallel workers', m.snapshot_max_parallel_workers),
         dt('Tables in parallel', m.snapshot_num_tables_in_parallel),
@@ -739,6 +740,10 @@
         el('option', { value: 'refuse', text: 'refuse (the mirror is not created)' }),
         el('option', { value: 'truncate', text: 'truncate (replace them)' }),
         el('option', { value: 'keep', text: 'keep (copy over them by primary key)' }))),
+      formField('Source schema changes', el('select', { name: 'schema_changes' },
+        el('option', { value: 'apply', text: 'apply (rename, drop, add, retype on the destination too)' }),
+        el('option', { value: 'warn', text: 'warn (leave the destination as it is)' }),
+        el('option', { value: 'stop', text: 'stop (pause the mirror before the change)' }))),
       formField('CDC sync interval (s)', num('cdc_sync_interval_seconds', 60)),
       formField('CDC batch size', num('cdc_batch_size', 10000)),
       formField('Rows per snapshot partition', num('snapshot_num_rows_per_partition', 500000)),
@@ -766,7 +771,7 @@
       const f = form.elements;
       const body = { name: f.name.value, source_peer: f.source_peer.value, destination_peer: f.destination_peer.value,
         do_initial_snapshot: f.do_initial_snapshot.checked, existing_destination_rows: f.existing_destination_rows.value,
-        table_mappings: [] };
+        schema_changes: f.schema_changes.value, table_mappings: [] };
       for (const c of form.querySelectorAll('input[name="table"]:checked')) {
         const [schema, table] = JSON.parse(c.value);
         body.table_mappings.push({ source_schema: schema, source_table: table, destination_schema: schema, destination_table: table });

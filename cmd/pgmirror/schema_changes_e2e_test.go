@@ -1,0 +1,375 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// scSourceSQL is the table the schema change tests alter: n is the column
+// the write load uses, left alone by every migration.
+const scSourceSQL = `CREATE TABLE public.sc (
+	id bigserial PRIMARY KEY,
+	n int NOT NULL DEFAULT 0,
+	a int,
+	b text NOT NULL DEFAULT 'b',
+	c int,
+	d numeric(10,2),
+	g varchar(10),
+	p int DEFAULT 1);
+INSERT INTO public.sc (n, a, b, c, d, g) SELECT i, i, 'b' || i, i * 2, i / 7.0, 'g' || (i % 100) FROM generate_series(1, 300) i`
+
+// scLoad writes to public.sc until ended: inserts, updates of n and
+// deletes, one small transaction at a time, going on through the short
+// waits the migrations' locks make.
+type scLoad struct {
+	committed atomic.Int64
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+func startSCLoad(dbURL string, seed uint64) *scLoad {
+	l := &scLoad{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		rng := rand.New(rand.NewPCG(seed, 3))
+		conn, err := pgx.Connect(context.Background(), dbURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				k := rng.IntN(1000)
+				if _, err := tx.Exec(ctx, `INSERT INTO public.sc (n) VALUES ($1)`, k); err != nil {
+					return err
+				}
+				switch rng.IntN(3) {
+				case 0:
+					_, err := tx.Exec(ctx, `UPDATE public.sc SET n = n + 1 WHERE id = (SELECT max(id) - $1 % 50 FROM public.sc)`, k)
+					return err
+				case 1:
+					_, err := tx.Exec(ctx, `DELETE FROM public.sc WHERE id = (SELECT min(id) + $1 % 50 FROM public.sc)`, k)
+					return err
+				}
+				return nil
+			})
+			cancel()
+			if err == nil {
+				l.committed.Add(1)
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	return l
+}
+
+func (l *scLoad) end() int64 {
+	close(l.stop)
+	<-l.done
+	return l.committed.Load()
+}
+
+// scColumns lists a table's columns with their types, from
+// information_schema, in name order.
+func scColumns(t *testing.T, dbURL string) string {
+	t.Helper()
+	var cols string
+	queryOne(t, dbURL, &cols, `SELECT string_agg(column_name || ' ' || data_type
+			|| coalesce('(' || character_maximum_length || ')', '')
+			|| coalesce('(' || numeric_precision || ',' || numeric_scale || ')', ''), ', ' ORDER BY column_name)
+		FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'sc'`)
+	return cols
+}
+
+// scColumnNames lists the source table's column names in attnum order, for
+// the row digest.
+func scColumnNames(t *testing.T, dbURL string) string {
+	t.Helper()
+	var cols string
+	queryOne(t, dbURL, &cols, `SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+		WHERE attrelid = 'public.sc'::regclass AND attnum > 0 AND NOT attisdropped`)
+	return cols
+}
+
+// migrateUnderLoad runs migration on the source while the write load runs
+// before, during and after it, then stops the load and waits until the
+// destination has the source's columns and rows.
+func migrateUnderLoad(t *testing.T, src, dst, migration string, seed uint64) {
+	t.Helper()
+	l := startSCLoad(src, seed)
+	time.Sleep(300 * time.Millisecond)
+	exec1(t, src, migration)
+	time.Sleep(time.Second)
+	if n := l.end(); n == 0 {
+		t.Fatalf("the write load committed nothing around %q", migration)
+	}
+	want := scColumns(t, src)
+	deadline := time.Now().Add(90 * time.Second)
+	for scColumns(t, dst) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %q the destination's columns are\n%s\nthe source's\n%s", migration, scColumns(t, dst), want)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	waitEqual(t, src, dst, "public.sc", "public.sc", scColumnNames(t, src), 90*time.Second)
+}
+
+// TestSchemaChangesApply runs the application's migrations on a mapped
+// table under a write load, one by one and then several in one
+// transaction, and checks after each that the destination has the
+// source's columns (names and types) and rows, that each change was
+// applied at its position ("Schema change applied", counted in /metrics),
+// that the changes whose values the stream does not carry resynced the
+// table, and that the run never restarted in text mode nor failed.
+func TestSchemaChangesApply(t *testing.T) {
+	t.Parallel()
+	catalog, src, dst, s := newEnv(t, scSourceSQL)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "sc", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{map[string]any{"source_schema": "public", "source_table": "sc", "destination_schema": "public", "destination_table": "sc"}},
+	}, 201, nil)
+	s.dumpOnFailure("sc")
+	s.waitStatus("sc", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.sc", "public.sc", scColumnNames(t, src), 60*time.Second)
+
+	steps := []struct {
+		name, sql string
+		resync    bool
+	}{
+		{"rename", `ALTER TABLE public.sc RENAME COLUMN b TO b2; UPDATE public.sc SET b2 = b2 || '!' WHERE id % 10 = 0`, false},
+		{"drop", `ALTER TABLE public.sc DROP COLUMN c`, false},
+		{"add with a constant default", `ALTER TABLE public.sc ADD COLUMN e int NOT NULL DEFAULT 7`, false},
+		{"add with a volatile default", `ALTER TABLE public.sc ADD COLUMN f double precision DEFAULT random()`, true},
+		{"type change with USING", `ALTER TABLE public.sc ALTER COLUMN a TYPE text USING 'v' || a`, true},
+		{"numeric scale change", `ALTER TABLE public.sc ALTER COLUMN d TYPE numeric(12,4)`, true},
+		{"varchar widened", `ALTER TABLE public.sc ALTER COLUMN g TYPE varchar(20)`, false},
+		{"type change whose default changes along", `ALTER TABLE public.sc ALTER COLUMN p DROP DEFAULT,
+			ALTER COLUMN p TYPE boolean USING p > 0, ALTER COLUMN p SET DEFAULT true`, true},
+		{"add of a new enum type", `CREATE TYPE public.mood AS ENUM ('ok', 'meh');
+			ALTER TABLE public.sc ADD COLUMN m public.mood;
+			UPDATE public.sc SET m = 'meh' WHERE id % 3 = 0`, false},
+		{"several in one transaction", `BEGIN;
+			ALTER TABLE public.sc RENAME COLUMN b2 TO b3;
+			ALTER TABLE public.sc ADD COLUMN h text DEFAULT 'x';
+			ALTER TABLE public.sc DROP COLUMN e;
+			ALTER TABLE public.sc ALTER COLUMN g TYPE text;
+			UPDATE public.sc SET h = 'y' || id WHERE id % 7 = 0;
+			COMMIT`, false},
+	}
+	for i, step := range steps {
+		resyncs := s.countLogs("sc", "Table resync started")
+		migrateUnderLoad(t, src, dst, step.sql, uint64(i+1))
+		if got := s.countLogs("sc", "Table resync started") > resyncs; got != step.resync {
+			t.Errorf("%s: resync started = %v, want %v", step.name, got, step.resync)
+		}
+		s.waitStatus("sc", "running", 60*time.Second)
+	}
+	// The row digest above compares text forms; the destination's types
+	// are the source's (scColumns), so e.g. a is text 'v...' on both.
+
+	// A migration while pgmirror is down: the next run finds the known
+	// columns on the destination, streams in binary from before the
+	// migration, and applies it at its position.
+	before := s.output.String()
+	s.kill()
+	l := startSCLoad(src, 99)
+	time.Sleep(300 * time.Millisecond)
+	exec1(t, src, `ALTER TABLE public.sc RENAME COLUMN b3 TO b4; ALTER TABLE public.sc DROP COLUMN h; ALTER TABLE public.sc ADD COLUMN k int DEFAULT 5`)
+	time.Sleep(500 * time.Millisecond)
+	l.end()
+	s = startService(t, catalog)
+	s.dumpOnFailure("sc")
+	migrateUnderLoad(t, src, dst, `UPDATE public.sc SET k = 6 WHERE id % 4 = 0`, 100)
+	s.waitStatus("sc", "running", 60*time.Second)
+
+	var statements []string
+	for _, e := range s.logsWith("sc", "Schema change applied") {
+		if e.Level != "INFO" || e.Details["table"] != "public.sc" {
+			t.Errorf("Schema change applied entry %s %v", e.Level, e.Details)
+		}
+		st, _ := e.Details["statement"].(string)
+		statements = append(statements, st)
+	}
+	// The changes that resync the table may reach the destination with
+	// the copy instead (it starts as soon as it is asked for, and takes
+	// the source's columns along): they need not be logged here. (Their
+	// statements run before the resync is asked for, so one that failed,
+	// such as a type change meeting a default of the old type, would show
+	// as an ERROR entry below.)
+	joined := strings.ReplaceAll(strings.Join(statements, "\n"), `"`, "")
+	for _, want := range []string{
+		`ALTER TABLE public.sc RENAME COLUMN b TO b2`, `DROP COLUMN c`, `ADD COLUMN e integer DEFAULT '7'::integer NOT NULL`,
+		`ALTER COLUMN g TYPE character varying(20) USING g::character varying(20)`,
+		`CREATE TYPE public.mood AS ENUM ('ok', 'meh')`, `ADD COLUMN m public.mood`,
+		`RENAME COLUMN b2 TO b3`, `ADD COLUMN h text DEFAULT 'x'::text`, `DROP COLUMN e`, `ALTER COLUMN g TYPE text USING g::text`,
+		`RENAME COLUMN b3 TO b4`, `DROP COLUMN h`, `ADD COLUMN k integer DEFAULT '5'::integer`,
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("no Schema change applied with %q among:\n%s", want, joined)
+		}
+	}
+	// The counter is the process's: the restarted one counted the last
+	// migration's statements.
+	v, ok := metricValue(s.scrape(""), "pgmirror_schema_changes_applied_total", map[string]string{"mirror": "sc"})
+	if !ok || v < 3 {
+		t.Errorf("pgmirror_schema_changes_applied_total = %v (%v), want at least the 3 statements since the restart", v, ok)
+	}
+	out := before + s.output.String()
+	for _, bad := range []string{"restarting the stream with its format decided again", "Source columns dropped or renamed", "binary=false"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the service logged %q", bad)
+		}
+	}
+	if !strings.Contains(out, "binary=true") {
+		t.Error("no CDC run started in binary")
+	}
+	for _, e := range s.logs("sc", "level=ERROR") {
+		t.Errorf("ERROR entry %q: %v", e.Message, e.Details)
+	}
+	for _, e := range s.logs("sc", "level=WARN") {
+		t.Errorf("WARN entry %q: %v", e.Message, e.Details)
+	}
+}
+
+// TestSchemaChangesWarn: under warn the destination's schema is left as
+// it is for a rename and a drop (the old columns are kept, nullable; the
+// new name arrives as a new column), each reported with a WARN, and the
+// source's columns keep replicating.
+func TestSchemaChangesWarn(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, scSourceSQL)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "scw", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1, "schema_changes": "warn",
+		"table_mappings": []any{map[string]any{"source_schema": "public", "source_table": "sc", "destination_schema": "public", "destination_table": "sc"}},
+	}, 201, nil)
+	s.dumpOnFailure("scw")
+	s.waitStatus("scw", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.sc", "public.sc", scColumnNames(t, src), 60*time.Second)
+
+	l := startSCLoad(src, 1)
+	time.Sleep(300 * time.Millisecond)
+	exec1(t, src, `ALTER TABLE public.sc RENAME COLUMN b TO b2; ALTER TABLE public.sc DROP COLUMN c`)
+	time.Sleep(time.Second)
+	l.end()
+	// The columns left alone keep replicating. (The renamed column's new
+	// name is added on the destination with NULL in older rows: that is
+	// what warn leaves to the user.)
+	waitEqual(t, src, dst, "public.sc", "public.sc", "id, n, a, d, g", 90*time.Second)
+	e := s.waitLog("scw", "Schema change not applied", 30*time.Second, nil)
+	if e.Level != "WARN" || e.Details["table"] != "public.sc" {
+		t.Errorf("Schema change not applied entry %s %v", e.Level, e.Details)
+	}
+	// b has a default, so it stays NOT NULL: inserts fill it.
+	var kept int64
+	queryOne(t, dst, &kept, `SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'sc'
+		AND column_name IN ('b', 'c')`)
+	if kept != 2 {
+		t.Errorf("the destination kept %d of the columns b and c, want 2 (columns: %s)", kept, scColumns(t, dst))
+	}
+	if n := s.countLogs("scw", "Schema change applied"); n != 0 {
+		t.Errorf("%d Schema change applied entries under warn", n)
+	}
+}
+
+// TestSchemaChangesStop: under stop the mirror pauses before the first
+// change that would alter the destination's schema, with a log entry that
+// says how to go on; the destination is left as it was. Changed by hand on
+// the destination, the change is taken as done on resume; switched to apply
+// and resumed, it continues from before the change and applies it.
+func TestSchemaChangesStop(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, scSourceSQL)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "scs", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1, "schema_changes": "stop",
+		"table_mappings": []any{map[string]any{"source_schema": "public", "source_table": "sc", "destination_schema": "public", "destination_table": "sc"}},
+	}, 201, nil)
+	s.dumpOnFailure("scs")
+	s.waitStatus("scs", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.sc", "public.sc", scColumnNames(t, src), 60*time.Second)
+
+	l := startSCLoad(src, 2)
+	time.Sleep(300 * time.Millisecond)
+	exec1(t, src, `ALTER TABLE public.sc RENAME COLUMN b TO b2`)
+	time.Sleep(time.Second)
+	l.end()
+	s.waitStatus("scs", "paused", 60*time.Second)
+	e := s.waitLog("scs", "Mirror paused before a schema change", 10*time.Second, nil)
+	action, _ := e.Details["action"].(string)
+	if e.Level != "WARN" || e.Details["table"] != "public.sc" || !strings.Contains(fmt.Sprint(e.Details["changes"]), `"b" renamed to "b2"`) ||
+		!strings.Contains(action, "PATCH /v1/mirrors/{name}") || !strings.Contains(action, "resume") {
+		t.Errorf("Mirror paused before a schema change entry %s %v", e.Level, e.Details)
+	}
+	var hasB int64
+	queryOne(t, dst, &hasB, `SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'sc' AND column_name = 'b'`)
+	if hasB != 1 {
+		t.Errorf("the destination lost column b while stopped: %s", scColumns(t, dst))
+	}
+	if m := s.mirror("scs"); m.Status != "paused" {
+		t.Fatalf("status %s, want paused", m.Status)
+	}
+
+	// Fixed by hand on the destination: resumed, the mirror takes the
+	// change as done and goes on, still under stop.
+	exec1(t, dst, `ALTER TABLE public.sc RENAME COLUMN b TO b2`)
+	s.mustDo("POST", "/v1/mirrors/scs/resume", nil, 200, nil)
+	s.waitStatus("scs", "running", 60*time.Second)
+	migrateUnderLoad(t, src, dst, `UPDATE public.sc SET b2 = b2 || '?' WHERE id % 5 = 0`, 3)
+	if n := s.countLogs("scs", "Mirror paused before a schema change"); n != 1 {
+		t.Errorf("%d pauses before a schema change, want 1 (the destination already had the change)", n)
+	}
+
+	// The next change stops it again; switched to apply and resumed, it
+	// continues from before the change and applies it.
+	l = startSCLoad(src, 4)
+	time.Sleep(300 * time.Millisecond)
+	exec1(t, src, `ALTER TABLE public.sc DROP COLUMN c`)
+	time.Sleep(time.Second)
+	l.end()
+	s.waitStatus("scs", "paused", 60*time.Second)
+	s.mustDo("PATCH", "/v1/mirrors/scs", map[string]any{"schema_changes": "apply"}, 200, nil)
+	s.mustDo("POST", "/v1/mirrors/scs/resume", nil, 200, nil)
+	s.waitStatus("scs", "running", 60*time.Second)
+	migrateUnderLoad(t, src, dst, `UPDATE public.sc SET b2 = b2 || '!' WHERE id % 5 = 1`, 5)
+	e = s.waitLog("scs", "Schema change applied", 10*time.Second, nil)
+	if st, _ := e.Details["statement"].(string); !strings.Contains(st, `DROP COLUMN "c"`) {
+		t.Errorf("Schema change applied %v, want the drop of c", e.Details)
+	}
+	for _, e := range s.logs("scs", "level=ERROR") {
+		t.Errorf("ERROR entry %q: %v", e.Message, e.Details)
+	}
+}
+
+// TestSchemaChangesEnumLabel: a label added to an enum on the source that
+// a mapped column uses reaches the destination (a run's start adds it to
+// the destination's copy of the enum under apply too), so the rows that
+// use it replicate.
+func TestSchemaChangesEnumLabel(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `CREATE TYPE public.level AS ENUM ('low', 'high');
+		CREATE TABLE public.lv (id int PRIMARY KEY, l public.level);
+		INSERT INTO public.lv SELECT i, 'low' FROM generate_series(1, 20) i`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "lv", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{map[string]any{"source_schema": "public", "source_table": "lv", "destination_schema": "public", "destination_table": "lv"}},
+	}, 201, nil)
+	s.dumpOnFailure("lv")
+	s.waitStatus("lv", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.lv", "public.lv", "id, l", 60*time.Second)
+	exec1(t, src, `ALTER TYPE public.level ADD VALUE 'mid' AFTER 'low'`)
+	exec1(t, src, `UPDATE public.lv SET l = 'mid' WHERE id % 2 = 0; INSERT INTO public.lv VALUES (21, 'mid')`)
+	waitEqual(t, src, dst, "public.lv", "public.lv", "id, l", 120*time.Second)
+	s.waitStatus("lv", "running", 60*time.Second)
+}

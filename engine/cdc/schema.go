@@ -1,0 +1,155 @@
+package cdc
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/apply"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/session"
+)
+
+// SchemaChangeReporter may also be implemented by a Reporter to hear what
+// the run does with source column changes under Config.SchemaChanges.
+type SchemaChangeReporter interface {
+	// SchemaChangeApplied is called with each statement applied to the
+	// destination at the change's position, once its batch committed.
+	SchemaChangeApplied(ctx context.Context, table change.TableName, statement string)
+	// SchemaChangeWarned is called under warn with each change left alone.
+	SchemaChangeWarned(ctx context.Context, table change.TableName, what string)
+	// ResyncTable asks for a copy of table beside running CDC: a change
+	// may have changed values the stream does not carry (reason). An
+	// error fails the batch.
+	ResyncTable(ctx context.Context, table change.TableName, reason string) error
+}
+
+// SchemaStopError is returned (wrapped) by Run under Config.SchemaChanges
+// stop, before the first change that would alter the destination's schema,
+// once everything before the source transaction that carries it is applied
+// (At is that transaction's commit position).
+type SchemaStopError = apply.SchemaStopError
+
+// sourceCatalog reads the source's catalog for the applier on a connection
+// of its own, opened on first use.
+type sourceCatalog struct {
+	cfg  *pgx.ConnConfig
+	conn *pgx.Conn
+}
+
+func (s *sourceCatalog) connect(ctx context.Context) (*pgx.Conn, error) {
+	if s.conn != nil && !s.conn.IsClosed() {
+		return s.conn, nil
+	}
+	conn, err := session.Connect(ctx, s.cfg)
+	if err != nil {
+		return nil, connectError("source", err)
+	}
+	s.conn = conn
+	return conn, nil
+}
+
+func (s *sourceCatalog) close() {
+	if s.conn != nil {
+		closeQuietly(s.conn)
+	}
+}
+
+// sourceColumnsSQL reads every column with attnum > 0 of a table, dropped
+// ones included, with format_type and expressions printed for another
+// database (search_path pg_catalog: names outside it are qualified).
+const sourceColumnsSQL = `SELECT a.attnum, a.attname::text, a.attisdropped, a.atttypid, a.atttypmod,
+		CASE WHEN a.attisdropped THEN '' ELSE format_type(a.atttypid, a.atttypmod) END,
+		a.attnotnull, CASE WHEN a.attgenerated = '' THEN coalesce(pg_get_expr(d.adbin, d.adrelid), '') ELSE '' END,
+		CASE WHEN a.atthasmissing AND NOT a.attisdropped THEN (a.attmissingval::text::text[])[1] END,
+		a.attgenerated <> '', a.attidentity <> ''
+	FROM pg_attribute a
+	LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	WHERE a.attrelid = (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2) AND a.attnum > 0
+	ORDER BY a.attnum`
+
+// Columns implements apply.SourceCatalog.
+func (s *sourceCatalog) Columns(ctx context.Context, table change.TableName) ([]apply.SourceColumn, error) {
+	var out []apply.SourceColumn
+	err := s.catalogTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sourceColumnsSQL, table.Schema, table.Name)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c apply.SourceColumn
+			var attnum int16
+			if err := rows.Scan(&attnum, &c.Name, &c.Dropped, &c.TypeOID, &c.TypeMod, &c.Type, &c.NotNull, &c.Default, &c.Missing, &c.Generated, &c.Identity); err != nil {
+				return err
+			}
+			c.Attnum = int(attnum)
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the columns of source table %s: %w", table, err)
+	}
+	return out, nil
+}
+
+// FormatType implements apply.SourceCatalog.
+func (s *sourceCatalog) FormatType(ctx context.Context, oid uint32, typmod int32) (string, error) {
+	var typ *string
+	err := s.catalogTx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT format_type($1::oid, $2::int)`, oid, typmod).Scan(&typ)
+	})
+	if err != nil {
+		return "", fmt.Errorf("read the name of source type %d: %w", oid, err)
+	}
+	if typ == nil || *typ == "???" {
+		return "", fmt.Errorf("source type %d does not exist", oid)
+	}
+	return *typ, nil
+}
+
+// EnsureTypes implements apply.SourceCatalog.
+func (s *sourceCatalog) EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) ([]string, error) {
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return schemasync.EnsureTypesIn(ctx, conn, dst, oids)
+}
+
+// catalogTx runs fn in a read-only transaction whose search_path is
+// pg_catalog.
+func (s *sourceCatalog) catalogTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog"); err != nil {
+		return err
+	}
+	return fn(tx)
+}
+
+// schemaConfig sets the applier's handling of source column changes from
+// cfg and rep; the returned function closes what it opened.
+func schemaConfig(cfg Config, rep Reporter, applyCfg *apply.Config) func() {
+	if cfg.SchemaChanges == "" {
+		return func() {}
+	}
+	applyCfg.SchemaChanges = apply.SchemaMode(cfg.SchemaChanges)
+	src := &sourceCatalog{cfg: cfg.Source}
+	applyCfg.Source = src
+	if sr, ok := rep.(SchemaChangeReporter); ok {
+		applyCfg.SchemaHooks = apply.SchemaHooks{Applied: sr.SchemaChangeApplied, Warned: sr.SchemaChangeWarned, Resync: sr.ResyncTable}
+	}
+	return src.close
+}
