@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/ddl"
 	"github.com/pgmirror/pgmirror/engine/session"
@@ -55,13 +56,34 @@ func (r *runner) schemaChange(ctx context.Context, msg *change.SchemaMessage) er
 			return err
 		}
 		var res ddl.Result
+		var left []string // planned but left alone (schema_changes warn)
+		mode := apply.SchemaMode(r.cfg.SchemaChanges)
 		err := r.applier.ExecSchemaChange(ctx, m.Destination, func(ctx context.Context, conn *pgx.Conn) error {
-			var err error
-			res, err = ddl.Reconcile(ctx, conn, m, parsed)
-			return err
+			if mode != apply.SchemaWarn && mode != apply.SchemaStop {
+				var err error
+				res, err = ddl.Reconcile(ctx, conn, m, parsed)
+				return err
+			}
+			stmts, warnings, err := ddl.Plan(ctx, conn, m, parsed)
+			if err != nil {
+				return err
+			}
+			if mode == apply.SchemaStop && len(stmts) > 0 {
+				return &apply.SchemaStopError{Table: m.Source, Changes: stmts}
+			}
+			res.Warnings, left = warnings, stmts
+			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("apply schema change of %s (%s) at %s: %w", m.Source, parsed.Tag, msg.LSN, err)
+		}
+		if warner, ok := r.rep.(SchemaChangeReporter); ok {
+			for _, stmt := range left {
+				warner.SchemaChangeWarned(ctx, m.Source, "captured on the source, not applied: "+stmt)
+			}
+		}
+		for _, stmt := range left {
+			r.log.Warn("schema change not applied (schema_changes is warn)", "table", m.Destination.String(), "statement", stmt, "lsn", msg.LSN.String())
 		}
 		for _, stmt := range res.Applied {
 			r.log.Info("Schema change applied", "table", m.Destination.String(), "statement", stmt, "lsn", msg.LSN.String())
