@@ -301,8 +301,8 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if sr, ok := rep.(SchemaReporter); ok {
 		applyCfg.OnColumnsDropped = sr.ColumnsDropped
 	}
-	closeSchema := schemaConfig(cfg, rep, &applyCfg)
-	defer closeSchema()
+	srcCatalog := schemaConfig(cfg, rep, &applyCfg)
+	defer srcCatalog.close()
 	applier, err := apply.New(ctx, dest, applyCfg)
 	if err != nil {
 		return netError(err)
@@ -368,7 +368,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	}
 	defer source.stop()
 	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, applied: applied, batchID: batchID,
-		positions: positions, skip: map[change.TableName]bool{}, source: source, ddlKey: ddlKey}
+		positions: positions, skip: map[change.TableName]bool{}, source: source, ddlKey: ddlKey, srcCatalog: srcCatalog}
 	for _, t := range cfg.SkipTables {
 		r.skip[t] = true
 	}
@@ -471,9 +471,12 @@ type runner struct {
 	log     *slog.Logger
 	rep     Reporter
 	applier *apply.Applier
-	stream  *capture.Stream
-	flush   *flushWatcher
-	source  *sourcePosition
+	// srcCatalog reads the source catalog when a table changes shape (nil
+	// when the run does not follow source column changes).
+	srcCatalog *sourceCatalog
+	stream     *capture.Stream
+	flush      *flushWatcher
+	source     *sourcePosition
 
 	// unflushed are committed batches (and transactions after them with
 	// nothing of ours) not yet confirmed: their destination commit is not
@@ -559,6 +562,7 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 	for {
 		select {
 		case now := <-lagTick.C:
+			r.srcCatalog.closeIdle(now)
 			if lagReporter != nil {
 				lagReporter.Lag(r.lag(now), r.appliedCommit)
 			}
