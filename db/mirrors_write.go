@@ -137,6 +137,7 @@ func (s *Store) MirrorRequestAction(ctx context.Context, id int64, action Pendin
 // is paused (PATCH /v1/mirrors/{name}); a nil field is left as it is.
 type MirrorSettings struct {
 	SchemaChanges *SchemaChanges
+	CaptureDDL    *bool
 }
 
 // MirrorUpdateSettings changes the settings set in s.
@@ -144,6 +145,11 @@ func (s *Store) MirrorUpdateSettings(ctx context.Context, id int64, set MirrorSe
 	if set.SchemaChanges != nil {
 		if err := s.updateMirror(ctx, "set schema_changes of", id,
 			`UPDATE mirrors SET schema_changes = $2 WHERE id = $1 AND deleted_at IS NULL`, *set.SchemaChanges); err != nil {
+			return err
+		}
+	}
+	if set.CaptureDDL != nil {
+		if err := s.MirrorSetCaptureDDL(ctx, id, *set.CaptureDDL); err != nil {
 			return err
 		}
 	}

@@ -40,3 +40,39 @@ func (h *handlers) ddlCapture(ctx context.Context, source db.Peer, install bool)
 		return errorf(http.StatusBadRequest, "Could not install the DDL capture trigger on the source peer %q: %s", source.Name, session.Scrub(err.Error(), conn.Config().Password))
 	}
 }
+
+// removeDDLCapture removes the DDL capture trigger from the source database
+// of m, whose capture_ddl was just turned off, unless another live mirror of
+// that database captures DDL. It does its best: a source that cannot be
+// reached or a user that may not drop the trigger leaves a WARN in the
+// mirror's log naming what to drop by hand (the trigger's messages are then
+// ignored by mirrors that do not capture DDL).
+func (h *handlers) removeDDLCapture(ctx context.Context, m db.Mirror) {
+	warn := func(err error) {
+		_ = h.store.LogInsert(context.WithoutCancel(ctx), m.ID, db.LevelWarn, "Could not remove the DDL capture trigger from the source",
+			map[string]any{"error": err.Error(), "remove_by_hand": "DROP EVENT TRIGGER " + ddl.CommandEndTrigger + "; DROP EVENT TRIGGER " + ddl.SQLDropTrigger})
+	}
+	others, err := h.store.MirrorOthersCaptureDDL(ctx, m.ID)
+	if err != nil || others {
+		if err != nil {
+			warn(err)
+		}
+		return
+	}
+	source, err := h.store.PeerGetByID(ctx, m.SourcePeerID)
+	if err != nil {
+		warn(err)
+		return
+	}
+	conn, err := h.connectPeer(ctx, source)
+	if err != nil {
+		warn(err)
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := ddl.Remove(qctx, conn); err != nil {
+		warn(errors.New(session.Scrub(err.Error(), conn.Config().Password)))
+	}
+}

@@ -268,3 +268,57 @@ func TestCaptureDDLSchemaChanges(t *testing.T) {
 		`SELECT count(*) FROM information_schema.columns c WHERE table_name = 'a' AND column_name = 'v' AND column_default IS NOT NULL
 			AND EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = 'a_v')`)
 }
+
+// TestCaptureDDLPatch: capture_ddl turned on with PATCH while paused
+// installs the trigger at once and the resumed mirror applies captured DDL;
+// turned off, the trigger is removed (no other mirror uses it) and later
+// DDL is no longer applied; on a running mirror the PATCH is 409.
+func TestCaptureDDLPatch(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `CREATE TABLE public.a (id int PRIMARY KEY, v text);`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "p", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{mapping("public", "a", "public", "a")},
+	}, 201, nil)
+	s.dumpOnFailure("p")
+	s.waitStatus("p", "running", 60*time.Second)
+	if n := eventTriggers(t, src); n != 0 {
+		t.Fatalf("%d event triggers on the source of a mirror without capture_ddl", n)
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	if code := s.do("PATCH", "/v1/mirrors/p", map[string]any{"capture_ddl": true}, &e); code != 409 || !strings.Contains(e.Error, "not paused") {
+		t.Fatalf("PATCH capture_ddl on a running mirror: %d %q, want 409 saying it is not paused", code, e.Error)
+	}
+	if n := eventTriggers(t, src); n != 0 {
+		t.Fatal("a refused PATCH installed the trigger")
+	}
+	s.mustDo("POST", "/v1/mirrors/p/pause", nil, 200, nil)
+	s.waitStatus("p", "paused", 60*time.Second)
+	var got struct {
+		CaptureDDL bool `json:"capture_ddl"`
+	}
+	s.mustDo("PATCH", "/v1/mirrors/p", map[string]any{"capture_ddl": true}, 200, &got)
+	if !got.CaptureDDL || eventTriggers(t, src) != 2 {
+		t.Fatalf("after PATCH capture_ddl true: capture_ddl %v, %d event triggers; want true and 2", got.CaptureDDL, eventTriggers(t, src))
+	}
+	s.mustDo("POST", "/v1/mirrors/p/resume", nil, 200, nil)
+	s.waitStatus("p", "running", 60*time.Second)
+	exec1(t, src, `CREATE INDEX a_v ON public.a (v); INSERT INTO public.a VALUES (1, 'x')`)
+	destHas(t, dst, "index a_v", `SELECT count(*) FROM pg_indexes WHERE indexname = 'a_v'`)
+
+	s.mustDo("POST", "/v1/mirrors/p/pause", nil, 200, nil)
+	s.waitStatus("p", "paused", 60*time.Second)
+	s.mustDo("PATCH", "/v1/mirrors/p", map[string]any{"capture_ddl": false}, 200, &got)
+	if got.CaptureDDL || eventTriggers(t, src) != 0 {
+		t.Fatalf("after PATCH capture_ddl false: capture_ddl %v, %d event triggers; want false and 0", got.CaptureDDL, eventTriggers(t, src))
+	}
+	s.mustDo("POST", "/v1/mirrors/p/resume", nil, 200, nil)
+	s.waitStatus("p", "running", 60*time.Second)
+	exec1(t, src, `CREATE INDEX a_id_v ON public.a (id, v); INSERT INTO public.a VALUES (2, 'y')`)
+	waitEqual(t, src, dst, "public.a", "public.a", "id, v", 60*time.Second)
+	if n := queryInt64(t, dst, `SELECT count(*) FROM pg_indexes WHERE indexname = 'a_id_v'`); n != 0 {
+		t.Fatal("capture_ddl false: an index created on the source afterwards was created on the destination")
+	}
+}

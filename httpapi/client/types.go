@@ -174,6 +174,7 @@ type MirrorCreate struct {
 // their value.
 type MirrorUpdate struct {
 	SchemaChanges *string `json:"schema_changes,omitempty"`
+	CaptureDDL    *bool   `json:"capture_ddl,omitempty"`
 }
 
 // MirrorConfig is a mirror's configuration as the API returns it.
