@@ -19,7 +19,7 @@ const mirrorColumns = `m.id, m.uid::text, m.name, m.source_peer_id, m.destinatio
 	m.error_count, m.next_retry_at, m.last_lsn::text, m.last_sync_batch_id,
 	m.slot_lag_bytes, m.slot_wal_status, m.slot_checked_at,
 	m.deleted_at, m.created_at, m.updated_at, m.sequences_synced_at, m.cutover, m.sequences,
-	ml.lag_seconds, ml.measured_at, ml.applied_commit_at`
+	ml.lag_seconds, ml.measured_at, ml.applied_commit_at, m.capture_ddl`
 
 const mirrorFrom = ` FROM mirrors m JOIN peers sp ON sp.id = m.source_peer_id JOIN peers dp ON dp.id = m.destination_peer_id
 	LEFT JOIN mirror_lag ml ON ml.mirror_id = m.id`
@@ -35,7 +35,7 @@ func scanMirror(row pgx.Row) (Mirror, error) {
 		&m.ErrorCount, &m.NextRetryAt, &m.LastLSN, &m.LastSyncBatchID,
 		&m.SlotLagBytes, &m.SlotWALStatus, &m.SlotCheckedAt,
 		&m.DeletedAt, &m.CreatedAt, &m.UpdatedAt, &m.SequencesSyncedAt, &m.Cutover, &m.Sequences,
-		&m.LagSeconds, &m.LagMeasuredAt, &m.AppliedCommitAt)
+		&m.LagSeconds, &m.LagMeasuredAt, &m.AppliedCommitAt, &m.CaptureDDL)
 	return m, err
 }
 

@@ -38,6 +38,9 @@ type MirrorCreateParams struct {
 	// ExistingDestinationRows is what a table's first copy does with rows
 	// its destination table holds ("": ExistingRowsRefuse).
 	ExistingDestinationRows ExistingRows
+	// CaptureDDL: the mirror applies the schema changes captured by
+	// pgmirror's event trigger on the source.
+	CaptureDDL bool
 	// SchemaChanges is what CDC does when a mapped source table's columns
 	// change ("": SchemaChangesApply).
 	SchemaChanges SchemaChanges
@@ -51,13 +54,13 @@ func (s *Store) MirrorCreate(ctx context.Context, p MirrorCreateParams) (Mirror,
 	err := s.q.QueryRow(ctx, `INSERT INTO mirrors (name, source_peer_id, destination_peer_id,
 			snapshot_num_rows_per_partition, snapshot_max_parallel_workers, snapshot_num_tables_in_parallel,
 			cdc_sync_interval_seconds, cdc_batch_size, do_initial_snapshot, publication_name, replication_slot_name,
-			created_publication, created_slot, sequences, existing_destination_rows, schema_changes)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id`,
+			created_publication, created_slot, sequences, existing_destination_rows, schema_changes, capture_ddl)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id`,
 		p.Name, p.SourcePeerID, p.DestinationPeerID,
 		p.SnapshotNumRowsPerPartition, p.SnapshotMaxParallelWorkers, p.SnapshotNumTablesInParallel,
 		p.CDCSyncIntervalSeconds, p.CDCBatchSize, p.DoInitialSnapshot, p.PublicationName, p.ReplicationSlotName,
 		p.CreatedPublication, p.CreatedSlot, sequencesValue(p.Sequences), cmp.Or(p.ExistingDestinationRows, ExistingRowsRefuse),
-		cmp.Or(p.SchemaChanges, SchemaChangesApply)).Scan(&id)
+		cmp.Or(p.SchemaChanges, SchemaChangesApply), p.CaptureDDL).Scan(&id)
 	if err != nil {
 		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, translate(err))
 	}
@@ -141,6 +144,7 @@ func (s *Store) MirrorRequestAction(ctx context.Context, id int64, action Pendin
 // is paused (PATCH /v1/mirrors/{name}); a nil field is left as it is.
 type MirrorSettings struct {
 	SchemaChanges *SchemaChanges
+	CaptureDDL    *bool
 }
 
 // MirrorUpdateSettings changes the settings set in s.
@@ -148,6 +152,11 @@ func (s *Store) MirrorUpdateSettings(ctx context.Context, id int64, set MirrorSe
 	if set.SchemaChanges != nil {
 		if err := s.updateMirror(ctx, "set schema_changes of", id,
 			`UPDATE mirrors SET schema_changes = $2 WHERE id = $1 AND deleted_at IS NULL`, *set.SchemaChanges); err != nil {
+			return err
+		}
+	}
+	if set.CaptureDDL != nil {
+		if err := s.MirrorSetCaptureDDL(ctx, id, *set.CaptureDDL); err != nil {
 			return err
 		}
 	}

@@ -156,6 +156,10 @@ type Mirror struct {
 	LagSeconds      *float64
 	LagMeasuredAt   *time.Time
 	AppliedCommitAt *time.Time
+
+	// CaptureDDL: the mirror applies the schema changes captured by
+	// pgmirror's event trigger on the source (engine/ddl).
+	CaptureDDL bool
 }
 
 // MirrorTable is one table mapping of a mirror with its sync status and

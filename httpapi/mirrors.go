@@ -81,6 +81,7 @@ type mirrorCreateInput struct {
 		PublicationName             string         `json:"publication_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_pub_<name>."`
 		ReplicationSlotName         string         `json:"replication_slot_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_slot_<name>."`
 		ExistingDestinationRows     string         `json:"existing_destination_rows,omitempty" enum:"refuse,truncate,keep" default:"refuse" doc:"What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
+		CaptureDDL                  bool           `json:"capture_ddl,omitempty" default:"false" doc:"Capture schema changes of the mapped tables with an event trigger that pgmirror installs on the source database (needs a superuser source peer, PostgreSQL 14 or later): CREATE INDEX, DROP INDEX, ALTER INDEX ... RENAME, check/unique/exclusion constraints added or dropped, column defaults and NOT NULL are then applied on the destination in order with the rows. Without it, added, renamed and dropped columns still replicate from the stream. The trigger is shared by the mirrors of the source database and removed with the last of them."`
 		SchemaChanges               string         `json:"schema_changes,omitempty" enum:"apply,warn,stop" default:"apply" doc:"What CDC does when a mapped source table's columns change (renamed, dropped, added, retyped): apply (default: the change is applied to the destination at its position in the stream and logged as Schema change applied; a type change that may have changed stored values resyncs that table beside running CDC), warn (a WARN is logged and the destination's schema is left as it is: dropped and renamed columns are kept and made nullable), or stop (the mirror is paused before the first change that would alter the destination's schema; switch the setting with PATCH /v1/mirrors/{name} or change the destination yourself, then resume). See docs/consistency.md, Schema changes."`
 		Sequences                   []sequenceRef  `json:"sequences,omitempty" maxItems:"1000" doc:"Source sequences to keep in step on the destination besides those the mapped tables' columns own (serial, identity): for example one that several tables draw ids from through DEFAULT nextval(...). Each is created on the destination under the same name when missing, set after the snapshot, every SERVICE_SEQUENCE_SYNC_INTERVAL and exactly at a cut-over."`
 	}
@@ -106,6 +107,7 @@ type MirrorConfig struct {
 	PublicationName             string         `json:"publication_name"`
 	ReplicationSlotName         string         `json:"replication_slot_name"`
 	Sequences                   []sequenceRef  `json:"sequences" doc:"Source sequences listed at creation, kept in step on the destination; [] for none."`
+	CaptureDDL                  bool           `json:"capture_ddl" doc:"Schema changes of the mapped tables are captured by pgmirror's event trigger on the source and applied on the destination in order with the rows."`
 	Status                      string         `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped,completed"`
 	CreatedAt                   time.Time      `json:"created_at"`
 }
@@ -119,7 +121,7 @@ func configResponse(m db.Mirror, tables []db.MirrorTable) MirrorConfig {
 		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot, ExistingDestinationRows: string(m.ExistingDestinationRows),
 		SchemaChanges:   string(m.SchemaChanges),
 		PublicationName: m.PublicationName, ReplicationSlotName: m.ReplicationSlotName, Sequences: sequencesResponse(m.Sequences),
-		Status: string(m.Status), CreatedAt: m.CreatedAt,
+		Status: string(m.Status), CreatedAt: m.CreatedAt, CaptureDDL: m.CaptureDDL,
 	}
 }
 
@@ -512,6 +514,11 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	if err := h.checkSource(ctx, source, mappings, sequences); err != nil {
 		return nil, err
 	}
+	if b.CaptureDDL {
+		if err := h.ddlCapture(ctx, source, false); err != nil {
+			return nil, err
+		}
+	}
 	// A loop with another mirror is refused whatever the destination holds.
 	if err := h.refuseCycle(ctx, 0, source, dest, mappings); err != nil {
 		return nil, err
@@ -523,6 +530,13 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	doSnapshot := b.DoInitialSnapshot == nil || *b.DoInitialSnapshot
 	if err := h.checkDestination(ctx, dest, mappings, mode, doSnapshot); err != nil {
 		return nil, err
+	}
+	if b.CaptureDDL {
+		// Installed before the mirror exists, so that no change made on
+		// the source after its slot is missed.
+		if err := h.ddlCapture(ctx, source, true); err != nil {
+			return nil, err
+		}
 	}
 
 	var m db.Mirror
@@ -546,6 +560,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 			SnapshotNumTablesInParallel: b.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: b.CDCSyncIntervalSeconds,
 			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: doSnapshot, ExistingDestinationRows: mode,
 			PublicationName: pub, ReplicationSlotName: slot, Tables: mappings, Sequences: sequences,
+			CaptureDDL:    b.CaptureDDL,
 			SchemaChanges: db.SchemaChanges(b.SchemaChanges),
 		})
 		if err != nil {

@@ -262,6 +262,12 @@ func (b *batchReporter) ColumnsDropped(ctx context.Context, table change.TableNa
 		"policy": "the destination keeps these columns and new rows leave them NULL (or their default); the remaining columns keep replicating; a renamed column arrives as a new column, added automatically"})
 }
 
+// SchemaChangeRejected logs a WARN entry for a captured schema change that
+// was left out on the destination.
+func (b *batchReporter) SchemaChangeRejected(ctx context.Context, table change.TableName, warning string) {
+	b.run.log(ctx, db.LevelWarn, db.MsgSchemaChangeNotApplied, map[string]any{"table": table.String(), "warning": warning})
+}
+
 // SchemaChangeApplied logs a statement applied to the destination for a
 // source column change and counts it in /metrics.
 func (b *batchReporter) SchemaChangeApplied(ctx context.Context, table change.TableName, statement string) {

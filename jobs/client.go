@@ -29,7 +29,7 @@ type Config struct {
 	Locks *db.LockHolder
 	// Logger receives the process log (mirror logs go to the catalog).
 	Logger *slog.Logger
-	// MirrorWorkers is how many mirrors this process runs at once. Default 50.
+	// MirrorWorkers is how many mirrors this process runs at once. Default 200.
 	MirrorWorkers int
 	// LogRetention is how long mirror log entries are kept. Default 7 days.
 	LogRetention time.Duration
@@ -70,7 +70,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Logger = cmp.Or(c.Logger, slog.Default())
-	c.MirrorWorkers = cmp.Or(c.MirrorWorkers, 50)
+	c.MirrorWorkers = cmp.Or(c.MirrorWorkers, 200)
 	c.LogRetention = cmp.Or(c.LogRetention, 7*24*time.Hour)
 	c.SupervisorInterval = cmp.Or(c.SupervisorInterval, 30*time.Second)
 	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, 2*time.Minute)

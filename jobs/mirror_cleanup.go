@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/ddl"
 	"github.com/pgmirror/pgmirror/engine/origin"
 )
 
@@ -117,6 +119,11 @@ func (w *MirrorCleanupWorker) Work(ctx context.Context, job *river.Job[MirrorCle
 			logger.Info("dropped publication", "publication", m.PublicationName)
 		}
 	}
+	if m.CaptureDDL {
+		if err := w.removeDDLTrigger(ctx, m, logger); err != nil {
+			return err
+		}
+	}
 	if err := w.dropOrigins(ctx, m, job.Attempt, logger); err != nil {
 		return err
 	}
@@ -124,5 +131,40 @@ func (w *MirrorCleanupWorker) Work(ctx context.Context, job *river.Job[MirrorCle
 		return err
 	}
 	logger.Info("mirror deleted")
+	return nil
+}
+
+// removeDDLTrigger drops the event trigger that captures DDL on the
+// mirror's source database (engine/ddl) when no other live mirror of that
+// database captures DDL. A source that cannot be reached fails the attempt.
+func (w *MirrorCleanupWorker) removeDDLTrigger(ctx context.Context, m db.Mirror, logger *slog.Logger) error {
+	others, err := w.cfg.Store.MirrorOthersCaptureDDL(ctx, m.ID)
+	if err != nil {
+		return err
+	}
+	if others {
+		logger.Info("the DDL capture trigger on the source stays: other mirrors of the source database use it")
+		return nil
+	}
+	src, err := w.cfg.Store.PeerGetByID(ctx, m.SourcePeerID)
+	if err != nil {
+		return fmt.Errorf("load source peer of deleted mirror %s: %w", m.Name, err)
+	}
+	conn, err := connectPeer(ctx, "source", src)
+	if err != nil {
+		logger.Warn("cannot reach the source to remove the DDL capture trigger; will retry", "error", err)
+		return err
+	}
+	defer closeConn(conn)
+	if err := ddl.Remove(ctx, conn); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+			logger.Warn("the source peer user may not remove the DDL capture trigger; a superuser can remove it with DROP EVENT TRIGGER "+
+				ddl.CommandEndTrigger+"; DROP EVENT TRIGGER "+ddl.SQLDropTrigger, "error", err)
+			return nil
+		}
+		return fmt.Errorf("remove the DDL capture trigger from the source of mirror %s: %w", m.Name, err)
+	}
+	logger.Info("removed the DDL capture trigger from the source", "event_triggers", []string{ddl.CommandEndTrigger, ddl.SQLDropTrigger})
 	return nil
 }

@@ -316,6 +316,9 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if err := r.ensurePublication(ctx, in.src, m, sources); err != nil {
 		return in, err
 	}
+	if err := r.ensureDDLCapture(ctx, in.src, m); err != nil {
+		return in, err
+	}
 	if in.dst, err = connectPeer(ctx, "destination", dstPeer); err != nil {
 		return in, err
 	}
@@ -751,6 +754,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		DestWatch:        r.cfg.dests,
 		Origin:           origin.NameOrNone(r.originUID(m)),
 		Holder:           r.holder(),
+		CaptureDDL:       m.CaptureDDL,
 		SchemaChanges:    string(m.SchemaChanges),
 		Logger:           r.logger,
 	}, nil

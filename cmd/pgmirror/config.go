@@ -77,7 +77,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.EmbeddedPort, err = intVar(getenv, "SERVICE_EMBEDDED_PG_PORT", 55432, 1, 65535); err != nil {
 		return cfg, err
 	}
-	if cfg.MirrorWorkers, err = intVar(getenv, "SERVICE_MIRROR_WORKERS", 50, 1, 10000); err != nil {
+	if cfg.MirrorWorkers, err = intVar(getenv, "SERVICE_MIRROR_WORKERS", 200, 1, 10000); err != nil {
 		return cfg, err
 	}
 	if cfg.LogRetention, err = durationVar(getenv, "SERVICE_LOG_RETENTION", 7*24*time.Hour); err != nil {

@@ -37,7 +37,7 @@ func workersOf(s *service) (byWorker map[string]int, running int) {
 }
 
 // TestScale runs 30 mirrors on two replicas with the default settings
-// (SERVICE_MIRROR_WORKERS 50, the default catalog pool): every create
+// (SERVICE_MIRROR_WORKERS 200, the default catalog pool): every create
 // answers at once, every mirror runs with a worker, the mirrors spread over
 // both replicas, each replica's catalog connections stay below the mirror
 // count, and each mirror holds one source connection (its walsender) and one

@@ -23,9 +23,10 @@ const riverPoolConns = 8
 
 // defaultCatalogPoolSize is the shared pool's size for workers mirror
 // workers when SERVICE_DATABASE_URL does not set pool_max_conns: 20, plus
-// one per 5 workers above 50.
+// one per 10 workers above 100 (30 for the default 200). Mirror runs use it
+// only for short, batched status writes, so it does not grow with them.
 func defaultCatalogPoolSize(workers int) int32 {
-	return int32(max(20, 10+workers/5))
+	return int32(max(20, 10+workers/10))
 }
 
 // minCatalogPoolSize is the smallest shared pool that serves workers mirror

@@ -14,7 +14,8 @@ func TestCatalogPoolSize(t *testing.T) {
 		err     string
 	}{
 		{url: "postgres://u@h/db", parsed: 4, workers: 50, want: 20},
-		{url: "postgres://u@h/db", parsed: 4, workers: 500, want: 110},
+		{url: "postgres://u@h/db", parsed: 4, workers: 200, want: 30},
+		{url: "postgres://u@h/db", parsed: 4, workers: 500, want: 60},
 		{url: "postgres://u@h/db?pool_max_conns=9", parsed: 9, workers: 50, want: 9},
 		{url: "host=h user=u pool_max_conns=30", parsed: 30, workers: 50, want: 30},
 		{url: "postgres://u@h/db?pool_max_conns=8", parsed: 8, workers: 50,

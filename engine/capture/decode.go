@@ -8,6 +8,8 @@ package capture
 // update) and the *change.Change.
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -42,6 +44,10 @@ const (
 	columnBinary    = 'b'
 )
 
+// messageTransactional is the flag of a transactional logical decoding
+// message.
+const messageTransactional = 1
+
 // Truncate options.
 const (
 	truncateCascade         = 1
@@ -61,7 +67,7 @@ func pluginArgs(cfg StreamConfig) []string {
 	if cfg.Binary {
 		args = append(args, "binary 'true'")
 	}
-	if cfg.Messages {
+	if cfg.Messages || cfg.SchemaMessages {
 		args = append(args, "messages 'true'")
 	}
 	return args
@@ -273,14 +279,24 @@ func (s *Stream) decode(walData []byte) (Event, bool, error) {
 		return Event{}, false, nil
 	case msgMessage:
 		w := wire{b: walData, off: 1}
-		w.u8("flags")
-		w.u64("message LSN")
-		w.cstring("message prefix")
-		w.bytes(w.u32("message length"), "message content")
+		flags := w.u8("flags")
+		lsn := w.u64("message LSN")
+		prefix := w.cstring("message prefix")
+		content := w.bytes(w.u32("message length"), "message content")
 		if err := w.done(); err != nil {
 			return Event{}, false, fmt.Errorf("decode logical decoding message: %w", err)
 		}
-		return Event{}, false, nil
+		if !s.cfg.SchemaMessages || prefix != change.SchemaMessagePrefix || flags&messageTransactional == 0 || !s.inTx || s.skipTx {
+			return Event{}, false, nil
+		}
+		c, err := schemaChange(change.LSN(lsn), content)
+		if err != nil {
+			// A message pgmirror cannot read is left out with a warning:
+			// the table keeps replicating, without that schema change.
+			s.log.Warn("ignoring a schema change message that cannot be read", "lsn", change.LSN(lsn).String(), "error", err.Error())
+			return Event{}, false, nil
+		}
+		return Event{Kind: EventChange, Change: c}, true, nil
 	default:
 		s.log.Debug("ignoring pgoutput message", "type", string(rune(walData[0])))
 		return Event{}, false, nil
@@ -482,4 +498,27 @@ func (s *Stream) decodeTruncate(data []byte) (*change.Change, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// schemaChange turns the content of a schema change message into an
+// OpSchema change: the table it concerns is read from the "schema" and
+// "table" fields of the JSON object after its signature (engine/ddl checks
+// the signature and reads the rest).
+func schemaChange(lsn change.LSN, content []byte) (*change.Change, error) {
+	var head struct {
+		Schema string `json:"schema"`
+		Table  string `json:"table"`
+	}
+	start := bytes.IndexByte(content, '{')
+	if start < 0 {
+		return nil, errors.New("decode schema change message: no JSON object")
+	}
+	if err := json.Unmarshal(content[start:], &head); err != nil {
+		return nil, fmt.Errorf("decode schema change message: %w", err)
+	}
+	if head.Schema == "" {
+		return nil, errors.New("decode schema change message: no schema")
+	}
+	msg := &change.SchemaMessage{LSN: lsn, Table: change.TableName{Schema: head.Schema, Name: head.Table}, Content: append([]byte(nil), content...)}
+	return &change.Change{Op: change.OpSchema, Schema: msg}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -547,4 +548,51 @@ func TestDecodeSkipsPgmirrorOrigins(t *testing.T) {
 	got = kinds(msgs["begin"], msgs["origin"], insertOrders(), msgs["commit"])
 	require.Equal(t, []EventKind{EventBegin, EventChange, EventCommit}, got, "another origin's transaction is kept")
 	require.EqualValues(t, 1, s.SkippedTransactions())
+}
+
+// TestDecodeSchemaMessages: with SchemaMessages, a transactional message
+// with prefix pgmirror_ddl inside a transaction becomes an OpSchema change
+// carrying its table, content and position; a non-transactional one, one of
+// another prefix, one without SchemaMessages, and one in a transaction of a
+// pgmirror origin are left out.
+func TestDecodeSchemaMessages(t *testing.T) {
+	t.Parallel()
+	// A signature (engine/ddl checks it) precedes the JSON object.
+	content := []byte(strings.Repeat("ab", 32) + `{"v":1,"kind":"state","schema":"public","table":"orders","indexes":[]}`)
+	ddlMsg := func(flags byte, prefix string) []byte {
+		return msg{'M'}.u8(flags).u64(0x1_0000_0042).str(prefix).u32(uint32(len(content))).raw(content)
+	}
+	msgs := validMessages()
+	decodeAll := func(s *Stream, seq ...[]byte) []Event {
+		var out []Event
+		for _, m := range seq {
+			ev, ok, err := s.decode(m)
+			require.NoError(t, err)
+			if ok {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+
+	s := newTestStream()
+	s.cfg.SchemaMessages = true
+	evs := decodeAll(s, msgs["begin"], ddlMsg(1, "pgmirror_ddl"), ddlMsg(1, "other"), msgs["commit"])
+	require.Len(t, evs, 3)
+	c := evs[1].Change
+	require.Equal(t, change.OpSchema, c.Op)
+	require.Equal(t, change.TableName{Schema: "public", Name: "orders"}, c.Schema.Table)
+	require.Equal(t, change.LSN(0x1_0000_0042), c.Schema.LSN)
+	require.Equal(t, content, c.Schema.Content)
+
+	require.Empty(t, decodeAll(s, ddlMsg(0, "pgmirror_ddl")), "non-transactional")
+	evs = decodeAll(s, msgs["begin"], msg{'O'}.u64(0x2_0000_0000).str("pgmirror_8d1c2a"), ddlMsg(1, "pgmirror_ddl"), msgs["commit"])
+	require.Len(t, evs, 2, "a pgmirror origin's transaction")
+	evs = decodeAll(s, msgs["begin"], msg{'M'}.u8(1).u64(1).str("pgmirror_ddl").u32(3).raw([]byte("{x]")), msgs["commit"])
+	require.Len(t, evs, 2, "unreadable content is left out")
+
+	off := newTestStream()
+	evs = decodeAll(off, msgs["begin"], ddlMsg(1, "pgmirror_ddl"), msgs["commit"])
+	require.Len(t, evs, 2, "without SchemaMessages")
+	require.Contains(t, pluginArgs(StreamConfig{Publication: "p", SchemaMessages: true}), "messages 'true'")
 }

@@ -85,6 +85,12 @@ type StreamConfig struct {
 	// heartbeat) then reaches the consumer as a BEGIN and a COMMIT; the
 	// message itself is not an event.
 	Messages bool
+	// SchemaMessages decodes the transactional logical decoding messages
+	// with prefix change.SchemaMessagePrefix (written by pgmirror's event
+	// trigger on the source, see engine/ddl) into change.OpSchema changes,
+	// in place in their transaction. It implies Messages. Other messages,
+	// and messages written outside a transaction, are ignored.
+	SchemaMessages bool
 	// Logger receives debug messages. Default: discard.
 	Logger *slog.Logger
 }

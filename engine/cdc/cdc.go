@@ -131,6 +131,12 @@ type Config struct {
 	// origins). A destination that refuses it (privileges) logs a warning
 	// and the run goes on unmarked.
 	Origin string
+	// CaptureDDL applies the schema changes that pgmirror's event trigger
+	// on the source writes into the WAL (engine/ddl): indexes, check,
+	// unique and exclusion constraints, column defaults and NOT NULL, each
+	// at its place among the changes. Needs PostgreSQL 14 or later on the
+	// source.
+	CaptureDDL bool
 	// SchemaChanges is what the run does when a mapped source table's
 	// columns change: "apply", "warn" or "stop" (see apply.SchemaMode and
 	// SchemaChangeReporter); "" keeps no record of the source's columns
@@ -301,8 +307,8 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if sr, ok := rep.(SchemaReporter); ok {
 		applyCfg.OnColumnsDropped = sr.ColumnsDropped
 	}
-	closeSchema := schemaConfig(cfg, rep, &applyCfg)
-	defer closeSchema()
+	srcCatalog := schemaConfig(cfg, rep, &applyCfg)
+	defer srcCatalog.close()
 	applier, err := apply.New(ctx, dest, applyCfg)
 	if err != nil {
 		return netError(err)
@@ -353,6 +359,10 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	if err != nil {
 		return err
 	}
+	var ddlKey string
+	if cfg.CaptureDDL {
+		ddlKey = readDDLKey(ctx, src, logger)
+	}
 	var source *sourcePosition
 	if cfg.SourceWatch != nil {
 		// The shared poll follows the source: this run's plain source
@@ -364,7 +374,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	}
 	defer source.stop()
 	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, applied: applied, batchID: batchID,
-		positions: positions, skip: map[change.TableName]bool{}, source: source}
+		positions: positions, skip: map[change.TableName]bool{}, source: source, ddlKey: ddlKey, srcCatalog: srcCatalog}
 	for _, t := range cfg.SkipTables {
 		r.skip[t] = true
 	}
@@ -378,7 +388,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
-		Binary: types != nil, Messages: heartbeatEvery > 0,
+		Binary: types != nil, Messages: heartbeatEvery > 0, SchemaMessages: cfg.CaptureDDL,
 	})
 	if err != nil {
 		return netError(err)
@@ -473,9 +483,12 @@ type runner struct {
 	log     *slog.Logger
 	rep     Reporter
 	applier *apply.Applier
-	stream  *capture.Stream
-	flush   *flushWatcher
-	source  *sourcePosition
+	// srcCatalog reads the source catalog when a table changes shape (nil
+	// when the run does not follow source column changes).
+	srcCatalog *sourceCatalog
+	stream     *capture.Stream
+	flush      *flushWatcher
+	source     *sourcePosition
 
 	// unflushed are committed batches (and transactions after them with
 	// nothing of ours) not yet confirmed: their destination commit is not
@@ -510,6 +523,13 @@ type runner struct {
 	// transaction, of the open batch's first and last transactions, and of
 	// the last transaction applied (or empty, or skipped).
 	txCommit, batchCommit, batchEndCommit, appliedCommit time.Time
+
+	// DDL capture (Config.CaptureDDL): the open transaction's id, the key
+	// that signs the trigger's messages, and when it was last read again
+	// (rereadDDLKey).
+	txXid      uint32
+	ddlKey     string
+	ddlKeyRead time.Time
 }
 
 // lagEvery is how often a LagReporter hears the lag.
@@ -557,6 +577,7 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 	for {
 		select {
 		case now := <-lagTick.C:
+			r.srcCatalog.closeIdle(now)
 			if lagReporter != nil {
 				lagReporter.Lag(r.lag(now), r.appliedCommit)
 			}
@@ -622,6 +643,7 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 		}
 		r.inTx = true
 		r.txLSN = ev.LSN
+		r.txXid = ev.Xid
 		r.txCommit = ev.CommitTime
 		// The commit LSN of a transaction not yet applied is at or after the
 		// end of the last applied one; anything before it was applied.
@@ -636,17 +658,15 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 		if r.skipping {
 			return nil
 		}
+		if ev.Change.Op == change.OpSchema {
+			return r.schemaChange(ctx, ev.Change.Schema)
+		}
 		c := r.filter(ev.Change)
 		if c == nil {
 			return nil
 		}
-		if !r.applier.InBatch() {
-			if err := r.applier.Begin(ctx); err != nil {
-				return err
-			}
-			r.started = time.Now()
-			r.changes = 0
-			r.batchCommit = r.txCommit
+		if err := r.openBatch(ctx); err != nil {
+			return err
 		}
 		r.changes++
 		if err := r.applier.Apply(ctx, c); err != nil {
@@ -684,6 +704,20 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 			r.gathering = true
 		}
 	}
+	return nil
+}
+
+// openBatch opens a batch unless one is open.
+func (r *runner) openBatch(ctx context.Context) error {
+	if r.applier.InBatch() {
+		return nil
+	}
+	if err := r.applier.Begin(ctx); err != nil {
+		return err
+	}
+	r.started = time.Now()
+	r.changes = 0
+	r.batchCommit = r.txCommit
 	return nil
 }
 

@@ -3,6 +3,7 @@ package cdc
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,13 +34,32 @@ type SchemaChangeReporter interface {
 type SchemaStopError = apply.SchemaStopError
 
 // sourceCatalog reads the source's catalog for the applier on a connection
-// of its own, opened on first use.
+// of its own, opened on first use and closed again once it has been idle for
+// sourceCatalogIdle (closeIdle, from the run's loop), so that a streaming
+// mirror holds no source connection besides its walsender: the catalog is
+// read when a table's shape changes, which is rare.
 type sourceCatalog struct {
-	cfg  *pgx.ConnConfig
-	conn *pgx.Conn
+	cfg      *pgx.ConnConfig
+	conn     *pgx.Conn
+	lastUsed time.Time
+}
+
+// sourceCatalogIdle is how long the source catalog connection stays open
+// unused.
+const sourceCatalogIdle = 5 * time.Second
+
+// closeIdle closes the connection when it has not been used for
+// sourceCatalogIdle. It runs on the goroutine that applies (the run's loop),
+// like every other use of the connection.
+func (s *sourceCatalog) closeIdle(now time.Time) {
+	if s != nil && s.conn != nil && now.Sub(s.lastUsed) >= sourceCatalogIdle {
+		closeQuietly(s.conn)
+		s.conn = nil
+	}
 }
 
 func (s *sourceCatalog) connect(ctx context.Context) (*pgx.Conn, error) {
+	s.lastUsed = time.Now()
 	if s.conn != nil && !s.conn.IsClosed() {
 		return s.conn, nil
 	}
@@ -52,7 +72,7 @@ func (s *sourceCatalog) connect(ctx context.Context) (*pgx.Conn, error) {
 }
 
 func (s *sourceCatalog) close() {
-	if s.conn != nil {
+	if s != nil && s.conn != nil {
 		closeQuietly(s.conn)
 	}
 }
@@ -140,10 +160,11 @@ func (s *sourceCatalog) catalogTx(ctx context.Context, fn func(pgx.Tx) error) er
 }
 
 // schemaConfig sets the applier's handling of source column changes from
-// cfg and rep; the returned function closes what it opened.
-func schemaConfig(cfg Config, rep Reporter, applyCfg *apply.Config) func() {
+// cfg and rep; it returns the source catalog reader it set (nil when none),
+// which the run closes when it ends and, when idle, from its loop.
+func schemaConfig(cfg Config, rep Reporter, applyCfg *apply.Config) *sourceCatalog {
 	if cfg.SchemaChanges == "" {
-		return func() {}
+		return nil
 	}
 	applyCfg.SchemaChanges = apply.SchemaMode(cfg.SchemaChanges)
 	src := &sourceCatalog{cfg: cfg.Source}
@@ -151,5 +172,5 @@ func schemaConfig(cfg Config, rep Reporter, applyCfg *apply.Config) func() {
 	if sr, ok := rep.(SchemaChangeReporter); ok {
 		applyCfg.SchemaHooks = apply.SchemaHooks{Applied: sr.SchemaChangeApplied, Warned: sr.SchemaChangeWarned, Resync: sr.ResyncTable}
 	}
-	return src.close
+	return src
 }

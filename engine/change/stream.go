@@ -95,6 +95,8 @@ func (o Op) String() string {
 		return "delete"
 	case OpTruncate:
 		return "truncate"
+	case OpSchema:
+		return "schema change"
 	}
 	return "unknown"
 }
@@ -116,11 +118,16 @@ type Change struct {
 	Truncated []*Relation
 	// Cascade and RestartIdentity are the TRUNCATE options.
 	Cascade, RestartIdentity bool
+	// Schema is the captured schema change of an OpSchema.
+	Schema *SchemaMessage
 }
 
 // Size estimates the memory the change holds, in bytes.
 func (c *Change) Size() int {
 	n := 64 + 32*(len(c.Old)+len(c.New))
+	if c.Schema != nil {
+		n += len(c.Schema.Content)
+	}
 	for _, v := range c.Old {
 		n += len(v.Text)
 	}
@@ -129,3 +136,25 @@ func (c *Change) Size() int {
 	}
 	return n
 }
+
+// OpSchema is a schema change captured on the source (a logical decoding
+// message written by pgmirror's event trigger, see engine/ddl): Schema is
+// set, Relation is nil.
+const OpSchema Op = OpTruncate + 1
+
+// SchemaMessage is a schema change captured on the source by pgmirror's
+// event trigger, decoded where it happened inside its transaction.
+type SchemaMessage struct {
+	// LSN is the position of the message in the source's WAL.
+	LSN LSN
+	// Table is the source table the change concerns. Name is "" for a
+	// dropped index, whose table the source no longer knows: it concerns
+	// the tables of Schema.
+	Table TableName
+	// Content is the message's JSON payload (engine/ddl describes it).
+	Content []byte
+}
+
+// SchemaMessagePrefix is the prefix of the logical decoding messages that
+// pgmirror's event trigger writes on the source (pg_logical_emit_message).
+const SchemaMessagePrefix = "pgmirror_ddl"

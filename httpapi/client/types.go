@@ -169,12 +169,14 @@ type MirrorCreate struct {
 	ExistingDestinationRows     string         `json:"existing_destination_rows,omitempty"`
 	SchemaChanges               string         `json:"schema_changes,omitempty"`
 	Sequences                   []SequenceRef  `json:"sequences,omitempty"`
+	CaptureDDL                  bool           `json:"capture_ddl,omitempty"`
 }
 
 // MirrorUpdate is the body of PATCH /v1/mirrors/{name}: nil fields keep
 // their value.
 type MirrorUpdate struct {
 	SchemaChanges *string `json:"schema_changes,omitempty"`
+	CaptureDDL    *bool   `json:"capture_ddl,omitempty"`
 }
 
 // MirrorConfig is a mirror's configuration as the API returns it.
@@ -198,6 +200,7 @@ type MirrorConfig struct {
 	Sequences                   []SequenceRef  `json:"sequences"`
 	Status                      string         `json:"status"`
 	CreatedAt                   time.Time      `json:"created_at"`
+	CaptureDDL                  bool           `json:"capture_ddl"`
 }
 
 // SlotHealth is the mirror's replication slot as the service last read it

@@ -1,0 +1,151 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/apply"
+	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/ddl"
+	"github.com/pgmirror/pgmirror/engine/session"
+)
+
+// DDLReporter may also be implemented by a Reporter to hear of the schema
+// changes captured by pgmirror's event trigger (Config.CaptureDDL) that the
+// run applied on the destination.
+type DDLReporter interface {
+	// SchemaChangeApplied is called for each statement executed on the
+	// destination, inside the batch that carries the changes after it (the
+	// batch may still roll back and be applied again by a later run).
+	SchemaChangeApplied(ctx context.Context, table change.TableName, statement string)
+	// SchemaChangeRejected is called for what was left out: a statement
+	// the destination rejected, an object whose name is taken there.
+	SchemaChangeRejected(ctx context.Context, table change.TableName, warning string)
+}
+
+// schemaChange applies a schema change message at its place in the open
+// transaction: for each mapped table it concerns, the destination table is
+// reconciled with it in the batch's destination transaction, after the
+// changes before it.
+func (r *runner) schemaChange(ctx context.Context, msg *change.SchemaMessage) error {
+	if !r.concernsMapped(msg.Table) {
+		return nil
+	}
+	parsed, err := ddl.Open(msg.Content, r.ddlKey, r.txXid)
+	if errors.Is(err, ddl.ErrUnsigned) && r.rereadDDLKey(ctx) {
+		// The trigger may have been installed again with a new key.
+		parsed, err = ddl.Open(msg.Content, r.ddlKey, r.txXid)
+	}
+	if err != nil {
+		// Not written by the trigger (anyone may write a message with
+		// pgmirror's prefix), or unreadable: never executed.
+		r.log.Warn("ignoring a schema change message", "lsn", msg.LSN.String(), "table", msg.Table.String(), "error", err.Error())
+		return nil
+	}
+	rep, _ := r.rep.(DDLReporter)
+	for _, m := range r.cfg.Tables {
+		if !parsed.Concerns(m) || r.skipped(m.Source) {
+			continue
+		}
+		if err := r.openBatch(ctx); err != nil {
+			return err
+		}
+		var res ddl.Result
+		var left []string // planned but left alone (schema_changes warn)
+		mode := apply.SchemaMode(r.cfg.SchemaChanges)
+		err := r.applier.ExecSchemaChange(ctx, m.Destination, func(ctx context.Context, conn *pgx.Conn) error {
+			if mode != apply.SchemaWarn && mode != apply.SchemaStop {
+				var err error
+				res, err = ddl.Reconcile(ctx, conn, m, parsed)
+				return err
+			}
+			stmts, warnings, err := ddl.Plan(ctx, conn, m, parsed)
+			if err != nil {
+				return err
+			}
+			if mode == apply.SchemaStop && len(stmts) > 0 {
+				return &apply.SchemaStopError{Table: m.Source, Changes: stmts}
+			}
+			res.Warnings, left = warnings, stmts
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("apply schema change of %s (%s) at %s: %w", m.Source, parsed.Tag, msg.LSN, err)
+		}
+		if warner, ok := r.rep.(SchemaChangeReporter); ok {
+			for _, stmt := range left {
+				warner.SchemaChangeWarned(ctx, m.Source, "captured on the source, not applied: "+stmt)
+			}
+		}
+		for _, stmt := range left {
+			r.log.Warn("schema change not applied (schema_changes is warn)", "table", m.Destination.String(), "statement", stmt, "lsn", msg.LSN.String())
+		}
+		for _, stmt := range res.Applied {
+			r.log.Info("Schema change applied", "table", m.Destination.String(), "statement", stmt, "lsn", msg.LSN.String())
+			if rep != nil {
+				rep.SchemaChangeApplied(ctx, m.Destination, stmt)
+			}
+		}
+		for _, w := range res.Warnings {
+			r.log.Warn("schema change not applied", "table", m.Destination.String(), "warning", w, "lsn", msg.LSN.String())
+			if rep != nil {
+				rep.SchemaChangeRejected(ctx, m.Destination, w)
+			}
+		}
+	}
+	return nil
+}
+
+// concernsMapped reports whether a schema change message about table (Name
+// "" for a dropped index of the schema) may concern a mapped table.
+func (r *runner) concernsMapped(table change.TableName) bool {
+	for _, m := range r.cfg.Tables {
+		if m.Source.Schema == table.Schema && (table.Name == "" || m.Source.Name == table.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// readDDLKey reads the key that signs the DDL capture trigger's messages
+// on the source. Without it (the trigger is missing, or the source user
+// may not read it any more) no schema change message is applied: the run
+// logs a warning and goes on.
+func readDDLKey(ctx context.Context, src *pgx.Conn, logger *slog.Logger) string {
+	key, err := ddl.ReadKey(ctx, src)
+	if err != nil {
+		logger.Warn("capture_ddl is on but the key of the DDL capture trigger cannot be read on the source; schema change messages are ignored", "error", err.Error())
+		return ""
+	}
+	return key
+}
+
+// ddlKeyReread bounds how often a message that fails its signature check
+// makes the run read the key again.
+const ddlKeyReread = 10 * time.Second
+
+// rereadDDLKey reads the signing key again on a connection of its own, at
+// most every ddlKeyReread, and reports whether it changed.
+func (r *runner) rereadDDLKey(ctx context.Context) bool {
+	if time.Since(r.ddlKeyRead) < ddlKeyReread {
+		return false
+	}
+	r.ddlKeyRead = time.Now()
+	src, err := session.Connect(ctx, r.cfg.Source)
+	if err != nil {
+		r.log.Warn("cannot connect to the source to read the key of the DDL capture trigger again", "error", err.Error())
+		return false
+	}
+	defer closeQuietly(src)
+	key, err := ddl.ReadKey(ctx, src)
+	if err != nil || key == r.ddlKey {
+		return false
+	}
+	r.ddlKey = key
+	return true
+}

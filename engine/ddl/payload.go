@@ -1,0 +1,153 @@
+package ddl
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// Message is the decoded payload of a schema change message (the content
+// of a change.SchemaMessage). Kind says which of its parts are set.
+type Message struct {
+	// V is the payload's version (1).
+	V int `json:"v"`
+	// Kind is "state" (the table's resulting state, see State) or "drop"
+	// (an index or constraint was dropped, see Drop).
+	Kind string `json:"kind"`
+	// Tag is the command tag of the source's DDL (ALTER TABLE, CREATE
+	// INDEX, ALTER INDEX, DROP INDEX).
+	Tag    string `json:"tag"`
+	Schema string `json:"schema"`
+	// Table is the source table ("" for a dropped index).
+	Table string `json:"table"`
+	// Xid is the id of the source transaction that wrote the message
+	// (modulo 2^32, as pgoutput's Begin message carries it).
+	Xid uint32 `json:"xid"`
+	State
+	Drop
+}
+
+// State is a source table's state after a DDL command.
+type State struct {
+	// Indexes are the table's indexes except its primary key's and those
+	// backing a constraint.
+	Indexes []Index `json:"indexes"`
+	// Constraints are the table's check (type c), unique (u) and exclusion
+	// (x) constraints.
+	Constraints []Constraint `json:"constraints"`
+	// Columns are the table's columns in attnum order.
+	Columns []Column `json:"columns"`
+}
+
+// Index is an index as pg_get_indexdef prints it with only pg_catalog on
+// the search path; Prefix is what it prints before the access method
+// ("CREATE INDEX name ON schema.table USING ").
+type Index struct {
+	Name   string `json:"name"`
+	Def    string `json:"def"`
+	Prefix string `json:"prefix"`
+	Unique bool   `json:"unique"`
+}
+
+// Constraint is a check, unique or exclusion constraint; Def is
+// pg_get_constraintdef (ending in NOT VALID when not validated).
+type Constraint struct {
+	Name      string `json:"name"`
+	Type      string `json:"type"`
+	Def       string `json:"def"`
+	Validated bool   `json:"validated"`
+}
+
+// Column is a column's NOT NULL flag and default (pg_get_expr; nil for
+// none). Generated and identity columns carry no default.
+type Column struct {
+	Attnum    int     `json:"attnum"`
+	Name      string  `json:"name"`
+	NotNull   bool    `json:"not_null"`
+	Generated bool    `json:"generated"`
+	Default   *string `json:"default"`
+}
+
+// Drop is a dropped index or table constraint.
+type Drop struct {
+	// Object is "index" or "constraint".
+	Object string `json:"object"`
+	// Name is the index's or constraint's name.
+	Name string `json:"name"`
+}
+
+// Parse decodes the content of a schema change message.
+func Parse(content []byte) (Message, error) {
+	var m Message
+	if err := json.Unmarshal(content, &m); err != nil {
+		return Message{}, fmt.Errorf("decode schema change message: %w", err)
+	}
+	if m.V != 1 {
+		return Message{}, fmt.Errorf("decode schema change message: version %d, want 1 (update pgmirror or install the trigger again)", m.V)
+	}
+	switch m.Kind {
+	case "state":
+		if m.Table == "" {
+			return Message{}, fmt.Errorf("decode schema change message: state without a table")
+		}
+	case "drop":
+		if m.Object != "index" && m.Object != "constraint" || m.Name == "" {
+			return Message{}, fmt.Errorf("decode schema change message: drop of %q %q", m.Object, m.Name)
+		}
+	default:
+		return Message{}, fmt.Errorf("decode schema change message: unknown kind %q", m.Kind)
+	}
+	return m, nil
+}
+
+// Concerns reports whether the message concerns the source table of m: it
+// names it, or it is a dropped index of m's source schema.
+func (msg Message) Concerns(m change.Mapping) bool {
+	if msg.Schema != m.Source.Schema {
+		return false
+	}
+	return msg.Table == m.Source.Name || (msg.Kind == "drop" && msg.Object == "index" && msg.Table == "")
+}
+
+// signatureLen is the length of the hex signature before a message's JSON.
+const signatureLen = 2 * sha256.Size
+
+// ErrUnsigned matches (errors.Is) a message that the trigger did not write:
+// its signature does not match the key, or it was written in another
+// transaction than the one it claims (a copy of an older message).
+var ErrUnsigned = errors.New("schema change message not signed by the DDL capture trigger")
+
+// sign returns the signature of body under key: hex(sha256(key ||
+// hex(sha256(key || body)))), as the trigger's emit function computes it.
+func sign(key string, body []byte) string {
+	inner := sha256.Sum256(append([]byte(key), body...))
+	outer := sha256.Sum256([]byte(key + hex.EncodeToString(inner[:])))
+	return hex.EncodeToString(outer[:])
+}
+
+// Open checks the signature of the content of a schema change message with
+// key (ReadKey) and that it was written in the transaction xid, then
+// decodes it (Parse). Anyone connected to the source may write a logical
+// decoding message with pgmirror's prefix: only the trigger knows the key.
+func Open(content []byte, key string, xid uint32) (Message, error) {
+	if key == "" || len(content) < signatureLen {
+		return Message{}, ErrUnsigned
+	}
+	sig, body := content[:signatureLen], content[signatureLen:]
+	if subtle.ConstantTimeCompare(sig, []byte(sign(key, body))) != 1 {
+		return Message{}, ErrUnsigned
+	}
+	m, err := Parse(body)
+	if err != nil {
+		return Message{}, err
+	}
+	if m.Xid != xid {
+		return Message{}, fmt.Errorf("%w: written in transaction %d, found in transaction %d", ErrUnsigned, m.Xid, xid)
+	}
+	return m, nil
+}
