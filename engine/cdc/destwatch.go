@@ -47,8 +47,10 @@ func (w *DestWatch) Destinations() int {
 type sharedDest struct {
 	watch *DestWatch
 	key   string
-	cfg   *pgx.ConnConfig
-	log   *slog.Logger
+	// cfg is the connection's configuration, the newest run's (under mu),
+	// as for sharedSource.
+	cfg *pgx.ConnConfig
+	log *slog.Logger
 
 	mu      sync.Mutex
 	subs    map[*flushWatcher]*destSub
@@ -92,6 +94,7 @@ func (w *DestWatch) join(cfg *pgx.ConnConfig, conn *pgx.Conn, mirrorUID string, 
 		done:    make(chan struct{}),
 	}
 	d.mu.Lock()
+	d.cfg = cfg.Copy()
 	d.subs[fw] = &destSub{}
 	d.mu.Unlock()
 	return fw
@@ -239,7 +242,10 @@ func (d *sharedDest) run() {
 			}
 			lastConnect = time.Now()
 			connectCtx, connectCancel := context.WithTimeout(ctx, 10*time.Second)
-			c, err := session.Connect(connectCtx, d.cfg)
+			d.mu.Lock()
+			cfg := d.cfg
+			d.mu.Unlock()
+			c, err := session.Connect(connectCtx, cfg)
 			connectCancel()
 			if err != nil {
 				if ctx.Err() != nil {

@@ -2,6 +2,8 @@ package cdc
 
 import (
 	"context"
+	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
@@ -88,4 +90,58 @@ func TestSourceWatchShared(t *testing.T) {
 	b.stop()
 	require.Equal(t, 0, w.Sources())
 	require.Eventually(t, func() bool { return conns() == 0 }, 5*time.Second, 50*time.Millisecond, "the last run closes the connection")
+}
+
+// TestSourceWatchNewPassword: after the peer user's password changed, a run
+// that joins brings the new one, and the shared poll's next connection uses
+// it: the position keeps following the source instead of failing to
+// reconnect with the old password while the first run still holds on.
+func TestSourceWatchNewPassword(t *testing.T) {
+	t.Parallel()
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	ctx := context.Background()
+	role := fmt.Sprintf("watch_pw_%d", time.Now().UnixNano()%1_000_000_000)
+	admin, err := pgx.Connect(ctx, src)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'old-password-1'`, role))
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) })
+	u, err := url.Parse(src)
+	require.NoError(t, err)
+	withPassword := func(pw string) *pgx.ConnConfig {
+		u.User = url.UserPassword(role, pw)
+		q := u.Query()
+		q.Set("application_name", role)
+		u.RawQuery = q.Encode()
+		cfg, err := pgx.ParseConfig(u.String())
+		require.NoError(t, err)
+		return cfg
+	}
+	w := NewSourceWatch()
+	a := w.join(withPassword("old-password-1"), 0, nil)
+	defer a.stop()
+	conns := func() int64 {
+		var n int64
+		require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, role).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return conns() == 1 }, 5*time.Second, 20*time.Millisecond, "the shared poll connects")
+
+	_, err = admin.Exec(ctx, fmt.Sprintf(`ALTER ROLE %s PASSWORD 'new-password-2'`, role))
+	require.NoError(t, err)
+	b := w.join(withPassword("new-password-2"), 0, nil)
+	defer b.stop()
+	require.Equal(t, 1, w.Sources())
+	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, role)
+	require.NoError(t, err)
+
+	_, err = admin.Exec(ctx, `CREATE TABLE w AS SELECT g FROM generate_series(1, 1000) g`)
+	require.NoError(t, err)
+	var after string
+	require.NoError(t, admin.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&after))
+	end, err := change.ParseLSN(after)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.End() >= end && b.End() >= end }, 10*time.Second, 50*time.Millisecond,
+		"the shared poll reconnected with the new password and follows the source")
 }

@@ -51,8 +51,11 @@ const sharedPollEvery = 250 * time.Millisecond
 type sharedSource struct {
 	watch *SourceWatch
 	key   string
-	cfg   *pgx.ConnConfig
-	log   *slog.Logger
+	// cfg is the connection's configuration, the newest run's (under mu):
+	// a run that joins after a peer's password changed brings the new one,
+	// which the next reconnection uses.
+	cfg *pgx.ConnConfig
+	log *slog.Logger
 
 	end            atomic.Uint64 // the WAL end at the last poll
 	mu             sync.Mutex
@@ -86,6 +89,7 @@ func (w *SourceWatch) join(cfg *pgx.ConnConfig, heartbeatEvery time.Duration, lo
 	p := &sourcePosition{shared: s, stopped: make(chan struct{}), log: log, begun: make(chan struct{})}
 	p.end.Store(s.end.Load())
 	s.mu.Lock()
+	s.cfg = cfg.Copy()
 	s.subs[p] = struct{}{}
 	s.mu.Unlock()
 	return p
@@ -129,7 +133,10 @@ func (s *sharedSource) run() {
 		if conn == nil && time.Since(lastConnect) >= time.Second {
 			lastConnect = time.Now()
 			connectCtx, connectCancel := context.WithTimeout(ctx, 10*time.Second)
-			c, err := session.Connect(connectCtx, s.cfg)
+			s.mu.Lock()
+			cfg := s.cfg
+			s.mu.Unlock()
+			c, err := session.Connect(connectCtx, cfg)
 			connectCancel()
 			if err == nil {
 				conn = c
