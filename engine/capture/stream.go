@@ -288,9 +288,19 @@ func (s *Stream) SkippedTransactions() int64 { return s.skippedTx.Load() }
 // Confirmed returns the position last confirmed.
 func (s *Stream) Confirmed() change.LSN { return change.LSN(s.confirmed.Load()) }
 
-// Close stops the stream's goroutine and waits for it. It tries to send a
-// last status update with the confirmed position. The connection is left
-// to the caller, who should close it (it is still in COPY mode).
+// closeDrain bounds how long Close waits for the walsender to end the
+// replication command after the last status update.
+const closeDrain = 2 * time.Second
+
+// Close stops the stream's goroutine and waits for it. It sends a last
+// status update with the confirmed position and then ends the COPY with
+// CopyDone, reading (and dropping) what the walsender still sends until it
+// ends the command too, for at most closeDrain: the walsender reads its
+// client's messages in order, so the status update is taken in before the
+// command ends. Closing the socket right after the update instead could
+// lose it: a socket closed with unread data sends a reset, and the
+// walsender's system may drop the update unread. The connection is left to
+// the caller, who should close it.
 func (s *Stream) Close() {
 	s.cancel()
 	_ = s.conn.Conn().SetReadDeadline(time.Now())
@@ -298,7 +308,12 @@ func (s *Stream) Close() {
 	if s.conn.IsClosed() {
 		return
 	}
-	_ = s.sendStatus(false)
+	if err := s.sendStatus(false); err != nil {
+		return
+	}
+	_ = s.conn.Conn().SetDeadline(time.Now().Add(closeDrain))
+	_, _ = pglogrepl.SendStandbyCopyDone(context.Background(), s.conn)
+	_ = s.conn.Conn().SetDeadline(time.Time{})
 }
 
 func (s *Stream) run(ctx context.Context) error {
