@@ -150,6 +150,13 @@ func (b *bundle) doHeaders(method, path, token string, body any) (int, http.Head
 	if rdr != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if req.ContentLength > 256<<10 {
+		// The service answers a body over a route's limit before reading
+		// it and closes the connection; a client still writing the body
+		// may then meet a reset before it reads the answer. Waiting for
+		// 100 Continue (as curl does for large bodies) avoids sending it.
+		req.Header.Set("Expect", "100-continue")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
