@@ -652,7 +652,9 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 			r.log.Debug("skipping transaction already applied", "lsn", ev.LSN.String())
 		}
 	case capture.EventChange:
-		if r.unmapped != nil && ev.Change.Op != change.OpTruncate {
+		// Truncates name several tables and captured DDL (OpSchema) carries
+		// its table in its payload: neither has a Relation.
+		if r.unmapped != nil && ev.Change.Relation != nil {
 			r.noticeUnmapped(ev.Change.Relation.Table)
 		}
 		if r.skipping {
