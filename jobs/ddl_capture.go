@@ -22,9 +22,19 @@ func (r *mirrorRun) ensureDDLCapture(ctx context.Context, src *pgx.Conn, m db.Mi
 	if !m.CaptureDDL {
 		return nil
 	}
-	ok, err := ddl.Installed(ctx, src)
-	if err != nil || ok {
+	installed, current, err := ddl.Installed(ctx, src)
+	if err != nil || current {
 		return err
+	}
+	if installed {
+		// Installed by an older pgmirror: its functions are updated in
+		// place (the triggers and the key stay).
+		if err := ddl.Install(ctx, src); err != nil {
+			r.log(ctx, db.LevelWarn, "DDL capture trigger not updated", map[string]any{
+				"error":  err.Error(),
+				"action": "the trigger installed by an older pgmirror keeps working; a column renamed in the same transaction as an index or constraint on it may leave that index or constraint out until capture_ddl can update it"})
+		}
+		return nil
 	}
 	err = ddl.Install(ctx, src)
 	var pgErr *pgconn.PgError

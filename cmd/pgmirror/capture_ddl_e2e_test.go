@@ -353,3 +353,54 @@ func TestCaptureDDLWholeSchema(t *testing.T) {
 		t.Fatal("the renamed column kind is still on the destination")
 	}
 }
+
+// TestCaptureDDLColumnsFirst: with capture_ddl, a transaction that renames
+// or adds a column and creates an index or constraint on it gets the
+// column change applied first, at the captured change's position, even
+// when no row of the table follows: the index and constraint land on the
+// destination with it, nothing is refused, and the data stays equal.
+func TestCaptureDDLColumnsFirst(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `CREATE TABLE public.a (id int PRIMARY KEY, v text, w int, n int);
+		INSERT INTO public.a SELECT i, 'v' || i, i, i FROM generate_series(1, 100) i`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "cf", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1, "capture_ddl": true,
+		"table_mappings": []any{mapping("public", "a", "public", "a")},
+	}, 201, nil)
+	s.dumpOnFailure("cf")
+	s.waitStatus("cf", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.a", "public.a", "id, v, w, n", 60*time.Second)
+
+	// No row of a after the rename: only the captured change tells.
+	exec1(t, src, `BEGIN; ALTER TABLE public.a RENAME COLUMN v TO v2; CREATE INDEX a_v2 ON public.a (v2); COMMIT`)
+	destHas(t, dst, "index a_v2", `SELECT count(*) FROM pg_indexes WHERE schemaname = 'public' AND indexname = 'a_v2' AND indexdef LIKE '%(v2)%'`)
+	if got := tableColumns(t, dst, "public.a"); got != "id integer, v2 text, w integer, n integer" {
+		t.Fatalf("destination columns %q after the rename", got)
+	}
+
+	// Added, dropped and renamed columns with an index, a constraint and
+	// NOT NULL on them, and rows around them.
+	exec1(t, src, `BEGIN;
+		INSERT INTO public.a VALUES (101, 'x', 1, 1001);
+		ALTER TABLE public.a ADD COLUMN c varchar(12) DEFAULT 'c';
+		ALTER TABLE public.a DROP COLUMN w;
+		ALTER TABLE public.a RENAME COLUMN n TO n2;
+		CREATE UNIQUE INDEX a_n2_c ON public.a (n2, c);
+		ALTER TABLE public.a ADD CONSTRAINT a_c_check CHECK (c <> '');
+		ALTER TABLE public.a ALTER COLUMN n2 SET NOT NULL;
+		INSERT INTO public.a VALUES (102, 'y', 1002, 'cc');
+		COMMIT`)
+	destHas(t, dst, "index a_n2_c", `SELECT count(*) FROM pg_indexes WHERE schemaname = 'public' AND indexname = 'a_n2_c'`)
+	destHas(t, dst, "constraint a_c_check", `SELECT count(*) FROM pg_constraint WHERE conname = 'a_c_check'`)
+	want := tableColumns(t, src, "public.a")
+	waitFor(t, "the source's columns", 60*time.Second, func() bool { return tableColumns(t, dst, "public.a") == want })
+	destHas(t, dst, "n2 NOT NULL", `SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.a'::regclass AND attname = 'n2' AND attnotnull`)
+	waitEqual(t, src, dst, "public.a", "public.a", "id, v2, n2, c", 60*time.Second)
+
+	for _, e := range s.logs("cf", "level=WARN") {
+		t.Errorf("WARN entry %q: %v", e.Message, e.Details)
+	}
+	for _, e := range s.logs("cf", "level=ERROR") {
+		t.Errorf("ERROR entry %q: %v", e.Message, e.Details)
+	}
+}

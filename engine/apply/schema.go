@@ -334,7 +334,6 @@ func diffColumns(known []knownColumn, rel *change.Relation, attnums []int) []col
 // transaction, after writing what was buffered), reports them, or stops.
 // Under SchemaApply the checked binary types follow (settleBinary).
 func (a *Applier) reconcile(ctx context.Context, m *change.Mapping, rel *change.Relation) error {
-	mode := a.cfg.SchemaChanges
 	known, err := a.loadKnown(ctx, rel.Table)
 	if err != nil {
 		return err
@@ -342,23 +341,117 @@ func (a *Applier) reconcile(ctx context.Context, m *change.Mapping, rel *change.
 	if known != nil && sameKnown(known, rel) {
 		return nil
 	}
-	var cat catalogView
-	if a.cfg.Source != nil {
-		cols, err := a.cfg.Source.Columns(ctx, rel.Table)
-		if err != nil {
-			return fmt.Errorf("read source columns of %s: %w", rel.Table, err)
-		}
-		cat = newCatalogView(cols)
-	} else {
-		cat = newCatalogView(nil)
+	cat, err := a.sourceCatalog(ctx, rel.Table)
+	if err != nil {
+		return err
 	}
 	if known == nil {
-		// First description of the table: what the destination was
-		// created or copied from. Attnums come from the catalog by name.
+		// First description of a table whose columns were not recorded
+		// when it was copied (by an older pgmirror): what the destination
+		// was created or copied from. Attnums come from the catalog by
+		// name.
 		var none []knownColumn
 		return a.saveKnown(ctx, rel.Table, newKnown(rel, align(none, rel, cat)))
 	}
-	attnums := align(known, rel, cat)
+	return a.applyColumnChanges(ctx, m, rel, known, align(known, rel, cat), cat)
+}
+
+// sourceCatalog reads the source catalog's columns of table now (none
+// without a SourceCatalog).
+func (a *Applier) sourceCatalog(ctx context.Context, table change.TableName) (catalogView, error) {
+	if a.cfg.Source == nil {
+		return newCatalogView(nil), nil
+	}
+	cols, err := a.cfg.Source.Columns(ctx, table)
+	if err != nil {
+		return catalogView{}, fmt.Errorf("read source columns of %s: %w", table, err)
+	}
+	return newCatalogView(cols), nil
+}
+
+// CapturedColumn is a column of a source table as a captured schema change
+// describes it at its position in the stream.
+type CapturedColumn struct {
+	Attnum int
+	Name   string
+	// TypeOID and TypeMod are its type; TypeOID is 0 when the capture did
+	// not say (a trigger installed by an older pgmirror).
+	TypeOID uint32
+	TypeMod int32
+	// Stored reports a stored generated column, which the stream does not
+	// carry.
+	Stored bool
+}
+
+// ColumnsCaptured reconciles the known columns of source table with its
+// live columns as a captured schema change describes them, by attnum, at
+// its place in the batch: a column renamed, dropped, added or retyped in
+// the transaction is applied to the destination (or stops the run) as a
+// new description in the stream would do it, before the captured indexes
+// and constraints that may name it, and even when no row of the table
+// follows in the transaction. The stream's next description of the table
+// then finds the columns known. Under SchemaWarn, for a table without
+// known columns or without a mapping, it does nothing. Columns without a
+// type (an older trigger) are taken only by attnums known already: renames
+// and drops are applied, additions and type changes wait for the stream's
+// description.
+func (a *Applier) ColumnsCaptured(ctx context.Context, table change.TableName, cols []CapturedColumn) error {
+	m := a.mappings[table]
+	if m == nil || a.cfg.SchemaChanges == "" || a.cfg.SchemaChanges == SchemaWarn {
+		return nil
+	}
+	known, err := a.loadKnown(ctx, table)
+	if err != nil || known == nil {
+		return err
+	}
+	rel, attnums := capturedRelation(table, known, cols)
+	if len(rel.Columns) == 0 || sameKnown(known, rel) {
+		return nil
+	}
+	cat, err := a.sourceCatalog(ctx, table)
+	if err != nil {
+		return err
+	}
+	// The table's current plan keeps the old columns: pgoutput describes
+	// the table again before its next change, and planFor then finds the
+	// columns known.
+	return a.applyColumnChanges(ctx, m, rel, known, attnums, cat)
+}
+
+// capturedRelation describes table as the stream would from captured
+// columns, with their attnums: stored generated columns are left out, and
+// a column without a type takes the known one's, or is left out when its
+// attnum is not known.
+func capturedRelation(table change.TableName, known []knownColumn, cols []CapturedColumn) (*change.Relation, []int) {
+	byAttnum := map[int]knownColumn{}
+	for _, k := range known {
+		byAttnum[k.Attnum] = k
+	}
+	rel := &change.Relation{Table: table}
+	var attnums []int
+	for _, c := range cols {
+		if c.Stored {
+			continue
+		}
+		col := change.Column{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod}
+		if c.TypeOID == 0 {
+			k, ok := byAttnum[c.Attnum]
+			if !ok {
+				continue
+			}
+			col.TypeOID, col.TypeMod = k.TypeOID, k.TypeMod
+		}
+		rel.Columns = append(rel.Columns, col)
+		attnums = append(attnums, c.Attnum)
+	}
+	return rel, attnums
+}
+
+// applyColumnChanges applies the differences between the known columns
+// and rel (whose columns have the attnums given) by the schema mode, and
+// records rel's columns as known.
+func (a *Applier) applyColumnChanges(ctx context.Context, m *change.Mapping, rel *change.Relation, known []knownColumn, attnums []int, cat catalogView) error {
+	mode := a.cfg.SchemaChanges
 	changes := diffColumns(known, rel, attnums)
 	next := newKnown(rel, attnums)
 	if len(changes) == 0 {

@@ -110,3 +110,29 @@ func TestNoRewrite(t *testing.T) {
 	require.False(t, noRewrite(oidInt4, -1, oidText, -1))
 	require.False(t, noRewrite(oidText, -1, oidInt4, -1))
 }
+
+// TestCapturedRelation covers how a captured description of a table
+// becomes the stream's: by attnum, without stored generated columns, and
+// from a trigger that sends no types, with the known types of known
+// attnums only.
+func TestCapturedRelation(t *testing.T) {
+	t.Parallel()
+	table := change.TableName{Schema: "public", Name: "t"}
+	k := known(kc(1, "id", oidInt4), kc(2, "a", oidText), kc(3, "b", oidText))
+	typed := []CapturedColumn{
+		{Attnum: 1, Name: "id", TypeOID: oidInt4, TypeMod: -1},
+		{Attnum: 2, Name: "a2", TypeOID: oidText, TypeMod: -1},
+		{Attnum: 4, Name: "g", TypeOID: oidInt4, TypeMod: -1, Stored: true},
+		{Attnum: 5, Name: "c", TypeOID: oidVarchar, TypeMod: 14},
+	}
+	rel, attnums := capturedRelation(table, k, typed)
+	require.Equal(t, []int{1, 2, 5}, attnums)
+	require.Equal(t, []string{"drop b->b", "rename a->a2", "add ->c"}, kinds(diffColumns(k, rel, attnums)))
+	require.Equal(t, int32(14), rel.Columns[2].TypeMod)
+
+	untyped := []CapturedColumn{{Attnum: 1, Name: "id"}, {Attnum: 2, Name: "a2"}, {Attnum: 5, Name: "c"}}
+	rel, attnums = capturedRelation(table, k, untyped)
+	require.Equal(t, []int{1, 2}, attnums)
+	require.Equal(t, uint32(oidText), rel.Columns[1].TypeOID)
+	require.Equal(t, []string{"drop b->b", "rename a->a2"}, kinds(diffColumns(k, rel, attnums)))
+}

@@ -33,6 +33,15 @@ type DDLReporter interface {
 // reconciled with it in the batch's destination transaction, after the
 // changes before it.
 func (r *runner) schemaChange(ctx context.Context, msg *change.SchemaMessage) error {
+	err := r.applySchemaChange(ctx, msg)
+	var schemaStop *SchemaStopError
+	if errors.As(err, &schemaStop) {
+		schemaStop.At = r.txLSN
+	}
+	return err
+}
+
+func (r *runner) applySchemaChange(ctx context.Context, msg *change.SchemaMessage) error {
 	if !r.concernsMapped(msg.Table) {
 		return nil
 	}
@@ -54,6 +63,18 @@ func (r *runner) schemaChange(ctx context.Context, msg *change.SchemaMessage) er
 		}
 		if err := r.openBatch(ctx); err != nil {
 			return err
+		}
+		if parsed.Kind == "state" {
+			// Columns first: the indexes and constraints below may name a
+			// column renamed or added in this transaction, which the
+			// stream describes only before the table's next row.
+			cols := make([]apply.CapturedColumn, len(parsed.Columns))
+			for i, c := range parsed.Columns {
+				cols[i] = apply.CapturedColumn{Attnum: c.Attnum, Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Stored: c.Stored}
+			}
+			if err := r.applier.ColumnsCaptured(ctx, m.Source, cols); err != nil {
+				return fmt.Errorf("apply schema change of %s (%s) at %s: %w", m.Source, parsed.Tag, msg.LSN, err)
+			}
 		}
 		var res ddl.Result
 		var left []string // planned but left alone (schema_changes warn)

@@ -66,11 +66,19 @@ type Constraint struct {
 // Column is a column's NOT NULL flag and default (pg_get_expr; nil for
 // none). Generated and identity columns carry no default.
 type Column struct {
-	Attnum    int     `json:"attnum"`
-	Name      string  `json:"name"`
-	NotNull   bool    `json:"not_null"`
+	Attnum  int    `json:"attnum"`
+	Name    string `json:"name"`
+	NotNull bool   `json:"not_null"`
+	// Generated reports a generated or an identity column.
 	Generated bool    `json:"generated"`
 	Default   *string `json:"default"`
+	// TypeOID and TypeMod are the column's type (atttypid, atttypmod), and
+	// Stored reports a stored generated column, which the stream does not
+	// carry. Messages of a trigger installed by an older pgmirror lack
+	// them (TypeOID 0).
+	TypeOID uint32 `json:"type_oid"`
+	TypeMod int32  `json:"typmod"`
+	Stored  bool   `json:"stored"`
 }
 
 // Drop is a dropped index or table constraint.

@@ -77,6 +77,7 @@ SELECT jsonb_build_object(
     FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype IN ('c', 'u', 'x')), '[]'::jsonb),
   'columns', COALESCE((SELECT jsonb_agg(jsonb_build_object(
         'attnum', a.attnum, 'name', a.attname, 'not_null', a.attnotnull,
+        'type_oid', a.atttypid::bigint, 'typmod', a.atttypmod, 'stored', a.attgenerated <> '',
         'generated', a.attgenerated <> '' OR a.attidentity <> '',
         'default', CASE WHEN a.attgenerated = '' AND a.attidentity = '' THEN pg_get_expr(d.adbin, d.adrelid) END)
       ORDER BY a.attnum)
@@ -178,6 +179,7 @@ func Install(ctx context.Context, conn Conn) error {
 		`SELECT pg_catalog.pg_advisory_xact_lock(` + fmt.Sprint(installLock) + `)`,
 		`CREATE SCHEMA IF NOT EXISTS ` + Schema,
 		keySQL, tableStateSQL, emitSQL, commandEndSQL, sqlDropSQL,
+		`COMMENT ON FUNCTION ` + stateFunction + `(oid, text) IS '` + version + `'`,
 	}
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
@@ -207,17 +209,27 @@ func Install(ctx context.Context, conn Conn) error {
 	return nil
 }
 
+// version marks the functions Install creates (a comment on the state
+// function): a source whose functions carry another mark was installed by
+// an older pgmirror, and Install updates them.
+const version = "pgmirror DDL capture 2"
+
 // Installed reports whether both event triggers and the signing key exist
-// on conn's database.
-func Installed(ctx context.Context, conn Conn) (bool, error) {
+// on conn's database, and whether the functions are this version's
+// (current; when not, Install updates them).
+func Installed(ctx context.Context, conn Conn) (installed, current bool, err error) {
 	var n int
 	var key bool
-	err := conn.QueryRow(ctx, `SELECT count(*), pg_catalog.to_regclass($3) IS NOT NULL FROM pg_catalog.pg_event_trigger WHERE evtname IN ($1, $2)`,
-		CommandEndTrigger, SQLDropTrigger, keyTable).Scan(&n, &key)
+	var mark *string
+	err = conn.QueryRow(ctx, `SELECT count(*), pg_catalog.to_regclass($3) IS NOT NULL,
+			pg_catalog.obj_description(pg_catalog.to_regprocedure($4), 'pg_proc')
+		FROM pg_catalog.pg_event_trigger WHERE evtname IN ($1, $2)`,
+		CommandEndTrigger, SQLDropTrigger, keyTable, stateFunction+"(oid, text)").Scan(&n, &key, &mark)
 	if err != nil {
-		return false, fmt.Errorf("look up the DDL capture trigger: %w", err)
+		return false, false, fmt.Errorf("look up the DDL capture trigger: %w", err)
 	}
-	return n == 2 && key, nil
+	installed = n == 2 && key
+	return installed, installed && mark != nil && *mark == version, nil
 }
 
 // Remove drops the event triggers and their functions from conn's database
