@@ -3,7 +3,6 @@ package cdc
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -124,26 +123,9 @@ func TestDestWatchNewPassword(t *testing.T) {
 	t.Parallel()
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
 	ctx := context.Background()
-	role := fmt.Sprintf("dwatch_pw_%d", time.Now().UnixNano()%1_000_000_000)
-	admin, err := pgx.Connect(ctx, dst)
+	admin, role, withPassword := passwordRole(t, dst, "dwatch_pw")
+	_, err := admin.Exec(ctx, `CREATE TABLE w (g int)`)
 	require.NoError(t, err)
-	defer admin.Close(ctx)
-	_, err = admin.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'old-password-1'`, role))
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) })
-	_, err = admin.Exec(ctx, `CREATE TABLE w (g int)`)
-	require.NoError(t, err)
-	u, err := url.Parse(dst)
-	require.NoError(t, err)
-	withPassword := func(pw string) *pgx.ConnConfig {
-		u.User = url.UserPassword(role, pw)
-		q := u.Query()
-		q.Set("application_name", role)
-		u.RawQuery = q.Encode()
-		cfg, err := pgx.ParseConfig(u.String())
-		require.NoError(t, err)
-		return cfg
-	}
 	// commit makes a flushed commit (synchronous_commit is on): the watcher
 	// reports it at its first read, without forcing a flush.
 	commit := func() change.LSN {
