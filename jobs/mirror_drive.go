@@ -496,9 +496,10 @@ func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 		Logger:             r.logger,
 		// The setup's connections are the first copy worker's: no new
 		// connection before the first row moves.
-		SourceConn:      src,
-		DestConn:        dst,
-		OriginMirrorUID: r.originUID(m),
+		SourceConn:             src,
+		DestConn:               dst,
+		OriginMirrorUID:        r.originUID(m),
+		SourceColumnsMirrorUID: m.UID,
 	}, rep)
 	if err != nil {
 		return r.refusedCopy(ctx, m, tables, err)

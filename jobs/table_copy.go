@@ -144,6 +144,8 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 		TablesInParallel:   m.SnapshotNumTablesInParallel,
 		Logger:             r.logger,
 		OriginMirrorUID:    r.originUID(m),
+		// CDC tracks the tables' columns from their shape at P.
+		SourceColumnsMirrorUID: m.UID,
 	}, rep)
 	return r.refusedCopy(ctx, m, targets, err)
 }

@@ -373,3 +373,78 @@ func TestSchemaChangesEnumLabel(t *testing.T) {
 	waitEqual(t, src, dst, "public.lv", "public.lv", "id, l", 120*time.Second)
 	s.waitStatus("lv", "running", 60*time.Second)
 }
+
+// tableColumns lists a table's columns with their types in attnum order.
+func tableColumns(t *testing.T, dbURL, table string) string {
+	t.Helper()
+	var cols string
+	queryOne(t, dbURL, &cols, `SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum)
+		FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, table)
+	return cols
+}
+
+// TestSchemaChangesQuietTable migrates tables whose rows were not written
+// since they were copied, so that the stream describes them for the first
+// time after the change: the mirror knows their columns from the copy
+// (initial snapshot, and a table resync beside CDC), and applies a rename
+// and a drop as such instead of taking the renamed column for a new one.
+func TestSchemaChangesQuietTable(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `CREATE TABLE public.q (id int PRIMARY KEY, v text NOT NULL, w int, x int NOT NULL);
+		INSERT INTO public.q SELECT i, 'v' || i, i, i FROM generate_series(1, 200) i;
+		CREATE TABLE public.r (id int PRIMARY KEY, v text NOT NULL, w int);
+		INSERT INTO public.r SELECT i, 'r' || i, i FROM generate_series(1, 200) i`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "qt", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{
+			map[string]any{"source_schema": "public", "source_table": "q", "destination_schema": "public", "destination_table": "q"},
+			map[string]any{"source_schema": "public", "source_table": "r", "destination_schema": "public", "destination_table": "r"},
+		},
+	}, 201, nil)
+	s.dumpOnFailure("qt")
+	s.waitStatus("qt", "running", 60*time.Second)
+
+	check := func(table, step string) {
+		t.Helper()
+		want := tableColumns(t, src, table)
+		deadline := time.Now().Add(60 * time.Second)
+		for tableColumns(t, dst, table) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: destination columns of %s are\n%s\nthe source's\n%s", step, table, tableColumns(t, dst, table), want)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		var cols string
+		queryOne(t, src, &cols, `SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, table)
+		waitEqual(t, src, dst, table, table, cols, 60*time.Second)
+	}
+
+	// No row of q streamed since the snapshot: the first description of q
+	// in the stream already has the new names.
+	exec1(t, src, `ALTER TABLE public.q RENAME COLUMN v TO v2; ALTER TABLE public.q DROP COLUMN w;
+		ALTER TABLE public.q RENAME COLUMN x TO x2; UPDATE public.q SET v2 = v2 || '!' WHERE id % 10 = 0`)
+	check("public.q", "after the snapshot")
+
+	// r copied again beside running CDC, then migrated before any of its
+	// rows streamed.
+	copies := s.countLogs("qt", "Table snapshot completed")
+	s.mustDo("POST", "/v1/mirrors/qt/resync/public.r", nil, 200, nil)
+	deadline := time.Now().Add(60 * time.Second)
+	for s.countLogs("qt", "Table snapshot completed") == copies {
+		if time.Now().After(deadline) {
+			t.Fatal("the resync of public.r did not complete")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	s.waitStatus("qt", "running", 60*time.Second)
+	exec1(t, src, `ALTER TABLE public.r RENAME COLUMN v TO v2; ALTER TABLE public.r DROP COLUMN w; UPDATE public.r SET v2 = v2 || '?' WHERE id % 5 = 0`)
+	check("public.r", "after the table resync")
+
+	for _, e := range s.logs("qt", "level=WARN") {
+		t.Errorf("WARN entry %q: %v", e.Message, e.Details)
+	}
+	for _, e := range s.logs("qt", "level=ERROR") {
+		t.Errorf("ERROR entry %q: %v", e.Message, e.Details)
+	}
+}

@@ -197,11 +197,6 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 	if err := positions.Ensure(ctx, conn); err != nil {
 		return nil, err
 	}
-	if cfg.SchemaChanges != "" {
-		if err := ensureSourceColumns(ctx, conn); err != nil {
-			return nil, err
-		}
-	}
 	_, err := conn.Exec(ctx, "SET session_replication_role = replica")
 	var pgErr *pgconn.PgError
 	switch {

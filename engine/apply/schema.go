@@ -2,15 +2,14 @@ package apply
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 // This file handles a mapped table's columns changing on the source while
@@ -110,45 +109,8 @@ type SchemaHooks struct {
 	Resync func(ctx context.Context, table change.TableName, reason string) error
 }
 
-// sourceColumnsSQL creates the table keeping each mapped table's known
-// source columns.
-const sourceColumnsSQL = `CREATE TABLE IF NOT EXISTS _pgmirror.source_columns (
-	mirror_uid text NOT NULL,
-	source_schema text NOT NULL,
-	source_table text NOT NULL,
-	attnum integer NOT NULL,
-	name text NOT NULL,
-	type_oid oid NOT NULL,
-	typmod integer NOT NULL,
-	PRIMARY KEY (mirror_uid, source_schema, source_table, attnum)
-)`
-
-// ensureSourceColumns creates _pgmirror.source_columns when absent.
-func ensureSourceColumns(ctx context.Context, conn interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}) error {
-	var err error
-	for range 3 {
-		_, err = conn.Exec(ctx, sourceColumnsSQL)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07") {
-			continue
-		}
-		break
-	}
-	if err != nil {
-		return fmt.Errorf("create destination metadata table _pgmirror.source_columns: %w", err)
-	}
-	return nil
-}
-
 // knownColumn is a source column as the applier last knew it.
-type knownColumn struct {
-	Attnum  int
-	Name    string
-	TypeOID uint32
-	TypeMod int32
-}
+type knownColumn = positions.SourceColumn
 
 // syntheticAttnum starts the attnums given to columns whose attnum could
 // not be read from the source catalog (PostgreSQL's are at most 1600).
@@ -158,22 +120,9 @@ func (a *Applier) loadKnown(ctx context.Context, table change.TableName) ([]know
 	if k, ok := a.known[table]; ok {
 		return k, nil
 	}
-	rows, err := a.conn.Query(ctx, `SELECT attnum, name, type_oid, typmod FROM _pgmirror.source_columns
-		WHERE mirror_uid = $1 AND source_schema = $2 AND source_table = $3 ORDER BY attnum`, a.cfg.MirrorUID, table.Schema, table.Name)
+	out, err := positions.SourceColumns(ctx, a.conn, a.cfg.MirrorUID, table)
 	if err != nil {
-		return nil, fmt.Errorf("read known source columns of %s: %w", table, err)
-	}
-	defer rows.Close()
-	var out []knownColumn
-	for rows.Next() {
-		var k knownColumn
-		if err := rows.Scan(&k.Attnum, &k.Name, &k.TypeOID, &k.TypeMod); err != nil {
-			return nil, fmt.Errorf("read known source columns of %s: %w", table, err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read known source columns of %s: %w", table, err)
+		return nil, err
 	}
 	a.known[table] = out
 	return out, nil
@@ -185,18 +134,8 @@ func (a *Applier) saveKnown(ctx context.Context, table change.TableName, cols []
 	if err := a.begin(ctx); err != nil {
 		return err
 	}
-	attnums, names, oids, mods := make([]int32, len(cols)), make([]string, len(cols)), make([]uint32, len(cols)), make([]int32, len(cols))
-	for i, c := range cols {
-		attnums[i], names[i], oids[i], mods[i] = int32(c.Attnum), c.Name, c.TypeOID, c.TypeMod
-	}
-	if _, err := a.conn.Exec(ctx, `DELETE FROM _pgmirror.source_columns WHERE mirror_uid = $1 AND source_schema = $2 AND source_table = $3`,
-		a.cfg.MirrorUID, table.Schema, table.Name); err != nil {
-		return fmt.Errorf("record known source columns of %s: %w", table, err)
-	}
-	if _, err := a.conn.Exec(ctx, `INSERT INTO _pgmirror.source_columns (mirror_uid, source_schema, source_table, attnum, name, type_oid, typmod)
-		SELECT $1, $2, $3, u.attnum, u.name, u.oid, u.typmod FROM unnest($4::int[], $5::text[], $6::oid[], $7::int[]) AS u(attnum, name, oid, typmod)`,
-		a.cfg.MirrorUID, table.Schema, table.Name, attnums, names, oids, mods); err != nil {
-		return fmt.Errorf("record known source columns of %s: %w", table, err)
+	if err := positions.SetSourceColumns(ctx, a.conn, a.cfg.MirrorUID, table, cols); err != nil {
+		return err
 	}
 	a.known[table] = cols
 	return nil

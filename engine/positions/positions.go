@@ -15,6 +15,9 @@
 //     on, and the entry goes once the table is level with the mirror.
 //   - _pgmirror.flushes: one row per mirror, rewritten by FlushWAL to force
 //     a WAL flush on the destination; no batch touches it.
+//   - _pgmirror.source_columns: per mirror and mapped source table, its
+//     columns by attnum as last known (SourceColumns): recorded when the
+//     table is copied, and by the CDC batch that applies a change of them.
 //
 // The operations are named after what happened: a snapshot was taken
 // (SnapshotTaken: the mirror stands at the snapshot's point and no table
@@ -68,6 +71,16 @@ CREATE TABLE IF NOT EXISTS _pgmirror.table_positions (
 CREATE TABLE IF NOT EXISTS _pgmirror.flushes (
 	mirror_uid text PRIMARY KEY,
 	flushed_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS _pgmirror.source_columns (
+	mirror_uid text NOT NULL,
+	source_schema text NOT NULL,
+	source_table text NOT NULL,
+	attnum integer NOT NULL,
+	name text NOT NULL,
+	type_oid oid NOT NULL,
+	typmod integer NOT NULL,
+	PRIMARY KEY (mirror_uid, source_schema, source_table, attnum)
 )`
 
 // Ensure creates the schema _pgmirror and its tables when they are absent.

@@ -72,6 +72,10 @@ type Column struct {
 	Type string
 	// TypeOID is the OID of the column's type in the described database.
 	TypeOID uint32
+	// Attnum is the column's number in its table (pg_attribute.attnum),
+	// which a rename keeps; TypeMod is its atttypmod (-1 for none).
+	Attnum  int
+	TypeMod int32
 	// TypeSchema and TypeName name the column's type (pg_type.typname, so
 	// "_int4" for integer[]).
 	TypeSchema, TypeName string
@@ -205,7 +209,8 @@ SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid, t
        COALESCE(CASE WHEN a.attgenerated = '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END, ''),
        a.attidentity = 'a', seq.nspname, seq.relname, seq.typ, seq.seqstart, seq.seqincrement,
        seq.seqmin, seq.seqmax, seq.seqcache, seq.seqcycle,
-       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END
+       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END,
+       a.attnum, a.atttypmod
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace
@@ -259,12 +264,14 @@ func describe(ctx context.Context, tx pgx.Tx, t change.TableName) (Table, error)
 		var seq Sequence
 		var start, inc, minv, maxv, cache *int64
 		var cycle *bool
+		var attnum int16
 		if err := rows.Scan(&c.Name, &c.Type, &c.TypeOID, &c.TypeSchema, &c.TypeName, &c.NotNull,
 			&c.HasDefault, &c.Identity, &c.Generated, &c.GenerationExpr, &c.Default, &c.IdentityAlways,
-			&seqSchema, &seqName, &seqType, &start, &inc, &minv, &maxv, &cache, &cycle, &c.Missing); err != nil {
+			&seqSchema, &seqName, &seqType, &start, &inc, &minv, &maxv, &cache, &cycle, &c.Missing, &attnum, &c.TypeMod); err != nil {
 			rows.Close()
 			return Table{}, fmt.Errorf("read columns of %s: %w", t, err)
 		}
+		c.Attnum = int(attnum)
 		if seqName != nil {
 			seq = Sequence{Schema: *seqSchema, Name: *seqName, Type: *seqType, Start: *start, Increment: *inc,
 				Min: *minv, Max: *maxv, Cache: *cache, Cycle: *cycle}

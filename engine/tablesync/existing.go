@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 // ExistingRows is what Run does with the rows a destination table holds
@@ -119,8 +120,14 @@ func PrimaryKey(ctx context.Context, q Querier, table change.TableName) ([]strin
 // one transaction on w's destination connection, as Config.Existing says:
 // it truncates the TruncateRows tables, refuses RefuseRows tables with
 // rows, and sets the upsert key of KeepRows tables with rows. Nothing is
-// truncated when a table is refused.
+// truncated when a table is refused. With Config.SourceColumnsMirrorUID
+// the same transaction records the tables' source columns.
 func (r *run) prepareDestination(ctx context.Context, w *worker, jobs []*tableJob) error {
+	if r.cfg.SourceColumnsMirrorUID != "" {
+		if err := positions.Ensure(ctx, w.dst); err != nil {
+			return err
+		}
+	}
 	tx, err := w.dst.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin destination transaction: %w", err)
@@ -166,6 +173,13 @@ func (r *run) prepareDestination(ctx context.Context, w *worker, jobs []*tableJo
 	if len(truncate) > 0 {
 		if _, err := tx.Exec(ctx, "TRUNCATE TABLE "+strings.Join(truncate, ", ")); err != nil {
 			return fmt.Errorf("truncate destination tables: %w", err)
+		}
+	}
+	if uid := r.cfg.SourceColumnsMirrorUID; uid != "" {
+		for _, j := range jobs {
+			if err := positions.SetSourceColumns(ctx, tx, uid, j.m.Source, j.sourceColumns); err != nil {
+				return err
+			}
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/positions"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 )
 
@@ -34,6 +35,9 @@ type tableJob struct {
 	// upsertKey is the destination's primary key when the table keeps its
 	// rows (KeepRows) and has some: each partition is upserted by it.
 	upsertKey []string
+	// sourceColumns are the source table's columns as of the snapshot, as
+	// the stream describes them (live, not generated), by attnum.
+	sourceColumns []positions.SourceColumn
 }
 
 // stream is one source COPY of one leaf relation, committed on the
@@ -112,6 +116,11 @@ func makeJobs(mappings []change.Mapping, srcs []sourceTable, dsts []schemasync.T
 	for i, m := range mappings {
 		src, dt := srcs[i], dsts[i]
 		job := &tableJob{m: m, binary: schemasync.BinaryCompatible(src.desc, dt, m)}
+		for _, c := range src.desc.Columns {
+			if !c.Generated {
+				job.sourceColumns = append(job.sourceColumns, positions.SourceColumn{Attnum: c.Attnum, Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod})
+			}
+		}
 		for _, c := range src.desc.Replicated(m) {
 			if _, ok := dt.Column(c.Name); !ok {
 				return nil, fmt.Errorf("plan %s: destination table %s has no column %s: create or sync the destination schema first",

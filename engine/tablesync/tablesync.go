@@ -108,6 +108,14 @@ type Config struct {
 	// destination then leaves the copy out. The destination user must be
 	// allowed to use replication origins (origin.Permitted).
 	OriginMirrorUID string
+	// SourceColumnsMirrorUID, when set, records each table's source
+	// columns as of the snapshot (by attnum, with names and types) as that
+	// mirror's known columns (positions.SetSourceColumns), in the
+	// transaction that empties the destination tables: CDC compares the
+	// table's first description in the stream with them, so that a column
+	// renamed or dropped before any row of the table was streamed is
+	// recognized as such.
+	SourceColumnsMirrorUID string
 }
 
 // Reporter receives the snapshot's progress. Its methods are called from
