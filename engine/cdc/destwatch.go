@@ -3,14 +3,12 @@ package cdc
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/positions"
-	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // DestWatch shares, among the runs of one process, the work of following
@@ -25,38 +23,27 @@ import (
 // destination connection of its own. The zero value is not usable: use
 // NewDestWatch.
 type DestWatch struct {
-	mu    sync.Mutex
-	dests map[string]*sharedDest
+	polls pollRegistry[*flushWatcher, *destSub, *sharedDest]
 }
 
 // NewDestWatch returns an empty DestWatch.
 func NewDestWatch() *DestWatch {
-	return &DestWatch{dests: map[string]*sharedDest{}}
+	return &DestWatch{polls: newPollRegistry[*flushWatcher, *destSub, *sharedDest]()}
 }
 
 // Destinations is the number of destination databases being watched (one
 // connection each).
 func (w *DestWatch) Destinations() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.dests)
+	return w.polls.count()
 }
 
 // sharedDest follows the WAL flush of one destination database for the
-// runs that joined it.
+// runs that joined it (the keys of subs; their destSub values are under
+// mu).
 type sharedDest struct {
-	watch *DestWatch
-	key   string
-	// cfg is the connection's configuration, the newest run's (under mu),
-	// as for sharedSource.
-	cfg *pgx.ConnConfig
-	log *slog.Logger
+	*sharedPoll[*flushWatcher, *destSub]
 
-	mu      sync.Mutex
-	subs    map[*flushWatcher]*destSub
-	wake    chan struct{} // a run wants a flush (capacity 1)
-	stopped chan struct{} // closed when the last run leaves
-	done    chan struct{}
+	wake chan struct{} // a run wants a flush (capacity 1)
 }
 
 // destSub is what the shared watcher knows of one run.
@@ -71,33 +58,21 @@ type destSub struct {
 // run's apply connection: the watcher never queries it, but the run's
 // last flush at stop does (see runner.finish), after stop.
 func (w *DestWatch) join(cfg *pgx.ConnConfig, conn *pgx.Conn, mirrorUID string, log *slog.Logger) *flushWatcher {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	key := sourceKey(cfg)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	d := w.dests[key]
-	if d == nil {
-		d = &sharedDest{watch: w, key: key, cfg: cfg.Copy(), log: log, subs: map[*flushWatcher]*destSub{},
-			wake: make(chan struct{}, 1), stopped: make(chan struct{}), done: make(chan struct{})}
-		w.dests[key] = d
-		go d.run()
-	}
-	fw := &flushWatcher{
-		conn:    conn,
-		mirror:  mirrorUID,
-		shared:  d,
-		flushed: make(chan change.LSN, 1),
-		errs:    make(chan error, 1),
-		quit:    make(chan struct{}),
-		done:    make(chan struct{}),
-	}
-	d.mu.Lock()
-	d.cfg = cfg.Copy()
-	d.subs[fw] = &destSub{}
-	d.mu.Unlock()
-	return fw
+	return w.polls.join(cfg, log,
+		func(poll *sharedPoll[*flushWatcher, *destSub]) *sharedDest {
+			return &sharedDest{sharedPoll: poll, wake: make(chan struct{}, 1)}
+		},
+		func(d *sharedDest) (*flushWatcher, *destSub) {
+			return &flushWatcher{
+				conn:    conn,
+				mirror:  mirrorUID,
+				shared:  d,
+				flushed: make(chan change.LSN, 1),
+				errs:    make(chan error, 1),
+				quit:    make(chan struct{}),
+				done:    make(chan struct{}),
+			}, &destSub{}
+		})
 }
 
 // want records that fw waits for the destination's WAL to be flushed to
@@ -117,21 +92,6 @@ func (d *sharedDest) want(fw *flushWatcher, t flushTarget) {
 	select {
 	case d.wake <- struct{}{}:
 	default:
-	}
-}
-
-// leave removes fw; the last run to leave stops the watcher.
-func (d *sharedDest) leave(fw *flushWatcher) {
-	w := d.watch
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	d.mu.Lock()
-	delete(d.subs, fw)
-	last := len(d.subs) == 0
-	d.mu.Unlock()
-	if last {
-		delete(w.dests, d.key)
-		close(d.stopped)
 	}
 }
 
@@ -204,14 +164,7 @@ func (d *sharedDest) fail(err error) {
 // (urgentPoll when a run's stream is dry) and forces a flush once a run
 // has waited past its patience, as a run's own watcher does (durable.go).
 // A failed connection is made again (at most every second).
-func (d *sharedDest) run() {
-	defer close(d.done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-d.stopped
-		cancel()
-	}()
+func (d *sharedDest) run(ctx context.Context) {
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -241,12 +194,7 @@ func (d *sharedDest) run() {
 				}
 			}
 			lastConnect = time.Now()
-			connectCtx, connectCancel := context.WithTimeout(ctx, 10*time.Second)
-			d.mu.Lock()
-			cfg := d.cfg
-			d.mu.Unlock()
-			c, err := session.Connect(connectCtx, cfg)
-			connectCancel()
+			c, err := d.connect(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
 					return

@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -111,4 +112,73 @@ func TestDestWatchShared(t *testing.T) {
 	b.stop()
 	require.Equal(t, 0, w.Destinations())
 	require.Eventually(t, func() bool { return conns() == 0 }, 5*time.Second, 50*time.Millisecond, "the last run closes the connection")
+}
+
+// TestDestWatchNewPassword: after the peer user's password changed, a run
+// that joins brings the new one, and the shared flush watcher's next
+// connection uses it: the new run's flushes are reported instead of the
+// watcher failing to reconnect with the old password while the first run
+// still holds on.
+func TestDestWatchNewPassword(t *testing.T) {
+	t.Parallel()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	ctx := context.Background()
+	admin, role, withPassword := passwordRole(t, dst, "dwatch_pw")
+	_, err := admin.Exec(ctx, `CREATE TABLE w (g int)`)
+	require.NoError(t, err)
+	// commit makes a flushed commit (synchronous_commit is on): the watcher
+	// reports it at its first read, without forcing a flush.
+	commit := func() change.LSN {
+		var text string
+		require.NoError(t, admin.QueryRow(ctx, `INSERT INTO w VALUES (1) RETURNING pg_current_wal_insert_lsn()::text`).Scan(&text))
+		lsn, err := change.ParseLSN(text)
+		require.NoError(t, err)
+		return lsn
+	}
+	// flushes waits until fw is told of a flush at or past a new commit,
+	// asking again after an error (the lost connection is reported to the
+	// runs waiting then, as with a watcher of their own).
+	flushes := func(fw *flushWatcher, within time.Duration) {
+		t.Helper()
+		deadline := time.After(within)
+		target := commit()
+		fw.want(target, true)
+		var lastErr error
+		for {
+			select {
+			case lsn := <-fw.flushed:
+				if lsn >= target {
+					return
+				}
+			case lastErr = <-fw.errs:
+				target = commit()
+				fw.want(target, true)
+			case <-deadline:
+				t.Fatalf("flush to %s not reported within %s (last error: %v)", target, within, lastErr)
+			}
+		}
+	}
+	conns := func() int64 {
+		var n int64
+		require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, role).Scan(&n))
+		return n
+	}
+
+	w := NewDestWatch()
+	a := w.join(withPassword("old-password-1"), admin, "00000000-0000-0000-0000-00000000000a", nil)
+	defer a.stop()
+	flushes(a, 5*time.Second)
+	require.EqualValues(t, 1, conns(), "the shared watcher connects")
+
+	_, err = admin.Exec(ctx, fmt.Sprintf(`ALTER ROLE %s PASSWORD 'new-password-2'`, role))
+	require.NoError(t, err)
+	b := w.join(withPassword("new-password-2"), admin, "00000000-0000-0000-0000-00000000000b", nil)
+	defer b.stop()
+	require.Equal(t, 1, w.Destinations())
+	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, role)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return conns() == 0 }, 5*time.Second, 20*time.Millisecond)
+
+	flushes(b, 10*time.Second)
+	require.EqualValues(t, 1, conns(), "the shared watcher reconnected with the new password")
 }

@@ -100,24 +100,7 @@ func TestSourceWatchNewPassword(t *testing.T) {
 	t.Parallel()
 	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
 	ctx := context.Background()
-	role := fmt.Sprintf("watch_pw_%d", time.Now().UnixNano()%1_000_000_000)
-	admin, err := pgx.Connect(ctx, src)
-	require.NoError(t, err)
-	defer admin.Close(ctx)
-	_, err = admin.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'old-password-1'`, role))
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) })
-	u, err := url.Parse(src)
-	require.NoError(t, err)
-	withPassword := func(pw string) *pgx.ConnConfig {
-		u.User = url.UserPassword(role, pw)
-		q := u.Query()
-		q.Set("application_name", role)
-		u.RawQuery = q.Encode()
-		cfg, err := pgx.ParseConfig(u.String())
-		require.NoError(t, err)
-		return cfg
-	}
+	admin, role, withPassword := passwordRole(t, src, "watch_pw")
 	w := NewSourceWatch()
 	a := w.join(withPassword("old-password-1"), 0, nil)
 	defer a.stop()
@@ -128,7 +111,7 @@ func TestSourceWatchNewPassword(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return conns() == 1 }, 5*time.Second, 20*time.Millisecond, "the shared poll connects")
 
-	_, err = admin.Exec(ctx, fmt.Sprintf(`ALTER ROLE %s PASSWORD 'new-password-2'`, role))
+	_, err := admin.Exec(ctx, fmt.Sprintf(`ALTER ROLE %s PASSWORD 'new-password-2'`, role))
 	require.NoError(t, err)
 	b := w.join(withPassword("new-password-2"), 0, nil)
 	defer b.stop()
@@ -144,4 +127,33 @@ func TestSourceWatchNewPassword(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return a.End() >= end && b.End() >= end }, 10*time.Second, 50*time.Millisecond,
 		"the shared poll reconnected with the new password and follows the source")
+}
+
+// passwordRole creates, in the database at dbURL, a login role named
+// prefix and a number, with the password 'old-password-1'. It returns a
+// connection to dbURL as its owner (closed at the end of the test), the
+// role's name, and a function that configures a connection as the role
+// with a password; the connection's application_name is the role's name.
+func passwordRole(t *testing.T, dbURL, prefix string) (*pgx.Conn, string, func(password string) *pgx.ConnConfig) {
+	t.Helper()
+	ctx := context.Background()
+	role := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano()%1_000_000_000)
+	admin, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	_, err = admin.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD 'old-password-1'`, role))
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) })
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	withPassword := func(pw string) *pgx.ConnConfig {
+		u.User = url.UserPassword(role, pw)
+		q := u.Query()
+		q.Set("application_name", role)
+		u.RawQuery = q.Encode()
+		cfg, err := pgx.ParseConfig(u.String())
+		require.NoError(t, err)
+		return cfg
+	}
+	return admin, role, withPassword
 }

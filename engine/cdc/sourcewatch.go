@@ -2,16 +2,13 @@ package cdc
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
-	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // SourceWatch shares, among the runs of one process, the work a run does
@@ -25,21 +22,18 @@ import (
 // Set Config.SourceWatch to use it; without one a run polls on a
 // connection of its own. The zero value is not usable: use NewSourceWatch.
 type SourceWatch struct {
-	mu      sync.Mutex
-	sources map[string]*sharedSource
+	polls pollRegistry[*sourcePosition, struct{}, *sharedSource]
 }
 
 // NewSourceWatch returns an empty SourceWatch.
 func NewSourceWatch() *SourceWatch {
-	return &SourceWatch{sources: map[string]*sharedSource{}}
+	return &SourceWatch{polls: newPollRegistry[*sourcePosition, struct{}, *sharedSource]()}
 }
 
 // Sources is the number of source databases being watched (one connection
 // each).
 func (w *SourceWatch) Sources() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.sources)
+	return w.polls.count()
 }
 
 // sharedPollEvery is how often a shared poll reads the source's WAL end. It
@@ -47,27 +41,14 @@ func (w *SourceWatch) Sources() int {
 // is fresh enough.
 const sharedPollEvery = 250 * time.Millisecond
 
-// sharedSource polls one source database for the runs that joined it.
+// sharedSource polls one source database for the runs that joined it (the
+// keys of subs).
 type sharedSource struct {
-	watch *SourceWatch
-	key   string
-	// cfg is the connection's configuration, the newest run's (under mu):
-	// a run that joins after a peer's password changed brings the new one,
-	// which the next reconnection uses.
-	cfg *pgx.ConnConfig
-	log *slog.Logger
+	*sharedPoll[*sourcePosition, struct{}]
 
 	end            atomic.Uint64 // the WAL end at the last poll
-	mu             sync.Mutex
-	subs           map[*sourcePosition]struct{}
 	heartbeatEvery time.Duration // 0: none (or the source refused them)
 	lastHeartbeat  time.Time
-	stopped        chan struct{}
-	done           chan struct{}
-}
-
-func sourceKey(cfg *pgx.ConnConfig) string {
-	return fmt.Sprintf("%s:%d/%s/%s", cfg.Host, cfg.Port, cfg.Database, cfg.User)
 }
 
 // join returns a position that follows the shared poll of cfg's database,
@@ -76,50 +57,20 @@ func (w *SourceWatch) join(cfg *pgx.ConnConfig, heartbeatEvery time.Duration, lo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	key := sourceKey(cfg)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s := w.sources[key]
-	if s == nil {
-		s = &sharedSource{watch: w, key: key, cfg: cfg.Copy(), log: log, subs: map[*sourcePosition]struct{}{},
-			heartbeatEvery: heartbeatEvery, stopped: make(chan struct{}), done: make(chan struct{})}
-		w.sources[key] = s
-		go s.run()
-	}
-	p := &sourcePosition{shared: s, stopped: make(chan struct{}), log: log, begun: make(chan struct{})}
-	p.end.Store(s.end.Load())
-	s.mu.Lock()
-	s.cfg = cfg.Copy()
-	s.subs[p] = struct{}{}
-	s.mu.Unlock()
-	return p
-}
-
-// leave removes p; the last run to leave stops the poll.
-func (s *sharedSource) leave(p *sourcePosition) {
-	w := s.watch
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s.mu.Lock()
-	delete(s.subs, p)
-	last := len(s.subs) == 0
-	s.mu.Unlock()
-	if last {
-		delete(w.sources, s.key)
-		close(s.stopped)
-	}
+	return w.polls.join(cfg, log,
+		func(poll *sharedPoll[*sourcePosition, struct{}]) *sharedSource {
+			return &sharedSource{sharedPoll: poll, heartbeatEvery: heartbeatEvery}
+		},
+		func(s *sharedSource) (*sourcePosition, struct{}) {
+			p := &sourcePosition{shared: s, stopped: make(chan struct{}), log: log, begun: make(chan struct{})}
+			p.end.Store(s.end.Load())
+			return p, struct{}{}
+		})
 }
 
 // run polls the source every sharedPollEvery until the last run leaves,
 // connecting again (at most every second) when the connection fails.
-func (s *sharedSource) run() {
-	defer close(s.done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-s.stopped
-		cancel()
-	}()
+func (s *sharedSource) run(ctx context.Context) {
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -132,12 +83,7 @@ func (s *sharedSource) run() {
 	for {
 		if conn == nil && time.Since(lastConnect) >= time.Second {
 			lastConnect = time.Now()
-			connectCtx, connectCancel := context.WithTimeout(ctx, 10*time.Second)
-			s.mu.Lock()
-			cfg := s.cfg
-			s.mu.Unlock()
-			c, err := session.Connect(connectCtx, cfg)
-			connectCancel()
+			c, err := s.connect(ctx)
 			if err == nil {
 				conn = c
 			} else if ctx.Err() == nil {
