@@ -76,6 +76,45 @@ func followMappings(m db.Mirror, tables []db.MirrorTable) []change.Mapping {
 	return toMappings(copying)
 }
 
+// reshapeForCopy brings the destination tables about to be copied (new,
+// or resync requested) to their source tables' columns under
+// schema_changes apply. A table's source may have changed since the
+// destination last followed it, before the stream reached the change (a
+// resync requested by the API, or by a type change whose batch did not
+// commit; a table found in a mapped schema and migrated before its first
+// copy): its columns are matched by the attnums the mirror recorded with
+// the destination's shape, so a renamed column is renamed and a dropped
+// one dropped instead of a new column added beside an old one that would
+// stay NULL. Each statement is logged and counted as a schema change.
+func (r *mirrorRun) reshapeForCopy(ctx context.Context, src, dst *pgx.Conn, m db.Mirror, tables []db.MirrorTable) error {
+	mappings := followMappings(m, tables)
+	if len(mappings) == 0 {
+		return nil
+	}
+	if err := positions.Ensure(ctx, dst); err != nil {
+		return err
+	}
+	for _, mp := range mappings {
+		cols, err := positions.SourceColumns(ctx, dst, m.UID, mp.Source)
+		if err != nil {
+			return err
+		}
+		known := schemasync.KnownColumns{}
+		for _, c := range cols {
+			known[c.Attnum] = c.Name
+		}
+		ddl, warnings, err := schemasync.ReshapeForCopy(ctx, src, dst, mp, known)
+		if err != nil {
+			return fmt.Errorf("bring destination table %s to the columns of source table %s: %w", mp.Destination, mp.Source, err)
+		}
+		for _, stmt := range ddl {
+			r.schemaChangeApplied(ctx, mp.Source, stmt)
+		}
+		r.logSchemaWarnings(ctx, warnings)
+	}
+	return nil
+}
+
 // pauseForSchemaChange pauses the mirror, as POST pause does, before a
 // source column change met under schema_changes stop: CDC applied what came
 // before the transaction that carries it and nothing of that one, so
@@ -338,8 +377,15 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		}
 		r.logEnsureReport(ctx, tables, report, time.Since(started))
 	case schemaFollow:
-		ddl, _, err := schemasync.SyncColumns(ctx, in.src, in.dst, followMappings(m, tables))
-		if err != nil {
+		var ddl []string
+		if m.SchemaChanges == db.SchemaChangesApply {
+			// Tables about to be copied get the source's columns by
+			// attnum (renamed, dropped, NOT NULL), each statement logged
+			// as a schema change.
+			if err := r.reshapeForCopy(ctx, in.src, in.dst, m, tables); err != nil {
+				return in, fmt.Errorf("prepare destination tables: %w", err)
+			}
+		} else if ddl, _, err = schemasync.SyncColumns(ctx, in.src, in.dst, followMappings(m, tables)); err != nil {
 			return in, fmt.Errorf("prepare destination tables: %w", err)
 		}
 		if m.SchemaChanges != db.SchemaChangesWarn {
