@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -88,6 +89,11 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 				"note":              "the table no longer replicates (status dropped); the mirror goes on with its other tables. A table of that name created again on the source is copied again"})
 		}
 	}
+	attached, err := r.followAttachedPartitions(ctx, src, tables, gone)
+	if err != nil {
+		return nil, false, err
+	}
+	changed = changed || attached
 	missing := map[change.TableName]bool{}
 	if len(dropped) > 0 {
 		still, err := preflight.MissingTables(ctx, src, dropped)
@@ -96,6 +102,17 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 		}
 		for _, t := range still {
 			missing[t] = true
+		}
+		// A table attached as a partition is not back: its rows replicate
+		// through its root.
+		partitions, err := preflight.PartitionRoots(ctx, src, dropped)
+		if err != nil {
+			return nil, false, err
+		}
+		for t := range partitions {
+			if byName[t].FromSchemaMapping {
+				missing[t] = true
+			}
 		}
 	}
 	for _, name := range dropped {
@@ -148,6 +165,64 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 		}
 	}
 	return replicating(tables), changed, nil
+}
+
+// followAttachedPartitions handles tables of the mirror, found in a mapped
+// schema, that the source attached as partitions of another table of the
+// mirror (ALTER TABLE ... ATTACH PARTITION). Their changes now reach the
+// stream as changes of the root (the publication publishes through it), so
+// each is marked dropped (its destination table is kept, as for a dropped
+// table), and the rows it held when attached, which no change carried into
+// the root, are brought by a resync of the root beside running CDC. It
+// reports whether it changed any table of the mirror.
+func (r *mirrorRun) followAttachedPartitions(ctx context.Context, src *pgx.Conn, tables []db.MirrorTable, gone []change.TableName) (bool, error) {
+	live := map[change.TableName]db.MirrorTable{}
+	var candidates []change.TableName
+	for _, t := range tables {
+		if t.Status == db.TableStatusDropped || slices.Contains(gone, t.Source()) {
+			continue
+		}
+		live[t.Source()] = t
+		if t.FromSchemaMapping {
+			candidates = append(candidates, t.Source())
+		}
+	}
+	roots, err := preflight.PartitionRoots(ctx, src, candidates)
+	if err != nil {
+		return false, err
+	}
+	changed := false
+	for _, name := range candidates {
+		root, ok := roots[name]
+		if !ok {
+			continue
+		}
+		rt, mapped := live[root]
+		if !mapped || root == name {
+			continue
+		}
+		t := live[name]
+		done, err := r.store.MirrorTableSetDropped(ctx, t.ID)
+		if err != nil {
+			return false, err
+		}
+		if !done {
+			continue
+		}
+		changed = true
+		r.logger.Warn("source table attached as a partition; its destination table is kept", "table", name.String(), "root", root.String())
+		r.log(ctx, db.LevelWarn, msgSourceTableDropped, map[string]any{"table": name.String(),
+			"destination_table": t.Destination().String(), "attached_to": root.String(),
+			"note": fmt.Sprintf("the table was attached as a partition of %s: its rows now replicate through that table, which is copied again to take the rows it had when attached; this table no longer replicates (status dropped)", root)})
+		if rt.Status == db.TableStatusRunning && rt.ResyncRequestedAt == nil {
+			if err := r.store.MirrorTableRequestResync(ctx, r.mirrorID, root); err != nil {
+				return false, err
+			}
+			r.log(ctx, db.LevelInfo, db.MsgTableResyncStarted, map[string]any{"table": root.String(),
+				"reason": fmt.Sprintf("table %s was attached to it as a partition with rows the stream does not carry", name)})
+		}
+	}
+	return changed, nil
 }
 
 // schemaPolicy is what the mirror does with source schema changes that

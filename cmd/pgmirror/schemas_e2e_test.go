@@ -398,3 +398,62 @@ CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);`)
 		t.Errorf("status %s, want running", m.Status)
 	}
 }
+
+// TestSchemaMappingAttachPartition: in a mapped schema, under a write load,
+// a table of the mirror that holds rows is attached as a partition of a
+// partitioned table of the mirror. The rows it had reach the root's
+// destination table (no change carries them: the root is copied again),
+// the attached table stops replicating on its own (dropped, destination
+// table kept), rows written through the root after the attach replicate,
+// and detached again it is copied anew as a table of its own.
+func TestSchemaMappingAttachPartition(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `
+CREATE SCHEMA app;
+CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);
+CREATE TABLE app.meas (id int NOT NULL, region text NOT NULL, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+CREATE TABLE app.meas_eu PARTITION OF app.meas FOR VALUES IN ('eu');
+INSERT INTO app.meas SELECT g, 'eu', g FROM generate_series(1, 50) g;
+CREATE TABLE app.meas_us (id int NOT NULL, region text NOT NULL, v int, PRIMARY KEY (id, region));
+INSERT INTO app.meas_us SELECT g, 'us', g FROM generate_series(1, 40) g;`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "ap", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{mapping("app", "*", "app", "*")},
+	}, 201, nil)
+	s.dumpOnFailure("ap")
+	s.waitStatus("ap", "running", 60*time.Second)
+	waitEqual(t, src, dst, "app.meas_us", "app.meas_us", "id, region, v", 30*time.Second)
+
+	stop := make(chan struct{})
+	var txs atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); schemaLoad(t, src, &sync.Map{}, stop, &txs) }()
+	time.Sleep(500 * time.Millisecond)
+	exec1(t, src, `ALTER TABLE app.meas ATTACH PARTITION app.meas_us FOR VALUES IN ('us')`)
+	exec1(t, src, `INSERT INTO app.meas VALUES (100, 'us', 100), (101, 'eu', 101); UPDATE app.meas SET v = -v WHERE id = 7`)
+	waitEqual(t, src, dst, "app.meas", "app.meas", "id, region, v", 60*time.Second)
+	waitFor(t, "app.meas_us dropped", 30*time.Second, func() bool { return tableStatusOf(s.mirror("ap"), "app.meas_us") == "dropped" })
+	exec1(t, src, `UPDATE app.meas SET v = v + 1000 WHERE region = 'us' AND id % 3 = 0`)
+	waitEqual(t, src, dst, "app.meas", "app.meas", "id, region, v", 60*time.Second)
+	if n := queryInt64(t, dst, `SELECT count(*) FROM app.meas_us`); n != 40 {
+		t.Errorf("destination app.meas_us has %d rows, want its 40 kept", n)
+	}
+
+	// Detached, it is a table of the schema again: copied anew.
+	exec1(t, src, `ALTER TABLE app.meas DETACH PARTITION app.meas_us; INSERT INTO app.meas_us VALUES (200, 'us', 200)`)
+	waitFor(t, "app.meas_us running again", 60*time.Second, func() bool { return tableStatusOf(s.mirror("ap"), "app.meas_us") == "running" })
+	waitEqual(t, src, dst, "app.meas_us", "app.meas_us", "id, region, v", 60*time.Second)
+	close(stop)
+	wg.Wait()
+	if txs.Load() == 0 {
+		t.Fatal("the write load committed nothing")
+	}
+	waitEqual(t, src, dst, "app.a", "app.a", "id, n, v", 60*time.Second)
+	if m := s.mirror("ap"); m.Status != "running" {
+		t.Errorf("status %s, want running", m.Status)
+	}
+	for _, e := range s.logs("ap", "level=ERROR") {
+		t.Errorf("ERROR entry %q: %v", e.Message, e.Details)
+	}
+}

@@ -86,3 +86,40 @@ func MissingTables(ctx context.Context, conn Queryer, tables []change.TableName)
 	}
 	return out, nil
 }
+
+// PartitionRoots returns, for those of tables that are partitions now (a
+// table attached with ATTACH PARTITION, or created as one), the root of
+// their partition tree.
+func PartitionRoots(ctx context.Context, conn Queryer, tables []change.TableName) (map[change.TableName]change.TableName, error) {
+	out := map[change.TableName]change.TableName{}
+	if len(tables) == 0 {
+		return out, nil
+	}
+	schemas, names := make([]string, len(tables)), make([]string, len(tables))
+	for i, t := range tables {
+		schemas[i], names[i] = t.Schema, t.Name
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT t.schema, t.name, rn.nspname, r.relname
+		FROM unnest($1::text[], $2::text[]) AS t(schema, name)
+		JOIN pg_namespace n ON n.nspname = t.schema
+		JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.name
+		JOIN pg_class r ON r.oid = pg_partition_root(c.oid)
+		JOIN pg_namespace rn ON rn.oid = r.relnamespace
+		WHERE c.relispartition`, schemas, names)
+	if err != nil {
+		return nil, fmt.Errorf("look up partitions among the mirror's tables: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t, root change.TableName
+		if err := rows.Scan(&t.Schema, &t.Name, &root.Schema, &root.Name); err != nil {
+			return nil, fmt.Errorf("look up partitions among the mirror's tables: %w", err)
+		}
+		out[t] = root
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("look up partitions among the mirror's tables: %w", err)
+	}
+	return out, nil
+}
