@@ -511,3 +511,57 @@ func TestSchemaChangesResyncAfterMigration(t *testing.T) {
 		t.Errorf("ERROR entry %q: %v", e.Message, e.Details)
 	}
 }
+
+// primaryKeyOf returns the definition of a table's primary key.
+func primaryKeyOf(t *testing.T, dbURL, table string) string {
+	t.Helper()
+	var def string
+	queryOne(t, dbURL, &def, `SELECT coalesce((SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'p'), '')`, table)
+	return def
+}
+
+// TestSchemaChangesPrimaryKey: the source's primary key widened (id to
+// tenant, id) under a write load, then rows that share an id in other
+// tenants: the destination's key follows at its position in the stream,
+// so those rows land as rows of their own instead of being folded into one
+// (the mirror stayed running without an error before, and diverged).
+func TestSchemaChangesPrimaryKey(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, scSourceSQL+`;
+		CREATE TABLE public.pk (id int PRIMARY KEY, tenant int NOT NULL, v text);
+		INSERT INTO public.pk SELECT i, 1, 'v' || i FROM generate_series(1, 100) i`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "pk", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{
+			map[string]any{"source_schema": "public", "source_table": "sc", "destination_schema": "public", "destination_table": "sc"},
+			map[string]any{"source_schema": "public", "source_table": "pk", "destination_schema": "public", "destination_table": "pk"},
+		},
+	}, 201, nil)
+	s.dumpOnFailure("pk")
+	s.waitStatus("pk", "running", 60*time.Second)
+	waitEqual(t, src, dst, "public.pk", "public.pk", "id, tenant, v", 60*time.Second)
+
+	l := startSCLoad(src, 21)
+	time.Sleep(300 * time.Millisecond)
+	exec1(t, src, `UPDATE public.pk SET v = v || '!' WHERE id % 10 = 0`)
+	exec1(t, src, `BEGIN; ALTER TABLE public.pk DROP CONSTRAINT pk_pkey; ALTER TABLE public.pk ADD PRIMARY KEY (tenant, id);
+		INSERT INTO public.pk SELECT i, 2, 'other tenant ' || i FROM generate_series(1, 30) i; COMMIT`)
+	exec1(t, src, `UPDATE public.pk SET v = 'changed' WHERE tenant = 1 AND id <= 5; DELETE FROM public.pk WHERE tenant = 2 AND id > 25;
+		INSERT INTO public.pk VALUES (1, 3, 'third tenant')`)
+	time.Sleep(time.Second)
+	if n := l.end(); n == 0 {
+		t.Fatal("the write load committed nothing")
+	}
+	waitEqual(t, src, dst, "public.pk", "public.pk", "id, tenant, v", 60*time.Second)
+	waitEqual(t, src, dst, "public.sc", "public.sc", scColumnNames(t, src), 60*time.Second)
+	if got, want := primaryKeyOf(t, dst, "public.pk"), primaryKeyOf(t, src, "public.pk"); got != want {
+		t.Errorf("destination primary key %q, the source's %q", got, want)
+	}
+	applied := fmt.Sprint(s.logsWith("pk", "Schema change applied"))
+	if !strings.Contains(applied, `ADD PRIMARY KEY ("tenant", "id")`) {
+		t.Errorf("no \"Schema change applied\" entry with the new primary key: %s", applied)
+	}
+	if m := s.full("pk"); m.Status != "running" || m.ErrorCount != 0 {
+		t.Errorf("status %s, error_count %d (%s), want running without errors", m.Status, m.ErrorCount, m.ErrorMessage)
+	}
+}

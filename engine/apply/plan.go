@@ -219,6 +219,9 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 			break
 		}
 	}
+	if dest, err = a.followKey(ctx, m, rel, dest); err != nil {
+		return nil, err
+	}
 	if err := a.relaxUnsent(ctx, m, rel, dest, reported); err != nil {
 		return nil, err
 	}

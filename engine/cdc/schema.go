@@ -117,6 +117,29 @@ func (s *sourceCatalog) Columns(ctx context.Context, table change.TableName) ([]
 	return out, nil
 }
 
+// PrimaryKey implements apply.KeyCatalog: the columns of the source
+// table's primary key in key order, none without one.
+func (s *sourceCatalog) PrimaryKey(ctx context.Context, table change.TableName) ([]string, error) {
+	var key []string
+	err := s.catalogTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT a.attname::text
+			FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+			JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+			WHERE i.indisprimary AND i.indrelid = (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+				WHERE n.nspname = $1 AND c.relname = $2)
+			ORDER BY k.n`, table.Schema, table.Name)
+		if err != nil {
+			return err
+		}
+		key, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the primary key of source table %s: %w", table, err)
+	}
+	return key, nil
+}
+
 // FormatType implements apply.SourceCatalog.
 func (s *sourceCatalog) FormatType(ctx context.Context, oid uint32, typmod int32) (string, error) {
 	var typ *string
