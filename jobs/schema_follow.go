@@ -94,6 +94,19 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 		return nil, false, err
 	}
 	changed = changed || attached
+	// The run's copy of the mirror may predate the publication's creation.
+	if !m.CreatedPublication {
+		if fresh, err := r.store.MirrorGetByID(ctx, m.ID); err == nil {
+			m.CreatedPublication = fresh.CreatedPublication
+		}
+	}
+	if m.CreatedPublication {
+		recreated, err := r.followRecreatedTables(ctx, src, m, tables, gone)
+		if err != nil {
+			return nil, false, err
+		}
+		changed = changed || recreated
+	}
 	missing := map[change.TableName]bool{}
 	if len(dropped) > 0 {
 		still, err := preflight.MissingTables(ctx, src, dropped)
@@ -221,6 +234,57 @@ func (r *mirrorRun) followAttachedPartitions(ctx context.Context, src *pgx.Conn,
 			r.log(ctx, db.LevelInfo, db.MsgTableResyncStarted, map[string]any{"table": root.String(),
 				"reason": fmt.Sprintf("table %s was attached to it as a partition with rows the stream does not carry", name)})
 		}
+	}
+	return changed, nil
+}
+
+// followRecreatedTables handles tables of the mirror that the source
+// dropped and created again under the same name between two checks (in one
+// migration, say): the table was never seen missing, but the new one is not
+// in the mirror's publication (the drop took the old one out of it), so
+// none of its changes would reach the stream while the mirror showed it
+// running. Under schema_changes apply it is copied anew (a table resync:
+// the run's start puts it back into the publication and brings the
+// destination table to its columns); under warn a WARN entry says so
+// (once); under stop the mirror is paused before it. It reports whether it
+// changed any table of the mirror.
+func (r *mirrorRun) followRecreatedTables(ctx context.Context, src *pgx.Conn, m db.Mirror, tables []db.MirrorTable, gone []change.TableName) (bool, error) {
+	var candidates []change.TableName
+	for _, t := range tables {
+		if t.Status == db.TableStatusRunning && t.ResyncRequestedAt == nil && !slices.Contains(gone, t.Source()) {
+			candidates = append(candidates, t.Source())
+		}
+	}
+	recreated, err := preflight.Unpublished(ctx, src, m.PublicationName, candidates)
+	if err != nil || len(recreated) == 0 {
+		return false, err
+	}
+	changed := false
+	for _, name := range recreated {
+		switch schemaPolicy(m) {
+		case db.SchemaChangesWarn:
+			r.warnOnce(ctx, "recreated:"+name.String(), msgSchemaChangeNotApplied, map[string]any{
+				"table": name.String(), "change": "table dropped and created again on the source",
+				"reason": "schema_changes is warn: the new table is not copied, and its changes do not replicate",
+				"action": "resync the table (POST /v1/mirrors/" + m.Name + "/resync/" + name.String() + ") or set schema_changes to apply"})
+			continue
+		case db.SchemaChangesStop:
+			if err := r.store.MirrorPause(ctx, m.ID); err != nil {
+				return false, err
+			}
+			r.log(ctx, db.LevelWarn, msgPausedForSchemaChange, map[string]any{
+				"table": name.String(), "changes": []string{"table dropped and created again on the source"},
+				"action": "schema_changes is stop: nothing was changed. Set schema_changes to apply (the table is then copied anew) or resync the table, then resume the mirror"})
+			return false, errRunEnded
+		}
+		if err := r.store.MirrorTableRequestResync(ctx, m.ID, name); err != nil {
+			return false, err
+		}
+		changed = true
+		r.log(ctx, db.LevelWarn, "Source table dropped and created again", map[string]any{"table": name.String(),
+			"note": "the table was dropped and created again under the same name on the source: it is copied anew into its destination table while the other tables keep replicating"})
+		r.log(ctx, db.LevelInfo, db.MsgTableResyncStarted, map[string]any{"table": name.String(),
+			"reason": "the source table was dropped and created again"})
 	}
 	return changed, nil
 }

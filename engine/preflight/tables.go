@@ -123,3 +123,42 @@ func PartitionRoots(ctx context.Context, conn Queryer, tables []change.TableName
 	}
 	return out, nil
 }
+
+// Unpublished returns those of tables that exist as ordinary or partitioned
+// tables (not partitions) but are not members of publication, which exists:
+// a table dropped and created again under the same name leaves the
+// publication with the drop. None when the publication does not exist.
+func Unpublished(ctx context.Context, conn Queryer, publication string, tables []change.TableName) ([]change.TableName, error) {
+	if len(tables) == 0 {
+		return nil, nil
+	}
+	schemas, names := make([]string, len(tables)), make([]string, len(tables))
+	for i, t := range tables {
+		schemas[i], names[i] = t.Schema, t.Name
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT t.schema, t.name
+		FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(schema, name, n)
+		JOIN pg_namespace n ON n.nspname = t.schema
+		JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.name
+		JOIN pg_publication p ON p.pubname = $3
+		WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+		  AND NOT EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = c.oid)
+		ORDER BY t.n`, schemas, names, publication)
+	if err != nil {
+		return nil, fmt.Errorf("check the tables of publication %s: %w", publication, err)
+	}
+	defer rows.Close()
+	var out []change.TableName
+	for rows.Next() {
+		var t change.TableName
+		if err := rows.Scan(&t.Schema, &t.Name); err != nil {
+			return nil, fmt.Errorf("check the tables of publication %s: %w", publication, err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("check the tables of publication %s: %w", publication, err)
+	}
+	return out, nil
+}
