@@ -136,7 +136,7 @@ func SyncColumns(ctx context.Context, src, dst Conn, mappings []change.Mapping) 
 			case err != nil:
 				return err
 			}
-			w, err := syncTable(ctx, tx, s, dt, log)
+			w, err := syncTable(ctx, tx, s, dt, log, false)
 			if err != nil {
 				return err
 			}
@@ -343,7 +343,7 @@ func checkExisting(s source, dt Table) error {
 // default expression (not a sequence's nextval: the destination lacks that
 // sequence); an expression the destination rejects is left out with a
 // warning.
-func addColumn(ctx context.Context, tx pgx.Tx, name string, c Column, log *ddlLog) (warnings []string, err error) {
+func addColumn(ctx context.Context, tx pgx.Tx, name string, c Column, log *ddlLog, copying bool) (warnings []string, err error) {
 	def := addColumnDef(c)
 	if c.Missing != nil && !c.Generated {
 		def += " DEFAULT " + quoteLiteral(*c.Missing) + "::" + c.Type
@@ -368,7 +368,7 @@ func addColumn(ctx context.Context, tx pgx.Tx, name string, c Column, log *ddlLo
 		default:
 			return nil, err
 		}
-		if c.Missing == nil {
+		if c.Missing == nil && !copying {
 			warnings = append(warnings, fmt.Sprintf("column %s of %s was added with NULL in the rows the destination already had; if the source's older rows have values in it (a volatile default, or a table rewrite since the column was added), resync the table",
 				col, name))
 		}
@@ -382,8 +382,9 @@ func addColumn(ctx context.Context, tx pgx.Tx, name string, c Column, log *ddlLo
 }
 
 // syncTable adds and retypes columns of existing destination table dt to
-// match source s.
-func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog) (warnings []string, err error) {
+// match source s. copying says the table is about to be emptied and copied:
+// what its current rows hold in added columns does not matter then.
+func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog, copying bool) (warnings []string, err error) {
 	name := s.m.Destination.Quoted()
 	for _, sc := range s.table.Columns {
 		if s.m.Excluded(sc.Name) {
@@ -392,7 +393,7 @@ func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog) 
 		dc, ok := dt.Column(sc.Name)
 		switch {
 		case !ok:
-			w, err := addColumn(ctx, tx, name, sc, log)
+			w, err := addColumn(ctx, tx, name, sc, log, copying)
 			if err != nil {
 				return nil, err
 			}

@@ -108,6 +108,9 @@ func AddIndexesAndConstraints(ctx context.Context, src, dst Conn, m change.Mappi
 		return nil, nil, err
 	}
 	log := &ddlLog{}
+	if err := addNotNull(ctx, dst, m, srcTable, log); err != nil {
+		return nil, nil, err
+	}
 	skip := func(o deferredObject, what string) bool {
 		switch {
 		case o.unique && set != AtCutover:
@@ -167,6 +170,31 @@ WHERE n.nspname = $1 AND c.relname = $2`, m.Destination.Schema, ix.name).Scan(&o
 		}
 	}
 	return log.statements, log.warnings, nil
+}
+
+// addNotNull makes the columns of destination table m.Destination NOT
+// NULL where the source's are and the destination's are not (a column added
+// before a copy, which could not be NOT NULL while the table still held its
+// older rows). Each statement runs on its own; one the destination rejects
+// is reported in the warnings.
+func addNotNull(ctx context.Context, dst Conn, m change.Mapping, srcTable Table, log *ddlLog) error {
+	dt, err := Describe(ctx, dst, m.Destination)
+	if err != nil {
+		return fmt.Errorf("destination: %w", err)
+	}
+	for _, sc := range srcTable.Columns {
+		if !sc.NotNull || sc.Generated || m.Excluded(sc.Name) {
+			continue
+		}
+		if dc, ok := dt.Column(sc.Name); !ok || dc.NotNull {
+			continue
+		}
+		stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", m.Destination.Quoted(), change.QuoteIdent(sc.Name))
+		if err := execDeferred(ctx, dst, log, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // createdByPgmirror returns the OID of destination table name and whether

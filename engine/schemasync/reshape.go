@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
 )
@@ -22,10 +21,11 @@ type KnownColumns map[int]string
 // SyncColumns does and more, for a mirror that applies source schema
 // changes: a column the source renamed since the destination last followed
 // it (known gives the names by attnum the destination has them under) is
-// renamed rather than added beside the old one, a destination column the
-// source no longer has is dropped (outside the primary key), and a column
-// NOT NULL on the source is made NOT NULL where the destination allows it.
-// The copy replaces the table's rows, so no value is lost. A destination
+// renamed rather than added beside the old one, and a destination column
+// the source no longer has is dropped (outside the primary key); a column
+// NOT NULL on the source is made NOT NULL after the copy
+// (AddIndexesAndConstraints). The copy replaces the table's rows, so no
+// value is lost. A destination
 // table that pgmirror did not create is only brought up by name, as
 // SyncColumns does; a missing one is created.
 func ReshapeForCopy(ctx context.Context, src, dst Conn, m change.Mapping, known KnownColumns) (ddl, warnings []string, err error) {
@@ -54,18 +54,11 @@ func ReshapeForCopy(ctx context.Context, src, dst Conn, m change.Mapping, known 
 				return err
 			}
 		}
-		w, err := syncTable(ctx, tx, s, dt, log)
+		w, err := syncTable(ctx, tx, s, dt, log, true)
 		if err != nil {
 			return err
 		}
 		log.warnings = append(log.warnings, w...)
-		if ours {
-			w, err := matchNotNull(ctx, tx, s, log)
-			if err != nil {
-				return err
-			}
-			log.warnings = append(log.warnings, w...)
-		}
 		return nil
 	})
 	if err != nil {
@@ -151,36 +144,4 @@ func reshapeColumns(ctx context.Context, tx pgx.Tx, s source, dt Table, known Kn
 		}
 	}
 	return describe(ctx, tx, s.m.Destination)
-}
-
-// matchNotNull makes the destination columns of s NOT NULL where the
-// source's are, under a savepoint each: a destination that still holds NULL
-// there (the copy replaces its rows after) keeps the column nullable, with
-// a warning.
-func matchNotNull(ctx context.Context, tx pgx.Tx, s source, log *ddlLog) ([]string, error) {
-	dt, err := describe(ctx, tx, s.m.Destination)
-	if err != nil {
-		return nil, err
-	}
-	var warnings []string
-	for _, sc := range s.table.Columns {
-		if !sc.NotNull || sc.Generated || s.m.Excluded(sc.Name) {
-			continue
-		}
-		dc, ok := dt.Column(sc.Name)
-		if !ok || dc.NotNull {
-			continue
-		}
-		col := change.QuoteIdent(sc.Name)
-		err := tryExec(ctx, tx, log, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", s.m.Destination.Quoted(), col))
-		var pgErr *pgconn.PgError
-		switch {
-		case errors.As(err, &pgErr):
-			warnings = append(warnings, fmt.Sprintf("column %s of %s is NOT NULL on the source but stays nullable on the destination, which rejected the change (%s)",
-				col, s.m.Destination, pgErr.Message))
-		case err != nil:
-			return nil, err
-		}
-	}
-	return warnings, nil
 }
