@@ -307,6 +307,17 @@ func (s *service) logs(name string, query string) []logEntry {
 	return out.Logs
 }
 
+// noWarnings fails the test for each WARN and ERROR entry in the mirror's
+// log.
+func (s *service) noWarnings(name string) {
+	s.t.Helper()
+	for _, level := range []string{"ERROR", "WARN"} {
+		for _, e := range s.logs(name, "level="+level) {
+			s.t.Errorf("%s entry %q: %v", level, e.Message, e.Details)
+		}
+	}
+}
+
 func hasLog(entries []logEntry, message string) bool {
 	for _, e := range entries {
 		if e.Message == message {

@@ -357,7 +357,7 @@ CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);`)
 	s.dumpOnFailure("sp")
 	s.waitStatus("sp", "running", 60*time.Second)
 	exec1(t, src, `CREATE TABLE app.w (id int PRIMARY KEY); INSERT INTO app.w SELECT generate_series(1, 100)`)
-	waitFor(t, "a Schema change not applied entry for app.w", 30*time.Second, func() bool {
+	waitFor(t, "a Schema change not applied entry for app.w", 60*time.Second, func() bool {
 		for _, e := range s.logs("sp", "") {
 			if e.Message == "Schema change not applied" && e.Level == "WARN" && e.Details["table"] == "app.w" {
 				return true
@@ -373,10 +373,10 @@ CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);`)
 	}
 
 	s.mustDo("POST", "/v1/mirrors/sp/pause", nil, 200, nil)
-	s.waitStatus("sp", "paused", 30*time.Second)
+	s.waitStatus("sp", "paused", 60*time.Second)
 	s.mustDo("PATCH", "/v1/mirrors/sp", map[string]any{"schema_changes": "stop"}, 200, nil)
 	s.mustDo("POST", "/v1/mirrors/sp/resume", nil, 200, nil)
-	waitFor(t, "a Mirror paused before a schema change entry for app.w", 30*time.Second, func() bool {
+	waitFor(t, "a Mirror paused before a schema change entry for app.w", 60*time.Second, func() bool {
 		for _, e := range s.logs("sp", "") {
 			if e.Message == "Mirror paused before a schema change" && e.Level == "WARN" && e.Details["table"] == "app.w" {
 				return true
@@ -384,7 +384,7 @@ CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);`)
 		}
 		return false
 	})
-	s.waitStatus("sp", "paused", 30*time.Second)
+	s.waitStatus("sp", "paused", 60*time.Second)
 	if tableStatusOf(s.mirror("sp"), "app.w") != "" || destinationHasW() {
 		t.Fatal("under stop, app.w was added to the mirror or created on the destination")
 	}
@@ -393,7 +393,7 @@ CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);`)
 	s.mustDo("POST", "/v1/mirrors/sp/resume", nil, 200, nil)
 	waitFor(t, "app.w running", 60*time.Second, func() bool { return tableStatusOf(s.mirror("sp"), "app.w") == "running" })
 	exec1(t, src, `INSERT INTO app.w SELECT generate_series(101, 150)`)
-	waitEqual(t, src, dst, "app.w", "app.w", "id", 30*time.Second)
+	waitEqual(t, src, dst, "app.w", "app.w", "id", 60*time.Second)
 	if m := s.mirror("sp"); m.Status != "running" {
 		t.Errorf("status %s, want running", m.Status)
 	}
