@@ -110,7 +110,10 @@ func (r *mirrorRun) reshapeForCopy(ctx context.Context, src, dst *pgx.Conn, m db
 		for _, stmt := range ddl {
 			r.schemaChangeApplied(ctx, mp.Source, stmt)
 		}
-		r.logSchemaWarnings(ctx, warnings)
+		for _, w := range warnings {
+			r.log(ctx, db.LevelWarn, "Schema sync warning", map[string]any{"warning": w, "table": mp.Source.String(),
+				"policy": "the table is about to be copied; replication goes on, and the warning says what was left as it is and what to do about it"})
+		}
 	}
 	return nil
 }
