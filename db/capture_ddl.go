@@ -31,3 +31,29 @@ func (s *Store) MirrorSetCaptureDDL(ctx context.Context, mirrorID int64, on bool
 	}
 	return nil
 }
+
+// MirrorOthersCaptureDDLSlots returns the replication slot names of the live
+// mirrors other than mirrorID that capture DDL, whatever their source peer.
+// Two peers may name one database differently (a host name and its address,
+// a proxy), so the caller asks the source database whether one of these slots
+// is its own (ddl.SlotsInDatabase) before removing the shared trigger.
+func (s *Store) MirrorOthersCaptureDDLSlots(ctx context.Context, mirrorID int64) ([]string, error) {
+	rows, err := s.q.Query(ctx, `SELECT DISTINCT replication_slot_name FROM mirrors
+	WHERE id <> $1 AND deleted_at IS NULL AND capture_ddl ORDER BY 1`, mirrorID)
+	if err != nil {
+		return nil, fmt.Errorf("look up the slots of mirrors capturing DDL beside mirror %d: %w", mirrorID, translate(err))
+	}
+	defer rows.Close()
+	var slots []string
+	for rows.Next() {
+		var slot string
+		if err := rows.Scan(&slot); err != nil {
+			return nil, fmt.Errorf("look up the slots of mirrors capturing DDL beside mirror %d: %w", mirrorID, err)
+		}
+		slots = append(slots, slot)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("look up the slots of mirrors capturing DDL beside mirror %d: %w", mirrorID, translate(err))
+	}
+	return slots, nil
+}

@@ -43,10 +43,11 @@ func (h *handlers) ddlCapture(ctx context.Context, source db.Peer, install bool)
 
 // removeDDLCapture removes the DDL capture trigger from the source database
 // of m, whose capture_ddl was just turned off, unless another live mirror of
-// that database captures DDL. It does its best: a source that cannot be
-// reached or a user that may not drop the trigger leaves a WARN in the
-// mirror's log naming what to drop by hand (the trigger's messages are then
-// ignored by mirrors that do not capture DDL).
+// that database captures DDL (by its peer, or by its replication slot in that
+// database when its peer names the database differently). It does its best:
+// a source that cannot be reached or a user that may not drop the trigger
+// leaves a WARN in the mirror's log naming what to drop by hand (the
+// trigger's messages are then ignored by mirrors that do not capture DDL).
 func (h *handlers) removeDDLCapture(ctx context.Context, m db.Mirror) {
 	warn := func(err error) {
 		_ = h.store.LogInsert(context.WithoutCancel(ctx), m.ID, db.LevelWarn, "Could not remove the DDL capture trigger from the source",
@@ -72,6 +73,17 @@ func (h *handlers) removeDDLCapture(ctx context.Context, m db.Mirror) {
 	defer conn.Close(context.WithoutCancel(ctx))
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	slots, err := h.store.MirrorOthersCaptureDDLSlots(ctx, m.ID)
+	if err != nil {
+		warn(err)
+		return
+	}
+	if shared, err := ddl.SlotsInDatabase(qctx, conn, slots); err != nil || len(shared) > 0 {
+		if err != nil {
+			warn(errors.New(session.Scrub(err.Error(), conn.Config().Password)))
+		}
+		return
+	}
 	if err := ddl.Remove(qctx, conn); err != nil {
 		warn(errors.New(session.Scrub(err.Error(), conn.Config().Password)))
 	}

@@ -136,7 +136,9 @@ func (w *MirrorCleanupWorker) Work(ctx context.Context, job *river.Job[MirrorCle
 
 // removeDDLTrigger drops the event trigger that captures DDL on the
 // mirror's source database (engine/ddl) when no other live mirror of that
-// database captures DDL. A source that cannot be reached fails the attempt.
+// database captures DDL: one of the same peer or host, port and database, or
+// one whose replication slot is in that database (a peer naming the database
+// differently). A source that cannot be reached fails the attempt.
 func (w *MirrorCleanupWorker) removeDDLTrigger(ctx context.Context, m db.Mirror, logger *slog.Logger) error {
 	others, err := w.cfg.Store.MirrorOthersCaptureDDL(ctx, m.ID)
 	if err != nil {
@@ -156,6 +158,18 @@ func (w *MirrorCleanupWorker) removeDDLTrigger(ctx context.Context, m db.Mirror,
 		return err
 	}
 	defer closeConn(conn)
+	slots, err := w.cfg.Store.MirrorOthersCaptureDDLSlots(ctx, m.ID)
+	if err != nil {
+		return err
+	}
+	shared, err := ddl.SlotsInDatabase(ctx, conn, slots)
+	if err != nil {
+		return fmt.Errorf("remove the DDL capture trigger from the source of mirror %s: %w", m.Name, err)
+	}
+	if len(shared) > 0 {
+		logger.Info("the DDL capture trigger on the source stays: other mirrors read the source database through other peers", "slots", shared)
+		return nil
+	}
 	if err := ddl.Remove(ctx, conn); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42501" {

@@ -399,3 +399,53 @@ func TestCaptureDDLColumnsFirst(t *testing.T) {
 
 	s.noWarnings("cf")
 }
+
+// TestCaptureDDLSharedOtherPeer: two mirrors read one source database
+// through two peers that name it differently (127.0.0.1 and localhost).
+// Turning capture_ddl off on one, then deleting it, leaves the trigger for
+// the other (found by its replication slot in that database), whose DDL keeps
+// replicating; deleting the other removes the trigger.
+func TestCaptureDDLSharedOtherPeer(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `CREATE TABLE public.a (id int PRIMARY KEY, v text); CREATE TABLE public.b (id int PRIMARY KEY, v text);`)
+	u, err := url.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alias := "localhost"
+	if u.Hostname() == "localhost" {
+		alias = "127.0.0.1"
+	}
+	u.Host = alias + ":" + u.Port()
+	s.createPeer("src_alias", u.String())
+	for name, peer := range map[string]string{"a": "src", "b": "src_alias"} {
+		s.mustDo("POST", "/v1/mirrors", map[string]any{
+			"name": name, "source_peer": peer, "destination_peer": "dst", "cdc_sync_interval_seconds": 1, "capture_ddl": true,
+			"table_mappings": []any{mapping("public", name, "public", name)},
+		}, 201, nil)
+		s.dumpOnFailure(name)
+	}
+	s.waitStatus("a", "running", 60*time.Second)
+	s.waitStatus("b", "running", 60*time.Second)
+
+	s.mustDo("POST", "/v1/mirrors/a/pause", nil, 200, nil)
+	s.waitStatus("a", "paused", 60*time.Second)
+	s.mustDo("PATCH", "/v1/mirrors/a", map[string]any{"capture_ddl": false}, 200, nil)
+	if n := eventTriggers(t, src); n != 2 {
+		t.Fatalf("%d DDL capture event triggers after capture_ddl turned off on one of two mirrors of the database, want 2", n)
+	}
+	s.mustDo("PATCH", "/v1/mirrors/a", map[string]any{"capture_ddl": true}, 200, nil)
+	s.mustDo("DELETE", "/v1/mirrors/a", nil, 200, nil)
+	waitFor(t, "mirror a purged", 60*time.Second, func() bool {
+		return s.do("GET", "/v1/mirrors/a", nil, nil) == 404 && queryInt64(t, src, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'pgmirror_slot_a'`) == 0
+	})
+	time.Sleep(time.Second)
+	if n := eventTriggers(t, src); n != 2 {
+		t.Fatalf("%d DDL capture event triggers after deleting one of two mirrors of the database (other peer), want 2", n)
+	}
+	exec1(t, src, `CREATE INDEX b_v ON public.b (v); INSERT INTO public.b VALUES (1, 'y')`)
+	destHas(t, dst, "index b_v", `SELECT count(*) FROM pg_indexes WHERE indexname = 'b_v'`)
+
+	s.mustDo("DELETE", "/v1/mirrors/b", nil, 200, nil)
+	waitFor(t, "the DDL capture trigger removed with the last mirror", 60*time.Second, func() bool { return eventTriggers(t, src) == 0 })
+}

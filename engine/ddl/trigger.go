@@ -270,3 +270,20 @@ func ReadKey(ctx context.Context, conn Conn) (string, error) {
 	}
 	return key, nil
 }
+
+// SlotsInDatabase returns those of slots that are replication slots of
+// conn's database: the mirrors reading them share the database's trigger,
+// even when their peers name the database differently from the caller's.
+func SlotsInDatabase(ctx context.Context, conn Conn, slots []string) ([]string, error) {
+	if len(slots) == 0 {
+		return nil, nil
+	}
+	var found []string
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(slot_name::text ORDER BY slot_name), '{}')
+		FROM pg_catalog.pg_replication_slots
+		WHERE database = pg_catalog.current_database() AND slot_name = ANY($1::text[])`, slots).Scan(&found)
+	if err != nil {
+		return nil, fmt.Errorf("look up the replication slots of other mirrors on the source database: %w", err)
+	}
+	return found, nil
+}
