@@ -291,7 +291,7 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 	case phaseCopyTables:
 		return inStep(opSnapshot, r.copyTablesDuringCDC(ctx, in, in.m.TablesToCopy(in.tables)))
 	case phaseCDC:
-		if err := inStep(opSetup, r.startWithoutCopy(ctx, in.m, in.tables)); err != nil {
+		if err := inStep(opSetup, r.startWithoutCopy(ctx, in.m, in.src, in.tables)); err != nil {
 			return err
 		}
 	}
@@ -458,17 +458,41 @@ func (r *mirrorRun) originUID(m db.Mirror) string {
 
 // startWithoutCopy marks tables that wait for nothing (added to a mirror
 // that skips initial snapshots) running: their changes replicate from now on.
-func (r *mirrorRun) startWithoutCopy(ctx context.Context, m db.Mirror, tables []db.MirrorTable) error {
+// Those that already hold rows on the source get a WARN naming the table
+// resync that copies them: the destination lacks those rows until then.
+func (r *mirrorRun) startWithoutCopy(ctx context.Context, m db.Mirror, src *pgx.Conn, tables []db.MirrorTable) error {
 	var ids []int64
+	var withRows []string
 	for _, t := range tables {
-		if t.Status != db.TableStatusRunning {
-			ids = append(ids, t.ID)
+		if t.Status == db.TableStatusRunning {
+			continue
+		}
+		ids = append(ids, t.ID)
+		if src == nil {
+			continue
+		}
+		var has bool
+		if err := src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t.Source().Quoted()+`)`).Scan(&has); err != nil {
+			r.logger.Warn("could not tell whether a table added without a copy holds rows", "table", t.Source().String(), "error", err)
+			continue
+		}
+		if has {
+			withRows = append(withRows, t.Source().String())
 		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	return r.store.MirrorTablesSetStatus(ctx, m.ID, ids, db.TableStatusRunning)
+	if err := r.store.MirrorTablesSetStatus(ctx, m.ID, ids, db.TableStatusRunning); err != nil {
+		return err
+	}
+	if len(withRows) > 0 {
+		r.log(ctx, db.LevelWarn, "Tables added without a copy", map[string]any{
+			"tables": withRows,
+			"reason": "the mirror skips initial copies (do_initial_snapshot false, as a reverse mirror of a cut-over does): only changes from now on replicate, and the rows these tables already hold on the source are not on the destination",
+			"action": "copy each with POST /v1/mirrors/" + m.Name + "/resync/{schema.table}"})
+	}
+	return nil
 }
 
 func (r *mirrorRun) ensurePublication(ctx context.Context, src *pgx.Conn, m db.Mirror, sources []change.TableName) error {
