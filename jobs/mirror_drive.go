@@ -381,7 +381,7 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		r.logEnsureReport(ctx, tables, report, time.Since(started))
 	case schemaFollow:
 		var ddl []string
-		if m.SchemaChanges == db.SchemaChangesApply {
+		if schemaPolicy(m) == db.SchemaChangesApply {
 			// Tables about to be copied get the source's columns by
 			// attnum (renamed, dropped, NOT NULL), each statement logged
 			// as a schema change.

@@ -397,6 +397,15 @@ func TestCaptureDDLColumnsFirst(t *testing.T) {
 	destHas(t, dst, "n2 NOT NULL", `SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.a'::regclass AND attname = 'n2' AND attnotnull`)
 	waitEqual(t, src, dst, "public.a", "public.a", "id, v2, n2, c", 60*time.Second)
 
+	// A constraint dropped and a row it would refuse right after it: the
+	// drop reaches the destination first.
+	exec1(t, src, `BEGIN; ALTER TABLE public.a DROP CONSTRAINT a_c_check; INSERT INTO public.a VALUES (103, 'z', 1003, ''); COMMIT`)
+	exec1(t, src, `BEGIN; ALTER TABLE public.a ALTER COLUMN n2 DROP NOT NULL; INSERT INTO public.a VALUES (104, 'z', NULL, 'd'); COMMIT`)
+	waitEqual(t, src, dst, "public.a", "public.a", "id, v2, n2, c", 60*time.Second)
+	if m := s.mirror("cf"); m.Status != "running" || m.ErrorCount != 0 {
+		t.Errorf("status %s with %d errors after the drops, want running without errors", m.Status, m.ErrorCount)
+	}
+
 	s.noWarnings("cf")
 }
 
@@ -448,4 +457,43 @@ func TestCaptureDDLSharedOtherPeer(t *testing.T) {
 
 	s.mustDo("DELETE", "/v1/mirrors/b", nil, 200, nil)
 	waitFor(t, "the DDL capture trigger removed with the last mirror", 60*time.Second, func() bool { return eventTriggers(t, src) == 0 })
+}
+
+// TestCaptureDDLReportedOnce: a captured change whose batch fails on the
+// destination (a row the destination's own CHECK refuses, in the same
+// source transaction) is not reported as applied while the batch keeps
+// failing; once the destination lets the row in, the change is applied
+// and logged exactly once.
+func TestCaptureDDLReportedOnce(t *testing.T) {
+	t.Parallel()
+	_, src, dst, s := newEnv(t, `CREATE TABLE public.a (id int PRIMARY KEY, v text)`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "ro", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1, "capture_ddl": true,
+		"table_mappings": []any{mapping("public", "a", "public", "a")},
+	}, 201, nil)
+	s.dumpOnFailure("ro")
+	s.waitStatus("ro", "running", 60*time.Second)
+	exec1(t, dst, `ALTER TABLE public.a ADD CONSTRAINT dest_only CHECK (v <> 'refused')`)
+	exec1(t, src, `BEGIN; CREATE INDEX a_v ON public.a (v); INSERT INTO public.a VALUES (1, 'refused'); COMMIT`)
+	applied := func() int {
+		n := 0
+		for _, e := range s.logs("ro", "") {
+			if e.Message == "Schema change applied" && strings.Contains(fmt.Sprint(e.Details["statement"]), "a_v") {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "the batch to fail", 60*time.Second, func() bool { return s.mirror("ro").ErrorCount >= 2 })
+	if n := applied(); n != 0 {
+		t.Fatalf("%d Schema change applied entries for a change whose batch failed", n)
+	}
+	exec1(t, dst, `ALTER TABLE public.a DROP CONSTRAINT dest_only`)
+	s.mustDo("POST", "/v1/mirrors/ro/retry", nil, 200, nil)
+	destHas(t, dst, "index a_v", `SELECT count(*) FROM pg_indexes WHERE indexname = 'a_v'`)
+	waitEqual(t, src, dst, "public.a", "public.a", "id, v", 60*time.Second)
+	s.waitStatus("ro", "running", 60*time.Second)
+	if n := applied(); n != 1 {
+		t.Errorf("%d Schema change applied entries for the index, want 1", n)
+	}
 }

@@ -530,6 +530,10 @@ type runner struct {
 	txXid      uint32
 	ddlKey     string
 	ddlKeyRead time.Time
+	// ddlReports report what captured schema changes did in the open
+	// batch, once it commits (a batch that fails is applied again by the
+	// next run, which reports it then).
+	ddlReports []func()
 }
 
 // lagEvery is how often a LagReporter hears the lag.
@@ -837,6 +841,10 @@ func (r *runner) commit(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("apply batch %d: %w", id, err)
 	}
+	for _, report := range r.ddlReports {
+		report()
+	}
+	r.ddlReports = nil
 	for table, pos := range set {
 		r.positions[table] = pos
 	}

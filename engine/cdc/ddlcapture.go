@@ -20,8 +20,7 @@ import (
 // run applied on the destination.
 type DDLReporter interface {
 	// SchemaChangeApplied is called for each statement executed on the
-	// destination, inside the batch that carries the changes after it (the
-	// batch may still roll back and be applied again by a later run).
+	// destination, once the batch that carries it committed.
 	SchemaChangeApplied(ctx context.Context, table change.TableName, statement string)
 	// SchemaChangeRejected is called for what was left out: a statement
 	// the destination rejected, an object whose name is taken there.
@@ -98,28 +97,35 @@ func (r *runner) applySchemaChange(ctx context.Context, msg *change.SchemaMessag
 		if err != nil {
 			return fmt.Errorf("apply schema change of %s (%s) at %s: %w", m.Source, parsed.Tag, msg.LSN, err)
 		}
-		if warner, ok := r.rep.(SchemaChangeReporter); ok {
-			for _, stmt := range left {
-				warner.SchemaChangeWarned(ctx, m.Source, "captured on the source, not applied: "+stmt)
-			}
-		}
-		for _, stmt := range left {
-			r.log.Warn("schema change not applied (schema_changes is warn)", "table", m.Destination.String(), "statement", stmt, "lsn", msg.LSN.String())
-		}
-		for _, stmt := range res.Applied {
-			r.log.Info("Schema change applied", "table", m.Destination.String(), "statement", stmt, "lsn", msg.LSN.String())
-			if rep != nil {
-				rep.SchemaChangeApplied(ctx, m.Destination, stmt)
-			}
-		}
-		for _, w := range res.Warnings {
-			r.log.Warn("schema change not applied", "table", m.Destination.String(), "warning", w, "lsn", msg.LSN.String())
-			if rep != nil {
-				rep.SchemaChangeRejected(ctx, m.Destination, w)
-			}
-		}
+		r.ddlReports = append(r.ddlReports, func() { r.reportCaptured(ctx, rep, m, msg.LSN, left, res) })
 	}
 	return nil
+}
+
+// reportCaptured reports what a captured schema change did on the
+// destination table of m, once its batch committed: the statements left
+// alone under warn, those applied, and those the destination rejected.
+func (r *runner) reportCaptured(ctx context.Context, rep DDLReporter, m change.Mapping, lsn change.LSN, left []string, res ddl.Result) {
+	if warner, ok := r.rep.(SchemaChangeReporter); ok {
+		for _, stmt := range left {
+			warner.SchemaChangeWarned(ctx, m.Source, "captured on the source, not applied: "+stmt)
+		}
+	}
+	for _, stmt := range left {
+		r.log.Warn("schema change not applied (schema_changes is warn)", "table", m.Destination.String(), "statement", stmt, "lsn", lsn.String())
+	}
+	for _, stmt := range res.Applied {
+		r.log.Info("Schema change applied", "table", m.Destination.String(), "statement", stmt, "lsn", lsn.String())
+		if rep != nil {
+			rep.SchemaChangeApplied(ctx, m.Destination, stmt)
+		}
+	}
+	for _, w := range res.Warnings {
+		r.log.Warn("schema change not applied", "table", m.Destination.String(), "warning", w, "lsn", lsn.String())
+		if rep != nil {
+			rep.SchemaChangeRejected(ctx, m.Destination, w)
+		}
+	}
 }
 
 // concernsMapped reports whether a schema change message about table (Name

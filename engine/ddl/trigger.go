@@ -116,26 +116,40 @@ REVOKE ALL ON FUNCTION ` + emitFunction + `(jsonb) FROM PUBLIC`
 
 // commandEndSQL creates the ddl_command_end function: one state message per
 // table the command touched.
+//
+// The messages are written outside the block that catches errors: that
+// block is a subtransaction, and logical decoding orders a message written
+// in a subtransaction by the end of its WAL record, which is where the
+// transaction's next change starts, so that change could be decoded first
+// (a row inserted right after DROP CONSTRAINT would then meet the
+// constraint on the destination).
 const commandEndSQL = `CREATE OR REPLACE FUNCTION ` + commandEndFunction + `() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
   rel oid;
   msg jsonb;
+  msgs jsonb[] := '{}';
 BEGIN
-  FOR rel IN
-    SELECT DISTINCT CASE WHEN cmd.object_type = 'index'
-                         THEN (SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = cmd.objid)
-                         ELSE cmd.objid END
-    FROM pg_event_trigger_ddl_commands() cmd
-    WHERE cmd.object_type IN ('table', 'index') AND NOT cmd.in_extension
-  LOOP
-    CONTINUE WHEN rel IS NULL;
-    msg := ` + stateFunction + `(rel, TG_TAG);
-    CONTINUE WHEN msg IS NULL;
+  BEGIN
+    FOR rel IN
+      SELECT DISTINCT CASE WHEN cmd.object_type = 'index'
+                           THEN (SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = cmd.objid)
+                           ELSE cmd.objid END
+      FROM pg_event_trigger_ddl_commands() cmd
+      WHERE cmd.object_type IN ('table', 'index') AND NOT cmd.in_extension
+    LOOP
+      CONTINUE WHEN rel IS NULL;
+      msg := ` + stateFunction + `(rel, TG_TAG);
+      CONTINUE WHEN msg IS NULL;
+      msgs := msgs || msg;
+    END LOOP;
+  EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'pgmirror: this schema change is not captured for replication: %', SQLERRM;
+    RETURN;
+  END;
+  FOREACH msg IN ARRAY msgs LOOP
     PERFORM ` + emitFunction + `(msg);
   END LOOP;
-EXCEPTION WHEN OTHERS THEN
-  RAISE WARNING 'pgmirror: this schema change is not captured for replication: %', SQLERRM;
 END
 $f$`
 
@@ -146,20 +160,28 @@ const sqlDropSQL = `CREATE OR REPLACE FUNCTION ` + sqlDropFunction + `() RETURNS
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
   obj record;
+  msg jsonb;
+  msgs jsonb[] := '{}';
 BEGIN
-  FOR obj IN
-    SELECT d.object_type, d.address_names FROM pg_event_trigger_dropped_objects() d
-    WHERE d.object_type IN ('index', 'table constraint') AND NOT d.is_temporary
-  LOOP
-    PERFORM ` + emitFunction + `(jsonb_build_object(
-      'v', 1, 'kind', 'drop', 'tag', TG_TAG,
-      'object', CASE WHEN obj.object_type = 'index' THEN 'index' ELSE 'constraint' END,
-      'schema', obj.address_names[1],
-      'table', CASE WHEN obj.object_type = 'index' THEN '' ELSE obj.address_names[2] END,
-      'name', obj.address_names[array_length(obj.address_names, 1)]));
+  BEGIN
+    FOR obj IN
+      SELECT d.object_type, d.address_names FROM pg_event_trigger_dropped_objects() d
+      WHERE d.object_type IN ('index', 'table constraint') AND NOT d.is_temporary
+    LOOP
+      msgs := msgs || jsonb_build_object(
+        'v', 1, 'kind', 'drop', 'tag', TG_TAG,
+        'object', CASE WHEN obj.object_type = 'index' THEN 'index' ELSE 'constraint' END,
+        'schema', obj.address_names[1],
+        'table', CASE WHEN obj.object_type = 'index' THEN '' ELSE obj.address_names[2] END,
+        'name', obj.address_names[array_length(obj.address_names, 1)]);
+    END LOOP;
+  EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'pgmirror: this schema change is not captured for replication: %', SQLERRM;
+    RETURN;
+  END;
+  FOREACH msg IN ARRAY msgs LOOP
+    PERFORM ` + emitFunction + `(msg);
   END LOOP;
-EXCEPTION WHEN OTHERS THEN
-  RAISE WARNING 'pgmirror: this schema change is not captured for replication: %', SQLERRM;
 END
 $f$`
 
@@ -212,7 +234,7 @@ func Install(ctx context.Context, conn Conn) error {
 // version marks the functions Install creates (a comment on the state
 // function): a source whose functions carry another mark was installed by
 // an older pgmirror, and Install updates them.
-const version = "pgmirror DDL capture 2"
+const version = "pgmirror DDL capture 3"
 
 // Installed reports whether both event triggers and the signing key exist
 // on conn's database, and whether the functions are this version's
