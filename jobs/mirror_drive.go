@@ -468,7 +468,7 @@ func (r *mirrorRun) startWithoutCopy(ctx context.Context, m db.Mirror, src *pgx.
 			continue
 		}
 		ids = append(ids, t.ID)
-		if src == nil {
+		if src == nil || t.Status != db.TableStatusPending {
 			continue
 		}
 		var has bool
