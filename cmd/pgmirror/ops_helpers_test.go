@@ -366,14 +366,16 @@ func (s *service) dumpOnFailure(name string) {
 		}
 		var lines []string
 		for _, line := range strings.Split(s.output.String(), "\n") {
-			if !strings.Contains(line, "component=river") && strings.TrimSpace(line) != "" {
+			// River's lines and the test's own polling requests would
+			// crowd out what the service did.
+			if !strings.Contains(line, "component=river") && !strings.Contains(line, `msg="http request"`) && strings.TrimSpace(line) != "" {
 				lines = append(lines, line)
 			}
 		}
 		if len(lines) > 80 {
 			lines = lines[len(lines)-80:]
 		}
-		s.t.Logf("pgmirror log without River lines:\n%s", strings.Join(lines, "\n"))
+		s.t.Logf("pgmirror log without River lines and HTTP requests:\n%s", strings.Join(lines, "\n"))
 		// The goroutines of the service, to see where a run hangs.
 		before := len(s.output.String())
 		if s.cmd.Process != nil && s.cmd.Process.Signal(syscall.SIGQUIT) == nil {
