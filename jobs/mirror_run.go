@@ -28,6 +28,24 @@ type MirrorRunWorker struct {
 	cfg Config
 }
 
+// NextRetry brings back a run job that ended with an error of its own (the
+// catalog away for a moment, as the run's failures are recorded on the
+// mirror and snoozed with the mirror's backoff) within runRetryMax: River's
+// default (attempt^4 seconds) would leave the mirror for minutes with a
+// waiting job, which keeps the other replicas from adopting it, while its
+// status still says running.
+func (w *MirrorRunWorker) NextRetry(job *river.Job[MirrorRunArgs]) time.Time {
+	return time.Now().Add(runRetryDelay(job.Attempt))
+}
+
+// runRetryMax bounds the wait before a run job that errored runs again.
+const runRetryMax = 5 * time.Second
+
+// runRetryDelay is one second per attempt, at most runRetryMax.
+func runRetryDelay(attempt int) time.Duration {
+	return min(time.Duration(max(attempt, 1))*time.Second, runRetryMax)
+}
+
 // Timeout is long: a run bounds its CDC phase itself, and a snapshot may
 // take hours. A job whose process died is taken over by the supervisor.
 func (w *MirrorRunWorker) Timeout(*river.Job[MirrorRunArgs]) time.Duration {

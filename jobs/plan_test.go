@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db"
@@ -143,4 +145,19 @@ func TestBackoff(t *testing.T) {
 	require.Equal(t, []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second,
 		160 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}, got)
 	require.Equal(t, 5*time.Minute, Backoff(10000))
+}
+
+// TestRunRetryBounded: a run job that ended with an error of its own comes
+// back within seconds at any attempt, so that its mirror is never left for
+// minutes with a waiting job that keeps other replicas from adopting it.
+func TestRunRetryBounded(t *testing.T) {
+	t.Parallel()
+	w := &MirrorRunWorker{}
+	for _, attempt := range []int{0, 1, 2, 5, 50, 999} {
+		start := time.Now()
+		next := w.NextRetry(&river.Job[MirrorRunArgs]{JobRow: &rivertype.JobRow{Attempt: attempt}})
+		wait := next.Sub(start)
+		require.Greater(t, wait, 500*time.Millisecond, "attempt %d", attempt)
+		require.LessOrEqual(t, wait, runRetryMax+time.Second, "attempt %d", attempt)
+	}
 }
