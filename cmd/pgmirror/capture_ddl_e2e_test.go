@@ -401,6 +401,11 @@ func TestCaptureDDLColumnsFirst(t *testing.T) {
 	// drop reaches the destination first.
 	exec1(t, src, `BEGIN; ALTER TABLE public.a DROP CONSTRAINT a_c_check; INSERT INTO public.a VALUES (103, 'z', 1003, ''); COMMIT`)
 	exec1(t, src, `BEGIN; ALTER TABLE public.a ALTER COLUMN n2 DROP NOT NULL; INSERT INTO public.a VALUES (104, 'z', NULL, 'd'); COMMIT`)
+	// The same inside a savepoint, as migration tools run each step.
+	exec1(t, src, `BEGIN; SAVEPOINT step; ALTER TABLE public.a ADD CONSTRAINT a_z CHECK (c <> 'zz');
+		RELEASE SAVEPOINT step; INSERT INTO public.a VALUES (105, 'z', 1005, 'z'); COMMIT`)
+	exec1(t, src, `BEGIN; SAVEPOINT step; ALTER TABLE public.a DROP CONSTRAINT a_z; RELEASE SAVEPOINT step;
+		INSERT INTO public.a VALUES (106, 'z', 1006, 'zz'); COMMIT`)
 	waitEqual(t, src, dst, "public.a", "public.a", "id, v2, n2, c", 60*time.Second)
 	if m := s.mirror("cf"); m.Status != "running" || m.ErrorCount != 0 {
 		t.Errorf("status %s with %d errors after the drops, want running without errors", m.Status, m.ErrorCount)
