@@ -155,7 +155,42 @@ func (h *handlers) pause(ctx context.Context, in *mirrorPath) (*statusMessageOut
 	return out, nil
 }
 
+// pauseSettleWait bounds how long a resume waits for the run that was
+// live when the mirror was paused to stop.
+const pauseSettleWait = 20 * time.Second
+
+// waitPausedRun waits until no run of the paused mirror name holds its lock.
+// A pause takes effect at the run's next batch boundary; a resume that came
+// before it would let that run go on with the settings it started with (a
+// PATCH made while paused, a trigger to install again) instead of starting
+// a new one. It answers 409 when the run is still there after
+// pauseSettleWait.
+func (h *handlers) waitPausedRun(ctx context.Context, name string) error {
+	m, err := h.store.MirrorGetByName(ctx, name)
+	if errors.Is(err, db.ErrNotFound) {
+		return notFoundMirror(name)
+	}
+	if err != nil {
+		return h.internal(ctx, "read the mirror", err)
+	}
+	if m.Status != db.StatusPaused {
+		return nil // the transaction below answers
+	}
+	lock, err := h.store.MirrorLockWait(ctx, m.ID, pauseSettleWait)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errorf(http.StatusConflict, "Mirror %q is still stopping after its pause (its run has not reached a batch boundary in %s); try the resume again in a moment", name, pauseSettleWait)
+	}
+	lock.Release()
+	return nil
+}
+
 func (h *handlers) resume(ctx context.Context, in *mirrorPath) (*statusMessageOutput, error) {
+	if err := h.waitPausedRun(ctx, in.Name); err != nil {
+		return nil, err
+	}
 	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
 		if m.Status != db.StatusPaused {
 			return errorf(http.StatusConflict, "Mirror %q is not paused (status %s): only a paused mirror can be resumed", m.Name, m.Status)
