@@ -114,6 +114,21 @@ END
 $f$;
 REVOKE ALL ON FUNCTION ` + emitFunction + `(jsonb) FROM PUBLIC`
 
+// emitCollected ends the trigger functions: the block that collected the
+// messages into msgs gives up with a WARNING on any error (the user's DDL
+// goes through, uncaptured), and the messages are written after it, outside
+// that subtransaction (see commandEndSQL).
+const emitCollected = `
+  EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'pgmirror: this schema change is not captured for replication: %', SQLERRM;
+    RETURN;
+  END;
+  FOREACH msg IN ARRAY msgs LOOP
+    PERFORM ` + emitFunction + `(msg);
+  END LOOP;
+END
+$f$`
+
 // commandEndSQL creates the ddl_command_end function: one state message per
 // table the command touched.
 //
@@ -143,15 +158,7 @@ BEGIN
       CONTINUE WHEN msg IS NULL;
       msgs := msgs || msg;
     END LOOP;
-  EXCEPTION WHEN OTHERS THEN
-    RAISE WARNING 'pgmirror: this schema change is not captured for replication: %', SQLERRM;
-    RETURN;
-  END;
-  FOREACH msg IN ARRAY msgs LOOP
-    PERFORM ` + emitFunction + `(msg);
-  END LOOP;
-END
-$f$`
+` + emitCollected
 
 // sqlDropSQL creates the sql_drop function: one drop message per dropped
 // index or table constraint. An index's table is gone from the catalog by
@@ -175,15 +182,7 @@ BEGIN
         'table', CASE WHEN obj.object_type = 'index' THEN '' ELSE obj.address_names[2] END,
         'name', obj.address_names[array_length(obj.address_names, 1)]);
     END LOOP;
-  EXCEPTION WHEN OTHERS THEN
-    RAISE WARNING 'pgmirror: this schema change is not captured for replication: %', SQLERRM;
-    RETURN;
-  END;
-  FOREACH msg IN ARRAY msgs LOOP
-    PERFORM ` + emitFunction + `(msg);
-  END LOOP;
-END
-$f$`
+` + emitCollected
 
 // Install creates (or updates) the event triggers and their functions on
 // conn's database; see the package documentation. It is idempotent. A
