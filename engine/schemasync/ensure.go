@@ -141,6 +141,13 @@ func SyncColumns(ctx context.Context, src, dst Conn, mappings []change.Mapping) 
 				return err
 			}
 			log.warnings = append(log.warnings, w...)
+			if _, ours, err := createdByPgmirror(ctx, tx, s.m.Destination); err != nil {
+				return err
+			} else if ours {
+				if err := carryReplicaIdentity(ctx, tx, s, log); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
