@@ -176,6 +176,8 @@ func TestCredentialWarning(t *testing.T) {
 		"table_mappings": []any{mapping("public", "t", "public", "t")},
 	}, 201, nil)
 	s.waitStatus("cred", "running", 90*time.Second)
+	// A change that arrives shows the CDC stream is up on its connection.
+	exec1(t, src, `INSERT INTO public.t (v) VALUES ('streaming')`)
 	waitEqual(t, src, dst, "t", "t", "id, v", 30*time.Second)
 	get := func() peerWarningsView {
 		var v peerWarningsView

@@ -29,7 +29,7 @@ FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER`
 // owner).
 const notOwnedSQL = `
 SELECT pg_catalog.format('%s.%s', n.nspname, c.relname)
-FROM pg_catalog.unnest($1::text[], $2::text[]) AS want(schema_name, table_name)
+FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS want(schema_name, table_name)
 JOIN pg_catalog.pg_namespace n ON n.nspname = want.schema_name
 JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = want.table_name
 WHERE NOT pg_catalog.pg_has_role(CURRENT_USER, c.relowner, 'USAGE')
