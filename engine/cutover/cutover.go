@@ -1,6 +1,8 @@
 // Package cutover holds the database operations of a switch-over from a
 // mirror's source to its destination that are not replication itself:
-// making the source tables refuse writes, and counting rows on both sides.
+// making the source tables refuse writes, counting rows on both sides, and
+// listing what would keep a reverse mirror from being created
+// (ReverseProblems, which verifications call long before the cut-over).
 // The order of the steps (drain, quiet check, sequences, constraints,
 // verification) is the jobs package's; the drain itself is cdc.Run with
 // Config.StopAt.
