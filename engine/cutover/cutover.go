@@ -115,7 +115,8 @@ func MakeReadOnly(ctx context.Context, conn *pgx.Conn, tables []change.TableName
 		if err := makeTableReadOnly(ctx, conn, t, note, attempt, deadline); err != nil {
 			if i > 0 {
 				if uerr := MakeWritable(context.WithoutCancel(ctx), conn, ordered[:i]); uerr != nil {
-					return fmt.Errorf("%w; and making the tables before it writable again failed: %v", err, uerr)
+					// Not ErrLockBusy: tables may be left read-only.
+					return fmt.Errorf("%v; and making the tables before it writable again failed: %w", err, uerr)
 				}
 			}
 			return err
@@ -232,12 +233,22 @@ func lockReadOnly(ctx context.Context, conn *pgx.Conn, t change.TableName, note 
 	return nil
 }
 
-// MakeWritable drops the triggers MakeReadOnly created on tables (those
-// that have none are left alone).
+// MakeWritable drops the triggers MakeReadOnly created on tables. Tables
+// that have neither are left alone, unlocked (DROP TRIGGER takes an ACCESS
+// EXCLUSIVE lock, which would wait for the table's readers).
 func MakeWritable(ctx context.Context, conn *pgx.Conn, tables []change.TableName) error {
 	for _, t := range tables {
-		for _, trigger := range []string{triggerRows, triggerTruncate} {
-			if _, err := conn.Exec(ctx, `DROP TRIGGER IF EXISTS `+trigger+` ON `+t.Quoted()); err != nil {
+		var have []string
+		rows, err := conn.Query(ctx, `SELECT tgname::text FROM pg_catalog.pg_trigger
+			WHERE tgrelid = $1::pg_catalog.regclass AND tgname = ANY ($2::text[])`, t.Quoted(), []string{triggerRows, triggerTruncate})
+		if err == nil {
+			have, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			return fmt.Errorf("look up the read-only triggers of source table %s: %w", t, err)
+		}
+		for _, trigger := range have {
+			if _, err := conn.Exec(ctx, `DROP TRIGGER IF EXISTS `+change.QuoteIdent(trigger)+` ON `+t.Quoted()); err != nil {
 				return fmt.Errorf("make source table %s writable again: %w", t, err)
 			}
 		}
