@@ -327,9 +327,10 @@ func TestCutoverLockSourceNoDeadlock(t *testing.T) {
 	waitGrown(t, "writer transactions", &committed, 200, 30*time.Second)
 
 	var out struct {
-		Status  string `json:"status"`
-		Message string `json:"message"`
-		Error   string `json:"error"`
+		Status  string       `json:"status"`
+		Message string       `json:"message"`
+		Error   string       `json:"error"`
+		Cutover *cutoverView `json:"cutover"`
 	}
 	completed := false
 	for attempt := 1; attempt <= 5 && !completed; attempt++ {
@@ -338,6 +339,11 @@ func TestCutoverLockSourceNoDeadlock(t *testing.T) {
 		case code == 200:
 			require.Equal(t, "completed", out.Status, out.Message)
 			completed = true
+			for _, st := range out.Cutover.Steps {
+				if st.Name == "make_source_read_only" {
+					t.Logf("attempt %d: make_source_read_only took %d ms under the load", attempt, st.DurationMS)
+				}
+			}
 		case code == 409 && strings.Contains(out.Error, "stayed busy"):
 			t.Logf("attempt %d refused: %s", attempt, out.Error)
 			require.NotContains(t, out.Error, "40P01")
