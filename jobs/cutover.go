@@ -317,10 +317,10 @@ func (c *cutoverRun) check(ctx context.Context) (map[string]any, error) {
 func (c *cutoverRun) makeReadOnly(ctx context.Context) (map[string]any, error) {
 	note := fmt.Sprintf("pgmirror mirror %q switched it over to its destination", c.m.Name)
 	if err := cutover.MakeReadOnly(ctx, c.src, c.sourceTables(), note, cutoverLockTimeout); err != nil {
-		// MakeReadOnly made writable again what it had made read-only
-		// unless it failed otherwise than on busy tables (a connection lost
-		// meanwhile): the undo then drops what is left on a new connection.
-		c.madeReadOnly = !errors.Is(err, cutover.ErrLockBusy)
+		// MakeReadOnly made writable again what it had made read-only,
+		// unless it could not (a connection lost meanwhile): the undo then
+		// drops the triggers on a new connection.
+		c.madeReadOnly = errors.Is(err, cutover.ErrLeftReadOnly)
 		return nil, err
 	}
 	c.madeReadOnly = true

@@ -76,6 +76,10 @@ const (
 // application's transactions kept a table busy for the whole bound.
 var ErrLockBusy = errors.New("the table stayed busy")
 
+// ErrLeftReadOnly is wrapped by the error of MakeReadOnly when it failed
+// and could not make the tables it had made read-only writable again.
+var ErrLeftReadOnly = errors.New("tables were left read-only")
+
 // Bounds of MakeReadOnly's attempts (see the package documentation).
 const (
 	maxLockAttempt = 500 * time.Millisecond
@@ -91,7 +95,8 @@ const (
 // enough that they cannot deadlock with the application's transactions,
 // and tries again until bound is spent (at least one attempt per table).
 // When a table stays busy it makes the tables it had made read-only
-// writable again and returns an error wrapping ErrLockBusy. It needs
+// writable again (those that were read-only before stay so) and returns an
+// error wrapping ErrLockBusy; ErrLeftReadOnly when that failed. It needs
 // PostgreSQL 14 or later (CREATE OR REPLACE TRIGGER).
 func MakeReadOnly(ctx context.Context, conn *pgx.Conn, tables []change.TableName, note string, bound time.Duration) error {
 	if len(tables) == 0 {
@@ -111,15 +116,22 @@ func MakeReadOnly(ctx context.Context, conn *pgx.Conn, tables []change.TableName
 	}
 	attempt = max(min(attempt, bound), minLockAttempt)
 	deadline := time.Now().Add(bound)
-	for i, t := range ordered {
-		if err := makeTableReadOnly(ctx, conn, t, note, attempt, deadline); err != nil {
-			if i > 0 {
-				if uerr := MakeWritable(context.WithoutCancel(ctx), conn, ordered[:i]); uerr != nil {
-					// Not ErrLockBusy: tables may be left read-only.
-					return fmt.Errorf("%v; and making the tables before it writable again failed: %w", err, uerr)
+	var made []change.TableName // read-only now, and not before
+	for _, t := range ordered {
+		before, err := IsReadOnly(ctx, conn, t)
+		if err == nil {
+			err = makeTableReadOnly(ctx, conn, t, note, attempt, deadline)
+		}
+		if err != nil {
+			if len(made) > 0 {
+				if uerr := MakeWritable(context.WithoutCancel(ctx), conn, made); uerr != nil {
+					return fmt.Errorf("%v; and making the tables before it writable again failed: %w: %w", err, ErrLeftReadOnly, uerr)
 				}
 			}
 			return err
+		}
+		if !before {
+			made = append(made, t)
 		}
 	}
 	return nil
@@ -136,7 +148,7 @@ func makeTableReadOnly(ctx context.Context, conn *pgx.Conn, table change.TableNa
 			return err
 		}
 		if time.Now().Add(pause).After(deadline) {
-			return fmt.Errorf("lock source table %s against writes: %w: transactions writing it held the lock back in %d attempts over %s (each gave up after %s, so as never to deadlock with them); no table was left read-only: stop the application's writes or end its long transactions, and request the cut-over again: %w",
+			return fmt.Errorf("lock source table %s against writes: %w: transactions writing it held the lock back in %d attempts over %s (each gave up after %s, so as never to deadlock with them); the tables it made read-only before are writable again: stop the application's writes or end its long transactions, and request the cut-over again: %w",
 				table, ErrLockBusy, n, time.Since(started).Round(time.Millisecond), attempt, err)
 		}
 		jitter := time.Duration(rand.Int64N(int64(pause)/2 + 1))

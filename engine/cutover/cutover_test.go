@@ -101,6 +101,22 @@ func TestReadOnlyTables(t *testing.T) {
 	ro, err = cutover.IsReadOnly(ctx, app, tables[0])
 	require.NoError(t, err)
 	require.False(t, ro)
+
+	// A table that was read-only before stays so when a later one is busy;
+	// the ones this call made read-only are writable again.
+	require.NoError(t, cutover.MakeReadOnly(ctx, admin, tables[1:2], "before", 5*time.Second))
+	wtx, err = writer.Begin(ctx)
+	require.NoError(t, err)
+	_, err = wtx.Exec(ctx, `INSERT INTO plain VALUES (20, 'in flight')`)
+	require.NoError(t, err)
+	err = cutover.MakeReadOnly(ctx, admin, tables, "again", 300*time.Millisecond)
+	require.ErrorIs(t, err, cutover.ErrLockBusy)
+	require.NoError(t, wtx.Rollback(ctx))
+	for i, want := range []bool{false, true, false} {
+		ro, err := cutover.IsReadOnly(ctx, admin, tables[i])
+		require.NoError(t, err)
+		require.Equal(t, want, ro, tables[i].String())
+	}
 }
 
 // TestReadOnlyNoDeadlock makes tables read-only again and again while
