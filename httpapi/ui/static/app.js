@@ -606,7 +606,10 @@
         tables.length ? el('table', {}, el('thead', {}, el('tr', {}, el('th', { text: 'Table' }), el('th', { text: 'Method' }),
           ['Rows source', 'Rows destination', 'Chunks differing', 'Rows differing'].map((h) => el('th', { class: 'num', text: h })),
           el('th', { text: 'Skipped' }))), el('tbody', {}, tables)) : null,
-        examples.length ? el('ul', { class: 'examples' }, examples) : null);
+        examples.length ? el('ul', { class: 'examples' }, examples) : null,
+        (v.reverse_mirror_problems || []).length ? el('div', { class: 'reverse-problems' },
+          el('p', { class: 'warning', text: 'A cut-over could not create a reverse mirror (reverse_mirror_name):' }),
+          el('ul', {}, v.reverse_mirror_problems.map((p) => el('li', { text: p })))) : null);
     }
 
     const loadVerifications = async () => {
