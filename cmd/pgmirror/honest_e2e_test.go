@@ -252,8 +252,9 @@ func TestCredentialWarning(t *testing.T) {
 	waitEqual(t, src, dst, "t", "t", "id, v", 30*time.Second)
 }
 
-// TestCutoverLockSourceNoDeadlock: a cut-over with lock_source under an
-// application that writes two tables in opposite orders (and reads a
+// TestCutoverLockSourceNoDeadlock: a cut-over with lock_source against a
+// long transaction writing a table is refused cleanly after its bound;
+// under an application that writes two tables in opposite orders (and reads a
 // third) in every transaction: the lock never deadlocks with it (no 40P01
 // anywhere), the writers that meet the read-only tables get the
 // cut-over's refusal, and the cut-over either completes with the tables
@@ -271,9 +272,36 @@ func TestCutoverLockSourceNoDeadlock(t *testing.T) {
 		"table_mappings": []any{mapping("public", "a", "public", "a"), mapping("public", "b", "public", "b"), mapping("public", "c", "public", "c")},
 	}, 201, nil)
 	s.waitStatus("dl", "running", 90*time.Second)
+	ctx := context.Background()
+
+	// A transaction that keeps writing table b open: the lock step gives
+	// up after its bound with a clear 409 naming the table, leaves no
+	// table read-only (a was made read-only first and writable again), and
+	// the mirror goes on replicating.
+	long, err := pgx.Connect(ctx, src)
+	require.NoError(t, err)
+	defer long.Close(ctx)
+	longTx, err := long.Begin(ctx)
+	require.NoError(t, err)
+	_, err = longTx.Exec(ctx, `INSERT INTO b (v) VALUES (42)`)
+	require.NoError(t, err)
+	var refusal struct {
+		Error string `json:"error"`
+	}
+	started := time.Now()
+	require.Equal(t, 409, s.do("POST", "/v1/mirrors/dl/cutover", map[string]any{"lock_source": true, "wait_seconds": 90}, &refusal))
+	t.Logf("refused after %s: %s", time.Since(started).Round(time.Millisecond), refusal.Error)
+	for _, want := range []string{"make_source_read_only", "lock source table public.b", "stayed busy", "keeps replicating"} {
+		require.Contains(t, refusal.Error, want)
+	}
+	require.Zero(t, queryInt64(t, src, `SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pgmirror_read_only%'`), "a refused cut-over left no table read-only")
+	require.NoError(t, longTx.Commit(ctx))
+	exec1(t, src, `INSERT INTO a (v) VALUES (43)`)
+	waitEqual(t, src, dst, "a", "a", "id, v", 30*time.Second)
+	waitEqual(t, src, dst, "b", "b", "id, v", 30*time.Second)
+	require.Equal(t, "running", s.mirror("dl").Status)
 
 	const writers = 6
-	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var committed, refused atomic.Int64

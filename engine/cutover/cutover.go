@@ -148,7 +148,7 @@ func makeTableReadOnly(ctx context.Context, conn *pgx.Conn, table change.TableNa
 			return err
 		}
 		if time.Now().Add(pause).After(deadline) {
-			return fmt.Errorf("lock source table %s against writes: %w: transactions writing it held the lock back in %d attempts over %s (each gave up after %s, so as never to deadlock with them); the tables it made read-only before are writable again: stop the application's writes or end its long transactions, and request the cut-over again: %w",
+			return fmt.Errorf("lock source table %s against writes: %w: transactions writing it held the lock back in %d attempts over %s (each gave up after %s, so as never to deadlock with them); the tables made read-only before it are writable again: stop the application's writes or end its long transactions, and request the cut-over again: %w",
 				table, ErrLockBusy, n, time.Since(started).Round(time.Millisecond), attempt, err)
 		}
 		jitter := time.Duration(rand.Int64N(int64(pause)/2 + 1))
