@@ -118,6 +118,7 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		return err
 	}
 	if !m.WantsToRun() {
+		w.cfg.Logger.Debug("mirror does not want to run; the job ends", "mirror", m.Name, "status", m.Status, "desired_state", m.DesiredState)
 		return nil
 	}
 	lock, err := w.cfg.Locks.TryLock(ctx, id)
@@ -177,6 +178,7 @@ func (r *mirrorRun) work(ctx context.Context) error {
 		return err
 	}
 	if !m.WantsToRun() {
+		r.logger.Debug("mirror does not want to run; the run ends", "status", m.Status, "desired_state", m.DesiredState)
 		return nil
 	}
 	if m.Status == db.StatusError && m.NextRetryAt != nil {
