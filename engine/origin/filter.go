@@ -96,7 +96,7 @@ type Filter struct {
 	state   atomic.Pointer[filterState]
 	refresh func(ctx context.Context) error
 
-	mu    sync.Mutex           // serialises refreshes, guards retryAt
+	mu      sync.Mutex           // serialises refreshes, guards retryAt
 	retryAt map[string]time.Time // uid: when Drops may refresh again to learn of it
 }
 
