@@ -200,7 +200,6 @@ func TestLoopCutoverWithChain(t *testing.T) {
 		t.Errorf("move-back applied %d inserts, %d updates, %d deletes; want the application's 3, 5, 3", ins, upd, del)
 	}
 	s.noWarnings("cut-report")
-	s.noWarnings("cut-move-back")
 }
 
 // TestLoopRing: three mirrors in a ring A -> B -> C -> A over the same
