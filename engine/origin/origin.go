@@ -136,7 +136,9 @@ func validName(s string) bool {
 // lets through, it creates the origin when missing and sets the session up
 // with it; an origin in use by another session (or created by one at the
 // same moment) is passed over without an error reaching the server log.
-// The outcome goes into the session setting pgmirror.origin_setup: "ok:"
+// Its commit does not wait for the WAL flush: any transaction the session
+// commits with the origin comes later in the WAL, and waits. The outcome
+// goes into the session setting pgmirror.origin_setup: "ok:"
 // and the name, "busy" (every candidate in use), "denied" (privileges),
 // or "full" (no free replication state). %[4]s releases a candidate's
 // guard. The session must not use an origin yet (its candidates would all
@@ -146,6 +148,7 @@ DECLARE
 	n text;
 	r text := 'busy';
 BEGIN
+	PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
 	FOR i IN %[2]s LOOP
 		n := %[1]s;
 		CONTINUE WHEN NOT (%[3]s);
@@ -241,13 +244,22 @@ func Release(ctx context.Context, conn *pgx.Conn, name string) error {
 		return fmt.Errorf("drop replication origin %q: not a name pgmirror gives origins", name)
 	}
 	lit := "'" + name + "'"
-	sql := `SELECT pg_catalog.pg_replication_origin_session_reset();
-		SELECT pg_catalog.pg_replication_origin_drop(roname) FROM pg_catalog.pg_replication_origin WHERE roname OPERATOR(pg_catalog.=) ` + lit + `;
-		SELECT pg_catalog.pg_advisory_unlock(` + fmt.Sprint(lockClass) + `, pg_catalog.hashtext(` + lit + `)) FROM pg_catalog.pg_locks
+	// The lock is let go only once the drop is committed: a session that
+	// takes it next must not find the origin still there and use it. The
+	// commit does not wait for the WAL flush: a drop lost in a crash leaves
+	// an unused origin, which the next copy takes or the mirror's deletion
+	// drops.
+	drop := `SELECT pg_catalog.pg_replication_origin_session_reset();
+		SET LOCAL synchronous_commit = off;
+		SELECT pg_catalog.pg_replication_origin_drop(roname) FROM pg_catalog.pg_replication_origin WHERE roname OPERATOR(pg_catalog.=) ` + lit
+	unlock := `SELECT pg_catalog.pg_advisory_unlock(` + fmt.Sprint(lockClass) + `, pg_catalog.hashtext(` + lit + `)) FROM pg_catalog.pg_locks
 		WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND granted
 			AND classid OPERATOR(pg_catalog.=) ` + fmt.Sprint(lockClass) + `::pg_catalog.oid
 			AND objid OPERATOR(pg_catalog.=) pg_catalog.hashtext(` + lit + `)::pg_catalog.oid AND objsubid OPERATOR(pg_catalog.=) 2`
-	if _, err := conn.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
+	if _, err := conn.PgConn().Exec(ctx, drop).ReadAll(); err != nil {
+		return fmt.Errorf("release replication origin %s: %w", name, err)
+	}
+	if _, err := conn.PgConn().Exec(ctx, unlock).ReadAll(); err != nil {
 		return fmt.Errorf("release replication origin %s: %w", name, err)
 	}
 	return nil
