@@ -342,6 +342,9 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		}
 		logger.Info("no applied position on the destination; starting at the slot's confirmed position", "lsn", applied.String())
 	}
+	if err := waitSlotIdle(ctx, src, cfg.SlotName); err != nil {
+		return netError(err)
+	}
 	repl, err := capture.ConnectReplication(ctx, &cfg.Source.Config)
 	if err != nil {
 		return connectError("source", err)
