@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,7 +24,7 @@ func waitSlotIdle(ctx context.Context, conn *pgx.Conn, slot string) error {
 	for {
 		var active bool
 		err := conn.QueryRow(ctx, `SELECT active FROM pg_catalog.pg_replication_slots WHERE slot_name OPERATOR(pg_catalog.=) $1`, slot).Scan(&active)
-		if err == pgx.ErrNoRows || (err == nil && !active) {
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !active) {
 			return nil
 		}
 		if err != nil {

@@ -1,15 +1,23 @@
 // Package origin marks the transactions pgmirror writes on a destination
 // with a PostgreSQL replication origin, so that a mirror reading from that
-// database can tell them from the application's and leave them out: two
-// mirrors in opposite directions over the same tables then never feed each
-// other, and a cut-over's roll-back mirror carries only the application's
-// writes.
+// database can tell them from the application's, and decides which of them
+// such a mirror leaves out (Filter): the writes of the mirrors that close a
+// loop with it (LoopMirrors: two mirrors in opposite directions over the
+// same tables, or a ring), so that they never feed each other and a
+// cut-over's roll-back mirror carries only the application's writes; a
+// mirror reading a database that another mirror feeds from elsewhere (a
+// chain) carries that mirror's writes.
 //
 // Every origin pgmirror creates is named Prefix + the mirror's uid (the
 // applier's, Name), or that name + "_c" + a number (a snapshot or table
 // copy's connection, one origin per connection: PostgreSQL lets one
-// session at a time use an origin). A reader skips every transaction whose
-// origin name starts with Prefix (IsPgmirror).
+// session at a time use an origin); MirrorUID reads the uid back.
+//
+// No statement fails on the server in normal work (a failing one writes an
+// ERROR into its log, where DBAs' alerts look): a copy connection takes a
+// session advisory lock per candidate name before it tries it, and the
+// origin's creation and session setup run in a DO block that catches an
+// origin in use inside PL/pgSQL (SetupCopy, Setup, DropMirror).
 //
 // The functions behind it (pg_replication_origin_create and
 // pg_replication_origin_session_setup, and their companions) need superuser
