@@ -168,6 +168,10 @@ type mirrorRun struct {
 	// origins: pgmirror's writes there are marked (engine/origin), checked
 	// by every prepare.
 	markWrites bool
+	// loops keeps the run's origin filter: which mirrors' writes on the
+	// source the stream leaves out (origin_loops.go).
+	loopsOnce sync.Once
+	loops     atomic.Pointer[originLoops]
 
 	hold *runHold // a verification's hold on the CDC phase
 }
@@ -352,6 +356,9 @@ func (r *mirrorRun) followControl(ctx context.Context, cancel context.CancelCaus
 func (r *mirrorRun) checkControl(ctx context.Context, cancel context.CancelCauseFunc) {
 	if r.hold != nil && r.inCDC() {
 		r.hold.refresh(ctx)
+	}
+	if l := r.loops.Load(); l != nil && r.inCDC() {
+		l.refreshSoon(ctx)
 	}
 	m, err := r.store.MirrorGetByID(ctx, r.mirrorID)
 	if errors.Is(err, db.ErrNotFound) || (err == nil && m.DeletedAt != nil) {
