@@ -360,6 +360,8 @@ func apiErr(err error) error {
 	}
 	var ae *client.APIError
 	var tooLarge *client.ResponseTooLargeError
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &ae) && ae.Status == http.StatusUnauthorized:
 		return &exitError{code: exitNotLoggedIn, err: fmt.Errorf("%s (log in again with pgmirror login)", shorten(ae.Message))}
@@ -368,6 +370,8 @@ func apiErr(err error) error {
 	case errors.As(err, &tooLarge):
 		return &exitError{code: exitAPIError, err: fmt.Errorf("the server's response is larger than %d MiB; nothing was read from it. "+
 			"Check that --url (or SERVICE_URL) is the pgmirror service's address; to accept larger answers, set %s", tooLarge.Limit>>20, maxResponseEnv)}
+	case errors.As(err, &syntaxErr) || errors.As(err, &typeErr):
+		return &exitError{code: exitAPIError, err: fmt.Errorf("the service's answer is not the JSON pgmirror sends (%w); check that --url (or SERVICE_URL) is the pgmirror service's address", err)}
 	case client.IsConnectionError(err):
 		return &exitError{code: exitConnection, err: fmt.Errorf("cannot reach the service: %w", err)}
 	}
@@ -394,7 +398,7 @@ func shorten(msg string) string {
 func (c *cli) printJSON(raw []byte) error {
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return &exitError{code: exitAPIError, err: fmt.Errorf("the service's answer is not JSON (%v); check that --url is the pgmirror service's address", err)}
+		return &exitError{code: exitAPIError, err: fmt.Errorf("the service's answer is not the JSON pgmirror sends (%v); check that --url (or SERVICE_URL) is the pgmirror service's address", err)}
 	}
 	buf.WriteByte('\n')
 	_, err := c.stdout.Write(jsonTerminalSafe(buf.Bytes()))

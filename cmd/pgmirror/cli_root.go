@@ -59,6 +59,23 @@ scripts can rely on (0 success, 1 the service answered with an error, 2 usage er
 			},
 		})
 	}
+	// completion bash|zsh|fish|powershell is cobra's; an unknown shell is a
+	// usage error like an unknown subcommand anywhere else.
+	root.InitDefaultCompletionCmd()
+	for _, cmd := range root.Commands() {
+		if cmd.Name() == "completion" {
+			cmd.Args = cobra.ArbitraryArgs
+			cmd.Example = "  source <(pgmirror completion bash)\n  pgmirror completion zsh > \"${fpath[1]}/_pgmirror\"\n" +
+				"  pgmirror completion fish > ~/.config/fish/completions/pgmirror.fish"
+			cmd.RunE = func(cmd *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					fmt.Fprint(c.stderr, cmd.UsageString())
+					return usageErrorf("completion: name a shell: bash, zsh, fish or powershell")
+				}
+				return usageErrorf("completion: %q is not a shell pgmirror completes; give bash, zsh, fish or powershell", args[0])
+			}
+		}
+	}
 	return root
 }
 
