@@ -132,7 +132,7 @@ func hostileServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	cutover := &client.CutoverRecord{State: "completed", RequestedAt: now, TargetLSN: evil, ReverseMirror: evil, Error: evil,
 		Steps: []client.CutoverStep{{Name: evil, State: evil, DurationMS: 2201, Error: evil}}, Warnings: []string{evil}}
 	status := client.MirrorStatus{MirrorConfig: config, DesiredState: evil, LastLSN: evilPtr(), ErrorMessage: evilPtr(), ErrorCount: 2,
-		SlotHealth: client.SlotHealth{LagSeconds: &lag, SlotLagBytes: &slotLag, SlotWALStatus: evilPtr(), SlotCheckedAt: &now},
+		SlotHealth:   client.SlotHealth{LagSeconds: &lag, SlotLagBytes: &slotLag, SlotWALStatus: evilPtr(), SlotCheckedAt: &now},
 		Verification: client.MirrorVerification{Last: &client.VerificationLatest{ID: 1, LSN: evil, FinishedAt: &now, RowsDiffering: 3}},
 		Cutover:      cutover, UpdatedAt: now,
 		Tables: []client.TableStatus{{TableName: evil, Status: evil, RowsSynced: 1, Progress: &progress, LastSyncedAt: &now}}}
