@@ -145,6 +145,9 @@ func (c *cli) groupCommand(use, short, long, example string, subcommands ...*cob
 				fmt.Fprint(c.stderr, cmd.UsageString())
 				return usageErrorf("%s: a subcommand is required; see pgmirror %s --help", use, use)
 			}
+			if args[0] == "help" {
+				return cmd.Help()
+			}
 			hint := ""
 			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 				hint = fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
