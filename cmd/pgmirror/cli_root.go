@@ -26,7 +26,14 @@ func (c *cli) rootCommand() *cobra.Command {
 login, logout, peers, mirrors and logs talk to a running service through its REST API, print
 tables for people and the API's own JSON for scripts (--json), and end with exit codes that
 scripts can rely on (0 success, 1 the service answered with an error, 2 usage error,
-3 not logged in, 4 the service could not be reached, 5 a verification found differences).`,
+3 not logged in, 4 the service could not be reached, 5 a verification found differences).
+
+The service reads its configuration from SERVICE_* environment variables (docs/configuration.md);
+pgmirror demo -h lists the demo's flags. The client is described in docs/cli.md.`,
+		Example: `  pgmirror serve
+  pgmirror login --url http://localhost:8112 --user admin
+  pgmirror mirrors list
+  pgmirror mirrors get orders --help`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}

@@ -450,6 +450,17 @@ func TestCLIHelpAndCompletion(t *testing.T) {
 			t.Fatalf("pgmirror %s --help does not describe its arguments:\n%s", c.path, r.stdout)
 		}
 	}
+	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
+		r := u.run("", args...)
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("pgmirror %s: exit %d, stderr %q", args[0], r.code, r.stderr)
+		}
+		for _, command := range []string{"serve", "migrate", "login", "peers", "mirrors", "logs", "completion"} {
+			if !regexp.MustCompile(`(?m)^  ` + command + ` +\S`).MatchString(r.stdout) {
+				t.Fatalf("pgmirror %s does not list %s with what it does:\n%s", args[0], command, r.stdout)
+			}
+		}
+	}
 	if r := u.run("", "help", "mirrors", "get"); r.code != 0 || !strings.Contains(r.stdout, "Usage:\n  pgmirror mirrors get NAME") {
 		t.Fatalf("pgmirror help mirrors get: exit %d\n%s", r.code, r.stdout)
 	}
