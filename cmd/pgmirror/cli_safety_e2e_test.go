@@ -599,3 +599,55 @@ func TestCLIFollowGivesUp(t *testing.T) {
 		t.Fatalf("log lines without a time zone:\n%s", stdout.String())
 	}
 }
+
+// TestCLIHostileTableName runs the client against the real service with a
+// source table whose name a database user chose to hold an escape sequence,
+// BEL, a carriage return and a bidi override, mirrored through a
+// whole-schema mapping (the API refuses such names when they are typed, but
+// a schema's tables come from the database): mirrors get, logs and verify
+// show the name escaped and leave no raw control character on the terminal.
+func TestCLIHostileTableName(t *testing.T) {
+	t.Parallel()
+	const name = "t\x1b[2J\x07\r\u202eX"
+	_, _, dst, s := newEnv(t, `CREATE SCHEMA app;
+		CREATE TABLE app."`+name+`" (id int PRIMARY KEY, v text);
+		INSERT INTO app."`+name+`" SELECT g, 'v' || g FROM generate_series(1, 50) g`)
+	exec1(t, dst, `CREATE SCHEMA app`)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{"name": "hostile", "source_peer": "src", "destination_peer": "dst",
+		"cdc_sync_interval_seconds": 1, "table_mappings": []any{mapping("app", "*", "app", "*")}}, 201, nil)
+	s.dumpOnFailure("hostile")
+	s.waitStatus("hostile", "running", 90*time.Second)
+
+	u := newCLIUser(t)
+	u.ok("login", "--url", s.baseURL, "--user", "admin", "--password", testAdminPassword)
+	const shown = `t\x1b[2J\x07\r\u202eX`
+	for _, c := range []struct {
+		code int
+		args []string
+	}{
+		{0, []string{"mirrors", "get", "hostile"}},
+		{0, []string{"mirrors", "list"}},
+		{0, []string{"logs", "hostile", "--limit", "500"}},
+		{0, []string{"mirrors", "verify", "hostile"}},
+	} {
+		r := u.run("", c.args...)
+		if r.code != c.code {
+			t.Fatalf("pgmirror %s: exit %d, want %d\nstdout: %q\nstderr: %q", strings.Join(c.args, " "), r.code, c.code, r.stdout, r.stderr)
+		}
+		requireNoControls(t, "stdout of pgmirror "+strings.Join(c.args, " "), r.stdout)
+		requireNoControls(t, "stderr of pgmirror "+strings.Join(c.args, " "), r.stderr)
+		want := shown
+		if c.args[0] == "logs" {
+			want = `t\u001b[2J\u0007\r\u202eX` // in the entries' details, which are JSON
+		}
+		if c.args[1] != "list" && !strings.Contains(r.stdout, want) {
+			t.Fatalf("pgmirror %s does not show the table's name escaped:\n%s", strings.Join(c.args, " "), r.stdout)
+		}
+	}
+	// --json keeps the exact name.
+	var status client.MirrorStatus
+	u.jsonOut(&status, "mirrors", "get", "hostile")
+	if len(status.Tables) != 1 || !strings.HasSuffix(status.Tables[0].TableName, name) {
+		t.Fatalf("mirrors get --json: tables %+v", status.Tables)
+	}
+}
