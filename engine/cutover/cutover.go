@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/ownership"
 )
 
 // triggerRows and triggerTruncate name the triggers MakeReadOnly creates.
@@ -58,10 +59,14 @@ func MakeReadOnly(ctx context.Context, conn *pgx.Conn, tables []change.TableName
 			return fmt.Errorf("lock source table %s against writes (the peer user needs UPDATE on it; a long transaction writing it holds the lock back): %w", t, err)
 		}
 	}
+	if err := ownership.Check(ctx, tx); err != nil {
+		return fmt.Errorf("make source tables read-only: %w", err)
+	}
 	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS _pgmirror`); err != nil {
 		return fmt.Errorf("create schema _pgmirror on the source for the read-only trigger (the peer user needs CREATE on the database): %w", err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE OR REPLACE FUNCTION _pgmirror.refuse_writes() RETURNS trigger LANGUAGE plpgsql AS $f$
+	if _, err := tx.Exec(ctx, `CREATE OR REPLACE FUNCTION _pgmirror.refuse_writes() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
 BEGIN
 	RAISE EXCEPTION 'table %.% is read-only: %', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]
 		USING ERRCODE = 'read_only_sql_transaction',
@@ -69,6 +74,11 @@ BEGIN
 END
 $f$`); err != nil {
 		return fmt.Errorf("create the read-only trigger function on the source: %w", err)
+	}
+	// Again: CREATE SCHEMA IF NOT EXISTS and CREATE OR REPLACE keep an
+	// object another role created meanwhile, and its owner.
+	if err := ownership.Check(ctx, tx); err != nil {
+		return fmt.Errorf("make source tables read-only: %w", err)
 	}
 	for _, t := range tables {
 		stmts := []string{
