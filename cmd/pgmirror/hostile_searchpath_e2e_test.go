@@ -173,6 +173,7 @@ func TestHostileSearchPath(t *testing.T) {
 	asRole(t, src, srcRole, `CREATE SCHEMA shop;
 		CREATE TABLE shop.items (id integer PRIMARY KEY, name text NOT NULL, qty bigint);
 		CREATE TABLE shop.events (k integer, v text);
+		ALTER TABLE shop.events REPLICA IDENTITY FULL;
 		INSERT INTO shop.items SELECT g, 'item ' || g, g * 10 FROM generate_series(1, 300) g;
 		INSERT INTO shop.events SELECT g % 7, 'event ' || g FROM generate_series(1, 100) g`)
 	// On the destination the owner made the tables beforehand (empty).
