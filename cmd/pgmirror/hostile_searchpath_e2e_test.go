@@ -35,13 +35,17 @@ func hostileRole(t *testing.T, dbURL string) string {
 // win under the default search_path), or the same signature (which win
 // when public comes first). Each records its call in canary.hits, which
 // only a superuser may write to (a call by the owner itself writes nothing
-// and goes on), and then does the built-in's job, so that nothing but the
-// canary tells that it ran.
+// and goes on; one in a read-only transaction, such as a verification's,
+// fails it with an error that says so), and then does the built-in's job,
+// so that nothing but the canary tells that it ran.
 const plantSQL = `
 CREATE FUNCTION public.pgmirror_canary(what text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   INSERT INTO canary.hits (what) VALUES (what);
-EXCEPTION WHEN insufficient_privilege THEN NULL;
+EXCEPTION
+  WHEN insufficient_privilege THEN NULL;
+  WHEN read_only_sql_transaction THEN
+    RAISE EXCEPTION 'canary: the planted % ran as % in a read-only transaction', what, current_user;
 END $$;
 CREATE FUNCTION public.hashtextextended(t text, seed integer) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN PERFORM public.pgmirror_canary('hashtextextended'); RETURN pg_catalog.hashtextextended(t, seed); END $$;

@@ -1,6 +1,7 @@
 // Package ownership checks that pgmirror's own objects on a peer, the
 // schema _pgmirror and everything in it, belong to a role pgmirror may
-// trust: the peer's user (current_user of the session) or a superuser.
+// trust: the peer's user (session_user: the role the peer's settings log
+// in as, whatever role the session may have SET since) or a superuser.
 //
 // pgmirror creates _pgmirror with CREATE SCHEMA IF NOT EXISTS and its
 // functions with CREATE OR REPLACE FUNCTION. Both keep an object that
@@ -35,7 +36,7 @@ type ForeignOwnerError struct {
 	Object string
 	// Owner is the role that owns it.
 	Owner string
-	// User is the peer's user (current_user).
+	// User is the peer's user (session_user).
 	User string
 }
 
@@ -57,7 +58,7 @@ type Querier interface {
 
 // checkSQL lists the schema _pgmirror, every relation, function, type and
 // operator in it, pgmirror's event triggers and the functions they run,
-// whose owner is neither current_user nor a superuser. Names print
+// whose owner is neither session_user nor a superuser. Names print
 // schema-qualified (the session's search_path is pg_catalog).
 const checkSQL = `
 WITH objects (ord, object, owner) AS (
@@ -90,16 +91,16 @@ WITH objects (ord, object, owner) AS (
     FROM pg_catalog.pg_event_trigger e JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) e.evtfoid
     WHERE e.evtname OPERATOR(pg_catalog.~~) 'pgmirror\_%'
 )
-SELECT o.object, r.rolname::pg_catalog.text, CURRENT_USER::pg_catalog.text
+SELECT o.object, r.rolname::pg_catalog.text, SESSION_USER::pg_catalog.text
 FROM objects o JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) o.owner
-WHERE r.rolname OPERATOR(pg_catalog.<>) CURRENT_USER AND NOT r.rolsuper
+WHERE r.rolname OPERATOR(pg_catalog.<>) SESSION_USER AND NOT r.rolsuper
 ORDER BY o.ord, o.object
 LIMIT 1`
 
 // Check returns a *ForeignOwnerError naming the first object of pgmirror's
 // on q's database (the schema _pgmirror, anything in it, pgmirror's event
-// triggers and their functions) that a role other than the session's user
-// owns, unless that role is a superuser. A database without _pgmirror
+// triggers and their functions) that a role other than the session's
+// login role (session_user) owns, unless that role is a superuser. A database without _pgmirror
 // passes.
 func Check(ctx context.Context, q Querier) error {
 	rows, err := q.Query(ctx, checkSQL, Schema)
