@@ -128,7 +128,7 @@ func IsReadOnly(ctx context.Context, conn *pgx.Conn, table change.TableName) (bo
 // CountRows counts the rows of table.
 func CountRows(ctx context.Context, conn *pgx.Conn, table change.TableName) (int64, error) {
 	var n int64
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+table.Quoted()).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM `+table.Quoted()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count the rows of %s: %w", table, err)
 	}
 	return n, nil
