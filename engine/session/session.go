@@ -73,6 +73,21 @@ func Settings() map[string]string {
 	}
 }
 
+// SetLocal returns the statement that sets parameter name to value for the
+// rest of the transaction (SET LOCAL), value quoted as a string literal;
+// the value of search_path, a list, is written as that list of names (in a
+// string literal it would be read as one schema name).
+func SetLocal(name, value string) string {
+	if strings.EqualFold(name, "search_path") {
+		names := strings.Split(value, ",")
+		for i, n := range names {
+			names[i] = pgx.Identifier{strings.TrimSpace(n)}.Sanitize()
+		}
+		return "SET LOCAL search_path = " + strings.Join(names, ", ")
+	}
+	return "SET LOCAL " + pgx.Identifier{name}.Sanitize() + " = '" + strings.ReplaceAll(value, "'", "''") + "'"
+}
+
 // Configure returns a copy of cfg with the session settings, the
 // application name (unless cfg has one) and the connect timeout (unless cfg
 // has one).

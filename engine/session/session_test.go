@@ -49,6 +49,15 @@ func TestSettings(t *testing.T) {
 	require.Equal(t, "pg_catalog, pg_temp", path)
 	_, err = conn.Exec(ctx, `SELECT pgmirror_planted()`)
 	require.ErrorContains(t, err, "does not exist")
+	// SetLocal writes the list as a list (a string literal would name one
+	// schema "pg_catalog, pg_temp").
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, session.SetLocal("search_path", session.SearchPath)+"; "+session.SetLocal("DateStyle", "ISO, YMD"))
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&path))
+	require.Equal(t, "pg_catalog, pg_temp", path)
+	require.NoError(t, tx.Rollback(ctx))
 	res := repl.Exec(ctx, `SHOW search_path`)
 	results, err := res.ReadAll()
 	require.NoError(t, err)

@@ -42,7 +42,7 @@ func Settings() map[string]string {
 func pinSettings(ctx context.Context, tx pgx.Tx, settings map[string]string) error {
 	var sql strings.Builder
 	for _, k := range slices.Sorted(maps.Keys(settings)) {
-		fmt.Fprintf(&sql, "SET LOCAL %s = %s;", change.QuoteIdent(k), quoteLiteral(settings[k]))
+		sql.WriteString(session.SetLocal(k, settings[k]) + ";")
 	}
 	if _, err := tx.Exec(ctx, sql.String()); err != nil {
 		return fmt.Errorf("pin the comparison's session settings: %w", err)
