@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -224,7 +225,7 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 		started := time.Now()
 		res, at, err := verify.RepairChunks(ctx, verify.RepairConfig{Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID, Tables: repairs, MarkWrites: true},
 			func(ctx context.Context, chunk int, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
-				return open(fmt.Sprintf("pgmirror_verify_%d_r%d", v.ID, chunk), whileHeld)
+				return open(fmt.Sprintf("%s_r%d", verifySlotName(m.UID, v.ID), chunk), whileHeld)
 			})
 		if err != nil {
 			return nil, 0, fmt.Errorf("repair (%d key ranges, %d rows repaired before): %w", res.Ranges, res.Written, err)
@@ -239,7 +240,7 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 			"verification_id": v.ID, "repair_of": *v.RepairOf, "lsn": at.String(), "tables": names,
 			"key_ranges": ranges, "rows_written": res.Written, "chunks": res.Chunks, "duration_ms": time.Since(started).Milliseconds()})
 	}
-	snaps, err := open(fmt.Sprintf("pgmirror_verify_%d", v.ID), nil)
+	snaps, err := open(verifySlotName(m.UID, v.ID), nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -338,4 +339,16 @@ func (w *VerifyWorker) repairsOf(ctx context.Context, id int64, maps []change.Ma
 		return nil, &verifyError{msg: fmt.Sprintf("verification %d found no key ranges to repair", id)}
 	}
 	return out, nil
+}
+
+// verifySlotName names the temporary slot of verification id of the mirror
+// with uid. Verification ids count per catalog, so the mirror's uid is part
+// of the name: two installations (or two catalogs) verifying mirrors of one
+// source cluster at once would otherwise ask for the same slot name.
+func verifySlotName(uid string, id int64) string {
+	short := strings.ToLower(strings.ReplaceAll(uid, "-", ""))
+	if len(short) > 12 {
+		short = short[:12]
+	}
+	return fmt.Sprintf("pgmirror_verify_%s_%d", short, id)
 }
