@@ -21,7 +21,7 @@ const mirrorColumns = `m.id, m.uid::text, m.name, m.source_peer_id, m.destinatio
 	m.slot_lag_bytes, m.slot_wal_status, m.slot_checked_at,
 	m.deleted_at, m.created_at, m.updated_at, m.sequences_synced_at, m.cutover, m.sequences,
 	ml.lag_seconds, ml.measured_at, ml.applied_commit_at, m.capture_ddl,
-	`+lostChangesColumn
+	` + lostChangesColumn
 
 const mirrorFrom = ` FROM mirrors m JOIN peers sp ON sp.id = m.source_peer_id JOIN peers dp ON dp.id = m.destination_peer_id
 	LEFT JOIN mirror_lag ml ON ml.mirror_id = m.id`

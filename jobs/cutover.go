@@ -33,6 +33,7 @@ const (
 	stepVerify         = "verify_row_counts"
 	stepWritable       = "make_destination_writable"
 	stepPrepareReverse = "prepare_reverse_mirror"
+	stepLostChanges    = "check_lost_changes"
 	stepComplete       = "complete"
 	stepDropSlot       = "drop_slot"
 )
@@ -71,6 +72,11 @@ type cutoverRun struct {
 	reverseSlot    bool                 // this attempt created the reverse mirror's slot
 	reversePubMade bool                 // ... and its publication
 	foreignKeys    []cutover.ForeignKey // this attempt created these on the destination
+
+	// countsOnly are the tables whose checksums were not compared (row
+	// counts only), countsOnlyWarnings say why (checksumTables).
+	countsOnly         []string
+	countsOnlyWarnings []string
 }
 
 // cutover carries out the mirror's requested cut-over. It returns
@@ -87,7 +93,7 @@ func (r *mirrorRun) cutover(ctx context.Context, in *phaseInputs) error {
 		src: src, dst: dst, record: *m.Cutover}
 	now := time.Now().UTC()
 	c.record.State, c.record.StartedAt, c.record.Steps, c.record.Error, c.record.TargetLSN = db.CutoverRunning, &now, []db.CutoverStep{}, "", ""
-	c.record.Warnings = nil
+	c.record.Warnings, c.record.RowCountsOnly = nil, nil
 	c.save(ctx)
 	r.log(ctx, db.LevelInfo, "Cut-over started", map[string]any{"options": c.record.Options})
 	err := c.steps(ctx)
@@ -157,6 +163,18 @@ func (c *cutoverRun) steps(ctx context.Context) error {
 		}
 	}
 	c.listNotCarried(ctx)
+	if len(c.countsOnly) > 0 {
+		c.record.RowCountsOnly = c.countsOnly
+		c.record.Warnings = append(c.record.Warnings, c.countsOnlyWarnings...)
+		c.run.log(ctx, db.LevelWarn, "Cut-over: row counts only", map[string]any{"tables": c.countsOnly, "warnings": c.countsOnlyWarnings})
+	}
+	// Lost changes found while the cut-over ran (the slot monitor) stop
+	// it here, before anything is final.
+	if err := c.step(ctx, stepLostChanges, func(ctx context.Context) (map[string]any, error) {
+		return nil, c.refuseLostChanges(ctx)
+	}); err != nil {
+		return err
+	}
 	if err := c.step(ctx, stepComplete, c.complete); err != nil {
 		return err
 	}
@@ -278,6 +296,9 @@ func (c *cutoverRun) check(ctx context.Context) (map[string]any, error) {
 		if t.Status != db.TableStatusRunning || t.ResyncRequestedAt != nil {
 			return nil, fmt.Errorf("table %s.%s is %s, not replicating: wait until every table is running", t.SourceSchema, t.SourceTable, t.Status)
 		}
+	}
+	if err := c.refuseLostChanges(ctx); err != nil {
+		return nil, err
 	}
 	var version int
 	if err := c.src.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
@@ -523,8 +544,12 @@ func (c *cutoverRun) verifyRowCounts(ctx context.Context) (map[string]any, error
 	}
 	detail := map[string]any{"tables": counts}
 	if len(differ) > 0 {
-		return detail, fmt.Errorf("row counts differ after every change was applied: %s; resync those tables (POST /v1/mirrors/%s/resync/{table}) and try again",
-			strings.Join(differ, "; "), c.m.Name)
+		// Counts show some differences, not all: rows of other tables (or
+		// more rows of these) may differ with equal counts.
+		return detail, fmt.Errorf("row counts differ after every change was applied: %s; equal counts do not prove the other tables equal: "+
+			"run a verification with repair (POST /v1/mirrors/%s/verify, then POST /v1/mirrors/%s/verifications/{id}/repair), which finds and fixes every differing row of every table, "+
+			"or resync every table (POST /v1/mirrors/%s/resync); then try again",
+			strings.Join(differ, "; "), c.m.Name, c.m.Name, c.m.Name)
 	}
 	return detail, nil
 }
@@ -701,4 +726,30 @@ func (c *countingReporter) BatchApplied(ctx context.Context, b cdc.Batch) error 
 		c.tables[t.String()] += n.Rows() + n.Truncated
 	}
 	return c.batchReporter.BatchApplied(ctx, b)
+}
+
+// refuseLostChanges fails while a table of the mirror may miss changes
+// (lost_changes.go): the cut-over cannot prove the destination equal,
+// whatever the request's verify says.
+func (c *cutoverRun) refuseLostChanges(ctx context.Context) error {
+	tables, err := c.run.store.MirrorTables(ctx, c.m.ID)
+	if err != nil {
+		return err
+	}
+	if lost := lostTableNames(tables); len(lost) > 0 {
+		return fmt.Errorf("changes were lost: %s", LostChangesAction(c.m.Name, lost))
+	}
+	return nil
+}
+
+// lostTableNames returns the source names of the tables marked as
+// possibly missing changes.
+func lostTableNames(tables []db.MirrorTable) []string {
+	var out []string
+	for _, t := range tables {
+		if t.LostChanges != nil {
+			out = append(out, t.Source().String())
+		}
+	}
+	return out
 }

@@ -999,8 +999,8 @@ type snapshotReporter struct {
 	// fromSlot says it is the mirror slot's own start (a full snapshot):
 	// a finished table's lost changes are cleared (see
 	// db.MirrorTableLostChangesCopied).
-	copyLSN  change.LSN
-	fromSlot bool
+	copyLSN    change.LSN
+	fromSlot   bool
 	mu         sync.Mutex
 	rows       int64
 	partitions int
