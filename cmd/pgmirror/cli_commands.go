@@ -272,7 +272,7 @@ func (c *cli) mirrorsList(ctx context.Context, args []string) error {
 	w := c.table()
 	fmt.Fprintln(w, "NAME\tSTATUS\tSOURCE\tDESTINATION\tLAG\tSLOT LAG\tLAST LSN\tERRORS\tUPDATED")
 	for _, m := range mirrors {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Name, m.Status, m.SourcePeer, m.DestinationPeer,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Name, m.Status+lostNote(m.LostChanges), m.SourcePeer, m.DestinationPeer,
 			formatLag(m.LagSeconds), formatBytes(m.SlotLagBytes), orDash(m.LastLSN), m.ErrorCount, formatTime(&m.UpdatedAt))
 	}
 	return w.Flush()
@@ -304,6 +304,9 @@ func (c *cli) mirrorsGet(ctx context.Context, args []string) error {
 	}
 	if m.ErrorCount > 0 || m.ErrorMessage != nil {
 		fmt.Fprintf(w, "Errors:\t%d: %s (next retry %s)\n", m.ErrorCount, orDash(m.ErrorMessage), formatTime(m.NextRetryAt))
+	}
+	if l := m.LostChanges; l != nil {
+		fmt.Fprintf(w, "Lost changes:\t%s (slot %s, since %s, found %s): %s\n", strings.Join(l.Tables, ", "), l.Reason, orDash(l.SinceLSN), formatTime(&l.DetectedAt), l.Action)
 	}
 	if m.Cutover != nil {
 		fmt.Fprintf(w, "Cut-over:\t%s (requested %s)\n", m.Cutover.State, formatTime(&m.Cutover.RequestedAt))
@@ -613,4 +616,12 @@ func (c *cli) logs(ctx context.Context, args []string) error {
 		}
 		show(page.Logs)
 	}
+}
+
+// lostNote marks a listed mirror whose tables may miss changes.
+func lostNote(l *client.LostChanges) string {
+	if l == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (changes lost: %d tables)", len(l.Tables))
 }
