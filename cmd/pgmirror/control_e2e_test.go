@@ -37,7 +37,7 @@ func dropSlot(t *testing.T, dbURL, slot string) {
 // rejects a replicated row), then: POST retry restarts it at once, long
 // before next_retry_at, and answers 409 when the mirror is not in error; a
 // slot dropped on the source while the mirror is in error is recreated on
-// retry, with a WARN entry saying the changes in the gap were lost and
+// retry, with an ERROR entry saying the changes in the gap were lost and
 // pointing to resync, which repairs the destination.
 func TestRetry(t *testing.T) {
 	t.Parallel()
@@ -95,8 +95,8 @@ func TestRetry(t *testing.T) {
 	exec1(t, dst, `ALTER TABLE public.r DROP CONSTRAINT no_bad`)
 	s.mustDo("POST", "/v1/mirrors/rt/retry", nil, 200, nil)
 	w := s.waitLog("rt", "Replication slot recreated: changes were lost", 30*time.Second, nil)
-	if w.Level != "WARN" {
-		t.Errorf("slot recreated entry has level %s, want WARN", w.Level)
+	if w.Level != "ERROR" {
+		t.Errorf("slot recreated entry has level %s, want ERROR", w.Level)
 	}
 	if action, _ := w.Details["action"].(string); !strings.Contains(action, "resync") {
 		t.Errorf("slot recreated entry does not point to resync: %v", w.Details)
