@@ -65,7 +65,7 @@ type cutoverOptions struct {
 }
 
 type cutoverStep struct {
-	Name       string         `json:"name" doc:"check, make_source_read_only, apply_changes, check_source_quiet, sync_sequences, create_constraints, create_foreign_keys, verify_row_counts, verify_checksums, prepare_reverse_mirror, make_destination_writable, check_lost_changes, complete, drop_slot."`
+	Name       string         `json:"name" doc:"check, make_source_read_only, apply_changes, check_source_quiet, sync_sequences, create_constraints, create_foreign_keys, verify_row_counts, verify_checksums, prepare_reverse_mirror, make_destination_writable, complete, drop_slot."`
 	State      string         `json:"state" enum:"running,done,failed"`
 	StartedAt  time.Time      `json:"started_at"`
 	DurationMS int64          `json:"duration_ms"`

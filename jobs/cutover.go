@@ -33,7 +33,6 @@ const (
 	stepVerify         = "verify_row_counts"
 	stepWritable       = "make_destination_writable"
 	stepPrepareReverse = "prepare_reverse_mirror"
-	stepLostChanges    = "check_lost_changes"
 	stepComplete       = "complete"
 	stepDropSlot       = "drop_slot"
 )
@@ -168,13 +167,6 @@ func (c *cutoverRun) steps(ctx context.Context) error {
 		c.record.Warnings = append(c.record.Warnings, c.countsOnlyWarnings...)
 		c.run.log(ctx, db.LevelWarn, "Cut-over: row counts only", map[string]any{"tables": c.countsOnly, "warnings": c.countsOnlyWarnings})
 	}
-	// Lost changes found while the cut-over ran (the slot monitor) stop
-	// it here, before anything is final.
-	if err := c.step(ctx, stepLostChanges, func(ctx context.Context) (map[string]any, error) {
-		return nil, c.refuseLostChanges(ctx)
-	}); err != nil {
-		return err
-	}
 	if err := c.step(ctx, stepComplete, c.complete); err != nil {
 		return err
 	}
@@ -297,7 +289,7 @@ func (c *cutoverRun) check(ctx context.Context) (map[string]any, error) {
 			return nil, fmt.Errorf("table %s.%s is %s, not replicating: wait until every table is running", t.SourceSchema, t.SourceTable, t.Status)
 		}
 	}
-	if err := c.refuseLostChanges(ctx); err != nil {
+	if err := c.refuseLostChanges(ctx, c.run.store); err != nil {
 		return nil, err
 	}
 	var version int
@@ -621,6 +613,11 @@ func (c *cutoverRun) complete(ctx context.Context) (map[string]any, error) {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// Lost changes found while the cut-over ran (the slot monitor) stop
+	// it here, before anything is final.
+	if err := c.refuseLostChanges(ctx, c.run.store.With(tx)); err != nil {
+		return nil, err
+	}
 	if opts.ReverseMirrorName != "" {
 		if err := c.createReverse(ctx, tx); err != nil {
 			return nil, err
@@ -731,8 +728,8 @@ func (c *countingReporter) BatchApplied(ctx context.Context, b cdc.Batch) error 
 // refuseLostChanges fails while a table of the mirror may miss changes
 // (lost_changes.go): the cut-over cannot prove the destination equal,
 // whatever the request's verify says.
-func (c *cutoverRun) refuseLostChanges(ctx context.Context) error {
-	tables, err := c.run.store.MirrorTables(ctx, c.m.ID)
+func (c *cutoverRun) refuseLostChanges(ctx context.Context, store *db.Store) error {
+	tables, err := store.MirrorTables(ctx, c.m.ID)
 	if err != nil {
 		return err
 	}
