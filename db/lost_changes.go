@@ -75,8 +75,9 @@ type LostChanges struct {
 // (all but dropped ones) as possibly missing changes. A table marked
 // already keeps its first detection time and the earliest since position;
 // the until position and the reason are the latest. It returns the tables
-// marked (source schema.table) and those among them that were not marked
-// before.
+// whose mark it set or changed (source schema.table) and those among them
+// that were not marked before; a finding that repeats one recorded (same
+// reason, no until position) changes nothing and returns none.
 func (s *Store) MirrorRecordLostChanges(ctx context.Context, mirrorID int64, l LostChanges) (tables, added []string, err error) {
 	rows, err := s.q.Query(ctx, `
 		WITH old AS (
@@ -91,6 +92,9 @@ func (s *Store) MirrorRecordLostChanges(ctx context.Context, mirrorID int64, l L
 			lost_changes_at = coalesce(t.lost_changes_at, now()),
 			lost_changes_reason = $4
 		FROM old WHERE t.id = old.id
+		  -- The same finding again (the slot monitor, every pass while the
+		  -- slot stays missing) changes nothing.
+		  AND NOT (NOT old.fresh AND $3::pg_lsn IS NULL AND t.lost_changes_reason = $4)
 		RETURNING t.source_schema || '.' || t.source_table, old.fresh, t.position`,
 		mirrorID, nullIfEmpty(l.SinceLSN), nullIfEmpty(l.UntilLSN), l.Reason, l.OnlyIfSettled)
 	if err != nil {
