@@ -164,7 +164,8 @@ func (c *cutoverRun) steps(ctx context.Context) error {
 	c.listNotCarried(ctx)
 	if len(c.countsOnly) > 0 {
 		c.record.RowCountsOnly = c.countsOnly
-		c.record.Warnings = append(c.record.Warnings, c.countsOnlyWarnings...)
+		// First: what was not checked, then what was not carried.
+		c.record.Warnings = append(append([]string{}, c.countsOnlyWarnings...), c.record.Warnings...)
 		c.run.log(ctx, db.LevelWarn, "Cut-over: row counts only", map[string]any{"tables": c.countsOnly, "warnings": c.countsOnlyWarnings})
 	}
 	if err := c.step(ctx, stepComplete, c.complete); err != nil {
