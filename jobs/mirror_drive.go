@@ -547,6 +547,13 @@ func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 	if err != nil {
 		return err
 	}
+	if m.CreatedSlot && !slotUsable(in.slot) && !m.InFullSnapshot() {
+		// Tables were to be copied and the slot was gone: every table is
+		// copied again from the new slot, so nothing stays lost.
+		r.log(ctx, db.LevelWarn, "Replication slot recreated: every table is copied again", map[string]any{
+			"slot": m.ReplicationSlotName, "lsn": info.ConsistentPoint.String(),
+			"reason": "the slot was missing or invalidated while tables were waiting for a copy; a copy of every table from the new slot's snapshot replaces what the destination holds"})
+	}
 	if err := store.MirrorSetCreated(ctx, m.ID, false, true); err != nil {
 		return err
 	}
