@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -112,10 +113,14 @@ func TestRetry(t *testing.T) {
 	if n := queryInt64(t, dst, `SELECT count(*) FROM public.r WHERE id IN (1002, 1003)`); n != 0 {
 		t.Errorf("%d rows of the gap on the destination, want 0 (the log says they were lost)", n)
 	}
-	// Resync repairs what was lost.
+	if l := s.lost("rt").LostChanges; l == nil || !slices.Contains(l.Tables, "public.r") {
+		t.Errorf("lost_changes %+v, want public.r", l)
+	}
+	// Resync repairs what was lost, and clears the mark.
 	s.mustDo("POST", "/v1/mirrors/rt/resync", nil, 200, nil)
 	waitEqual(t, src, dst, "public.r", "public.r", "id, v", 60*time.Second)
 	s.waitStatus("rt", "running", 30*time.Second)
+	s.waitLost("rt", nil, 30*time.Second)
 }
 
 // statusRecorder polls a mirror's status in the background and records
