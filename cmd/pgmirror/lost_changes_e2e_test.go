@@ -471,6 +471,17 @@ func TestLostChangesSlotBehind(t *testing.T) {
 	}
 	s.waitStatus("behind", "running", 30*time.Second)
 	checkLost(t, s, "behind", []string{"public.a", "public.b"}, "Replication slot moved past the mirror's position: changes were lost")
+	// The CLI shows it too.
+	u := newCLIUser(t)
+	if r := u.run(testAdminPassword+"\n", "login", "--url", s.baseURL, "--user", "admin"); r.code != 0 {
+		t.Fatalf("login: exit %d %s", r.code, r.stderr)
+	}
+	if out := u.ok("mirrors", "get", "behind"); !strings.Contains(out, "Lost changes:") || !strings.Contains(out, "public.a, public.b") || !strings.Contains(out, "slot_behind") {
+		t.Errorf("mirrors get does not show the lost changes:\n%s", out)
+	}
+	if out := u.ok("mirrors", "list"); !strings.Contains(out, "changes lost: 2 tables") {
+		t.Errorf("mirrors list does not show the lost changes:\n%s", out)
+	}
 	if n := queryInt64(t, dst, `SELECT count(*) FROM public.b WHERE id = 9002`); n != 0 {
 		t.Errorf("the row written while there was no slot reached the destination (%d): the test lost nothing", n)
 	}
