@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -482,6 +483,15 @@ func TestLostChangesSlotBehind(t *testing.T) {
 	if out := u.ok("mirrors", "list"); !strings.Contains(out, "changes lost: 2 tables") {
 		t.Errorf("mirrors list does not show the lost changes:\n%s", out)
 	}
+	// And the console: a badge in the list, a banner on the mirror's page.
+	b := newBrowser(t, 3*time.Minute)
+	b.login(s.baseURL, "admin", testAdminPassword)
+	b.wait("the lost-changes badge in the list", `(() => { const r = document.querySelector('#mirrors tr[data-mirror="behind"] .lost-badge');
+		return r !== null && r.textContent.includes('2 tables'); })()`)
+	b.do("open the mirror", chromedp.Click(chromedp.CSS(`#mirrors tr[data-mirror="behind"] a`)))
+	b.wait("the lost-changes banner", `(() => { const x = document.querySelector('#lost-changes .lost-banner');
+		return x !== null && x.textContent.includes('public.a, public.b') && x.textContent.includes('/resync'); })()`)
+	b.noPageErrors()
 	if n := queryInt64(t, dst, `SELECT count(*) FROM public.b WHERE id = 9002`); n != 0 {
 		t.Errorf("the row written while there was no slot reached the destination (%d): the test lost nothing", n)
 	}
