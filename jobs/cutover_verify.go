@@ -14,18 +14,19 @@ import (
 // stepChecksums compares checksums of the tables at the cut-over position.
 const stepChecksums = "verify_checksums"
 
-// CutoverChecksumMaxBytes is the largest source table (pg_table_size) whose
-// checksums a cut-over compares when the request does not say (verify
-// unset): a comparison reads every row of both sides.
+// CutoverChecksumMaxBytes is the default of Config.CutoverChecksumMax: the
+// largest source table (pg_table_size) whose checksums a cut-over compares
+// when the request does not say (verify unset), since a comparison reads
+// every row of both sides.
 const CutoverChecksumMaxBytes = 1 << 30
 
 // checksumTables returns the tables whose checksums the cut-over compares:
 // all with verify true, none with verify false, and otherwise those of at
-// most Config.CutoverChecksumMaxBytes on the source. The others get row
+// most Config.CutoverChecksumMax on the source. The others get row
 // counts only: c.countsOnly names them and the record's warnings say why.
 func (c *cutoverRun) checksumTables(ctx context.Context) ([]change.Mapping, error) {
 	want := c.record.Options.Verify
-	limit := c.run.cfg.CutoverChecksumMaxBytes
+	limit := c.run.cfg.CutoverChecksumMax
 	var out []change.Mapping
 	c.countsOnly, c.countsOnlyWarnings = nil, nil
 	for _, m := range c.mappings {

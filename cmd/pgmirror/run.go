@@ -244,16 +244,16 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 
 	registry := metrics.New()
 	riverClient, err := jobs.NewClient(riverPool, jobs.Config{
-		Locks:                   locks,
-		Metrics:                 registry,
-		SlotMonitorInterval:     cfg.SlotMonitorInterval,
-		SequenceSyncInterval:    cfg.SequenceSyncInterval,
-		VerifyScheduleInterval:  cfg.VerifyScheduleInterval,
-		CutoverChecksumMaxBytes: int64(cfg.CutoverChecksumMaxBytes),
-		Store:                   store,
-		Logger:                  logger,
-		MirrorWorkers:           cfg.MirrorWorkers,
-		LogRetention:            cfg.LogRetention,
+		Locks:                  locks,
+		Metrics:                registry,
+		SlotMonitorInterval:    cfg.SlotMonitorInterval,
+		SequenceSyncInterval:   cfg.SequenceSyncInterval,
+		VerifyScheduleInterval: cfg.VerifyScheduleInterval,
+		CutoverChecksumMax:     int64(cfg.CutoverChecksumMaxBytes),
+		Store:                  store,
+		Logger:                 logger,
+		MirrorWorkers:          cfg.MirrorWorkers,
+		LogRetention:           cfg.LogRetention,
 	})
 	if err != nil {
 		return fmt.Errorf("create job client: %w", err)
