@@ -394,7 +394,7 @@ func TestLostChangesSlotInvalidated(t *testing.T) {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		var status *string
-		queryOne(t, src, &status, `SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'pgmirror_slot_inval'`)
+		queryOne(t, src, &status, `SELECT (SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'pgmirror_slot_inval')`)
 		if status != nil && *status == "lost" {
 			break
 		}
@@ -415,7 +415,7 @@ func TestLostChangesSlotInvalidated(t *testing.T) {
 	s.waitStatus("inval", "running", 60*time.Second)
 	waitFor(t, "the slot to be usable again", 60*time.Second, func() bool {
 		var status *string
-		queryOne(t, src, &status, `SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'pgmirror_slot_inval'`)
+		queryOne(t, src, &status, `SELECT (SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'pgmirror_slot_inval')`)
 		return status != nil && *status != "lost"
 	})
 	s.waitMirror("inval", "until_lsn of the recreated slot", 30*time.Second, func(fullStatus) bool {
