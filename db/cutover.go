@@ -36,6 +36,9 @@ type Cutover struct {
 	Error     string        `json:"error,omitempty"`
 	// ReverseMirror names the mirror created in the other direction.
 	ReverseMirror string `json:"reverse_mirror,omitempty"`
+	// RowCountsOnly names the tables whose checksums the cut-over did not
+	// compare (size limit, verify false): only their row counts were.
+	RowCountsOnly []string `json:"row_counts_only,omitempty"`
 	// Warnings name what the cut-over did not carry to the destination
 	// (foreign keys it could not create, triggers, grants, policies,
 	// publications, roles, extensions the destination lacks).

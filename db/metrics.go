@@ -23,6 +23,9 @@ type MirrorHealth struct {
 	VerifyRowsDiffering *int64
 	VerifiedLSNBytes    *float64
 	VerifiedAt          *time.Time
+	// LostTables counts the mirror's tables marked as possibly missing
+	// changes (Mirror.LostChanges).
+	LostTables int
 }
 
 // JobCount is the number of River jobs of one kind in one state.
@@ -80,7 +83,7 @@ func (s *Store) CatalogMetrics(ctx context.Context, clientID string, now time.Ti
 			lag = m.LagWithoutWorker(now)
 		}
 		out.Mirrors = append(out.Mirrors, MirrorHealth{Name: m.Name, Status: m.Status, SlotLagBytes: m.SlotLagBytes,
-			SlotWALStatus: m.SlotWALStatus, LagSeconds: lag, HasWorker: hasWorker})
+			SlotWALStatus: m.SlotWALStatus, LagSeconds: lag, HasWorker: hasWorker, LostTables: len(m.LostChanges)})
 	}
 	if err := rows.Err(); err != nil {
 		return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))

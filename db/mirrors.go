@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -19,7 +20,8 @@ const mirrorColumns = `m.id, m.uid::text, m.name, m.source_peer_id, m.destinatio
 	m.error_count, m.next_retry_at, m.last_lsn::text, m.last_sync_batch_id,
 	m.slot_lag_bytes, m.slot_wal_status, m.slot_checked_at,
 	m.deleted_at, m.created_at, m.updated_at, m.sequences_synced_at, m.cutover, m.sequences,
-	ml.lag_seconds, ml.measured_at, ml.applied_commit_at, m.capture_ddl`
+	ml.lag_seconds, ml.measured_at, ml.applied_commit_at, m.capture_ddl,
+	` + lostChangesColumn
 
 const mirrorFrom = ` FROM mirrors m JOIN peers sp ON sp.id = m.source_peer_id JOIN peers dp ON dp.id = m.destination_peer_id
 	LEFT JOIN mirror_lag ml ON ml.mirror_id = m.id`
@@ -35,7 +37,8 @@ func scanMirror(row pgx.Row) (Mirror, error) {
 		&m.ErrorCount, &m.NextRetryAt, &m.LastLSN, &m.LastSyncBatchID,
 		&m.SlotLagBytes, &m.SlotWALStatus, &m.SlotCheckedAt,
 		&m.DeletedAt, &m.CreatedAt, &m.UpdatedAt, &m.SequencesSyncedAt, &m.Cutover, &m.Sequences,
-		&m.LagSeconds, &m.LagMeasuredAt, &m.AppliedCommitAt, &m.CaptureDDL)
+		&m.LagSeconds, &m.LagMeasuredAt, &m.AppliedCommitAt, &m.CaptureDDL,
+		&m.LostChanges)
 	return m, err
 }
 
@@ -97,13 +100,22 @@ func (s *Store) MirrorList(ctx context.Context) ([]Mirror, error) {
 
 const mirrorTableColumns = `id, mirror_id, position, source_schema, source_table, destination_schema, destination_table,
 	exclude_columns, status, resync_requested_at, rows_synced, rows_inserted, rows_updated, rows_deleted, last_synced_at, rows_estimated,
-	truncates, destination_taken_at, from_schema_mapping`
+	truncates, destination_taken_at, from_schema_mapping,
+	lost_changes_since_lsn::text, lost_changes_until_lsn::text, lost_changes_at, lost_changes_reason`
 
 func scanMirrorTable(row pgx.Row) (MirrorTable, error) {
 	var t MirrorTable
+	var lost LostTable
+	var lostAt *time.Time
+	var lostReason *string
 	err := row.Scan(&t.ID, &t.MirrorID, &t.Position, &t.SourceSchema, &t.SourceTable, &t.DestinationSchema, &t.DestinationTable,
 		&t.ExcludeColumns, &t.Status, &t.ResyncRequestedAt, &t.RowsSynced, &t.RowsInserted, &t.RowsUpdated, &t.RowsDeleted, &t.LastSyncedAt, &t.RowsEstimated,
-		&t.Truncates, &t.DestinationTakenAt, &t.FromSchemaMapping)
+		&t.Truncates, &t.DestinationTakenAt, &t.FromSchemaMapping,
+		&lost.SinceLSN, &lost.UntilLSN, &lostAt, &lostReason)
+	if lostAt != nil {
+		lost.Table, lost.DetectedAt, lost.Reason = t.Source().String(), *lostAt, *lostReason
+		t.LostChanges = &lost
+	}
 	if t.ExcludeColumns == nil {
 		t.ExcludeColumns = []string{}
 	}

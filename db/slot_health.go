@@ -25,13 +25,15 @@ type SlotWatch struct {
 	SourcePeerID  int64
 	Slot          string
 	SlotWALStatus *string // as last recorded
+	// LastLSN is the mirror's last replicated position (nil before any).
+	LastLSN *string
 }
 
 // MirrorsWithSlot returns the live mirrors whose slot may exist on the
 // source: those that created it (a stopped mirror keeps its slot too).
 func (s *Store) MirrorsWithSlot(ctx context.Context) ([]SlotWatch, error) {
 	rows, err := s.q.Query(ctx, `
-		SELECT id, name, source_peer_id, replication_slot_name, slot_wal_status
+		SELECT id, name, source_peer_id, replication_slot_name, slot_wal_status, last_lsn::text
 		FROM mirrors WHERE deleted_at IS NULL AND created_slot
 		ORDER BY source_peer_id, id`)
 	if err != nil {
@@ -39,7 +41,7 @@ func (s *Store) MirrorsWithSlot(ctx context.Context) ([]SlotWatch, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SlotWatch, error) {
 		var w SlotWatch
-		err := row.Scan(&w.MirrorID, &w.Name, &w.SourcePeerID, &w.Slot, &w.SlotWALStatus)
+		err := row.Scan(&w.MirrorID, &w.Name, &w.SourcePeerID, &w.Slot, &w.SlotWALStatus, &w.LastLSN)
 		return w, err
 	})
 	if err != nil {

@@ -160,6 +160,10 @@ type Mirror struct {
 	// CaptureDDL: the mirror applies the schema changes captured by
 	// pgmirror's event trigger on the source (engine/ddl).
 	CaptureDDL bool
+
+	// LostChanges are the mirror's tables marked as possibly missing
+	// changes (see LostTable), in mapping order; empty when none is.
+	LostChanges []LostTable
 }
 
 // MirrorTable is one table mapping of a mirror with its sync status and
@@ -193,6 +197,9 @@ type MirrorTable struct {
 	// FromSchemaMapping says that the table is in the mirror because its
 	// source schema is mapped as a whole (SchemaMapping), not by name.
 	FromSchemaMapping bool
+	// LostChanges is set while the table may miss changes (its mirror's
+	// slot was missing, recreated, invalidated or moved on); nil otherwise.
+	LostChanges *LostTable
 }
 
 // Source is the table's source name.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -30,7 +31,7 @@ type cutoverRequest struct {
 	TimeoutSeconds    *int   `json:"timeout_seconds,omitempty" minimum:"1" maximum:"86400" doc:"How long applying the source's remaining changes may take. Default 300."`
 	QuietSeconds      *int   `json:"quiet_seconds,omitempty" minimum:"0" maximum:"3600" doc:"Without lock_source: how long the source must show no change to the mirrored tables before the final position is taken. Default 5."`
 	ReverseMirrorName string `json:"reverse_mirror_name,omitempty" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Create a mirror of this name from the destination back to the source, starting exactly at the cut-over (no snapshot), so that a switch can be rolled back without losing the writes made on the new side. Needs wal_level = logical on the destination and a destination user with REPLICATION."`
-	Verify            *bool  `json:"verify,omitempty" doc:"Compare checksums of every table's rows at the cut-over position (besides row counts) and refuse to complete on a difference. Default: for tables of at most 1 GiB on the source (pg_table_size); false compares row counts only."`
+	Verify            *bool  `json:"verify,omitempty" doc:"Compare checksums of every table's rows at the cut-over position (besides row counts) and refuse to complete on a difference. Default: for tables of at most SERVICE_CUTOVER_CHECKSUM_MAX_BYTES (1 GiB) on the source (pg_table_size); false compares row counts only. Tables not compared are named in warnings and row_counts_only, and the message says row counts only for them. A mirror whose tables may miss changes (lost_changes) is refused whatever this says."`
 	WaitSeconds       *int   `json:"wait_seconds,omitempty" minimum:"0" maximum:"90" doc:"How long the request waits for the cut-over to end: 200 when it completed, 409 when a step failed, 202 with its progress when it still runs (follow it with GET /v1/mirrors/{name}). Default 60."`
 }
 
@@ -51,7 +52,8 @@ type cutoverRecord struct {
 	Steps         []cutoverStep  `json:"steps"`
 	Error         string         `json:"error,omitempty"`
 	ReverseMirror string         `json:"reverse_mirror,omitempty" doc:"The mirror created back from the destination to the source."`
-	Warnings      []string       `json:"warnings" doc:"What the cut-over did not carry to the destination, each with the objects named: source foreign keys it could not create (a referenced table outside the mirror, an excluded column), and the triggers, row-level security policies, grants, publications, roles and extensions around the mirrored tables that the destination lacks. [] when there is nothing."`
+	Warnings      []string       `json:"warnings" doc:"What the cut-over did not check or carry to the destination, each with the objects named: tables whose checksums were not compared (row counts only: over the size limit, or verify false), source foreign keys it could not create (a referenced table outside the mirror, an excluded column), and the triggers, row-level security policies, grants, publications, roles and extensions around the mirrored tables that the destination lacks. [] when there is nothing."`
+	RowCountsOnly []string       `json:"row_counts_only" doc:"Tables whose checksums the cut-over did not compare: only their row counts were (over SERVICE_CUTOVER_CHECKSUM_MAX_BYTES, or verify false). [] when every table's checksums were compared."`
 }
 
 type cutoverOptions struct {
@@ -77,6 +79,7 @@ func cutoverResponse(c *db.Cutover) *cutoverRecord {
 	}
 	out := &cutoverRecord{State: c.State, RequestedAt: c.RequestedAt, RequestedBy: c.RequestedBy, StartedAt: c.StartedAt,
 		FinishedAt: c.FinishedAt, TargetLSN: c.TargetLSN, Error: c.Error, ReverseMirror: c.ReverseMirror, Warnings: nonNilStrings(c.Warnings),
+		RowCountsOnly: nonNilStrings(c.RowCountsOnly),
 		Options: cutoverOptions{LockSource: c.Options.LockSource, DropSlot: c.Options.DropSlot, TimeoutSeconds: c.Options.TimeoutSeconds,
 			QuietSeconds: c.Options.QuietSeconds, ReverseMirrorName: c.Options.ReverseMirrorName},
 		Steps: make([]cutoverStep, len(c.Steps))}
@@ -91,7 +94,7 @@ type cutoverOutput struct {
 	Body   struct {
 		Message  string         `json:"message"`
 		Status   string         `json:"status" doc:"The mirror's status: completed once the cut-over completed."`
-		Warnings []string       `json:"warnings" doc:"What the cut-over did not carry to the destination (cutover.warnings): create what the application needs of it there. [] when there is nothing, or while the cut-over runs."`
+		Warnings []string       `json:"warnings" doc:"What the cut-over did not check or carry to the destination (cutover.warnings): tables with row counts only (checksums not compared, with the reason), and what the application needs created there. [] when there is nothing, or while the cut-over runs."`
 		Cutover  *cutoverRecord `json:"cutover"`
 	}
 }
@@ -158,6 +161,11 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 				return errorf(http.StatusConflict, "Cannot cut over mirror %q: table %s.%s is %s; wait until every table is running", m.Name, t.SourceSchema, t.SourceTable, t.Status)
 			}
 		}
+		if lost := lostChangesResponse(m); lost != nil {
+			// Whatever verify says: nothing the cut-over checks proves
+			// these tables equal.
+			return errorf(http.StatusConflict, "Cannot cut over mirror %q: changes were lost (its replication slot: %s): %s", m.Name, lost.Reason, lost.Action)
+		}
 		if opts.ReverseMirrorName != "" {
 			if err := h.store.With(tx).LockMirrorNames(ctx); err != nil {
 				return err
@@ -201,7 +209,7 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 		return nil, errorf(http.StatusConflict, "%s. Its steps are in GET /v1/mirrors/%s (cutover)", m.Cutover.Error, in.Name)
 	case m.Cutover.State == db.CutoverCompleted:
 		out.Status = http.StatusOK
-		out.Body.Message = fmt.Sprintf("Mirror %q is cut over: the destination holds every change up to source position %s and may take the writes now", in.Name, m.Cutover.TargetLSN)
+		out.Body.Message = completedMessage(in.Name, m.Cutover)
 		if m.Cutover.ReverseMirror != "" {
 			out.Body.Message += fmt.Sprintf("; mirror %q carries the destination's changes back to the source", m.Cutover.ReverseMirror)
 		}
@@ -210,6 +218,19 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 		out.Body.Message = fmt.Sprintf("Cut-over of mirror %q is in progress: follow it with GET /v1/mirrors/%s (cutover)", in.Name, in.Name)
 	}
 	return out, nil
+}
+
+// completedMessage says what a completed cut-over checked, and no more:
+// "the destination holds every change" only when every table's checksums
+// compared equal; tables with row counts only are named.
+func completedMessage(name string, c *db.Cutover) string {
+	if len(c.RowCountsOnly) == 0 {
+		return fmt.Sprintf("Mirror %q is cut over: the destination holds every change up to source position %s (row counts and checksums of every table compared equal) and may take the writes now", name, c.TargetLSN)
+	}
+	return fmt.Sprintf("Mirror %q is cut over: every change up to source position %s was applied and the destination may take the writes now; "+
+		"row counts only for %s: their checksums were not compared (see warnings), so rows that differ with equal counts would not have been found; "+
+		"a verification of the tables (POST /v1/mirrors/%s/verify before the cut-over, or compare them by hand now) proves them",
+		name, c.TargetLSN, strings.Join(c.RowCountsOnly, ", "), name)
 }
 
 // settled reports whether a cut-over has ended, including the slot's drop

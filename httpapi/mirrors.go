@@ -142,8 +142,9 @@ type mirrorSummary struct {
 	SlotHealth
 	WorkerInfo
 	PeerWarnings
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	LostChanges *LostChanges `json:"lost_changes" doc:"Set while tables may miss changes because the replication slot was missing, recreated, invalidated or moved on (docs/status.md, Lost changes); null otherwise."`
+	CreatedAt   time.Time    `json:"created_at"`
+	UpdatedAt   time.Time    `json:"updated_at"`
 }
 
 type mirrorListOutput struct {
@@ -151,16 +152,17 @@ type mirrorListOutput struct {
 }
 
 type tableStatus struct {
-	TableName     string     `json:"table_name" doc:"Source table, schema.table."`
-	Status        string     `json:"status" enum:"pending,snapshotting,running,error,dropped" doc:"dropped: the source table no longer exists; it does not replicate any more and its destination table is kept (docs/status.md)."`
-	RowsSynced    int64      `json:"rows_synced"`
-	RowsInserted  int64      `json:"rows_inserted"`
-	RowsUpdated   int64      `json:"rows_updated"`
-	RowsDeleted   int64      `json:"rows_deleted"`
-	Truncates     int64      `json:"truncates" doc:"TRUNCATEs of the source table applied to the destination table during CDC."`
-	LastSyncedAt  *time.Time `json:"last_synced_at"`
-	RowsEstimated *int64     `json:"rows_estimated" doc:"The source's row estimate when the table's last snapshot started; null before any."`
-	Progress      *float64   `json:"progress" doc:"Snapshot progress, 0 to 1: rows_synced / rows_estimated (at most 0.99) while snapshotting, 1 once copied; null without a snapshot or an estimate."`
+	TableName     string            `json:"table_name" doc:"Source table, schema.table."`
+	Status        string            `json:"status" enum:"pending,snapshotting,running,error,dropped" doc:"dropped: the source table no longer exists; it does not replicate any more and its destination table is kept (docs/status.md)."`
+	RowsSynced    int64             `json:"rows_synced"`
+	RowsInserted  int64             `json:"rows_inserted"`
+	RowsUpdated   int64             `json:"rows_updated"`
+	RowsDeleted   int64             `json:"rows_deleted"`
+	Truncates     int64             `json:"truncates" doc:"TRUNCATEs of the source table applied to the destination table during CDC."`
+	LastSyncedAt  *time.Time        `json:"last_synced_at"`
+	RowsEstimated *int64            `json:"rows_estimated" doc:"The source's row estimate when the table's last snapshot started; null before any."`
+	Progress      *float64          `json:"progress" doc:"Snapshot progress, 0 to 1: rows_synced / rows_estimated (at most 0.99) while snapshotting, 1 once copied; null without a snapshot or an estimate."`
+	LostChanges   *tableLostChanges `json:"lost_changes" doc:"Set while the table may miss changes (see the mirror's lost_changes); null otherwise."`
 }
 
 // snapshotProgress is how far along the snapshot of t is: rows copied over
@@ -198,9 +200,10 @@ type mirrorStatus struct {
 	SlotHealth
 	WorkerInfo
 	PeerWarnings
-	Cutover   *cutoverRecord `json:"cutover" doc:"The mirror's last cut-over (POST /v1/mirrors/{name}/cutover) with its steps; null before the first."`
-	Tables    []tableStatus  `json:"tables"`
-	UpdatedAt time.Time      `json:"updated_at"`
+	LostChanges *LostChanges   `json:"lost_changes" doc:"Set while tables may miss changes because the replication slot was missing, recreated, invalidated or moved on: the mirror is not proven equal, and a cut-over is refused, until those tables are resynced or a verification finds them equal (docs/status.md, Lost changes); null otherwise."`
+	Cutover     *cutoverRecord `json:"cutover" doc:"The mirror's last cut-over (POST /v1/mirrors/{name}/cutover) with its steps; null before the first."`
+	Tables      []tableStatus  `json:"tables"`
+	UpdatedAt   time.Time      `json:"updated_at"`
 }
 
 // SlotHealth is the mirror's replication slot as the slot monitor last read
@@ -275,6 +278,7 @@ func (h *handlers) listMirrors(ctx context.Context, _ *struct{}) (*mirrorListOut
 		sum := mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
 			Status: string(m.Status), LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount, SchemaChanges: string(m.SchemaChanges),
 			SlotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
+		sum.LostChanges = lostChangesResponse(m)
 		sum.WorkerInfo = withWorker(m, workers, &sum.SlotHealth)
 		sum.PeerWarnings = peerWarningsOf(m, problems)
 		out.Body = append(out.Body, sum)
@@ -322,6 +326,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 		return nil, err
 	}
 	st.PeerWarnings = peerWarningsOf(m, problems)
+	st.LostChanges = lostChangesResponse(m)
 	if st.Verification, err = h.mirrorVerification(ctx, m); err != nil {
 		return nil, err
 	}
@@ -330,6 +335,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 			TableName: change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}.String(), Status: string(t.Status),
 			RowsSynced: t.RowsSynced, RowsInserted: t.RowsInserted, RowsUpdated: t.RowsUpdated, RowsDeleted: t.RowsDeleted, Truncates: t.Truncates,
 			LastSyncedAt: t.LastSyncedAt, RowsEstimated: t.RowsEstimated, Progress: snapshotProgress(t),
+			LostChanges: tableLostChangesResponse(t),
 		})
 	}
 	return &mirrorStatusOutput{Body: st}, nil

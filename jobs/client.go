@@ -57,6 +57,12 @@ type Config struct {
 	// VerifyScheduleInterval is how often the leader starts the due
 	// verifications of mirrors with a verification interval. Default 30 s.
 	VerifyScheduleInterval time.Duration
+	// CutoverChecksumMax is the largest source table in bytes (pg_table_size)
+	// whose checksums a cut-over compares when the request does not say
+	// (verify unset); larger ones get row counts only, named in the
+	// cut-over's warnings. Default CutoverChecksumMaxBytes (1 GiB); 0 also
+	// means the default.
+	CutoverChecksumMax int64
 	// SchemaCheckInterval is how often a running mirror that maps whole
 	// schemas looks for tables created or dropped in them on the source.
 	// Default 5 s.
@@ -77,6 +83,7 @@ func (c Config) withDefaults() Config {
 	c.RunBudget = cmp.Or(c.RunBudget, 10*time.Minute)
 	c.MaxFailures = cmp.Or(c.MaxFailures, 2016)
 	c.SlotMonitorInterval = cmp.Or(c.SlotMonitorInterval, 15*time.Second)
+	c.CutoverChecksumMax = cmp.Or(c.CutoverChecksumMax, CutoverChecksumMaxBytes)
 	c.SequenceSyncInterval = cmp.Or(c.SequenceSyncInterval, 30*time.Second)
 	c.SchemaCheckInterval = cmp.Or(c.SchemaCheckInterval, 5*time.Second)
 	return c

@@ -72,6 +72,11 @@ type cutoverRun struct {
 	reverseSlot    bool                 // this attempt created the reverse mirror's slot
 	reversePubMade bool                 // ... and its publication
 	foreignKeys    []cutover.ForeignKey // this attempt created these on the destination
+
+	// countsOnly are the tables whose checksums were not compared (row
+	// counts only), countsOnlyWarnings say why (checksumTables).
+	countsOnly         []string
+	countsOnlyWarnings []string
 }
 
 // cutover carries out the mirror's requested cut-over. It returns
@@ -88,7 +93,7 @@ func (r *mirrorRun) cutover(ctx context.Context, in *phaseInputs) error {
 		src: src, dst: dst, record: *m.Cutover}
 	now := time.Now().UTC()
 	c.record.State, c.record.StartedAt, c.record.Steps, c.record.Error, c.record.TargetLSN = db.CutoverRunning, &now, []db.CutoverStep{}, "", ""
-	c.record.Warnings = nil
+	c.record.Warnings, c.record.RowCountsOnly = nil, nil
 	c.save(ctx)
 	r.log(ctx, db.LevelInfo, "Cut-over started", map[string]any{"options": c.record.Options})
 	err := c.steps(ctx)
@@ -158,6 +163,12 @@ func (c *cutoverRun) steps(ctx context.Context) error {
 		}
 	}
 	c.listNotCarried(ctx)
+	if len(c.countsOnly) > 0 {
+		c.record.RowCountsOnly = c.countsOnly
+		// First: what was not checked, then what was not carried.
+		c.record.Warnings = append(append([]string{}, c.countsOnlyWarnings...), c.record.Warnings...)
+		c.run.log(ctx, db.LevelWarn, "Cut-over: row counts only", map[string]any{"tables": c.countsOnly, "warnings": c.countsOnlyWarnings})
+	}
 	if err := c.step(ctx, stepComplete, c.complete); err != nil {
 		return err
 	}
@@ -279,6 +290,9 @@ func (c *cutoverRun) check(ctx context.Context) (map[string]any, error) {
 		if t.Status != db.TableStatusRunning || t.ResyncRequestedAt != nil {
 			return nil, fmt.Errorf("table %s.%s is %s, not replicating: wait until every table is running", t.SourceSchema, t.SourceTable, t.Status)
 		}
+	}
+	if err := c.refuseLostChanges(ctx, c.run.store); err != nil {
+		return nil, err
 	}
 	var version int
 	if err := c.src.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
@@ -528,8 +542,12 @@ func (c *cutoverRun) verifyRowCounts(ctx context.Context) (map[string]any, error
 	}
 	detail := map[string]any{"tables": counts}
 	if len(differ) > 0 {
-		return detail, fmt.Errorf("row counts differ after every change was applied: %s; resync those tables (POST /v1/mirrors/%s/resync/{table}) and try again",
-			strings.Join(differ, "; "), c.m.Name)
+		// Counts show some differences, not all: rows of other tables (or
+		// more rows of these) may differ with equal counts.
+		return detail, fmt.Errorf("row counts differ after every change was applied: %s; equal counts do not prove the other tables equal: "+
+			"run a verification with repair (POST /v1/mirrors/%s/verify, then POST /v1/mirrors/%s/verifications/{id}/repair), which finds and fixes every differing row of every table, "+
+			"or resync every table (POST /v1/mirrors/%s/resync); then try again",
+			strings.Join(differ, "; "), c.m.Name, c.m.Name, c.m.Name)
 	}
 	return detail, nil
 }
@@ -601,6 +619,11 @@ func (c *cutoverRun) complete(ctx context.Context) (map[string]any, error) {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// Lost changes found while the cut-over ran (the slot monitor) stop
+	// it here, before anything is final.
+	if err := c.refuseLostChanges(ctx, c.run.store.With(tx)); err != nil {
+		return nil, err
+	}
 	if opts.ReverseMirrorName != "" {
 		if err := c.createReverse(ctx, tx); err != nil {
 			return nil, err
@@ -706,4 +729,30 @@ func (c *countingReporter) BatchApplied(ctx context.Context, b cdc.Batch) error 
 		c.tables[t.String()] += n.Rows() + n.Truncated
 	}
 	return c.batchReporter.BatchApplied(ctx, b)
+}
+
+// refuseLostChanges fails while a table of the mirror may miss changes
+// (lost_changes.go): the cut-over cannot prove the destination equal,
+// whatever the request's verify says.
+func (c *cutoverRun) refuseLostChanges(ctx context.Context, store *db.Store) error {
+	tables, err := store.MirrorTables(ctx, c.m.ID)
+	if err != nil {
+		return err
+	}
+	if lost := lostTableNames(tables); len(lost) > 0 {
+		return fmt.Errorf("changes were lost: %s", LostChangesAction(c.m.Name, lost))
+	}
+	return nil
+}
+
+// lostTableNames returns the source names of the tables marked as
+// possibly missing changes.
+func lostTableNames(tables []db.MirrorTable) []string {
+	var out []string
+	for _, t := range tables {
+		if t.LostChanges != nil {
+			out = append(out, t.Source().String())
+		}
+	}
+	return out
 }

@@ -14,33 +14,47 @@ import (
 // stepChecksums compares checksums of the tables at the cut-over position.
 const stepChecksums = "verify_checksums"
 
-// CutoverChecksumMaxBytes is the largest source table (pg_table_size) whose
-// checksums a cut-over compares when the request does not say (verify
-// unset): a comparison reads every row of both sides.
+// CutoverChecksumMaxBytes is the default of Config.CutoverChecksumMax: the
+// largest source table (pg_table_size) whose checksums a cut-over compares
+// when the request does not say (verify unset), since a comparison reads
+// every row of both sides.
 const CutoverChecksumMaxBytes = 1 << 30
 
 // checksumTables returns the tables whose checksums the cut-over compares:
 // all with verify true, none with verify false, and otherwise those of at
-// most CutoverChecksumMaxBytes on the source.
+// most Config.CutoverChecksumMax on the source. The others get row
+// counts only: c.countsOnly names them and the record's warnings say why.
 func (c *cutoverRun) checksumTables(ctx context.Context) ([]change.Mapping, error) {
 	want := c.record.Options.Verify
-	if want != nil && !*want {
-		return nil, nil
-	}
+	limit := c.run.cfg.CutoverChecksumMax
 	var out []change.Mapping
+	c.countsOnly, c.countsOnlyWarnings = nil, nil
 	for _, m := range c.mappings {
+		if want != nil && !*want {
+			c.rowCountsOnly(m, `the request set "verify": false`)
+			continue
+		}
 		if want == nil {
 			var size int64
-			if err := c.src.QueryRow(ctx, `SELECT pg_table_size($1::regclass)`, m.Source.Quoted()).Scan(&size); err != nil {
+			if err := c.src.QueryRow(ctx, `SELECT pg_catalog.pg_table_size($1::regclass)`, m.Source.Quoted()).Scan(&size); err != nil {
 				return nil, fmt.Errorf("read the size of %s: %w", m.Source, err)
 			}
-			if size > CutoverChecksumMaxBytes {
+			if size > limit {
+				c.rowCountsOnly(m, fmt.Sprintf(`the table's %d bytes on the source exceed the checksum limit of %d bytes (SERVICE_CUTOVER_CHECKSUM_MAX_BYTES); request the cut-over with "verify": true to compare it`, size, limit))
 				continue
 			}
 		}
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// rowCountsOnly notes that table m gets row counts only, and why.
+func (c *cutoverRun) rowCountsOnly(m change.Mapping, why string) {
+	c.countsOnly = append(c.countsOnly, m.Source.String())
+	c.countsOnlyWarnings = append(c.countsOnlyWarnings, fmt.Sprintf(
+		"%s: row counts only, checksums not compared (%s): rows that differ with equal counts would not have been found; a verification (POST /v1/mirrors/%s/verify) compares them",
+		m.Source, why, c.m.Name))
 }
 
 // verifyChecksums compares the tables' rows by checksums (engine/verify).
@@ -101,8 +115,12 @@ func (c *cutoverRun) verifyChecksums(ctx context.Context, tables []change.Mappin
 	}
 	detail := map[string]any{"tables": summary}
 	if len(differ) > 0 {
-		return detail, fmt.Errorf("checksums differ after every change was applied: %s; the mirror keeps replicating: repair (POST /v1/mirrors/%s/verify, then .../repair) or resync those tables and try again",
-			strings.Join(differ, "; "), c.m.Name)
+		others := ""
+		if len(c.countsOnly) > 0 {
+			others = fmt.Sprintf(" (the tables whose checksums were not compared, %s, may differ too: a verification covers every table)", strings.Join(c.countsOnly, ", "))
+		}
+		return detail, fmt.Errorf("checksums differ after every change was applied: %s; the mirror keeps replicating: run a verification with repair (POST /v1/mirrors/%s/verify, then POST /v1/mirrors/%s/verifications/{id}/repair), which finds and fixes every differing row%s, or resync those tables, and try again",
+			strings.Join(differ, "; "), c.m.Name, c.m.Name, others)
 	}
 	return detail, nil
 }

@@ -47,12 +47,17 @@
 //   - phaseSlotTaken: a slot of the mirror's name it did not create: fail;
 //   - phaseSnapshot: drop and create the slot with an exported snapshot,
 //     tablesync.Run, positions.SnapshotTaken, sequences synced;
-//   - phaseNewSlot: create (or after a loss recreate, with a WARN that
-//     changes were lost) the slot without a copy;
+//   - phaseNewSlot: create the slot without a copy, or recreate a missing
+//     or invalidated one: then the mirror's tables are marked as having
+//     lost changes first (lost_changes.go);
 //   - phaseCopyTables: copy some tables from a temporary slot's snapshot
 //     while CDC replicates the others (table_copy.go);
 //   - phaseCDC: mark waiting tables running and stream (cdc.Run) until the
 //     run budget, a control request, a pause or a delete stops it.
+//
+// Before the phases that stream from an existing slot, the run checks that
+// the slot has not moved past what the mirror applied or confirmed
+// (checkSlotPosition, lost_changes.go).
 //
 // The snapshot, new slot and table-start phases continue with CDC. When CDC
 // meets a column the destination lacks (cdc.ErrMissingColumn), the loop adds

@@ -264,12 +264,19 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 	if err != nil {
 		return inStep(opSetup, err)
 	}
-	_, _, hasPosition, err := positions.Applied(ctx, in.dst, in.m.UID)
+	applied, _, hasPosition, err := positions.Applied(ctx, in.dst, in.m.UID)
 	if err != nil {
 		return inStep(opSetup, err)
 	}
+	in.applied, in.hasPosition = applied, hasPosition
 	next := nextPhase(runFacts{mirror: in.m, tables: in.tables, slot: in.slot, hasPosition: hasPosition})
 	r.logger.Debug("next phase", "phase", next.String())
+	// A phase that streams from the slot as it is checks its position
+	// first; the others create it anew.
+	streams := next == phaseCDC || next == phaseCopyTables || next == phaseCutover
+	if err := r.checkSlotPosition(ctx, in, streams); err != nil {
+		return inStep(opSetup, err)
+	}
 	switch next {
 	case phaseCutover:
 		return inStep(opCutover, r.cutover(ctx, in))
@@ -545,6 +552,13 @@ func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 	if err != nil {
 		return err
 	}
+	if m.CreatedSlot && !slotUsable(in.slot) && !m.InFullSnapshot() {
+		// Tables were to be copied and the slot was gone: every table is
+		// copied again from the new slot, so nothing stays lost.
+		r.log(ctx, db.LevelWarn, "Replication slot recreated: every table is copied again", map[string]any{
+			"slot": m.ReplicationSlotName, "lsn": info.ConsistentPoint.String(),
+			"reason": "the slot was missing or invalidated while tables were waiting for a copy; a copy of every table from the new slot's snapshot replaces what the destination holds"})
+	}
 	if err := store.MirrorSetCreated(ctx, m.ID, false, true); err != nil {
 		return err
 	}
@@ -555,6 +569,7 @@ func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 		"tables": tableNames(tables), "slot": m.ReplicationSlotName, "lsn": info.ConsistentPoint.String()})
 	started := time.Now()
 	rep := newSnapshotReporter(r, tables)
+	rep.copyLSN, rep.fromSlot = info.ConsistentPoint, true
 	defer rep.endMetrics()
 	srcCfg, dstCfg, err := peerConfigs(srcPeer, dstPeer)
 	if err != nil {
@@ -608,15 +623,18 @@ func (r *mirrorRun) createSlotWithoutSnapshot(ctx context.Context, in *phaseInpu
 	if err != nil {
 		return err
 	}
-	lost := m.CreatedSlot
+	if m.CreatedSlot {
+		// The mirror had a slot: what the source committed between the
+		// mirror's position and the new slot's start never reaches the
+		// destination. Recorded before the position moves to the new
+		// slot's start, so that a crash in between leaves a slot past
+		// the position, which the next run finds (checkSlotPosition).
+		if err := r.slotRecreated(ctx, in, info.ConsistentPoint); err != nil {
+			return err
+		}
+	}
 	if err := r.store.MirrorSetCreated(ctx, m.ID, false, true); err != nil {
 		return err
-	}
-	if lost {
-		r.log(ctx, db.LevelWarn, "Replication slot recreated: changes were lost", map[string]any{
-			"slot": m.ReplicationSlotName, "lsn": info.ConsistentPoint.String(),
-			"action": "the slot was missing or invalidated, so changes made on the source before " + info.ConsistentPoint.String() +
-				" that were not yet replicated are lost; run POST /v1/mirrors/" + m.Name + "/resync to repair the destination"})
 	}
 	if _, err := positions.StartAt(ctx, dst, m.UID, info.ConsistentPoint, m.LastSyncBatchID); err != nil {
 		return err
@@ -634,6 +652,29 @@ func (r *mirrorRun) createSlotWithoutSnapshot(ctx context.Context, in *phaseInpu
 		return r.store.MirrorTablesSetStatus(ctx, m.ID, pending, db.TableStatusRunning)
 	}
 	return nil
+}
+
+// slotRecreated records the lost changes of a mirror whose slot this run
+// created again (it was missing or invalidated) at start.
+func (r *mirrorRun) slotRecreated(ctx context.Context, in *phaseInputs, start change.LSN) error {
+	m := in.m
+	lost := db.LostChanges{UntilLSN: start.String(), Reason: db.LostSlotRecreated}
+	detail := "was missing and was created again at " + start.String()
+	if in.slot.Invalidated() {
+		lost.Reason = db.LostSlotInvalidated
+		why := "wal_status " + in.slot.WALStatus
+		if in.slot.InvalidationReason != "" {
+			why += ", " + in.slot.InvalidationReason
+		}
+		detail = fmt.Sprintf("was invalidated (%s: the source removed WAL it still needed) and was created again at %s", why, start)
+	}
+	switch {
+	case in.hasPosition:
+		lost.SinceLSN = in.applied.String()
+	case m.LastLSN != nil:
+		lost.SinceLSN = *m.LastLSN
+	}
+	return r.lostChanges(ctx, m, lost, detail)
 }
 
 // openReplication opens a replication connection to the source peer.
@@ -834,6 +875,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		Origin:           origin.NameOrNone(r.originUID(m)),
 		Origins:          r.originFilter(m.UID).filter,
 		Holder:           r.holder(),
+		ConfirmCeiling:   r.ceiling.Load(),
 		CaptureDDL:       m.CaptureDDL,
 		SchemaChanges:    string(m.SchemaChanges),
 		Logger:           r.logger,
@@ -966,6 +1008,12 @@ type snapshotReporter struct {
 	tables map[change.TableName]db.MirrorTable
 	// beforeDone, when set, runs before a finished table is marked running.
 	beforeDone func(ctx context.Context, t change.Mapping) error
+	// copyLSN is the source position the tables are copied as of, and
+	// fromSlot says it is the mirror slot's own start (a full snapshot):
+	// a finished table's lost changes are cleared (see
+	// db.MirrorTableLostChangesCopied).
+	copyLSN    change.LSN
+	fromSlot   bool
 	mu         sync.Mutex
 	rows       int64
 	partitions int
@@ -1114,6 +1162,9 @@ func (s *snapshotReporter) TableDone(ctx context.Context, t change.Mapping, rows
 	mt := s.table(t)
 	if err := s.run.store.MirrorTableSnapshotted(ctx, mt.ID, rows, mt.ResyncRequestedAt); err != nil {
 		return err
+	}
+	if s.copyLSN != 0 {
+		s.run.lostChangesCopied(ctx, mt, s.copyLSN, s.fromSlot)
 	}
 	done := 100.0
 	s.run.log(ctx, db.LevelInfo, db.MsgTableSnapshotCompleted, db.SnapshotDetails{

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/cdc"
 )
 
 // MirrorRunWorker drives one mirror through setup, snapshot and CDC.
@@ -174,6 +175,11 @@ type mirrorRun struct {
 	loops     atomic.Pointer[originLoops]
 
 	hold *runHold // a verification's hold on the CDC phase
+
+	// ceiling bounds what the run's streams confirm to the slot beyond
+	// the applied position (lost_changes.go); nil until the first
+	// iteration sets it.
+	ceiling atomic.Pointer[cdc.ConfirmCeiling]
 }
 
 func (r *mirrorRun) work(ctx context.Context) error {
@@ -197,10 +203,14 @@ func (r *mirrorRun) work(ctx context.Context) error {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var watchers sync.WaitGroup
-	watchers.Add(1)
+	watchers.Add(2)
 	go func() {
 		defer watchers.Done()
 		r.watchControl(runCtx, cancel)
+	}()
+	go func() {
+		defer watchers.Done()
+		r.keepCeiling(runCtx)
 	}()
 
 	err = r.drive(runCtx)

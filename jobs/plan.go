@@ -97,7 +97,7 @@ func nextPhase(f runFacts) phase {
 	if f.slot.Exists && !m.CreatedSlot {
 		return phaseSlotTaken
 	}
-	usable := f.slot.Exists && f.slot.WALStatus != "lost"
+	usable := slotUsable(f.slot)
 	toCopy := len(m.TablesToCopy(f.tables)) > 0
 	switch {
 	case toCopy && (m.InFullSnapshot() || !usable || !f.hasPosition):
@@ -120,6 +120,10 @@ type phaseInputs struct {
 	srcPeer, dstPeer db.Peer
 	src, dst         *pgx.Conn
 	slot             capture.SlotStatus
+	// applied is the mirror's applied position on the destination, when
+	// hasPosition says there is one.
+	applied     change.LSN
+	hasPosition bool
 	// schemas are the source schemas the mirror maps as a whole.
 	schemas []db.SchemaMapping
 }

@@ -97,6 +97,9 @@ func (w *SlotMonitorWorker) Work(ctx context.Context, job *river.Job[SlotMonitor
 type slotRow struct {
 	walStatus *string
 	lag       *int64
+	// invalidation is invalidation_reason (PostgreSQL 17+) or
+	// "conflicting" (16+), "" for a valid slot.
+	invalidation string
 }
 
 // checkSource reads the slots of the given mirrors (all on one source) and
@@ -122,11 +125,14 @@ func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watch
 		sw       db.SlotWatch
 		previous *string
 		h        db.SlotHealth
+		row      slotRow
+		found    bool
 	}
 	var done []recorded
 	for _, sw := range watches {
 		h := db.SlotHealth{}
-		if row, ok := slots[sw.Slot]; ok {
+		row, ok := slots[sw.Slot]
+		if ok {
 			h.LagBytes, h.WALStatus = row.lag, row.walStatus
 		} else {
 			missing := db.SlotWALMissing
@@ -137,7 +143,7 @@ func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watch
 			return err
 		}
 		if found {
-			done = append(done, recorded{sw: sw, previous: previous, h: h})
+			done = append(done, recorded{sw: sw, previous: previous, h: h, row: row, found: ok})
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -145,8 +151,41 @@ func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watch
 	}
 	for _, d := range done {
 		w.warnIfAtRisk(ctx, d.sw, d.previous, d.h)
+		w.recordIfLost(ctx, d.sw, d.row, d.found)
 	}
 	return nil
+}
+
+// recordIfLost records lost changes (lost_changes.go) of a mirror whose
+// slot is missing or invalidated, unless the mirror is not settled (a full
+// resync or a cut-over drops the slot on purpose).
+func (w *SlotMonitorWorker) recordIfLost(ctx context.Context, sw db.SlotWatch, row slotRow, found bool) {
+	lost := db.LostChanges{Reason: db.LostSlotMissing, OnlyIfSettled: true}
+	detail := "does not exist on the source any more (dropped)"
+	switch {
+	case !found:
+	case row.walStatus != nil && *row.walStatus == "lost" || row.invalidation != "":
+		lost.Reason = db.LostSlotInvalidated
+		why := "wal_status lost"
+		if row.invalidation != "" {
+			why = row.invalidation
+		}
+		detail = "was invalidated on the source (" + why + "): the source removed WAL the mirror had not replicated"
+	default:
+		return
+	}
+	if sw.LastLSN != nil {
+		lost.SinceLSN = *sw.LastLSN
+	}
+	logEntry := func(ctx context.Context, level, message string, details any) {
+		if err := w.cfg.Store.LogInsert(ctx, sw.MirrorID, level, message, details); err != nil {
+			w.cfg.Logger.Warn("write mirror log entry", "mirror", sw.Name, "error", err)
+		}
+	}
+	if _, err := recordLostChanges(ctx, w.cfg.Store, w.cfg.Logger, logEntry, lostRecord{mirrorID: sw.MirrorID, mirror: sw.Name, slot: sw.Slot, lost: lost,
+		detail: detail + "; the next run creates it again"}); err != nil {
+		w.cfg.Logger.Warn("slot monitor: record lost changes", "mirror", sw.Name, "error", err)
+	}
 }
 
 // readSlots connects to the source (at most slotCheckTimeout) and returns
@@ -172,8 +211,10 @@ func readSlots(ctx context.Context, peer db.Peer, watches []db.SlotWatch) (map[s
 	rows, err := conn.Query(ctx, `
 		SELECT slot_name::text, wal_status,
 		       pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
-		                       confirmed_flush_lsn)::bigint
-		FROM pg_replication_slots WHERE slot_name = ANY($1::text[])`, names)
+		                       confirmed_flush_lsn)::bigint,
+		       coalesce(pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'invalidation_reason',
+		                CASE WHEN (pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'conflicting')::boolean THEN 'conflicting' END, '')
+		FROM pg_replication_slots s WHERE slot_name = ANY($1::text[])`, names)
 	if err != nil {
 		return nil, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
 	}
@@ -182,7 +223,7 @@ func readSlots(ctx context.Context, peer db.Peer, watches []db.SlotWatch) (map[s
 	for rows.Next() {
 		var name string
 		var r slotRow
-		if err := rows.Scan(&name, &r.walStatus, &r.lag); err != nil {
+		if err := rows.Scan(&name, &r.walStatus, &r.lag, &r.invalidation); err != nil {
 			return nil, fmt.Errorf("read replication slots on source peer %q: %w", peer.Name, err)
 		}
 		out[name] = r
@@ -205,10 +246,8 @@ func (w *SlotMonitorWorker) warnIfAtRisk(ctx context.Context, sw db.SlotWatch, p
 	case "unreserved":
 		action = "the slot retains more WAL than max_slot_wal_keep_size allows and will lose it at the next checkpoint: " +
 			"let the mirror catch up (resume or fix it) or raise max_slot_wal_keep_size on the source"
-	case "lost":
-		action = "the source removed WAL the mirror had not yet replicated: the changes in between are lost; " +
-			"retry recreates the slot, then run POST /v1/mirrors/" + sw.Name + "/resync to repair the destination"
 	default:
+		// lost: recordIfLost logs it as lost changes (ERROR).
 		return
 	}
 	details := map[string]any{"slot": sw.Slot, "wal_status": *h.WALStatus, "action": action}

@@ -120,6 +120,7 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 	defer closeConn(dst)
 
 	rep := newSnapshotReporter(r, targets)
+	rep.copyLSN = info.ConsistentPoint
 	defer rep.endMetrics()
 	var dstMu sync.Mutex
 	rep.beforeDone = func(ctx context.Context, t change.Mapping) error {

@@ -142,6 +142,7 @@ func (w *VerifyWorker) Work(ctx context.Context, job *river.Job[VerifyArgs]) err
 	if err != nil || !ok {
 		return err
 	}
+	w.lostChangesVerified(ctx, m, results, lsn)
 	level := db.LevelInfo
 	if len(tablesDiffering) > 0 {
 		level = db.LevelWarn
@@ -351,4 +352,28 @@ func verifySlotName(uid string, id int64) string {
 		short = short[:12]
 	}
 	return fmt.Sprintf("pgmirror_verify_%s_%d", short, id)
+}
+
+// lostChangesVerified clears the lost changes of the tables the
+// verification found equal at lsn (see db.MirrorLostChangesVerified) and
+// logs it. A failure is logged only: the marks stay.
+func (w *VerifyWorker) lostChangesVerified(ctx context.Context, m db.Mirror, results []verify.TableResult, lsn change.LSN) {
+	if len(m.LostChanges) == 0 {
+		return
+	}
+	var equal []string
+	for _, r := range results {
+		if r.Skipped == "" && r.Equal() {
+			equal = append(equal, r.Table)
+		}
+	}
+	cleared, err := w.cfg.Store.MirrorLostChangesVerified(ctx, m.ID, equal, lsn.String())
+	if err != nil {
+		w.cfg.Logger.Warn("clear the lost changes of verified tables", "mirror", m.Name, "error", err)
+		return
+	}
+	if len(cleared) > 0 {
+		_ = w.cfg.Store.LogInsert(ctx, m.ID, db.LevelInfo, "Lost changes cleared", map[string]any{"tables": cleared, "by": "verification", "lsn": lsn.String(),
+			"note": "a verification found these tables equal on both sides at this source position"})
+	}
 }

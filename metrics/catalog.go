@@ -28,6 +28,7 @@ type catalogCollector struct {
 
 	status, lag, slotLag, walStatus, jobs, leader, up, worker, replicas *prometheus.Desc
 	verifyDiffering, verifiedLSN, verifiedAt                            *prometheus.Desc
+	lostTables                                                          *prometheus.Desc
 }
 
 func newCatalogCollector(c Catalog, clientID string, logger *slog.Logger) *catalogCollector {
@@ -60,12 +61,14 @@ func newCatalogCollector(c Catalog, clientID string, logger *slog.Logger) *catal
 			"The source position (bytes since 0/0) the latest completed verification compared at.", []string{"mirror"}, nil),
 		verifiedAt: prometheus.NewDesc("pgmirror_mirror_verified_timestamp_seconds",
 			"When the mirror's latest completed verification ended (Unix time).", []string{"mirror"}, nil),
+		lostTables: prometheus.NewDesc("pgmirror_mirror_tables_lost_changes",
+			"Tables of the mirror that may miss changes because its replication slot was missing, recreated, invalidated or moved on; 0 when the mirror is not known to have lost any (docs/status.md, Lost changes).", []string{"mirror"}, nil),
 	}
 }
 
 func (c *catalogCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.status, c.lag, c.slotLag, c.walStatus, c.jobs, c.leader, c.up, c.worker, c.replicas,
-		c.verifyDiffering, c.verifiedLSN, c.verifiedAt} {
+		c.verifyDiffering, c.verifiedLSN, c.verifiedAt, c.lostTables} {
 		ch <- d
 	}
 }
@@ -87,6 +90,7 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.replicas, prometheus.GaugeValue, float64(m.Replicas))
 	for _, mh := range m.Mirrors {
 		ch <- prometheus.MustNewConstMetric(c.worker, prometheus.GaugeValue, boolValue(mh.HasWorker), mh.Name)
+		ch <- prometheus.MustNewConstMetric(c.lostTables, prometheus.GaugeValue, float64(mh.LostTables), mh.Name)
 		for _, s := range db.MirrorStatuses {
 			ch <- prometheus.MustNewConstMetric(c.status, prometheus.GaugeValue, boolValue(mh.Status == s), mh.Name, string(s))
 		}

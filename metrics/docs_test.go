@@ -118,7 +118,7 @@ func TestMonitoringExamples(t *testing.T) {
 			check("alerts.yml "+r.Alert, r.Expr)
 		}
 	}
-	for _, want := range []string{"PgmirrorMirrorInError", "PgmirrorMirrorLagging", "PgmirrorSlotLosingWAL", "PgmirrorSnapshotStalled"} {
+	for _, want := range []string{"PgmirrorMirrorInError", "PgmirrorMirrorLagging", "PgmirrorSlotLosingWAL", "PgmirrorSnapshotStalled", "PgmirrorChangesLost"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("alerts.yml has no %s rule", want)
 		}

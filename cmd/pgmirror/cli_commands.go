@@ -364,7 +364,7 @@ func (c *cli) mirrorsListCommand() *cobra.Command {
 		w := c.table()
 		c.header(w, "NAME", "STATUS", "SOURCE", "DESTINATION", "LAG", "SLOT LAG", "LAST LSN", "ERRORS", "UPDATED")
 		for _, m := range mirrors {
-			printf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Name, m.Status, m.SourcePeer, m.DestinationPeer,
+			printf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Name, m.Status+lostNote(m.LostChanges), m.SourcePeer, m.DestinationPeer,
 				formatLag(m.LagSeconds), formatBytes(m.SlotLagBytes), orDash(m.LastLSN), m.ErrorCount, formatTime(&m.UpdatedAt))
 		}
 		return w.Flush()
@@ -405,6 +405,9 @@ func (c *cli) mirrorsGet(ctx context.Context, name string) error {
 	}
 	if m.ErrorCount > 0 || m.ErrorMessage != nil {
 		printf(w, "Errors:\t%d: %s (next retry %s)\n", m.ErrorCount, orDash(m.ErrorMessage), formatTime(m.NextRetryAt))
+	}
+	if l := m.LostChanges; l != nil {
+		fmt.Fprintf(w, "Lost changes:\t%s (slot %s, since %s, found %s): %s\n", strings.Join(l.Tables, ", "), l.Reason, orDash(l.SinceLSN), formatTime(&l.DetectedAt), l.Action)
 	}
 	if m.Cutover != nil {
 		printf(w, "Cut-over:\t%s (requested %s)\n", m.Cutover.State, formatTime(&m.Cutover.RequestedAt))
@@ -680,4 +683,12 @@ func (c *cli) printCutover(name, message string, r *client.CutoverRecord) {
 	if r.State == "requested" || r.State == "running" {
 		printf(c.stdout, "Still running: follow it with pgmirror mirrors get %s\n", name)
 	}
+}
+
+// lostNote marks a listed mirror whose tables may miss changes.
+func lostNote(l *client.LostChanges) string {
+	if l == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (changes lost: %d tables)", len(l.Tables))
 }

@@ -45,6 +45,9 @@ type config struct {
 	SequenceSyncInterval time.Duration
 	// VerifyScheduleInterval is how often due scheduled verifications start.
 	VerifyScheduleInterval time.Duration
+	// CutoverChecksumMaxBytes is the largest source table whose checksums
+	// a cut-over compares by default (jobs.Config).
+	CutoverChecksumMaxBytes int
 	// Login throttling (httpapi.LoginLimits).
 	LoginUserFailures    int
 	LoginAddressFailures int
@@ -90,6 +93,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return cfg, err
 	}
 	if cfg.VerifyScheduleInterval, err = boundedDurationVar(getenv, "SERVICE_VERIFY_SCHEDULE_INTERVAL", 30*time.Second, time.Second, time.Hour); err != nil {
+		return cfg, err
+	}
+	if cfg.CutoverChecksumMaxBytes, err = intVar(getenv, "SERVICE_CUTOVER_CHECKSUM_MAX_BYTES", 1<<30, 1, 1<<50); err != nil {
 		return cfg, err
 	}
 	if cfg.SequenceSyncInterval, err = boundedDurationVar(getenv, "SERVICE_SEQUENCE_SYNC_INTERVAL", 30*time.Second, time.Second, time.Hour); err != nil {

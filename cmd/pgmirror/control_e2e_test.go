@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,7 +38,7 @@ func dropSlot(t *testing.T, dbURL, slot string) {
 // rejects a replicated row), then: POST retry restarts it at once, long
 // before next_retry_at, and answers 409 when the mirror is not in error; a
 // slot dropped on the source while the mirror is in error is recreated on
-// retry, with a WARN entry saying the changes in the gap were lost and
+// retry, with an ERROR entry saying the changes in the gap were lost and
 // pointing to resync, which repairs the destination.
 func TestRetry(t *testing.T) {
 	t.Parallel()
@@ -95,8 +96,8 @@ func TestRetry(t *testing.T) {
 	exec1(t, dst, `ALTER TABLE public.r DROP CONSTRAINT no_bad`)
 	s.mustDo("POST", "/v1/mirrors/rt/retry", nil, 200, nil)
 	w := s.waitLog("rt", "Replication slot recreated: changes were lost", 30*time.Second, nil)
-	if w.Level != "WARN" {
-		t.Errorf("slot recreated entry has level %s, want WARN", w.Level)
+	if w.Level != "ERROR" {
+		t.Errorf("slot recreated entry has level %s, want ERROR", w.Level)
 	}
 	if action, _ := w.Details["action"].(string); !strings.Contains(action, "resync") {
 		t.Errorf("slot recreated entry does not point to resync: %v", w.Details)
@@ -112,10 +113,14 @@ func TestRetry(t *testing.T) {
 	if n := queryInt64(t, dst, `SELECT count(*) FROM public.r WHERE id IN (1002, 1003)`); n != 0 {
 		t.Errorf("%d rows of the gap on the destination, want 0 (the log says they were lost)", n)
 	}
-	// Resync repairs what was lost.
+	if l := s.lost("rt").LostChanges; l == nil || !slices.Contains(l.Tables, "public.r") {
+		t.Errorf("lost_changes %+v, want public.r", l)
+	}
+	// Resync repairs what was lost, and clears the mark.
 	s.mustDo("POST", "/v1/mirrors/rt/resync", nil, 200, nil)
 	waitEqual(t, src, dst, "public.r", "public.r", "id, v", 60*time.Second)
 	s.waitStatus("rt", "running", 30*time.Second)
+	s.waitLost("rt", nil, 30*time.Second)
 }
 
 // statusRecorder polls a mirror's status in the background and records

@@ -248,6 +248,7 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 		SlotMonitorInterval:    cfg.SlotMonitorInterval,
 		SequenceSyncInterval:   cfg.SequenceSyncInterval,
 		VerifyScheduleInterval: cfg.VerifyScheduleInterval,
+		CutoverChecksumMax:     int64(cfg.CutoverChecksumMaxBytes),
 		Store:                  store,
 		Logger:                 logger,
 		MirrorWorkers:          cfg.MirrorWorkers,

@@ -96,6 +96,18 @@ type SlotStatus struct {
 	WALStatus string
 	// ConfirmedFlush is the position the consumer confirmed last.
 	ConfirmedFlush change.LSN
+	// InvalidationReason is pg_replication_slots.invalidation_reason
+	// (PostgreSQL 17 and later; "" when valid or unknown), and Conflicting
+	// its conflicting column (16 and later): an invalidated slot.
+	InvalidationReason string
+	Conflicting        bool
+}
+
+// Invalidated reports whether the slot can no longer be streamed from: the
+// source removed WAL it needed (wal_status lost) or invalidated it for
+// another reason (a recovery conflict, an idle timeout on newer servers).
+func (st SlotStatus) Invalidated() bool {
+	return st.Exists && (st.WALStatus == "lost" || st.InvalidationReason != "" || st.Conflicting)
 }
 
 // SlotState reports the state of slot name.
@@ -104,8 +116,12 @@ func SlotState(ctx context.Context, conn *pgx.Conn, name string) (SlotStatus, er
 		st        SlotStatus
 		confirmed string
 	)
-	err := conn.QueryRow(ctx, `SELECT active, coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, '0/0')
-		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&st.Active, &st.WALStatus, &confirmed)
+	// invalidation_reason and conflicting exist on newer servers only:
+	// read through to_jsonb so that one query serves every version.
+	err := conn.QueryRow(ctx, `SELECT s.active, coalesce(s.wal_status, ''), coalesce(s.confirmed_flush_lsn::text, '0/0'),
+			coalesce(pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'invalidation_reason', ''),
+			coalesce((pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'conflicting')::boolean, false)
+		FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1`, name).Scan(&st.Active, &st.WALStatus, &confirmed, &st.InvalidationReason, &st.Conflicting)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SlotStatus{}, nil
 	}

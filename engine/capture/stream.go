@@ -92,6 +92,12 @@ type StreamConfig struct {
 	// in place in their transaction. It implies Messages. Other messages,
 	// and messages written outside a transaction, are ignored.
 	SchemaMessages bool
+	// ConfirmLimit, when set, bounds what each standby status update
+	// reports as flushed: ConfirmLimit(confirmed), never more than
+	// confirmed. The consumer uses it to keep the slot's confirmed
+	// position within what it recorded elsewhere first (see
+	// cdc.ConfirmCeiling). It is called on the stream's goroutine.
+	ConfirmLimit func(confirmed change.LSN) change.LSN
 	// Origins says which of pgmirror's replication origins to leave out
 	// (see engine/origin.Filter): those of the mirrors that close a loop
 	// with this one. Nil leaves out every pgmirror origin.
@@ -118,6 +124,7 @@ type Stream struct {
 
 	confirmed  atomic.Uint64 // set by the consumer (Confirm)
 	reported   atomic.Uint64 // confirmed position last sent to the source
+	reportedOf atomic.Uint64 // the confirmed position that update was made of (before ConfirmLimit)
 	statusDue  atomic.Bool   // ConfirmNow asked for a status update at once
 	catchingUp atomic.Bool   // SetCatchingUp: read in gulps (see readGulp)
 	buffered   atomic.Int64  // bytes handed over and not yet released
@@ -260,7 +267,7 @@ func (s *Stream) SetCatchingUp(on bool) {
 // reader sends the update and waits again.
 func (s *Stream) ConfirmNow(lsn change.LSN) {
 	s.Confirm(lsn)
-	if s.cfg.HoldConfirmed || s.confirmed.Load() <= s.reported.Load() {
+	if s.cfg.HoldConfirmed || s.confirmed.Load() <= s.reportedOf.Load() {
 		return
 	}
 	// The flag is set before the deadline moves and the reader reads it
@@ -431,7 +438,11 @@ func (s *Stream) maybeSendStatus() error {
 
 // sendStatus reports write = received, flush = apply = confirmed.
 func (s *Stream) sendStatus(replyRequested bool) error {
-	confirmed := change.LSN(s.confirmed.Load())
+	wanted := change.LSN(s.confirmed.Load())
+	confirmed := wanted
+	if s.cfg.ConfirmLimit != nil {
+		confirmed = min(confirmed, s.cfg.ConfirmLimit(confirmed))
+	}
 	write := max(s.received, confirmed)
 	if confirmed == 0 {
 		// pglogrepl replaces a zero flush position with the write position:
@@ -448,6 +459,7 @@ func (s *Stream) sendStatus(replyRequested bool) error {
 		return fmt.Errorf("send standby status to slot %s: %w", s.cfg.Slot, err)
 	}
 	s.reported.Store(uint64(confirmed))
+	s.reportedOf.Store(uint64(wanted))
 	s.lastStatus = time.Now()
 	return nil
 }

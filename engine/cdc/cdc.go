@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -156,6 +157,9 @@ type Config struct {
 	// whole schemas sends the tables created in them at once. The change
 	// itself is not applied.
 	OnUnmappedTable func(change.TableName)
+	// ConfirmCeiling, when set, bounds what the run confirms to the slot
+	// beyond the changes it applied (see ConfirmCeiling).
+	ConfirmCeiling *ConfirmCeiling
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -394,10 +398,16 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		}
 	}
 	r.floor = r.lowest()
+	r.appliedPos.Store(uint64(r.applied))
+	var confirmLimit func(change.LSN) change.LSN
+	if cfg.ConfirmCeiling != nil {
+		confirmLimit = r.confirmLimit
+	}
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
 		Binary: types != nil, Messages: heartbeatEvery > 0, SchemaMessages: cfg.CaptureDDL, Origins: cfg.Origins,
+		ConfirmLimit: confirmLimit,
 	})
 	if err != nil {
 		return netError(err)
@@ -510,6 +520,8 @@ type runner struct {
 
 	applied change.LSN // end LSN of the last transaction on the destination
 	batchID int64
+	// appliedPos is applied, for the stream's goroutine (confirmLimit).
+	appliedPos atomic.Uint64
 
 	// positions are the tables whose data stands at another position than
 	// applied (key: source schema.table); skip are the tables being copied.
@@ -861,6 +873,7 @@ func (r *runner) commit(ctx context.Context) error {
 	}
 	r.batchID = id
 	r.applied = applied
+	r.appliedPos.Store(uint64(applied))
 	r.appliedCommit = r.batchEndCommit
 	r.floor = r.lowest()
 	commitWAL, flushedWAL := r.applier.LastCommitWAL()
@@ -905,6 +918,15 @@ func (r *runner) confirmFlushed(flushed change.LSN) {
 	} else {
 		r.stream.Confirm(src)
 	}
+}
+
+// confirmLimit is the stream's ConfirmLimit with a ConfirmCeiling: a
+// confirmed position up to the applied one passes (the stream confirms only
+// what is flushed on the destination), one past it only up to the ceiling.
+func (r *runner) confirmLimit(confirmed change.LSN) change.LSN {
+	c := r.cfg.ConfirmCeiling
+	c.want(confirmed)
+	return min(confirmed, max(c.Limit(), change.LSN(r.appliedPos.Load())))
 }
 
 // confirmAfterUnflushed confirms src, the end of a transaction with nothing

@@ -247,8 +247,21 @@ type MirrorSummary struct {
 	SlotHealth
 	WorkerInfo
 	PeerWarnings
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	LostChanges *LostChanges `json:"lost_changes"`
+	CreatedAt   time.Time    `json:"created_at"`
+	UpdatedAt   time.Time    `json:"updated_at"`
+}
+
+// LostChanges names a mirror's tables that may miss changes because its
+// replication slot was missing, recreated, invalidated or moved on; nil in
+// a mirror that is not known to have lost any.
+type LostChanges struct {
+	SinceLSN   *string   `json:"since_lsn"`
+	UntilLSN   *string   `json:"until_lsn"`
+	DetectedAt time.Time `json:"detected_at"`
+	Reason     string    `json:"reason"`
+	Tables     []string  `json:"tables"`
+	Action     string    `json:"action"`
 }
 
 // TableStatus is one table's progress in a mirror's status.
@@ -280,9 +293,10 @@ type MirrorStatus struct {
 	SlotHealth
 	WorkerInfo
 	PeerWarnings
-	Cutover   *CutoverRecord `json:"cutover"`
-	Tables    []TableStatus  `json:"tables"`
-	UpdatedAt time.Time      `json:"updated_at"`
+	LostChanges *LostChanges   `json:"lost_changes"`
+	Cutover     *CutoverRecord `json:"cutover"`
+	Tables      []TableStatus  `json:"tables"`
+	UpdatedAt   time.Time      `json:"updated_at"`
 }
 
 // Message is the answer of the control operations that only report.
@@ -352,8 +366,11 @@ type CutoverRecord struct {
 	Steps         []CutoverStep  `json:"steps"`
 	Error         string         `json:"error,omitempty"`
 	ReverseMirror string         `json:"reverse_mirror,omitempty"`
-	// Warnings name what the cut-over did not carry to the destination.
+	// Warnings name what the cut-over did not check (row counts only) or
+	// carry to the destination.
 	Warnings []string `json:"warnings"`
+	// RowCountsOnly names the tables whose checksums were not compared.
+	RowCountsOnly []string `json:"row_counts_only"`
 }
 
 // CutoverResponse is the answer to a cut-over request.

@@ -68,6 +68,24 @@
     return el('span', { class: 'status status-' + String(s || 'unknown').replace(/[^a-z_-]/gi, ''), text: s || 'unknown' });
   }
 
+  // lostBadge marks a mirror whose tables may miss changes (lost_changes).
+  function lostBadge(lost) {
+    if (!lost) return null;
+    return el('span', { class: 'status status-error lost-badge', title: lost.action,
+      text: `changes lost (${lost.tables.length} ${lost.tables.length === 1 ? 'table' : 'tables'})` });
+  }
+
+  // lostBanner says which tables may miss changes and what to do.
+  function lostBanner(lost) {
+    if (!lost) return [];
+    const range = `after ${lost.since_lsn || 'an unknown position'}` + (lost.until_lsn ? ` up to ${lost.until_lsn}` : '');
+    return el('div', { class: 'card lost-banner', role: 'alert' },
+      el('strong', { text: 'Changes lost: the destination is not proven equal. ' }),
+      `The replication slot was ${lost.reason.replace('slot_', '')} (found ${fmtTime(lost.detected_at)}); source changes ${range} may be missing for: `,
+      el('code', { text: lost.tables.join(', ') }), '. ',
+      el('span', { text: lost.action }));
+  }
+
   function fmtTime(iso) {
     if (!iso) return '—';
     const d = new Date(iso);
@@ -295,7 +313,7 @@
           const rate = d ? sample(d) : null;
           return el('tr', { 'data-mirror': m.name },
             el('td', {}, el('a', { href: '#/mirrors/' + enc(m.name), text: m.name })),
-            el('td', {}, statusBadge(m.status)),
+            el('td', {}, statusBadge(m.status), lostBadge(m.lost_changes)),
             el('td', { class: 'num', text: fmtLag(m.lag_seconds) }),
             el('td', { class: 'num', text: fmtRate(rate) }),
             el('td', { class: 'num', text: d ? fmtNum(rowsTotal(d)) : '—' }),
@@ -320,6 +338,7 @@
     const notice = el('p', { id: 'control-result', role: 'status' });
     const errBox = el('p', { class: 'error', id: 'mirror-error', role: 'alert' });
     const peerBox = el('div', { id: 'peer-warnings', role: 'status' });
+    const lostBox = el('div', { id: 'lost-changes' });
     const controls = el('div', { class: 'controls', id: 'controls' });
     const summary = el('div', { id: 'summary' });
     const logsBox = el('section', { class: 'card', id: 'logs' });
@@ -337,6 +356,7 @@
         replace(peerBox, (m.peer_warnings || []).map((w) => el('p', { class: 'warning', 'data-peer': w.peer },
           `Warning: ${w.role} peer ${w.peer} refuses connections since ${fmtTime(w.since)}: ${w.message}. ` +
           'Replication already running goes on; its next connection will fail. Fix the login or update the peer.')));
+        replace(lostBox, lostBanner(m.lost_changes));
         updateControls(m);
         replace(summary, mirrorSummary(m, rate));
       } catch (e) {
@@ -634,7 +654,7 @@
       verifyButton ? el('div', { class: 'controls' }, verifyButton, verifyResult) : null,
       verifyErr, verifyList);
 
-    replace(view, el('p', {}, el('a', { href: '#/mirrors', text: '← Mirrors' })), title, errBox, peerBox, controls, notice, summary, verifyBox, logsBox);
+    replace(view, el('p', {}, el('a', { href: '#/mirrors', text: '← Mirrors' })), title, errBox, peerBox, lostBox, controls, notice, summary, verifyBox, logsBox);
     if (!isAdmin()) controls.hidden = true;
     // The first page of logs follows the newest entries; older pages stay put.
     every(REFRESH_MS, () => { refresh().then(updateVerifyButton); loadVerifications(); if (logOffset === 0) loadLogs(); });

@@ -1,0 +1,62 @@
+package cdc_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// With a ConfirmCeiling, an idle run confirms its applied changes but WAL
+// with nothing to replicate only up to the ceiling: the slot stays there
+// while Wanted shows how far the run would go, and moves on once the
+// ceiling is raised.
+func TestConfirmCeiling(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	ceiling := cdc.NewConfirmCeiling(0)
+	b.cfg.ConfirmCeiling = ceiling
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	require.Eventually(t, func() bool { return b.rep.count() > 0 }, 10*time.Second, 50*time.Millisecond)
+	applied := b.rep.batches[len(b.rep.batches)-1].LSN
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	slot := func() change.LSN {
+		st, err := capture.SlotState(ctx, conn, b.cfg.SlotName)
+		require.NoError(t, err)
+		return st.ConfirmedFlush
+	}
+	// The applied transaction is confirmed although the ceiling is 0.
+	require.Eventually(t, func() bool { return slot() >= applied }, 20*time.Second, 100*time.Millisecond)
+
+	// WAL with nothing of ours: the run wants to confirm past it, the slot
+	// stays at the applied position.
+	other := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	pgtest.Exec(t, other, `CREATE TABLE x (v text); INSERT INTO x SELECT repeat('x', 100) FROM generate_series(1, 5000)`)
+	var walText string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walText))
+	wal, err := change.ParseLSN(walText)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return ceiling.Wanted() >= wal }, 30*time.Second, 100*time.Millisecond)
+	time.Sleep(3 * time.Second) // several status updates
+	require.Equal(t, applied, slot(), "the slot moved past the applied position beyond the ceiling")
+
+	// Raised: the slot follows.
+	ceiling.Raise(ceiling.Wanted())
+	require.Eventually(t, func() bool { return slot() >= wal }, 30*time.Second, 100*time.Millisecond)
+	require.NoError(t, r.halt(t))
+	require.LessOrEqual(t, slot(), max(ceiling.Limit(), applied), "the last status update kept the ceiling")
+}
