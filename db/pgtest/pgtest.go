@@ -246,7 +246,12 @@ func dropDatabase(c *localpg.Cluster, name string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		// PostgreSQL 12 has no FORCE: end the sessions, then drop.
+		_, _ = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
+		time.Sleep(100 * time.Millisecond)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+	}
 }
 
 // Pool opens a pool on url that is closed when the test ends.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
 
@@ -92,7 +93,8 @@ type SlotStatus struct {
 	// Active reports whether a consumer is attached.
 	Active bool
 	// WALStatus is reserved, extended, unreserved or lost ("lost" means the
-	// slot is invalidated and unusable).
+	// slot is invalidated and unusable); "" on PostgreSQL 12, which has no
+	// wal_status (and never invalidates a slot).
 	WALStatus string
 	// ConfirmedFlush is the position the consumer confirmed last.
 	ConfirmedFlush change.LSN
@@ -104,7 +106,15 @@ func SlotState(ctx context.Context, conn *pgx.Conn, name string) (SlotStatus, er
 		st        SlotStatus
 		confirmed string
 	)
-	err := conn.QueryRow(ctx, `SELECT active, coalesce(wal_status, ''), coalesce(confirmed_flush_lsn::text, '0/0')
+	srv, err := pgversion.Read(ctx, conn)
+	if err != nil {
+		return SlotStatus{}, fmt.Errorf("read state of slot %s: %w", name, err)
+	}
+	walStatus := `''`
+	if srv.WALStatus() {
+		walStatus = `coalesce(wal_status, '')`
+	}
+	err = conn.QueryRow(ctx, `SELECT active, `+walStatus+`, coalesce(confirmed_flush_lsn::text, '0/0')
 		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&st.Active, &st.WALStatus, &confirmed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SlotStatus{}, nil
