@@ -34,6 +34,8 @@ import (
 var (
 	mu       sync.Mutex
 	clusters = map[string]*localpg.Cluster{}
+	// roleLocks serialise the start of one role's shared cluster.
+	roleLocks = map[string]*sync.Mutex{}
 	tempDirs []string
 	dbSeq    atomic.Int64
 )
@@ -169,23 +171,43 @@ func shared(tb testing.TB, role string) *localpg.Cluster {
 // binaries in binDir on first use.
 func sharedBin(tb testing.TB, role, binDir string) *localpg.Cluster {
 	tb.Helper()
+	// Clusters of different roles start at the same time; one role's
+	// starts one after the other (the second finds the first's cluster).
 	mu.Lock()
-	defer mu.Unlock()
 	if c, ok := clusters[role]; ok {
+		mu.Unlock()
+		return c
+	}
+	starting, ok := roleLocks[role]
+	if !ok {
+		starting = &sync.Mutex{}
+		roleLocks[role] = starting
+	}
+	mu.Unlock()
+	starting.Lock()
+	defer starting.Unlock()
+	mu.Lock()
+	c, ok := clusters[role]
+	mu.Unlock()
+	if ok {
 		return c
 	}
 	dir, err := localpg.TempDir("", "pgmirror-"+role+"-")
 	if err != nil {
 		tb.Fatalf("pgtest: create temp dir: %v", err)
 	}
+	mu.Lock()
 	tempDirs = append(tempDirs, dir)
+	mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := localpg.Start(ctx, localpg.Config{DataDir: dir + "/data", Logical: true, BinDir: binDir})
+	c, err = localpg.Start(ctx, localpg.Config{DataDir: dir + "/data", Logical: true, BinDir: binDir})
 	if err != nil {
 		tb.Fatalf("pgtest: start %s cluster: %v", role, err)
 	}
+	mu.Lock()
 	clusters[role] = c
+	mu.Unlock()
 	return c
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
 // ErrInvalidName is returned for a slot or publication name that is not
@@ -38,7 +39,8 @@ func tableList(tables []change.TableName) string {
 }
 
 // EnsurePublication creates the publication name for tables (publishing
-// partitioned tables through their root) when it does not exist, and
+// partitioned tables through their root, PostgreSQL 13 and later; 12
+// cannot publish a partitioned table, see preflight) when it does not exist, and
 // reports created=true. When it exists it must already publish every table
 // in tables; otherwise the error names the missing ones.
 func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables []change.TableName) (created bool, err error) {
@@ -53,8 +55,14 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		return false, fmt.Errorf("look up publication %s: %w", name, err)
 	}
 	if !exists {
-		sql := "CREATE PUBLICATION " + change.QuoteIdent(name) + " FOR TABLE " + tableList(tables) +
-			" WITH (publish_via_partition_root = true)"
+		srv, err := pgversion.Read(ctx, conn)
+		if err != nil {
+			return false, fmt.Errorf("create publication %s: %w", name, err)
+		}
+		sql := "CREATE PUBLICATION " + change.QuoteIdent(name) + " FOR TABLE " + tableList(tables)
+		if srv.PartitionRoot() {
+			sql += " WITH (publish_via_partition_root = true)"
+		}
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			return false, fmt.Errorf("create publication %s: %w", name, err)
 		}

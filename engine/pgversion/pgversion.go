@@ -134,3 +134,12 @@ func (s Server) StatReplicationSlots() bool { return s.Num >= 140000 }
 
 // HashTextExtended: hashtextextended() exists (11).
 func (s Server) HashTextExtended() bool { return s.Num >= 110000 }
+
+// PartitionRoot: a publication may publish a partitioned table, and
+// publish_via_partition_root sends its partitions' changes under its name
+// (13; PostgreSQL 12 publishes partitions only, one by one).
+func (s Server) PartitionRoot() bool { return s.Num >= 130000 }
+
+// TriggerParent: pg_trigger.tgparentid exists (13); PostgreSQL 12 marks a
+// partitioned table's trigger copies on its partitions internal instead.
+func (s Server) TriggerParent() bool { return s.Num >= 130000 }

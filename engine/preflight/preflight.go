@@ -202,6 +202,30 @@ func TablesExist(ctx context.Context, conn Queryer, tables []change.TableName, r
 			"%s in the %s database is not a table (views and other relations cannot be replicated): map a table instead",
 			strings.Join(notTables, ", "), role)}
 	}
+	return partitionedPublishable(ctx, conn, tables, info, role)
+}
+
+// partitionedPublishable refuses a partitioned table on a server whose
+// publications cannot publish one (PostgreSQL 12).
+func partitionedPublishable(ctx context.Context, conn Queryer, tables []change.TableName, info map[change.TableName]tableInfo, role string) error {
+	var partitioned []string
+	for _, t := range tables {
+		if info[t].relkind == "p" {
+			partitioned = append(partitioned, t.String())
+		}
+	}
+	if len(partitioned) == 0 {
+		return nil
+	}
+	var num int
+	if err := queryRow(ctx, conn, `SELECT pg_catalog.current_setting('server_version_num')::int`, nil, &num); err != nil {
+		return fmt.Errorf("read the server version: %w", err)
+	}
+	if srv := pgversion.Of(num); !srv.PartitionRoot() {
+		return &Failure{Check: "tables_exist", Message: fmt.Sprintf(
+			"%s in the %s database is a partitioned table, and %s cannot publish a partitioned table (PostgreSQL 13 and later can): map its partitions one by one instead",
+			strings.Join(partitioned, ", "), role, srv)}
+	}
 	return nil
 }
 
