@@ -36,8 +36,8 @@ var (
 	clusters = map[string]*localpg.Cluster{}
 	// roleLocks serialise the start of one role's shared cluster.
 	roleLocks = map[string]*sync.Mutex{}
-	tempDirs []string
-	dbSeq    atomic.Int64
+	tempDirs  []string
+	dbSeq     atomic.Int64
 )
 
 // Run runs the tests of m, then stops every cluster started for them.
