@@ -17,9 +17,9 @@ var versionPairs = []struct{ src, dst int }{
 }
 
 // matrixSource is the source schema of a matrix case: a keyed table with
-// ranges, arrays, jsonb, TOASTed text and a stored generated column, a
-// table without a key (REPLICA IDENTITY FULL) and a table that is
-// truncated.
+// ranges, arrays, jsonb, TOASTed text and a stored generated column (and,
+// on PostgreSQL 18, a virtual one), a table without a key (REPLICA
+// IDENTITY FULL) and a table that is truncated.
 const matrixSource = `
 CREATE TABLE items (id int PRIMARY KEY, n int NOT NULL, v text, r int4range, a int[], j jsonb, doc text,
 	g int GENERATED ALWAYS AS (n * 2) STORED);
@@ -81,6 +81,12 @@ func TestVersionMatrix(t *testing.T) {
 			src := pgtest.NewDatabase(t, pgtest.MajorCluster(t, p.src))
 			dst := pgtest.NewDatabase(t, pgtest.MajorCluster(t, p.dst))
 			exec1(t, src, matrixSource)
+			itemCols := "id, n, v, r, a, j, doc, g"
+			if p.src >= 18 {
+				// A virtual generated column (the default kind on 18).
+				exec1(t, src, `ALTER TABLE items ADD COLUMN vg text GENERATED ALWAYS AS (v || '/' || n)`)
+				itemCols += ", vg"
+			}
 			s.createPeer(name+"_src", src)
 			s.createPeer(name+"_dst", dst)
 			mirror := strings.ReplaceAll(name, "_", "-")
@@ -90,7 +96,6 @@ func TestVersionMatrix(t *testing.T) {
 					mapping("public", "trunc", "public", "trunc")},
 			}, 201, nil)
 			s.waitStatus(mirror, "running", 2*time.Minute)
-			itemCols := "id, n, v, r, a, j, doc, g"
 			equal := func(what string) {
 				t.Helper()
 				waitEqual(t, src, dst, "items", "items", itemCols, time.Minute)
@@ -99,6 +104,19 @@ func TestVersionMatrix(t *testing.T) {
 				t.Logf("%s: equal after %s", what, time.Since(began).Round(time.Millisecond))
 			}
 			equal("copy")
+			if p.src >= 18 {
+				// Virtual where the destination has virtual columns,
+				// stored before: it reads the same on both sides.
+				want := "v"
+				if p.dst < 18 {
+					want = "s"
+				}
+				var kind string
+				queryOne(t, dst, &kind, `SELECT attgenerated::text FROM pg_attribute WHERE attrelid = 'public.items'::regclass AND attname = 'vg'`)
+				if kind != want {
+					t.Errorf("vg on the destination has attgenerated %q, want %q", kind, want)
+				}
+			}
 
 			exec1(t, src, matrixChanges)
 			equal("stream")
