@@ -68,6 +68,9 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		}
 		return true, nil
 	}
+	if err := checkGeneratedColumns(ctx, conn, name); err != nil {
+		return false, err
+	}
 	rows, err := conn.Query(ctx, `SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1`, name)
 	if err != nil {
 		return false, fmt.Errorf("list tables of publication %s: %w", name, err)
@@ -95,6 +98,29 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		return false, fmt.Errorf("publication %s exists but does not publish %s", name, strings.Join(missing, ", "))
 	}
 	return false, nil
+}
+
+// checkGeneratedColumns refuses an existing publication that publishes
+// stored generated columns (publish_generated_columns = stored,
+// PostgreSQL 18): pgmirror never writes generated columns, the
+// destination computes them.
+func checkGeneratedColumns(ctx context.Context, conn *pgx.Conn, name string) error {
+	srv, err := pgversion.Read(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("check publication %s: %w", name, err)
+	}
+	if !srv.PublishGeneratedColumns() {
+		return nil
+	}
+	var gencols string
+	if err := conn.QueryRow(ctx, `SELECT pubgencols::text FROM pg_catalog.pg_publication WHERE pubname = $1`, name).Scan(&gencols); err != nil {
+		return fmt.Errorf("check publication %s: %w", name, err)
+	}
+	if gencols != "n" {
+		return fmt.Errorf("publication %s publishes generated columns (publish_generated_columns = stored), which pgmirror does not write (the destination computes them): "+
+			"run ALTER PUBLICATION %s SET (publish_generated_columns = none) on the source, or let pgmirror create its own publication", name, change.QuoteIdent(name))
+	}
+	return nil
 }
 
 // AlterPublicationTables makes the publication publish exactly tables.
