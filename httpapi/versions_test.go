@@ -12,7 +12,8 @@ import (
 // TestUnsupportedServerRefused: a peer on PostgreSQL 11, older than the
 // oldest version pgmirror supports (12), fails the peer test and is refused
 // as source and as destination of a new mirror with a 400 that states the
-// minimum; nothing is created.
+// minimum; nothing is created. A PostgreSQL 13 peer passes, but not with
+// capture_ddl.
 func TestUnsupportedServerRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -47,13 +48,21 @@ func TestUnsupportedServerRefused(t *testing.T) {
 	raw := b.mustDo(http.MethodGet, "/v1/mirrors", b.viewerToken, nil, http.StatusOK)
 	require.JSONEq(t, `[]`, string(raw))
 
-	// A supported peer of another major passes the test.
-	newer := pgtest.NewClusterVersion(t, 13, false)
+	// A supported peer of another major passes the test; capture_ddl,
+	// whose statements travel in pgoutput messages (14+), is refused there.
+	newer := pgtest.NewClusterVersion(t, 13, true)
 	ensurePeerRole(t, newer)
-	b.createPeer("pg13", newer.Port(), "postgres")
+	url13 := pgtest.NewDatabase(t, newer)
+	pgtest.Exec(t, url13, `CREATE TABLE orders (id int PRIMARY KEY)`)
+	b.createPeer("pg13", newer.Port(), dbName(url13))
 	test = peerTest{}
 	b.mustDecode(http.MethodPost, "/v1/peers/pg13/test", b.adminToken, nil, http.StatusOK, &test)
 	require.True(t, test.Success, test.Error)
 	require.NotNil(t, test.Version)
 	require.Regexp(t, `^13\.`, *test.Version)
+	body = mirrorBody("m")
+	body["source_peer"] = "pg13"
+	body["capture_ddl"] = true
+	b.requireError(http.MethodPost, "/v1/mirrors", b.adminToken, body, http.StatusBadRequest, `"pg13"`, "PostgreSQL 13.", "from PostgreSQL 14 on", "capture_ddl off")
+	require.Zero(t, b.jobCount("mirror_run"))
 }
