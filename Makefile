@@ -29,7 +29,7 @@ vet:
 check-files:
 	@bash scripts/check-tracked-files.sh
 
-## bench: compare pgmirror with a COPY pipe and native logical replication (prints ratios)
+## bench: compare pgmirror with a COPY pipe and native logical replication (prints ratios); PGMIRROR_BENCH_PG_MAJOR=18 runs both clusters on another major
 bench: deps
 	$(GO) run ./cmd/pgmirror-bench
 
