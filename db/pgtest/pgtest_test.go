@@ -59,6 +59,7 @@ func TestMajorClusters(t *testing.T) {
 // TestSuiteMajor: PGMIRROR_TEST_PG_MAJOR picks the binaries of the suite's
 // clusters.
 func TestSuiteMajor(t *testing.T) {
+	BinDir(t, 13) // skips when 13 is not installed
 	t.Setenv("PGMIRROR_TEST_PG_MAJOR", "13")
 	dir := BinDir(t, SuiteMajor(t))
 	major, err := localpg.BinDirMajor(dir)
