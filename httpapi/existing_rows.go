@@ -10,6 +10,7 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/ownership"
+	"github.com/pgmirror/pgmirror/engine/preflight"
 	"github.com/pgmirror/pgmirror/engine/session"
 	"github.com/pgmirror/pgmirror/engine/tablesync"
 )
@@ -32,6 +33,13 @@ func (h *handlers) checkDestination(ctx context.Context, dest db.Peer, mappings 
 		return nil
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if err := preflight.ServerVersion(cctx, conn, nil, "destination"); err != nil {
+		var f *preflight.Failure
+		if errors.As(err, &f) {
+			return errorf(http.StatusBadRequest, "Destination peer %q is not ready: %s", dest.Name, f.Message)
+		}
+		return errorf(http.StatusBadRequest, "Could not check the destination peer %q: %s", dest.Name, session.Scrub(err.Error(), conn.Config().Password))
+	}
 	if err := ownership.Check(cctx, conn); errors.Is(err, ownership.ErrForeignOwner) {
 		return errorf(http.StatusBadRequest, "Destination peer %q is not ready: %s", dest.Name, err)
 	} else if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/ownership"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/preflight"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
@@ -375,8 +376,15 @@ func (h *handlers) testPeer(ctx context.Context, in *peerPath) (*peerTestOutput,
 	defer conn.Close(context.WithoutCancel(ctx))
 	qctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	if err := conn.QueryRow(qctx, `SHOW server_version`).Scan(&out.Body.Version); err != nil {
+	var num int
+	if err := conn.QueryRow(qctx, `SELECT pg_catalog.current_setting('server_version'), pg_catalog.current_setting('server_version_num')::int`).Scan(&out.Body.Version, &num); err != nil {
 		out.Body.Error = fmt.Sprintf("connected, but could not read the server version: %s", session.Scrub(err.Error(), conn.Config().Password))
+		out.Body.Version = ""
+		return out, nil
+	}
+	if err := pgversion.Of(num).Check("peer"); err != nil {
+		// Connected, but no mirror can use it: a failed test that says why.
+		out.Body.Error = "connected, but " + strings.TrimPrefix(err.Error(), pgversion.ErrUnsupported.Error()+": ")
 		out.Body.Version = ""
 		return out, nil
 	}

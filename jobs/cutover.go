@@ -15,6 +15,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/cutover"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/preflight"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/seqsync"
@@ -294,12 +295,15 @@ func (c *cutoverRun) check(ctx context.Context) (map[string]any, error) {
 	if err := c.refuseLostChanges(ctx, c.run.store); err != nil {
 		return nil, err
 	}
-	var version int
-	if err := c.src.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
-		return nil, fmt.Errorf("read the source's version: %w", err)
+	srv, err := pgversion.Read(ctx, c.src)
+	if err != nil {
+		return nil, fmt.Errorf("source: %w", err)
 	}
-	if version < 140000 {
-		return nil, fmt.Errorf("the source runs PostgreSQL %d.%d: a cut-over needs 14 or later (logical decoding messages mark its final position)", version/10000, version%10000/100)
+	if err := srv.Check("source"); err != nil {
+		return nil, err
+	}
+	if !srv.Markers() {
+		return nil, fmt.Errorf("the source runs %s, whose stream passes no marker on: a cut-over cannot mark its final position there", srv)
 	}
 	if c.record.Options.ReverseMirrorName == "" {
 		return map[string]any{"tables": len(c.tables)}, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
 
@@ -206,10 +207,18 @@ func readSlots(ctx context.Context, peer db.Peer, watches []db.SlotWatch) (map[s
 	for i, sw := range watches {
 		names[i] = sw.Slot
 	}
+	srv, err := pgversion.Read(ctx, conn)
+	if err != nil {
+		return nil, fmt.Errorf("source peer %q: %w", peer.Name, err)
+	}
+	walStatus := "wal_status" // none on PostgreSQL 12 (which never invalidates a slot)
+	if !srv.WALStatus() {
+		walStatus = "NULL::text"
+	}
 	// On a standby (PostgreSQL 16 allows logical slots there) the current
 	// position is the replayed one.
 	rows, err := conn.Query(ctx, `
-		SELECT slot_name::text, wal_status,
+		SELECT slot_name::text, `+walStatus+`,
 		       pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
 		                       confirmed_flush_lsn)::bigint,
 		       coalesce(pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'invalidation_reason',

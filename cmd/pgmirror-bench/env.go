@@ -40,6 +40,8 @@ type bench struct {
 
 	tableBytes int64
 	results    results
+	// srcVersion and dstVersion are the clusters' server_version.
+	srcVersion, dstVersion string
 }
 
 // sharedSettings are postgresql.conf lines for both clusters, in every
@@ -71,18 +73,24 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	var err error
 	b.src, err = localpg.Start(ctx, localpg.Config{
-		DataDir: filepath.Join(b.dir, "source"), Logical: true, Durable: b.mode.durable, Settings: sharedSettings,
+		DataDir: filepath.Join(b.dir, "source"), Logical: true, Durable: b.mode.durable, Settings: sharedSettings, BinDir: b.opts.srcBin,
 	})
 	if err != nil {
 		return fmt.Errorf("start source cluster: %w", err)
 	}
 	b.dst, err = localpg.Start(ctx, localpg.Config{
-		DataDir: filepath.Join(b.dir, "destination"), Durable: b.mode.durable, Settings: sharedSettings,
+		DataDir: filepath.Join(b.dir, "destination"), Durable: b.mode.durable, Settings: sharedSettings, BinDir: b.opts.dstBin,
 	})
 	if err != nil {
 		return fmt.Errorf("start destination cluster: %w", err)
 	}
-	b.logf("source cluster on port %d (wal_level=logical), destination on port %d", b.src.Port(), b.dst.Port())
+	if err := queryRow(ctx, b.url(b.src, "postgres"), `SHOW server_version`, &b.srcVersion); err != nil {
+		return err
+	}
+	if err := queryRow(ctx, b.url(b.dst, "postgres"), `SHOW server_version`, &b.dstVersion); err != nil {
+		return err
+	}
+	b.logf("source cluster on port %d (PostgreSQL %s, wal_level=logical), destination on port %d (PostgreSQL %s)", b.src.Port(), b.srcVersion, b.dst.Port(), b.dstVersion)
 
 	for _, name := range []string{dstCopy, dstNative, dstPgmirror, catalogDB} {
 		if err := execSQL(ctx, b.url(b.dst, "postgres"), "CREATE DATABASE "+name); err != nil {
@@ -106,9 +114,17 @@ func (b *bench) setup(ctx context.Context) error {
 	if err := generate(ctx, b.url(b.src, srcNative), b.opts.rows); err != nil {
 		return err
 	}
-	// A file copy of the database: the same rows, pages and hint bits.
-	if err := execSQL(ctx, b.url(b.src, "postgres"), "CHECKPOINT",
-		fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s STRATEGY FILE_COPY", srcPgmirror, srcNative)); err != nil {
+	// A file copy of the database: the same rows, pages and hint bits
+	// (STRATEGY from PostgreSQL 15; before, a file copy is the only way).
+	var version int
+	if err := queryRow(ctx, b.url(b.src, "postgres"), `SELECT current_setting('server_version_num')::int`, &version); err != nil {
+		return err
+	}
+	create := fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", srcPgmirror, srcNative)
+	if version >= 150000 {
+		create += " STRATEGY FILE_COPY"
+	}
+	if err := execSQL(ctx, b.url(b.src, "postgres"), "CHECKPOINT", create); err != nil {
 		return err
 	}
 	if err := queryRow(ctx, b.url(b.src, srcNative), `SELECT pg_table_size('public.bench')`, &b.tableBytes); err != nil {

@@ -37,6 +37,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -45,6 +46,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -123,7 +125,12 @@ type options struct {
 	// 0 to leave it out; scaleOnly runs only it.
 	scaleMirrors int
 	scaleOnly    bool
-	out          io.Writer
+	// srcMajor and dstMajor are the PostgreSQL majors of the source and
+	// destination clusters (0: the default binaries, see localpg); srcBin
+	// and dstBin their binaries' directories.
+	srcMajor, dstMajor int
+	srcBin, dstBin     string
+	out                io.Writer
 }
 
 func parseOptions(args []string) (options, error) {
@@ -148,7 +155,34 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.profileDir, "profile-dir", ".", "where -pgmirror-pprof profiles go (file names start with the mode)")
 	fs.IntVar(&o.scaleMirrors, "scale-mirrors", 100, "mirrors in the scale measurement (two pgmirror replicas on one catalog, a kill -9 of one); 0 leaves it out")
 	fs.BoolVar(&o.scaleOnly, "scale-only", false, "run only the scale measurement")
+	var pgMajor int
+	if v := os.Getenv("PGMIRROR_BENCH_PG_MAJOR"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return o, fmt.Errorf("PGMIRROR_BENCH_PG_MAJOR=%q: want a PostgreSQL major such as 18", v)
+		}
+		pgMajor = n
+	}
+	fs.IntVar(&pgMajor, "pg-major", pgMajor, "PostgreSQL major of both clusters (12 to 18, from scripts/install-pg-majors.sh or /usr/lib/postgresql/MAJOR; default PGMIRROR_BENCH_PG_MAJOR, else the default binaries, 15)")
+	fs.IntVar(&o.srcMajor, "source-major", 0, "PostgreSQL major of the source cluster (default -pg-major)")
+	fs.IntVar(&o.dstMajor, "destination-major", 0, "PostgreSQL major of the destination cluster, which also holds pgmirror's catalog (default -pg-major)")
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	o.srcMajor, o.dstMajor = cmp.Or(o.srcMajor, pgMajor), cmp.Or(o.dstMajor, pgMajor)
+	for _, m := range []int{o.srcMajor, o.dstMajor} {
+		if m != 0 && (m < 12 || m > 18) {
+			return o, fmt.Errorf("PostgreSQL %d: the bench runs on majors 12 to 18", m)
+		}
+	}
+	if o.dstMajor == 12 {
+		return o, errors.New("-destination-major 12: the destination cluster also holds pgmirror's catalog, which needs PostgreSQL 13 or later (gen_random_uuid); use 12 as the source")
+	}
+	var err error
+	if o.srcBin, err = localpg.BinDirForMajor(o.srcMajor); err != nil {
+		return o, err
+	}
+	if o.dstBin, err = localpg.BinDirForMajor(o.dstMajor); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -162,7 +196,6 @@ func parseOptions(args []string) (options, error) {
 		}
 		modes = "durable"
 	}
-	var err error
 	if o.modes, err = parseModes(modes); err != nil {
 		return o, err
 	}

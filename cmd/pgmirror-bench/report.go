@@ -114,7 +114,11 @@ func report(w io.Writer, o options, runs []*bench) {
 	for _, b := range runs {
 		names = append(names, fmt.Sprintf("%s (%s)", b.mode.name, b.mode.settingsText()))
 	}
-	fmt.Fprintf(w, "%s; both clusters with max_wal_size=16GB, checkpoint_timeout=1h in every mode.\n", strings.Join(names, ", "))
+	fmt.Fprintf(w, "%s; both clusters with max_wal_size=16GB, checkpoint_timeout=1h in every mode.", strings.Join(names, ", "))
+	if len(runs) > 0 {
+		fmt.Fprintf(w, " Source PostgreSQL %s, destination PostgreSQL %s.", runs[0].srcVersion, runs[0].dstVersion)
+	}
+	fmt.Fprintln(w)
 	for _, b := range runs {
 		b.reportMode(w)
 	}

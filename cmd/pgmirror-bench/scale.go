@@ -153,10 +153,10 @@ func (s *scaleRun) run(ctx context.Context) error {
 		srcSettings[k], dstSettings[k] = v, v
 	}
 	var err error
-	if s.src, err = localpg.Start(ctx, localpg.Config{DataDir: filepath.Join(s.dir, "source"), Logical: true, Settings: srcSettings}); err != nil {
+	if s.src, err = localpg.Start(ctx, localpg.Config{DataDir: filepath.Join(s.dir, "source"), Logical: true, Settings: srcSettings, BinDir: s.opts.srcBin}); err != nil {
 		return fmt.Errorf("start source cluster: %w", err)
 	}
-	if s.dst, err = localpg.Start(ctx, localpg.Config{DataDir: filepath.Join(s.dir, "destination"), Settings: dstSettings}); err != nil {
+	if s.dst, err = localpg.Start(ctx, localpg.Config{DataDir: filepath.Join(s.dir, "destination"), Settings: dstSettings, BinDir: s.opts.dstBin}); err != nil {
 		return fmt.Errorf("start destination cluster: %w", err)
 	}
 	s.logf("source cluster on port %d, destination (and catalog) on port %d; %d mirrors on two replicas", s.src.Port(), s.dst.Port(), n)

@@ -6,12 +6,19 @@
 // "destination" cluster per test binary), and every test gets a fresh,
 // uniquely named database of its own, so tests can run in parallel. Run stops
 // the clusters and removes their directories when the tests are done.
+//
+// Clusters run the distribution's PostgreSQL 15 unless PGMIRROR_TEST_PG_MAJOR
+// names another major (12 to 18, installed by scripts/install-pg-majors.sh)
+// for the whole suite; NewClusterVersion and MajorCluster start a given
+// major for the version matrix tests.
 package pgtest
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,8 +34,10 @@ import (
 var (
 	mu       sync.Mutex
 	clusters = map[string]*localpg.Cluster{}
-	tempDirs []string
-	dbSeq    atomic.Int64
+	// roleLocks serialise the start of one role's shared cluster.
+	roleLocks = map[string]*sync.Mutex{}
+	tempDirs  []string
+	dbSeq     atomic.Int64
 )
 
 // Run runs the tests of m, then stops every cluster started for them.
@@ -59,14 +68,72 @@ func StopAll() {
 // restart or crash the server). It is stopped when the test ends.
 func NewCluster(tb testing.TB, logical bool) *localpg.Cluster {
 	tb.Helper()
-	return newPrivateCluster(tb, localpg.Config{Logical: logical})
+	return newPrivateCluster(tb, localpg.Config{Logical: logical, BinDir: BinDir(tb, SuiteMajor(tb))})
+}
+
+// NewClusterVersion starts a private cluster of the given PostgreSQL major
+// for one test; it is stopped when the test ends. The test is skipped when
+// that major is not installed (it fails instead under
+// PGMIRROR_TEST_REQUIRE_MAJORS=1, which make test sets).
+func NewClusterVersion(tb testing.TB, major int, logical bool) *localpg.Cluster {
+	tb.Helper()
+	return newPrivateCluster(tb, localpg.Config{Logical: logical, BinDir: BinDir(tb, major)})
+}
+
+// MajorCluster is the shared logical cluster of the given PostgreSQL major
+// (started on first use, stopped by StopAll): tests of a version matrix
+// share one per major and each take a database of their own. It skips or
+// fails like NewClusterVersion when the major is not installed.
+func MajorCluster(tb testing.TB, major int) *localpg.Cluster {
+	tb.Helper()
+	return sharedBin(tb, "pg"+strconv.Itoa(major), BinDir(tb, major))
+}
+
+// SuiteMajor is the PostgreSQL major that the suite's clusters run:
+// PGMIRROR_TEST_PG_MAJOR, or 0 for the default (the distribution's 15).
+func SuiteMajor(tb testing.TB) int {
+	tb.Helper()
+	v := os.Getenv("PGMIRROR_TEST_PG_MAJOR")
+	if v == "" {
+		return 0
+	}
+	major, err := strconv.Atoi(v)
+	if err != nil || major < 12 || major > 18 {
+		tb.Fatalf("pgtest: PGMIRROR_TEST_PG_MAJOR=%q: want a PostgreSQL major from 12 to 18", v)
+	}
+	return major
+}
+
+// BinDir returns the directory of the server binaries of major (0: the
+// default ones). When they are missing it skips the test, or fails it under
+// PGMIRROR_TEST_REQUIRE_MAJORS=1 (on Linux x86-64, the only platform the
+// packaged binaries exist for) and for the suite's own major.
+func BinDir(tb testing.TB, major int) string {
+	tb.Helper()
+	dir, err := localpg.BinDirForMajor(major)
+	if err == nil {
+		return dir
+	}
+	if major == 0 || major == SuiteMajor(tb) || RequireMajors() {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	tb.Skipf("pgtest: %v", err)
+	return ""
+}
+
+// RequireMajors reports whether a missing PostgreSQL major fails a test
+// rather than skipping it: PGMIRROR_TEST_REQUIRE_MAJORS=1 (make test) on
+// Linux x86-64, unless PGMIRROR_SKIP_PG_MAJORS=1 skipped their installation.
+func RequireMajors() bool {
+	return os.Getenv("PGMIRROR_TEST_REQUIRE_MAJORS") == "1" && os.Getenv("PGMIRROR_SKIP_PG_MAJORS") != "1" &&
+		runtime.GOOS == "linux" && runtime.GOARCH == "amd64"
 }
 
 // NewClusterWith starts a private cluster with extra postgresql.conf
 // settings (name to value) for one test. It is stopped when the test ends.
 func NewClusterWith(tb testing.TB, logical bool, settings map[string]string) *localpg.Cluster {
 	tb.Helper()
-	return newPrivateCluster(tb, localpg.Config{Logical: logical, Settings: settings})
+	return newPrivateCluster(tb, localpg.Config{Logical: logical, Settings: settings, BinDir: BinDir(tb, SuiteMajor(tb))})
 }
 
 // newPrivateCluster starts a cluster with cfg in a new temporary directory
@@ -97,23 +164,50 @@ func newPrivateCluster(tb testing.TB, cfg localpg.Config) *localpg.Cluster {
 // shared returns the shared cluster of the given role, starting it on first use.
 func shared(tb testing.TB, role string) *localpg.Cluster {
 	tb.Helper()
+	return sharedBin(tb, role, BinDir(tb, SuiteMajor(tb)))
+}
+
+// sharedBin returns the shared cluster named role, starting it with the
+// binaries in binDir on first use.
+func sharedBin(tb testing.TB, role, binDir string) *localpg.Cluster {
+	tb.Helper()
+	// Clusters of different roles start at the same time; one role's
+	// starts one after the other (the second finds the first's cluster).
 	mu.Lock()
-	defer mu.Unlock()
 	if c, ok := clusters[role]; ok {
+		mu.Unlock()
+		return c
+	}
+	starting, ok := roleLocks[role]
+	if !ok {
+		starting = &sync.Mutex{}
+		roleLocks[role] = starting
+	}
+	mu.Unlock()
+	starting.Lock()
+	defer starting.Unlock()
+	mu.Lock()
+	c, ok := clusters[role]
+	mu.Unlock()
+	if ok {
 		return c
 	}
 	dir, err := localpg.TempDir("", "pgmirror-"+role+"-")
 	if err != nil {
 		tb.Fatalf("pgtest: create temp dir: %v", err)
 	}
+	mu.Lock()
 	tempDirs = append(tempDirs, dir)
+	mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := localpg.Start(ctx, localpg.Config{DataDir: dir + "/data", Logical: true})
+	c, err = localpg.Start(ctx, localpg.Config{DataDir: dir + "/data", Logical: true, BinDir: binDir})
 	if err != nil {
 		tb.Fatalf("pgtest: start %s cluster: %v", role, err)
 	}
+	mu.Lock()
 	clusters[role] = c
+	mu.Unlock()
 	return c
 }
 
@@ -124,7 +218,12 @@ func SourceCluster(tb testing.TB) *localpg.Cluster { return shared(tb, "source")
 func DestCluster(tb testing.TB) *localpg.Cluster { return shared(tb, "dest") }
 
 // CatalogCluster is the shared cluster that holds catalog databases.
-func CatalogCluster(tb testing.TB) *localpg.Cluster { return shared(tb, "catalog") }
+// It runs the default PostgreSQL (15) whatever PGMIRROR_TEST_PG_MAJOR says:
+// that variable is about the peers pgmirror replicates between.
+func CatalogCluster(tb testing.TB) *localpg.Cluster {
+	tb.Helper()
+	return sharedBin(tb, "catalog", BinDir(tb, 0))
+}
 
 // NewDatabase creates a fresh database on c and returns its URL. The
 // database is dropped when the test ends (replication slots in it first).
@@ -169,7 +268,12 @@ func dropDatabase(c *localpg.Cluster, name string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		// PostgreSQL 12 has no FORCE: end the sessions, then drop.
+		_, _ = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
+		time.Sleep(100 * time.Millisecond)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+	}
 }
 
 // Pool opens a pool on url that is closed when the test ends.

@@ -87,5 +87,5 @@ func (ca *CA) ServerFiles(tb testing.TB, dnsNames ...string) map[string][]byte {
 // address 127.0.0.1). It is stopped when the test ends.
 func NewTLSCluster(tb testing.TB, ca *CA, dnsNames ...string) *localpg.Cluster {
 	tb.Helper()
-	return newPrivateCluster(tb, localpg.Config{Logical: true, Settings: map[string]string{"ssl": "on"}, Files: ca.ServerFiles(tb, dnsNames...)})
+	return newPrivateCluster(tb, localpg.Config{Logical: true, Settings: map[string]string{"ssl": "on"}, Files: ca.ServerFiles(tb, dnsNames...), BinDir: BinDir(tb, SuiteMajor(tb))})
 }

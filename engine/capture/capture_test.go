@@ -343,3 +343,29 @@ func TestStreamBinary(t *testing.T) {
 		}
 	}
 }
+
+// TestEnsurePublicationGeneratedColumns: on PostgreSQL 18, an existing
+// publication that publishes stored generated columns is refused (pgmirror
+// never writes them; the destination computes them), saying how to fix it;
+// one created by pgmirror publishes none.
+func TestEnsurePublicationGeneratedColumns(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, pgtest.MajorCluster(t, 18))
+	pgtest.Exec(t, url, `CREATE TABLE public.a (id int PRIMARY KEY, g int GENERATED ALWAYS AS (id * 2) STORED, v int GENERATED ALWAYS AS (id + 1));
+		CREATE PUBLICATION gen FOR TABLE public.a WITH (publish_generated_columns = stored)`)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = capture.EnsurePublication(ctx, conn, "gen", []change.TableName{tn("public", "a")})
+	require.ErrorContains(t, err, "publish_generated_columns = none")
+	pgtest.Exec(t, url, `ALTER PUBLICATION gen SET (publish_generated_columns = none)`)
+	_, err = capture.EnsurePublication(ctx, conn, "gen", []change.TableName{tn("public", "a")})
+	require.NoError(t, err)
+	created, err := capture.EnsurePublication(ctx, conn, "own", []change.TableName{tn("public", "a")})
+	require.NoError(t, err)
+	require.True(t, created)
+	var gencols string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pubgencols::text FROM pg_publication WHERE pubname = 'own'`).Scan(&gencols))
+	require.Equal(t, "n", gencols)
+}

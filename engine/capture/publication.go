@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
 // ErrInvalidName is returned for a slot or publication name that is not
@@ -38,7 +39,8 @@ func tableList(tables []change.TableName) string {
 }
 
 // EnsurePublication creates the publication name for tables (publishing
-// partitioned tables through their root) when it does not exist, and
+// partitioned tables through their root, PostgreSQL 13 and later; 12
+// cannot publish a partitioned table, see preflight) when it does not exist, and
 // reports created=true. When it exists it must already publish every table
 // in tables; otherwise the error names the missing ones.
 func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables []change.TableName) (created bool, err error) {
@@ -53,12 +55,21 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		return false, fmt.Errorf("look up publication %s: %w", name, err)
 	}
 	if !exists {
-		sql := "CREATE PUBLICATION " + change.QuoteIdent(name) + " FOR TABLE " + tableList(tables) +
-			" WITH (publish_via_partition_root = true)"
+		srv, err := pgversion.Read(ctx, conn)
+		if err != nil {
+			return false, fmt.Errorf("create publication %s: %w", name, err)
+		}
+		sql := "CREATE PUBLICATION " + change.QuoteIdent(name) + " FOR TABLE " + tableList(tables)
+		if srv.PartitionRoot() {
+			sql += " WITH (publish_via_partition_root = true)"
+		}
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			return false, fmt.Errorf("create publication %s: %w", name, err)
 		}
 		return true, nil
+	}
+	if err := checkGeneratedColumns(ctx, conn, name); err != nil {
+		return false, err
 	}
 	rows, err := conn.Query(ctx, `SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1`, name)
 	if err != nil {
@@ -87,6 +98,29 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		return false, fmt.Errorf("publication %s exists but does not publish %s", name, strings.Join(missing, ", "))
 	}
 	return false, nil
+}
+
+// checkGeneratedColumns refuses an existing publication that publishes
+// stored generated columns (publish_generated_columns = stored,
+// PostgreSQL 18): pgmirror never writes generated columns, the
+// destination computes them.
+func checkGeneratedColumns(ctx context.Context, conn *pgx.Conn, name string) error {
+	srv, err := pgversion.Read(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("check publication %s: %w", name, err)
+	}
+	if !srv.PublishGeneratedColumns() {
+		return nil
+	}
+	var gencols string
+	if err := conn.QueryRow(ctx, `SELECT pubgencols::text FROM pg_catalog.pg_publication WHERE pubname = $1`, name).Scan(&gencols); err != nil {
+		return fmt.Errorf("check publication %s: %w", name, err)
+	}
+	if gencols != "n" {
+		return fmt.Errorf("publication %s publishes generated columns (publish_generated_columns = stored), which pgmirror does not write (the destination computes them): "+
+			"run ALTER PUBLICATION %s SET (publish_generated_columns = none) on the source, or let pgmirror create its own publication", name, change.QuoteIdent(name))
+	}
+	return nil
 }
 
 // AlterPublicationTables makes the publication publish exactly tables.

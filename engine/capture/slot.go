@@ -92,7 +92,8 @@ type SlotStatus struct {
 	// Active reports whether a consumer is attached.
 	Active bool
 	// WALStatus is reserved, extended, unreserved or lost ("lost" means the
-	// slot is invalidated and unusable).
+	// slot is invalidated and unusable); "" on PostgreSQL 12, which has no
+	// wal_status (and never invalidates a slot).
 	WALStatus string
 	// ConfirmedFlush is the position the consumer confirmed last.
 	ConfirmedFlush change.LSN
@@ -116,9 +117,9 @@ func SlotState(ctx context.Context, conn *pgx.Conn, name string) (SlotStatus, er
 		st        SlotStatus
 		confirmed string
 	)
-	// invalidation_reason and conflicting exist on newer servers only:
+	// wal_status (13+), invalidation_reason and conflicting exist on newer servers only:
 	// read through to_jsonb so that one query serves every version.
-	err := conn.QueryRow(ctx, `SELECT s.active, coalesce(s.wal_status, ''), coalesce(s.confirmed_flush_lsn::text, '0/0'),
+	err := conn.QueryRow(ctx, `SELECT s.active, coalesce(pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'wal_status', ''), coalesce(s.confirmed_flush_lsn::text, '0/0'),
 			coalesce(pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'invalidation_reason', ''),
 			coalesce((pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->>) 'conflicting')::boolean, false)
 		FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1`, name).Scan(&st.Active, &st.WALStatus, &confirmed, &st.InvalidationReason, &st.Conflicting)

@@ -18,6 +18,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/origin"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/positions"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
@@ -104,7 +105,8 @@ type Config struct {
 	// message (pg_logical_emit_message) on the source, which comes back
 	// through the slot as an empty transaction: it tells a healthy idle
 	// mirror from one whose stream is stuck (see LagReporter). Default 10 s;
-	// negative turns it off. Needs PostgreSQL 14 or later on the source.
+	// negative turns it off. From PostgreSQL 14 the stream asks pgoutput for
+	// messages; 12 and 13 send the heartbeat's transaction without them.
 	HeartbeatInterval time.Duration
 	// StopAt, when set, ends the run (Run returns nil) once every source
 	// transaction that committed before this position is applied, flushed
@@ -112,7 +114,7 @@ type Config struct {
 	// transaction that commits at or after it, which is not applied. A
 	// cut-over writes a logical decoding message on the source
 	// (EmitMarker) and passes its position, so that such a transaction
-	// always comes. Needs PostgreSQL 14 or later on the source.
+	// always comes (on PostgreSQL 12 and 13 as an empty transaction).
 	StopAt change.LSN
 	// SourceWatch, when set, follows the source's WAL end and writes the
 	// heartbeats for this run together with the other runs of the same
@@ -140,7 +142,8 @@ type Config struct {
 	// on the source writes into the WAL (engine/ddl): indexes, check,
 	// unique and exclusion constraints, column defaults and NOT NULL, each
 	// at its place among the changes. Needs PostgreSQL 14 or later on the
-	// source.
+	// source (the statements travel in logical decoding messages; the
+	// stream does not ask for them on older sources).
 	CaptureDDL bool
 	// SchemaChanges is what the run does when a mapped source table's
 	// columns change: "apply", "warn" or "stop" (see apply.SchemaMode and
@@ -164,9 +167,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ErrStopAtUnsupported: Config.StopAt was set but the source is older than
-// PostgreSQL 14, whose pgoutput cannot send the marker message.
-var ErrStopAtUnsupported = errors.New("stopping at a source position needs PostgreSQL 14 or later on the source (pgoutput messages)")
+// ErrStopAtUnsupported: Config.StopAt was set but the source's pgoutput
+// passes no marker to the stream (pgversion.Server.Markers; never on a
+// supported source).
+var ErrStopAtUnsupported = errors.New("stopping at a source position needs a source whose pgoutput passes logical decoding messages on (PostgreSQL 12 or later)")
 
 // errStopReached ends the loop at Config.StopAt.
 var errStopReached = errors.New("reached the stop position")
@@ -302,9 +306,13 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	}
 	defer closeQuietly(src)
 
+	srv, err := pgversion.Read(ctx, src)
+	if err != nil {
+		return netError(fmt.Errorf("source: %w", err))
+	}
 	var types map[change.TableName]map[string]uint32
 	if !textOnly {
-		if types, err = binaryTypes(ctx, src, dest, cfg.Tables, cfg.SchemaChanges != ""); err != nil {
+		if types, err = binaryTypes(ctx, srv, src, dest, cfg.Tables, cfg.SchemaChanges != ""); err != nil {
 			return netError(err)
 		}
 	}
@@ -358,11 +366,8 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		defer cancel()
 		_ = repl.Close(cctx)
 	}()
-	heartbeatEvery, err := heartbeatInterval(ctx, src, cfg.HeartbeatInterval)
-	if err != nil {
-		return netError(err)
-	}
-	if cfg.StopAt != 0 && heartbeatEvery == 0 {
+	heartbeatEvery := heartbeatInterval(srv, cfg.HeartbeatInterval)
+	if cfg.StopAt != 0 && !srv.Markers() {
 		return ErrStopAtUnsupported
 	}
 	// Read before src is handed to the source watcher.
@@ -406,7 +411,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
-		Binary: types != nil, Messages: heartbeatEvery > 0, SchemaMessages: cfg.CaptureDDL, Origins: cfg.Origins,
+		Binary: types != nil, Messages: heartbeatEvery > 0 && srv.Messages(), SchemaMessages: cfg.CaptureDDL && srv.SchemaMessages(), Origins: cfg.Origins,
 		ConfirmLimit: confirmLimit,
 	})
 	if err != nil {
@@ -560,20 +565,14 @@ type runner struct {
 const lagEvery = time.Second
 
 // heartbeatInterval returns how often the run writes heartbeats on the
-// source: every (default 10 s; negative: never), and never on a source
-// older than PostgreSQL 14 (no pgoutput messages option).
-func heartbeatInterval(ctx context.Context, src *pgx.Conn, every time.Duration) (time.Duration, error) {
-	if every < 0 {
-		return 0, nil
+// source: every (default 10 s; negative: never). Every supported source
+// passes them to the stream (pgversion.Server.Markers): as messages from
+// PostgreSQL 14, as the empty transactions that carry them before.
+func heartbeatInterval(srv pgversion.Server, every time.Duration) time.Duration {
+	if every < 0 || !srv.Markers() {
+		return 0
 	}
-	var version int
-	if err := src.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
-		return 0, fmt.Errorf("read source version: %w", err)
-	}
-	if version < 140000 {
-		return 0, nil
-	}
-	return cmp.Or(every, 10*time.Second), nil
+	return cmp.Or(every, 10*time.Second)
 }
 
 // lag is how far the run is behind at now: since the source commit of the

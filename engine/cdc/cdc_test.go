@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgmirror/pgmirror/db/localpg"
 	"github.com/pgmirror/pgmirror/db/pgtest"
 	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
@@ -101,8 +102,15 @@ type testBundle struct {
 // slot for mappings.
 func setup(t testing.TB, srcDDL, dstDDL string, mappings ...change.Mapping) *testBundle {
 	t.Helper()
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	return setupOn(t, pgtest.SourceCluster(t), pgtest.DestCluster(t), srcDDL, dstDDL, mappings...)
+}
+
+// setupOn is setup with the source and destination databases on the given
+// clusters.
+func setupOn(t testing.TB, srcCluster, dstCluster *localpg.Cluster, srcDDL, dstDDL string, mappings ...change.Mapping) *testBundle {
+	t.Helper()
+	src := pgtest.NewDatabase(t, srcCluster)
+	dst := pgtest.NewDatabase(t, dstCluster)
 	pgtest.Exec(t, src, srcDDL)
 	pgtest.Exec(t, dst, dstDDL)
 	n := nameSeq.Add(1)

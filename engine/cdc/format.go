@@ -4,17 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 )
-
-// minBinaryServer is the first PostgreSQL version (server_version_num)
-// whose pgoutput accepts binary 'true'.
-const minBinaryServer = 140000
 
 // binaryTypes decides whether the run can ask pgoutput for binary values
 // and carry them untouched into binary COPY on the destination: the source
@@ -31,12 +27,8 @@ const minBinaryServer = 140000
 // has, do not force text: the source may have changed ahead of the stream,
 // and the applier settles each such column's format when it applies the
 // change (trackedBinaryTypes).
-func binaryTypes(ctx context.Context, src, dst *pgx.Conn, tables []change.Mapping, tracked bool) (map[change.TableName]map[string]uint32, error) {
-	var version string
-	if err := src.QueryRow(ctx, "SHOW server_version_num").Scan(&version); err != nil {
-		return nil, fmt.Errorf("read source server version: %w", err)
-	}
-	if n, err := strconv.Atoi(version); err != nil || n < minBinaryServer {
+func binaryTypes(ctx context.Context, srv pgversion.Server, src, dst *pgx.Conn, tables []change.Mapping, tracked bool) (map[change.TableName]map[string]uint32, error) {
+	if !srv.BinaryOutput() {
 		return nil, nil
 	}
 	out := make(map[change.TableName]map[string]uint32, len(tables))

@@ -19,7 +19,28 @@ import (
 func TestStopAtMarker(t *testing.T) {
 	t.Parallel()
 	ddl := `CREATE TABLE public.t (id int PRIMARY KEY, v int)`
-	b := setup(t, ddl, ddl, same("public", "t"))
+	stopAtMarker(t, setup(t, ddl, ddl, same("public", "t")), true)
+}
+
+// TestStopAtMarkerVersions is TestStopAtMarker on sources of other
+// majors: PostgreSQL 12 and 13, whose pgoutput has no messages option and
+// passes the marker on as the empty transaction that carries it, and 18,
+// which sends it as a message. Nothing is written after the marker: the
+// run must stop on the marker itself.
+func TestStopAtMarkerVersions(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY, v int)`
+	for _, major := range []int{12, 13, 18} {
+		t.Run(fmt.Sprintf("pg%d", major), func(t *testing.T) {
+			t.Parallel()
+			stopAtMarker(t, setupOn(t, pgtest.MajorCluster(t, major), pgtest.DestCluster(t), ddl, ddl, same("public", "t")), false)
+		})
+	}
+}
+
+// stopAtMarker runs the test on b; with writesAfter, transactions are
+// written after the marker too.
+func stopAtMarker(t *testing.T, b *testBundle, writesAfter bool) {
 	ctx := context.Background()
 	for i := range 20 {
 		pgtest.Exec(t, b.src, fmt.Sprintf(`INSERT INTO t SELECT g, 0 FROM generate_series(%d, %d) g`, i*10+1, i*10+10))
@@ -30,8 +51,10 @@ func TestStopAtMarker(t *testing.T) {
 	defer src.Close(ctx)
 	marker, err := cdc.EmitMarker(ctx, src, "test")
 	require.NoError(t, err)
-	// Written after the marker: not part of the stopped run.
-	pgtest.Exec(t, b.src, `INSERT INTO t SELECT g, 2 FROM generate_series(1001, 1050) g; DELETE FROM t WHERE id = 1`)
+	if writesAfter {
+		// Written after the marker: not part of the stopped run.
+		pgtest.Exec(t, b.src, `INSERT INTO t SELECT g, 2 FROM generate_series(1001, 1050) g; DELETE FROM t WHERE id = 1`)
+	}
 
 	cfg := b.cfg
 	cfg.StopAt = marker
@@ -65,6 +88,9 @@ func TestStopAtMarker(t *testing.T) {
 	}
 	require.True(t, confirmed, "the slot is confirmed at the last applied transaction (%s), before the marker (%s): it is at %s", last, marker, at)
 
+	if !writesAfter {
+		return
+	}
 	// The next run carries on after the stop.
 	r := b.start(t)
 	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
 // NotCarried lists what the source has around the mirrored tables that
@@ -177,18 +178,40 @@ func onDest(ctx context.Context, dst *pgx.Conn, mappings []change.Mapping, sql s
 	return out, rows.Err()
 }
 
-// triggersSQL lists user triggers (not pgmirror's read-only ones).
+// triggersSQL lists user triggers (not pgmirror's read-only ones, nor the
+// copies of a partitioned table's trigger on its partitions: tgparentid
+// from PostgreSQL 13; 12 marks those copies internal).
 const triggersSQL = `SELECT n.nspname, c.relname, t.tgname::text, ''
 FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE NOT t.tgisinternal AND t.tgparentid = 0 AND t.tgname NOT IN ('pgmirror_read_only', 'pgmirror_read_only_truncate') AND` + inTables + `
+WHERE NOT t.tgisinternal AND %s AND t.tgname NOT IN ('pgmirror_read_only', 'pgmirror_read_only_truncate') AND` + inTables + `
 ORDER BY 1, 2, 3`
 
+// triggersSQLFor returns triggersSQL for the server of c.
+func triggersSQLFor(ctx context.Context, c *pgx.Conn) (string, error) {
+	srv, err := pgversion.Read(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	if srv.TriggerParent() {
+		return fmt.Sprintf(triggersSQL, "t.tgparentid = 0"), nil
+	}
+	return fmt.Sprintf(triggersSQL, "true"), nil
+}
+
 func sourceTriggers(ctx context.Context, c *pgx.Conn, m []change.Mapping) ([]string, error) {
-	return onSource(ctx, c, m, triggersSQL)
+	sql, err := triggersSQLFor(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("list what the source has: %w", err)
+	}
+	return onSource(ctx, c, m, sql)
 }
 
 func destTriggers(ctx context.Context, c *pgx.Conn, m []change.Mapping) ([]string, error) {
-	return onDest(ctx, c, m, triggersSQL)
+	sql, err := triggersSQLFor(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("list what the destination has: %w", err)
+	}
+	return onDest(ctx, c, m, sql)
 }
 
 // policiesSQL lists policies, and row level security switched on.

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/ownership"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
 // Conn is what the functions of this package need of a connection.
@@ -48,8 +49,9 @@ func CheckPermitted(ctx context.Context, conn Conn) error {
 	if err != nil {
 		return fmt.Errorf("check the source's version and privileges: %w", err)
 	}
-	if version < 140000 {
-		return fmt.Errorf("%w: it needs PostgreSQL 14 or later on the source (server_version_num is %d)", ErrNotPermitted, version)
+	if srv := pgversion.Of(version); !srv.SchemaMessages() {
+		return fmt.Errorf("%w: the source runs %s, and captured schema changes travel in logical decoding messages, which pgoutput sends from PostgreSQL 14 on; "+
+			"leave capture_ddl off on this source (added columns still replicate from the stream) or upgrade it", ErrNotPermitted, srv)
 	}
 	if !super {
 		return fmt.Errorf("%w: it installs an event trigger on the source database, which only a superuser may create, and the peer user %q is not one; "+

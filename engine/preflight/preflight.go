@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
 // Queryer runs queries on the source database; *pgx.Conn, *pgxpool.Pool and
@@ -37,6 +38,7 @@ type NamedCheck struct {
 
 // All are the checks Check performs, in order.
 var All = []NamedCheck{
+	{Name: "server_version", Run: ServerVersion},
 	{Name: "wal_level", Run: WalLevel},
 	{Name: "tables_exist", Run: TablesExist},
 	{Name: "replica_identity", Run: ReplicaIdentity},
@@ -57,6 +59,19 @@ func CheckAs(ctx context.Context, conn Queryer, tables []change.TableName, role 
 		if err := c.Run(ctx, conn, tables, role); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ServerVersion checks that the database (of the given role) runs a
+// PostgreSQL version pgmirror supports (pgversion.MinSupported or later).
+func ServerVersion(ctx context.Context, conn Queryer, _ []change.TableName, role string) error {
+	var num int
+	if err := queryRow(ctx, conn, `SELECT pg_catalog.current_setting('server_version_num')::int`, nil, &num); err != nil {
+		return fmt.Errorf("read the server version: %w", err)
+	}
+	if err := pgversion.Of(num).Check(role + " database"); err != nil {
+		return &Failure{Check: "server_version", Message: strings.TrimPrefix(err.Error(), pgversion.ErrUnsupported.Error()+": ")}
 	}
 	return nil
 }
@@ -186,6 +201,30 @@ func TablesExist(ctx context.Context, conn Queryer, tables []change.TableName, r
 		return &Failure{Check: "tables_exist", Message: fmt.Sprintf(
 			"%s in the %s database is not a table (views and other relations cannot be replicated): map a table instead",
 			strings.Join(notTables, ", "), role)}
+	}
+	return partitionedPublishable(ctx, conn, tables, info, role)
+}
+
+// partitionedPublishable refuses a partitioned table on a server whose
+// publications cannot publish one (PostgreSQL 12).
+func partitionedPublishable(ctx context.Context, conn Queryer, tables []change.TableName, info map[change.TableName]tableInfo, role string) error {
+	var partitioned []string
+	for _, t := range tables {
+		if info[t].relkind == "p" {
+			partitioned = append(partitioned, t.String())
+		}
+	}
+	if len(partitioned) == 0 {
+		return nil
+	}
+	var num int
+	if err := queryRow(ctx, conn, `SELECT pg_catalog.current_setting('server_version_num')::int`, nil, &num); err != nil {
+		return fmt.Errorf("read the server version: %w", err)
+	}
+	if srv := pgversion.Of(num); !srv.PartitionRoot() {
+		return &Failure{Check: "tables_exist", Message: fmt.Sprintf(
+			"%s in the %s database is a partitioned table, and %s cannot publish a partitioned table (PostgreSQL 13 and later can): map its partitions one by one instead",
+			strings.Join(partitioned, ", "), role, srv)}
 	}
 	return nil
 }

@@ -120,3 +120,23 @@ func TestUserTables(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []change.TableName{tbl("app", "b"), tbl("public", "a"), tbl("public", "parted")}, got)
 }
+
+// TestPartitionedOnPostgreSQL12: a PostgreSQL 12 source cannot publish a
+// partitioned table; the check says to map its partitions, which pass.
+func TestPartitionedOnPostgreSQL12(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, pgtest.MajorCluster(t, 12))
+	pgtest.Exec(t, url, `
+		CREATE TABLE p (id int, k int, PRIMARY KEY (id, k)) PARTITION BY LIST (k);
+		CREATE TABLE p1 PARTITION OF p FOR VALUES IN (1);
+		CREATE TABLE plain (id int PRIMARY KEY)`)
+	conn := connect(t, url)
+	err := preflight.Check(context.Background(), conn, []change.TableName{tbl("public", "plain"), tbl("public", "p")})
+	var f *preflight.Failure
+	require.ErrorAs(t, err, &f)
+	require.Equal(t, "tables_exist", f.Check)
+	require.Contains(t, f.Message, "public.p in the source database is a partitioned table")
+	require.Contains(t, f.Message, "PostgreSQL 12.")
+	require.Contains(t, f.Message, "map its partitions one by one")
+	require.NoError(t, preflight.Check(context.Background(), conn, []change.TableName{tbl("public", "plain"), tbl("public", "p1")}))
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
 // createdComment starts the COMMENT that EnsureTables puts on every table it
@@ -18,11 +19,16 @@ import (
 const createdComment = "Created by pgmirror"
 
 // addColumnDef returns the definition of source column c in ADD COLUMN (by
-// sync-schema, see addColumn): nullable and without a default, and a stored
-// generated column with its expression.
-func addColumnDef(c Column) string {
+// sync-schema, see addColumn): nullable and without a default, and a
+// generated column with its expression: VIRTUAL when it is virtual on the
+// source and the destination has virtual columns (virtual, PostgreSQL 18),
+// else STORED, so that it reads the same on both sides.
+func addColumnDef(c Column, virtual bool) string {
 	def := change.QuoteIdent(c.Name) + " " + c.Type
-	if c.Generated {
+	switch {
+	case c.Generated && c.Virtual && virtual:
+		def += " GENERATED ALWAYS AS (" + c.GenerationExpr + ") VIRTUAL"
+	case c.Generated:
 		def += " GENERATED ALWAYS AS (" + c.GenerationExpr + ") STORED"
 	}
 	return def
@@ -37,6 +43,8 @@ type tableColumn struct {
 	// expressions keeps the source's default and generation expressions;
 	// without it (the fallback) they are left out.
 	expressions bool
+	// virtual: the destination has virtual generated columns.
+	virtual bool
 }
 
 // String returns the column's definition in CREATE TABLE.
@@ -45,7 +53,7 @@ func (tc tableColumn) String() string {
 	def := change.QuoteIdent(c.Name) + " " + c.Type
 	switch {
 	case c.Generated && tc.expressions:
-		return addColumnDef(c)
+		return addColumnDef(c, tc.virtual)
 	case c.Generated:
 		return def // the fallback: a plain column, see createTable
 	case c.Identity:
@@ -117,6 +125,10 @@ func createTable(ctx context.Context, tx pgx.Tx, s source, log *ddlLog) error {
 	if err := ensureSchema(ctx, tx, dest.Schema, log); err != nil {
 		return err
 	}
+	srv, err := pgversion.Read(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("create table %s: %w", dest, err)
+	}
 	var cols []tableColumn
 	var owned []tableColumn // serial columns whose sequence this call creates
 	hasExpressions := false
@@ -124,7 +136,7 @@ func createTable(ctx context.Context, tx pgx.Tx, s source, log *ddlLog) error {
 		if s.m.Excluded(c.Name) {
 			continue
 		}
-		tc := tableColumn{c: c, expressions: true}
+		tc := tableColumn{c: c, expressions: true, virtual: srv.VirtualGenerated()}
 		if c.Sequence != nil {
 			tc.seq = change.TableName{Schema: dest.Schema, Name: c.Sequence.Name}
 			exists, err := relationExists(ctx, tx, tc.seq)
@@ -165,7 +177,7 @@ func createTable(ctx context.Context, tx pgx.Tx, s source, log *ddlLog) error {
 	case s.table.ReplicaIdentity == ReplicaIdentityIndex && len(s.table.IdentityColumns) > 0:
 		key = "UNIQUE (" + quoteIdents(s.table.IdentityColumns) + ")"
 	}
-	err := tryExec(ctx, tx, log, createTableSQL(dest, cols, key))
+	err = tryExec(ctx, tx, log, createTableSQL(dest, cols, key))
 	var pgErr *pgconn.PgError
 	if err != nil && hasExpressions && errors.As(err, &pgErr) {
 		for i := range cols {

@@ -94,10 +94,14 @@ type Column struct {
 	// Sequence is the sequence the column owns: an identity column's, or
 	// a serial column's (OWNED BY the column); nil without one.
 	Sequence *Sequence
-	// Generated reports a stored generated column; GenerationExpr is its
-	// expression (pg_get_expr, names qualified outside pg_catalog).
+	// Generated reports a generated column, stored or virtual; its values
+	// are never copied nor replicated. GenerationExpr is its expression
+	// (pg_get_expr, names qualified outside pg_catalog).
 	Generated      bool
 	GenerationExpr string
+	// Virtual reports a virtual generated column (PostgreSQL 18: computed
+	// when read, the default of GENERATED ALWAYS AS without STORED).
+	Virtual bool
 	// Missing is the value rows older than the column have, as text: set
 	// when the column was added with a default that is not volatile
 	// (PostgreSQL keeps it in attmissingval instead of rewriting the
@@ -204,13 +208,13 @@ WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'f')`
 
 const describeColumnsSQL = `
 SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid, tn.nspname, t.typname,
-       a.attnotnull, a.atthasdef OR a.attidentity <> '', a.attidentity <> '', a.attgenerated = 's',
-       COALESCE(CASE WHEN a.attgenerated = 's' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END, ''),
+       a.attnotnull, a.atthasdef OR a.attidentity <> '', a.attidentity <> '', a.attgenerated <> '',
+       COALESCE(CASE WHEN a.attgenerated <> '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END, ''),
        COALESCE(CASE WHEN a.attgenerated = '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END, ''),
        a.attidentity = 'a', seq.nspname, seq.relname, seq.typ, seq.seqstart, seq.seqincrement,
        seq.seqmin, seq.seqmax, seq.seqcache, seq.seqcycle,
        CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END,
-       a.attnum, a.atttypmod
+       a.attnum, a.atttypmod, a.attgenerated = 'v'
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace
@@ -267,7 +271,7 @@ func describe(ctx context.Context, tx pgx.Tx, t change.TableName) (Table, error)
 		var attnum int16
 		if err := rows.Scan(&c.Name, &c.Type, &c.TypeOID, &c.TypeSchema, &c.TypeName, &c.NotNull,
 			&c.HasDefault, &c.Identity, &c.Generated, &c.GenerationExpr, &c.Default, &c.IdentityAlways,
-			&seqSchema, &seqName, &seqType, &start, &inc, &minv, &maxv, &cache, &cycle, &c.Missing, &attnum, &c.TypeMod); err != nil {
+			&seqSchema, &seqName, &seqType, &start, &inc, &minv, &maxv, &cache, &cycle, &c.Missing, &attnum, &c.TypeMod, &c.Virtual); err != nil {
 			rows.Close()
 			return Table{}, fmt.Errorf("read columns of %s: %w", t, err)
 		}

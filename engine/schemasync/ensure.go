@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
 // lockKey serialises schemasync's DDL on one destination database, so that
@@ -354,7 +355,11 @@ func checkExisting(s source, dt Table) error {
 // sequence); an expression the destination rejects is left out with a
 // warning.
 func addColumn(ctx context.Context, tx pgx.Tx, name string, c Column, log *ddlLog, copying bool) (warnings []string, err error) {
-	def := addColumnDef(c)
+	srv, err := pgversion.Read(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("add column %s to %s: %w", change.QuoteIdent(c.Name), name, err)
+	}
+	def := addColumnDef(c, srv.VirtualGenerated())
 	if c.Missing != nil && !c.Generated {
 		def += " DEFAULT " + quoteLiteral(*c.Missing) + "::" + c.Type
 	}

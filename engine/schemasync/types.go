@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
 // firstNormalOID is FirstNormalObjectId: OIDs below it belong to objects
@@ -87,22 +88,38 @@ func (t *pgType) kindName() string {
 // arrays, domains, composites and ranges.
 type typeGraph struct {
 	types map[uint32]*pgType
+	srv   pgversion.Server // of the database the types are read from; read on first use
 }
 
 func newTypeGraph() *typeGraph { return &typeGraph{types: map[uint32]*pgType{}} }
 
+// typeSQL reads a type; its two version-dependent expressions come from
+// typeSQLFor.
 const typeSQL = `
 SELECT t.oid, n.nspname, t.typname, t.typtype, pg_catalog.format_type(t.oid, NULL),
-       CASE WHEN t.typsubscript = 'pg_catalog.array_subscript_handler'::pg_catalog.regproc THEN t.typelem ELSE 0 END,
+       %s,
        t.typbasetype, CASE WHEN t.typbasetype <> 0 THEN pg_catalog.format_type(t.typbasetype, t.typtypmod) ELSE '' END,
        t.typrelid, COALESCE(r.rngsubtype, 0), COALESCE(pg_catalog.format_type(r.rngsubtype, NULL), ''),
-       COALESCE(mr.rngtypid, 0), t.typsend <> 0 AND t.typreceive <> 0, t.typnotnull,
+       %s, t.typsend <> 0 AND t.typreceive <> 0, t.typnotnull,
        COALESCE(pg_catalog.pg_get_expr(t.typdefaultbin, 0), '')
 FROM pg_catalog.pg_type t
 JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
 LEFT JOIN pg_catalog.pg_range r ON r.rngtypid = t.oid
-LEFT JOIN pg_catalog.pg_range mr ON mr.rngmultitypid = t.oid
 WHERE t.oid = $1`
+
+// typeSQLFor returns typeSQL for a server: from PostgreSQL 14 an array is
+// a type whose subscript handler is array_subscript_handler and a
+// multirange names its range in pg_range.rngmultitypid; before, an array is
+// a variable-length type with an element type (fixed-length types such as
+// point have one too, and are no arrays) and there are no multiranges.
+func typeSQLFor(srv pgversion.Server) string {
+	if srv.Multiranges() {
+		return fmt.Sprintf(typeSQL,
+			`CASE WHEN t.typsubscript = 'pg_catalog.array_subscript_handler'::pg_catalog.regproc THEN t.typelem ELSE 0 END`,
+			`COALESCE((SELECT mr.rngtypid FROM pg_catalog.pg_range mr WHERE mr.rngmultitypid = t.oid), 0)`)
+	}
+	return fmt.Sprintf(typeSQL, `CASE WHEN t.typelem <> 0 AND t.typlen = -1 THEN t.typelem ELSE 0 END`, `0::oid`)
+}
 
 // load reads type oid and every type it depends on. The caller's transaction
 // must have only pg_catalog on its search path.
@@ -110,8 +127,15 @@ func (g *typeGraph) load(ctx context.Context, q queryer, oid uint32) error {
 	if oid == 0 || g.types[oid] != nil {
 		return nil
 	}
+	if g.srv.Num == 0 {
+		srv, err := pgversion.Read(ctx, q)
+		if err != nil {
+			return err
+		}
+		g.srv = srv
+	}
 	t := &pgType{}
-	err := q.QueryRow(ctx, typeSQL, oid).Scan(&t.OID, &t.Schema, &t.Name, &t.Kind, &t.Expr, &t.Elem,
+	err := q.QueryRow(ctx, typeSQLFor(g.srv), oid).Scan(&t.OID, &t.Schema, &t.Name, &t.Kind, &t.Expr, &t.Elem,
 		&t.Base, &t.BaseExpr, &t.RelID, &t.RangeSubtype, &t.RangeExpr, &t.MultiRange, &t.BinaryIO,
 		&t.NotNull, &t.Default)
 	if err != nil {

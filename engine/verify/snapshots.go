@@ -13,6 +13,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/positions"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
@@ -35,8 +36,10 @@ type HoldControl interface {
 	Release(ctx context.Context) error
 }
 
-// ErrHoldUnsupported: holding at a source position needs pgoutput messages.
-var ErrHoldUnsupported = errors.New("verification needs PostgreSQL 14 or later on the source (pgoutput messages)")
+// ErrHoldUnsupported: holding at a source position needs a source whose
+// stream passes the marker on (pgversion.Server.Markers), or a supported
+// source at all.
+var ErrHoldUnsupported = errors.New("verification needs PostgreSQL 12 or later on the source")
 
 // Snapshots are a source and a destination snapshot at one source position.
 // They stay importable until Close.
@@ -135,7 +138,7 @@ func OpenSnapshots(ctx context.Context, cfg SnapshotConfig, hc HoldControl) (_ *
 	if err := src.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version_num'::pg_catalog.text)::pg_catalog.int4, pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text`).Scan(&version, &floorText); err != nil {
 		return nil, fmt.Errorf("read the source's WAL position: %w", err)
 	}
-	if version < 140000 {
+	if srv := pgversion.Of(version); !srv.Supported() || !srv.Markers() {
 		return nil, ErrHoldUnsupported
 	}
 	floor, err := change.ParseLSN(floorText)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
@@ -401,7 +402,7 @@ func compareSides(ctx context.Context, p *pair) (sides, error) {
 	for i, tx := range []pgx.Tx{p.src, p.dst} {
 		err := tx.QueryRow(ctx, `SELECT pg_catalog.concat(datcollate, '/', datctype), pg_catalog.pg_encoding_to_char(encoding), pg_catalog.current_setting('server_version_num'::pg_catalog.text)::pg_catalog.int4
 			FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database()`).Scan(&probes[i].collation, &probes[i].encoding, &probes[i].version)
-		if err == nil && probes[i].version >= 110000 {
+		if err == nil && pgversion.Of(probes[i].version).HashTextExtended() {
 			err = tx.QueryRow(ctx, hashProbe).Scan(&probes[i].hash)
 		}
 		if err != nil {
