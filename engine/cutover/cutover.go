@@ -65,6 +65,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/ownership"
+	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
 // triggerRows and triggerTruncate name the triggers MakeReadOnly creates.
@@ -98,7 +99,7 @@ const (
 // When a table stays busy it makes the tables it had made read-only
 // writable again (those that were read-only before stay so) and returns an
 // error wrapping ErrLockBusy; ErrLeftReadOnly when that failed. It needs
-// PostgreSQL 14 or later (CREATE OR REPLACE TRIGGER).
+// PostgreSQL 12 or later (before 14, a read-only trigger already there is kept).
 func MakeReadOnly(ctx context.Context, conn *pgx.Conn, tables []change.TableName, note string, bound time.Duration) error {
 	if len(tables) == 0 {
 		return nil
@@ -235,11 +236,34 @@ func lockReadOnly(ctx context.Context, conn *pgx.Conn, t change.TableName, note 
 		}
 		return fmt.Errorf("lock source table %s against writes (the peer user needs UPDATE on it): %w", t, err)
 	}
-	stmts := []string{
-		`CREATE OR REPLACE TRIGGER ` + triggerRows + ` BEFORE INSERT OR UPDATE OR DELETE ON ` + t.Quoted() +
-			` FOR EACH ROW EXECUTE FUNCTION _pgmirror.refuse_writes(` + quoteLiteral(note) + `)`,
-		`CREATE OR REPLACE TRIGGER ` + triggerTruncate + ` BEFORE TRUNCATE ON ` + t.Quoted() +
-			` FOR EACH STATEMENT EXECUTE FUNCTION _pgmirror.refuse_writes(` + quoteLiteral(note) + `)`,
+	srv, err := pgversion.Read(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("make source table %s read-only: %w", t, err)
+	}
+	// Before PostgreSQL 14 (no CREATE OR REPLACE TRIGGER) a trigger that
+	// is there already is kept: DROP TRIGGER would need an ACCESS
+	// EXCLUSIVE lock.
+	create := "CREATE OR REPLACE TRIGGER "
+	var have []string
+	if !srv.ReplaceTrigger() {
+		create = "CREATE TRIGGER "
+		rows, err := tx.Query(ctx, `SELECT tgname::pg_catalog.text FROM pg_catalog.pg_trigger
+			WHERE tgrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass AND tgname OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.name[])`, t.Quoted(), []string{triggerRows, triggerTruncate})
+		if err == nil {
+			have, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			return fmt.Errorf("make source table %s read-only: %w", t, err)
+		}
+	}
+	var stmts []string
+	if !slices.Contains(have, triggerRows) {
+		stmts = append(stmts, create+triggerRows+` BEFORE INSERT OR UPDATE OR DELETE ON `+t.Quoted()+
+			` FOR EACH ROW EXECUTE FUNCTION _pgmirror.refuse_writes(`+quoteLiteral(note)+`)`)
+	}
+	if !slices.Contains(have, triggerTruncate) {
+		stmts = append(stmts, create+triggerTruncate+` BEFORE TRUNCATE ON `+t.Quoted()+
+			` FOR EACH STATEMENT EXECUTE FUNCTION _pgmirror.refuse_writes(`+quoteLiteral(note)+`)`)
 	}
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {

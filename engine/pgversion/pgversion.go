@@ -143,3 +143,6 @@ func (s Server) PartitionRoot() bool { return s.Num >= 130000 }
 // TriggerParent: pg_trigger.tgparentid exists (13); PostgreSQL 12 marks a
 // partitioned table's trigger copies on its partitions internal instead.
 func (s Server) TriggerParent() bool { return s.Num >= 130000 }
+
+// ReplaceTrigger reports CREATE OR REPLACE TRIGGER (14+).
+func (s Server) ReplaceTrigger() bool { return s.Num >= 140000 }
