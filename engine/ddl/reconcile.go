@@ -263,6 +263,9 @@ func (p *planner) indexes(src []Index) {
 	}
 	renamed := map[string]bool{}
 	for _, ix := range src {
+		if ix.NotCarried != "" {
+			continue // Screen said why; the destination keeps what it has
+		}
 		rest, ok := strings.CutPrefix(ix.Def, ix.Prefix)
 		if !ok {
 			p.warn("index %s of %s is not created on %s: its definition %q has an unexpected form", change.QuoteIdent(ix.Name), p.m.Source, p.m.Destination, ix.Def)
@@ -320,6 +323,9 @@ func (p *planner) constraints(src []Constraint) {
 	renamed := map[string]bool{}
 	table := p.m.Destination.Quoted()
 	for _, c := range src {
+		if c.NotCarried != "" {
+			continue // Screen said why; the destination keeps what it has
+		}
 		have, ok := p.conByName[c.Name]
 		if !ok {
 			for name, d := range p.conByName {
@@ -360,7 +366,7 @@ func (p *planner) columns(src []Column) {
 		case !c.NotNull && have.notNull && !have.pk:
 			p.add("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", table, col)
 		}
-		if usesSequence(c.Default) || usesSequence(have.def) {
+		if usesSequence(c.Default) || usesSequence(have.def) || c.NotCarried != "" {
 			continue
 		}
 		switch {

@@ -103,6 +103,15 @@ type Column struct {
 	// (PostgreSQL keeps it in attmissingval instead of rewriting the
 	// table), nil otherwise.
 	Missing *string
+	// ExprTree is the node tree text of the default or generation
+	// expression (pg_attrdef.adbin), "" without one.
+	ExprTree string
+	// NotCarried says why the default or generation expression is not
+	// created on the destination (it calls a function that may not run
+	// with the destination role's privileges, see engine/exprcheck); ""
+	// when it is. Only source tables read for the destination have it
+	// set.
+	NotCarried string
 	// BinarySafe reports that the type's binary COPY form carries no
 	// database-specific OIDs (arrays of user-defined types and composite
 	// values do) and that the type has binary I/O functions.
@@ -210,7 +219,7 @@ SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid, t
        a.attidentity = 'a', seq.nspname, seq.relname, seq.typ, seq.seqstart, seq.seqincrement,
        seq.seqmin, seq.seqmax, seq.seqcache, seq.seqcycle,
        CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END,
-       a.attnum, a.atttypmod
+       a.attnum, a.atttypmod, COALESCE(d.adbin::text, '')
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace
@@ -267,7 +276,7 @@ func describe(ctx context.Context, tx pgx.Tx, t change.TableName) (Table, error)
 		var attnum int16
 		if err := rows.Scan(&c.Name, &c.Type, &c.TypeOID, &c.TypeSchema, &c.TypeName, &c.NotNull,
 			&c.HasDefault, &c.Identity, &c.Generated, &c.GenerationExpr, &c.Default, &c.IdentityAlways,
-			&seqSchema, &seqName, &seqType, &start, &inc, &minv, &maxv, &cache, &cycle, &c.Missing, &attnum, &c.TypeMod); err != nil {
+			&seqSchema, &seqName, &seqType, &start, &inc, &minv, &maxv, &cache, &cycle, &c.Missing, &attnum, &c.TypeMod, &c.ExprTree); err != nil {
 			rows.Close()
 			return Table{}, fmt.Errorf("read columns of %s: %w", t, err)
 		}

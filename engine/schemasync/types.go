@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/exprcheck"
 )
 
 // firstNormalOID is FirstNormalObjectId: OIDs below it belong to objects
@@ -38,6 +39,10 @@ type pgType struct {
 	BinaryIO     bool   // has typsend and typreceive
 	NotNull      bool   // domain NOT NULL
 	Default      string // domain default expression
+	DefaultTree  string // its node tree (typdefaultbin)
+	// DefaultNotCarried says why the domain's default is left out on the
+	// destination (checkDomains).
+	DefaultNotCarried string
 
 	Labels      []string // enum labels in sort order
 	Attrs       []typeAttr
@@ -53,6 +58,10 @@ type typeAttr struct {
 type domainConstraint struct {
 	Name string
 	Def  string
+	Tree string // conbin
+	// NotCarried says why the constraint is left out on the destination
+	// (checkDomains).
+	NotCarried string
 }
 
 func (t *pgType) userDefined() bool {
@@ -97,7 +106,7 @@ SELECT t.oid, n.nspname, t.typname, t.typtype, pg_catalog.format_type(t.oid, NUL
        t.typbasetype, CASE WHEN t.typbasetype <> 0 THEN pg_catalog.format_type(t.typbasetype, t.typtypmod) ELSE '' END,
        t.typrelid, COALESCE(r.rngsubtype, 0), COALESCE(pg_catalog.format_type(r.rngsubtype, NULL), ''),
        COALESCE(mr.rngtypid, 0), t.typsend <> 0 AND t.typreceive <> 0, t.typnotnull,
-       COALESCE(pg_catalog.pg_get_expr(t.typdefaultbin, 0), '')
+       COALESCE(pg_catalog.pg_get_expr(t.typdefaultbin, 0), ''), COALESCE(t.typdefaultbin::text, '')
 FROM pg_catalog.pg_type t
 JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
 LEFT JOIN pg_catalog.pg_range r ON r.rngtypid = t.oid
@@ -113,7 +122,7 @@ func (g *typeGraph) load(ctx context.Context, q queryer, oid uint32) error {
 	t := &pgType{}
 	err := q.QueryRow(ctx, typeSQL, oid).Scan(&t.OID, &t.Schema, &t.Name, &t.Kind, &t.Expr, &t.Elem,
 		&t.Base, &t.BaseExpr, &t.RelID, &t.RangeSubtype, &t.RangeExpr, &t.MultiRange, &t.BinaryIO,
-		&t.NotNull, &t.Default)
+		&t.NotNull, &t.Default, &t.DefaultTree)
 	if err != nil {
 		return fmt.Errorf("read type %d: %w", oid, err)
 	}
@@ -161,7 +170,7 @@ ORDER BY attnum`, t.RelID)
 		}
 	case 'd':
 		rows, err := q.Query(ctx, `
-SELECT conname::text, pg_catalog.pg_get_constraintdef(oid)
+SELECT conname::text, pg_catalog.pg_get_constraintdef(oid), COALESCE(conbin::text, ''), ''
 FROM pg_catalog.pg_constraint
 WHERE contypid = $1 AND contype = 'c'
 ORDER BY conname`, t.OID)
@@ -255,14 +264,16 @@ func createTypeSQL(t *pgType) (string, error) {
 		b.WriteString(")")
 	case 'd':
 		fmt.Fprintf(&b, "CREATE DOMAIN %s AS %s", t.qualified(), t.BaseExpr)
-		if t.Default != "" {
+		if t.Default != "" && t.DefaultNotCarried == "" {
 			fmt.Fprintf(&b, " DEFAULT %s", t.Default)
 		}
 		if t.NotNull {
 			b.WriteString(" NOT NULL")
 		}
 		for _, c := range t.Constraints {
-			fmt.Fprintf(&b, " CONSTRAINT %s %s", change.QuoteIdent(c.Name), c.Def)
+			if c.NotCarried == "" {
+				fmt.Fprintf(&b, " CONSTRAINT %s %s", change.QuoteIdent(c.Name), c.Def)
+			}
 		}
 	case 'r':
 		fmt.Fprintf(&b, "CREATE TYPE %s AS RANGE (SUBTYPE = %s)", t.qualified(), t.RangeExpr)
@@ -294,6 +305,15 @@ WHERE n.nspname = $1 AND t.typname = $2`, t.Schema, t.Name).Scan(&dstOID, &dstKi
 			if err := log.exec(ctx, tx, stmt); err != nil {
 				return err
 			}
+			for _, c := range t.Constraints {
+				if c.NotCarried != "" {
+					log.warn("CHECK constraint %s of domain %s is not carried to the destination: it %s; the domain was created without it",
+						change.QuoteIdent(c.Name), t.Expr, c.NotCarried)
+				}
+			}
+			if t.Default != "" && t.DefaultNotCarried != "" {
+				log.warn("default of domain %s is not carried to the destination: it %s; the domain was created without it", t.Expr, t.DefaultNotCarried)
+			}
 		case err != nil:
 			return fmt.Errorf("look up type %s on the destination: %w", t.Expr, err)
 		case dstKind != t.Kind:
@@ -321,7 +341,7 @@ func EnsureTypesIn(ctx context.Context, src Conn, dst Execer, oids []uint32) ([]
 				return err
 			}
 		}
-		return nil
+		return graph.checkDomains(ctx, exprcheck.New(tx))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("source: %w", err)
