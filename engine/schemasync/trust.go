@@ -3,6 +3,7 @@ package schemasync
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
@@ -70,4 +71,84 @@ func notCarriedColumn(c Column, table change.TableName) string {
 			change.QuoteIdent(c.Name), table, c.NotCarried)
 	}
 	return fmt.Sprintf("default of column %s of %s is not carried to the destination: it %s", change.QuoteIdent(c.Name), table, c.NotCarried)
+}
+
+// ExpressionsNotCarried lists, for the cut-over's report, the expressions
+// of the mapped source tables that pgmirror leaves out because they may
+// not run with the destination role's privileges (column defaults,
+// generated columns, check, unique and exclusion constraints, indexes, and
+// CHECK constraints and defaults of the domains their columns use) and
+// that the destination lacks: each as "what on table (reason)".
+func ExpressionsNotCarried(ctx context.Context, src, dst Conn, mappings []change.Mapping) ([]string, error) {
+	var out []string
+	for _, m := range mappings {
+		sources, graph, err := readSources(ctx, src, []change.Mapping{m}, false)
+		if err != nil {
+			return nil, err
+		}
+		_, constraints, indexes, err := readDeferred(ctx, src, m)
+		if err != nil {
+			return nil, err
+		}
+		dt, err := Describe(ctx, dst, m.Destination)
+		if err != nil {
+			return nil, fmt.Errorf("destination: %w", err)
+		}
+		for _, c := range sources[0].table.Columns {
+			if c.NotCarried == "" || m.Excluded(c.Name) {
+				continue
+			}
+			dc, ok := dt.Column(c.Name)
+			switch {
+			case c.Generated && (!ok || !dc.Generated):
+				out = append(out, fmt.Sprintf("generated column %s on %s (%s)", change.QuoteIdent(c.Name), m.Destination, c.NotCarried))
+			case !c.Generated && c.Default != "" && (!ok || dc.Default == ""):
+				out = append(out, fmt.Sprintf("default of column %s on %s (%s)", change.QuoteIdent(c.Name), m.Destination, c.NotCarried))
+			}
+		}
+		for _, o := range constraints {
+			if o.notCarried == "" {
+				continue
+			}
+			var has bool
+			if err := dst.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = $1 AND conname = $2)`, dt.OID, o.name).Scan(&has); err != nil {
+				return nil, fmt.Errorf("destination: look up constraint %s of %s: %w", change.QuoteIdent(o.name), m.Destination, err)
+			}
+			if !has {
+				out = append(out, fmt.Sprintf("constraint %s on %s (%s)", change.QuoteIdent(o.name), m.Destination, o.notCarried))
+			}
+		}
+		for _, o := range indexes {
+			if o.notCarried == "" {
+				continue
+			}
+			var has bool
+			if err := dst.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index WHERE indrelid = $1 AND indexrelid::pg_catalog.regclass::text IN ($2, $3))`,
+				dt.OID, o.name, change.TableName{Schema: m.Destination.Schema, Name: o.name}.Quoted()).Scan(&has); err != nil {
+				return nil, fmt.Errorf("destination: look up index %s of %s: %w", change.QuoteIdent(o.name), m.Destination, err)
+			}
+			if !has {
+				out = append(out, fmt.Sprintf("index %s on %s (%s)", change.QuoteIdent(o.name), m.Destination, o.notCarried))
+			}
+		}
+		for _, t := range graph.creationOrder(typeRoots(sources)) {
+			for _, c := range t.Constraints {
+				if c.NotCarried == "" {
+					continue
+				}
+				var has bool
+				if err := dst.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_type t ON t.oid = k.contypid
+JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = $1 AND t.typname = $2 AND k.conname = $3)`, t.Schema, t.Name, c.Name).Scan(&has); err != nil {
+					return nil, fmt.Errorf("destination: look up constraint %s of domain %s: %w", change.QuoteIdent(c.Name), t.Expr, err)
+				}
+				if !has {
+					item := fmt.Sprintf("CHECK constraint %s of domain %s (%s)", change.QuoteIdent(c.Name), t.Expr, c.NotCarried)
+					if !slices.Contains(out, item) {
+						out = append(out, item)
+					}
+				}
+			}
+		}
+	}
+	return out, nil
 }

@@ -112,4 +112,15 @@ INSERT INTO app.t (id, dm) VALUES (1, 1), (2, 2);`, role))
 	require.NotContains(t, ddl, "spy")
 	pgtest.Exec(t, b.dstURL, `INSERT INTO app.t (id, dm) VALUES (4, 4)`)
 	canaryUntouched(t, b, b.dstURL)
+
+	// The cut-over's list names each of them, and nothing that was carried.
+	list, err := ExpressionsNotCarried(b.ctx, b.src, b.dst, []change.Mapping{m})
+	require.NoError(t, err)
+	all = strings.Join(list, "\n")
+	for _, w := range []string{`default of column "d" on app.t (calls app.spy_int(integer)`, `generated column "g" on app.t`,
+		`constraint "xml" on app.t (calls query_to_xml`, `constraint "spied" on app.t`, `index "t_spy" on app.t`, `index "t_partial" on app.t`,
+		`CHECK constraint "spying" of domain app.dom (calls app.spy(integer)`} {
+		require.Contains(t, all, w)
+	}
+	require.Len(t, list, 7, all)
 }
