@@ -147,6 +147,10 @@ type Table struct {
 	// UPDATEs and DELETEs: the primary key for DEFAULT, the index columns for
 	// INDEX, nil for FULL and NOTHING.
 	IdentityColumns []string
+	// ForeignOwner names the table's owner when it is neither the reading
+	// session's role nor a superuser ("" otherwise): writes into such a
+	// table are guarded (exprcheck.GuardWrites).
+	ForeignOwner string
 }
 
 // Column returns the column called name.
@@ -206,7 +210,9 @@ func withCatalogPath(ctx context.Context, conn Conn, fn func(tx pgx.Tx) error) e
 }
 
 const describeTableSQL = `
-SELECT c.oid, c.relkind = 'p', c.relreplident
+SELECT c.oid, c.relkind = 'p', c.relreplident,
+       CASE WHEN c.relowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER)
+         OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = c.relowner) THEN '' ELSE pg_catalog.pg_get_userbyid(c.relowner)::text END
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'f')`
@@ -254,7 +260,7 @@ ORDER BY k.ord`
 func describe(ctx context.Context, tx pgx.Tx, t change.TableName) (Table, error) {
 	table := Table{Name: t}
 	var relreplident byte
-	err := tx.QueryRow(ctx, describeTableSQL, t.Schema, t.Name).Scan(&table.OID, &table.Partitioned, &relreplident)
+	err := tx.QueryRow(ctx, describeTableSQL, t.Schema, t.Name).Scan(&table.OID, &table.Partitioned, &relreplident, &table.ForeignOwner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Table{}, fmt.Errorf("describe table %s: %w", t, ErrTableNotFound)
 	}
