@@ -370,6 +370,9 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 	for _, p := range a.plans {
 		p.stageUsed = false
 	}
+	for _, t := range a.tables {
+		t.guarded = false // guarded again in the next batch's transaction
+	}
 	counts := make(map[change.TableName]change.Counts, len(a.counts))
 	for k, v := range a.counts {
 		counts[k] = *v

@@ -68,9 +68,9 @@ func TableCode(ctx context.Context, q Querier, table uint32, replica, rls bool) 
 		return nil, fmt.Errorf("list the code of table %d: %w", table, err)
 	}
 	type object struct {
-		what string
-		code bool
-		tree string
+		What string
+		Code bool
+		Tree string
 	}
 	objects, err := pgx.CollectRows(rows, pgx.RowToStructByPos[object])
 	if err != nil {
@@ -79,16 +79,16 @@ func TableCode(ctx context.Context, q Querier, table uint32, replica, rls bool) 
 	chk := New(q)
 	var out []string
 	for _, o := range objects {
-		if o.code {
-			out = append(out, o.what)
+		if o.Code {
+			out = append(out, o.What)
 			continue
 		}
-		reason, err := chk.Check(ctx, o.tree)
+		reason, err := chk.Check(ctx, o.Tree)
 		if err != nil {
 			return nil, err
 		}
 		if reason != "" {
-			out = append(out, o.what+" ("+reason+")")
+			out = append(out, o.What+" ("+reason+")")
 		}
 	}
 	return out, nil
@@ -127,7 +127,8 @@ FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER`, table).Scan(&oid, &r
 	if len(code) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: destination table %s is owned by role %q, and writing into it would run code that role controls with pgmirror's privileges: %s; "+
-		"pgmirror does not write into it. Make the destination peer's role the table's owner (ALTER TABLE %s OWNER TO ...), remove or disable that code, or connect the destination peer as role %q",
-		ErrForeignCode, table, owner, strings.Join(code, ", "), table, owner)
+	return fmt.Errorf("%w: destination table %s is owned by role %s, and writing into it would run code that role controls with the privileges of the destination peer's user: %s; "+
+		"pgmirror does not write into it. Drop or disable that code (ALTER TABLE %s DISABLE TRIGGER ... / DISABLE RULE ...), or connect the destination peer as role %s, "+
+		"or, once you have checked that the code and every function it calls cannot be changed by %s, make the peer's user the table's owner (ALTER TABLE %s OWNER TO ...); then retry the mirror",
+		ErrForeignCode, table, owner, strings.Join(code, ", "), table, owner, owner, table)
 }
