@@ -23,7 +23,11 @@
 // source's values) with their sequence options, serial columns' sequences
 // (created in the destination schema and OWNED BY the column) and stored
 // generated columns; expressions the destination rejects are left out with
-// a warning. Its comment marks it as pgmirror's: AddIndexesAndConstraints
+// a warning, and so are expressions (defaults, generated columns, check
+// and exclusion constraints, index expressions and predicates, domain
+// checks and defaults) that call anything but allowed built-in functions
+// (engine/exprcheck): the destination role would evaluate them with its
+// privileges. ExpressionsNotCarried lists those for a cut-over. Its comment marks it as pgmirror's: AddIndexesAndConstraints
 // gives such tables, after their snapshot copy, the source's check
 // constraints and non-unique indexes, and at a cut-over the unique and
 // exclusion constraints and unique indexes (DeferredSet says why they
