@@ -92,8 +92,9 @@ type SourceCatalog interface {
 	FormatType(ctx context.Context, oid uint32, typmod int32) (string, error)
 	// EnsureTypes creates on the destination, in dst's open transaction,
 	// the user-defined source types oids (and their dependencies) that it
-	// lacks, and returns the statements executed.
-	EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) ([]string, error)
+	// lacks, and returns the statements executed and what was left out (a
+	// domain's CHECK calling a user function).
+	EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) (ddl, warnings []string, err error)
 }
 
 // SchemaHooks receive what the applier does with schema changes. Every
@@ -673,9 +674,12 @@ func (a *Applier) ensureTypes(ctx context.Context, m *change.Mapping, rel *chang
 	if len(oids) == 0 || a.cfg.Source == nil {
 		return nil
 	}
-	ddl, err := a.cfg.Source.EnsureTypes(ctx, a.conn, oids)
+	ddl, warnings, err := a.cfg.Source.EnsureTypes(ctx, a.conn, oids)
 	if err != nil {
 		return fmt.Errorf("create the types of new source columns of %s on the destination: %w", rel.Table, err)
+	}
+	for _, w := range warnings {
+		a.schemaDone = append(a.schemaDone, schemaReport{table: rel.Table, notCarried: w})
 	}
 	for _, stmt := range ddl {
 		a.schemaDone = append(a.schemaDone, schemaReport{table: rel.Table, statement: stmt})

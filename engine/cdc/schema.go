@@ -191,10 +191,10 @@ func (s *sourceCatalog) CheckExpressions(ctx context.Context, trees ...string) (
 }
 
 // EnsureTypes implements apply.SourceCatalog.
-func (s *sourceCatalog) EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) ([]string, error) {
+func (s *sourceCatalog) EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) (ddl, warnings []string, err error) {
 	conn, err := s.connect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return schemasync.EnsureTypesIn(ctx, conn, dst, oids)
 }

@@ -42,7 +42,11 @@ const createdComment = "Created by pgmirror"
 func Plan(ctx context.Context, conn Querier, m change.Mapping, msg Message) (stmts, warnings []string, err error) {
 	var oid uint32
 	var comment string
-	err = conn.QueryRow(ctx, `SELECT c.oid, COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), '')
+	// Only the session's role or a superuser may own it: another role
+	// could write the comment on a table of its own.
+	err = conn.QueryRow(ctx, `SELECT c.oid, CASE WHEN c.relowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER)
+    OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = c.relowner)
+  THEN COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), '') ELSE '' END
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, m.Destination.Schema, m.Destination.Name).Scan(&oid, &comment)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -209,11 +209,15 @@ func addNotNull(ctx context.Context, dst Conn, m change.Mapping, srcTable Table,
 }
 
 // createdByPgmirror returns the OID of destination table name and whether
-// EnsureTables created it.
+// EnsureTables created it: its comment says so and its owner is the
+// session's role or a superuser (another role could write that comment on
+// a table of its own, to have pgmirror alter it).
 func createdByPgmirror(ctx context.Context, dst Conn, name change.TableName) (uint32, bool, error) {
 	var oid uint32
 	var comment string
-	err := dst.QueryRow(ctx, `SELECT c.oid, COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), '')
+	err := dst.QueryRow(ctx, `SELECT c.oid, CASE WHEN c.relowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER)
+    OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = c.relowner)
+  THEN COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), '') ELSE '' END
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'r'`, name.Schema, name.Name).Scan(&oid, &comment)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -331,11 +331,13 @@ WHERE n.nspname = $1 AND t.typname = $2`, t.Schema, t.Name).Scan(&dstOID, &dstKi
 // EnsureTypesIn creates in dst, an open transaction of the caller, the
 // user-defined types among the source types oids (and those they depend
 // on) that the destination lacks, and adds the enum labels its copies
-// lack, as the first setup does. It returns the statements executed.
-// The transaction's search_path is pg_catalog meanwhile and restored after.
-func EnsureTypesIn(ctx context.Context, src Conn, dst Execer, oids []uint32) ([]string, error) {
+// lack, as the first setup does. It returns the statements executed and
+// warnings about what was left out (a domain's CHECK or default that calls
+// a user function). The transaction's search_path is pg_catalog meanwhile
+// and restored after.
+func EnsureTypesIn(ctx context.Context, src Conn, dst Execer, oids []uint32) (ddl, warnings []string, err error) {
 	graph := newTypeGraph()
-	err := withCatalogPath(ctx, src, func(tx pgx.Tx) error {
+	err = withCatalogPath(ctx, src, func(tx pgx.Tx) error {
 		for _, oid := range oids {
 			if err := graph.load(ctx, tx, oid); err != nil {
 				return err
@@ -344,27 +346,27 @@ func EnsureTypesIn(ctx context.Context, src Conn, dst Execer, oids []uint32) ([]
 		return graph.checkDomains(ctx, exprcheck.New(tx))
 	})
 	if err != nil {
-		return nil, fmt.Errorf("source: %w", err)
+		return nil, nil, fmt.Errorf("source: %w", err)
 	}
 	order := graph.creationOrder(oids)
 	if len(order) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var searchPath string
 	if err := dst.QueryRow(ctx, `SELECT pg_catalog.current_setting('search_path')`).Scan(&searchPath); err != nil {
-		return nil, fmt.Errorf("destination: read search_path: %w", err)
+		return nil, nil, fmt.Errorf("destination: read search_path: %w", err)
 	}
 	if _, err := dst.Exec(ctx, `SELECT pg_catalog.set_config('search_path', 'pg_catalog', true)`); err != nil {
-		return nil, fmt.Errorf("destination: set search_path: %w", err)
+		return nil, nil, fmt.Errorf("destination: set search_path: %w", err)
 	}
 	log := &ddlLog{}
 	if err := ensureTypes(ctx, dst, order, log); err != nil {
-		return nil, fmt.Errorf("destination: %w", err)
+		return nil, nil, fmt.Errorf("destination: %w", err)
 	}
 	if _, err := dst.Exec(ctx, `SELECT pg_catalog.set_config('search_path', $1, true)`, searchPath); err != nil {
-		return nil, fmt.Errorf("destination: restore search_path: %w", err)
+		return nil, nil, fmt.Errorf("destination: restore search_path: %w", err)
 	}
-	return log.statements, nil
+	return log.statements, log.warnings, nil
 }
 
 // addEnumLabels adds to the destination's enum (dstOID) the source labels it
