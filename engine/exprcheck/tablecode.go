@@ -23,8 +23,8 @@ var ErrForeignCode = errors.New("destination table runs code of another role")
 // policies. Each row is a description, whether the object is code of its
 // own (a trigger or a rule), and the node trees of its expressions.
 const tableCodeSQL = `
-SELECT 'trigger ' || pg_catalog.quote_ident(t.tgname) || ' (' || t.tgfoid::pg_catalog.regprocedure::text || ')', true, ''
-FROM pg_catalog.pg_trigger t
+SELECT 'trigger ' || pg_catalog.quote_ident(t.tgname) || ' (' || pg_catalog.quote_ident(fn.nspname) || '.' || pg_catalog.quote_ident(f.proname) || '())', true, ''
+FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc f ON f.oid = t.tgfoid JOIN pg_catalog.pg_namespace fn ON fn.oid = f.pronamespace
 WHERE t.tgrelid = $1 AND NOT t.tgisinternal
   AND (t.tgenabled = 'A' OR t.tgenabled = CASE WHEN $2 THEN 'R' ELSE 'O' END)
 UNION ALL
