@@ -211,7 +211,7 @@ ALTER TABLE app.t ENABLE ALWAYS RULE spying_rule;`, role))
 	}, 201, nil)
 	s.dumpOnFailure("trg")
 	m := s.waitMirror("trg", "the refusal", 90*time.Second, func(m fullStatus) bool {
-		return m.ErrorCount > 0 && strings.Contains(m.ErrorMessage, "is owned by role")
+		return m.ErrorCount > 0 && strings.Contains(m.ErrorMessage, "would run code that role")
 	})
 	for _, want := range []string{`"app"."t"`, role, `trigger spying (app.spy_trigger())`, "rule spying_rule", "pgmirror does not write into it", "DISABLE TRIGGER"} {
 		if !strings.Contains(m.ErrorMessage, want) {

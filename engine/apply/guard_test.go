@@ -57,7 +57,9 @@ func guardQueries(stmts []string) int {
 // query beyond the writes; a table another role owns without code of its
 // own is written after the guard (which locks it and lists its code); one
 // whose owner has an ENABLE ALWAYS trigger calling its function is refused
-// before anything is written, and the function never runs.
+// before anything is written, as is a table of the session's role with a
+// column of the tenant's domain whose CHECK calls its function; the
+// functions never run.
 func TestWriteGuard(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -75,7 +77,11 @@ CREATE FUNCTION public.spy() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN BEGIN PERFORM pg_catalog.nextval('canary.seq'); EXCEPTION WHEN insufficient_privilege THEN NULL; END; RETURN NEW; END$f$;
 CREATE TRIGGER spying BEFORE INSERT ON public.trapped FOR EACH ROW EXECUTE FUNCTION public.spy();
 ALTER TABLE public.trapped ENABLE ALWAYS TRIGGER spying;
-RESET ROLE`)
+CREATE FUNCTION public.ok(text) RETURNS boolean IMMUTABLE LANGUAGE plpgsql AS $f$
+BEGIN BEGIN PERFORM pg_catalog.nextval('canary.seq'); EXCEPTION WHEN insufficient_privilege THEN NULL; END; RETURN true; END$f$;
+CREATE DOMAIN public.checked AS text CHECK (public.ok(VALUE));
+RESET ROLE;
+CREATE TABLE public.typed (id int PRIMARY KEY, v public.checked)`)
 	cfg := pgtest.ConnConfig(t, dst)
 	trace := &statementLog{}
 	cfg.Tracer = trace
@@ -86,9 +92,9 @@ RESET ROLE`)
 		return &change.Relation{ID: id, Table: change.TableName{Schema: "public", Name: name}, ReplicaIdentity: change.IdentityDefault,
 			Columns: []change.Column{{Name: "id", Key: true}, {Name: "v"}}}
 	}
-	mine, theirs, trapped := rel(1, "mine"), rel(2, "theirs"), rel(3, "trapped")
+	mine, theirs, trapped, typed := rel(1, "mine"), rel(2, "theirs"), rel(3, "trapped"), rel(4, "typed")
 	var maps []change.Mapping
-	for _, r := range []*change.Relation{mine, theirs, trapped} {
+	for _, r := range []*change.Relation{mine, theirs, trapped, typed} {
 		maps = append(maps, change.Mapping{Source: r.Table, Destination: r.Table})
 	}
 	a, err := apply.New(ctx, conn, apply.Config{MirrorUID: "m", Mappings: maps})
@@ -110,6 +116,12 @@ RESET ROLE`)
 	err = applyBatch(t, a, 20, []*change.Change{insert(trapped, 1)})
 	require.ErrorIs(t, err, exprcheck.ErrForeignCode)
 	require.Contains(t, err.Error(), `trigger spying (public.spy())`)
+	require.NoError(t, a.Rollback(ctx))
+	// A table of the session's role whose column has the tenant's domain:
+	// the domain's owner may add a CHECK at any time.
+	err = applyBatch(t, a, 21, []*change.Change{insert(typed, 1)})
+	require.ErrorIs(t, err, exprcheck.ErrForeignCode)
+	require.Contains(t, err.Error(), `type of column v (uses type checked, which calls public.ok(text), which is not a built-in function)`)
 	require.NoError(t, a.Rollback(ctx))
 	var n, called int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM public.trapped), (SELECT CASE WHEN is_called THEN 1 ELSE 0 END FROM canary.seq)`).Scan(&n, &called))

@@ -26,7 +26,9 @@ type destTable struct {
 	// OrderConflictError.
 	otherUnique bool
 	// foreignOwner names the table's owner when it is neither the
-	// session's role nor a superuser: writes are guarded (guardWrites).
+	// session's role nor a superuser, or else such a role that owns a
+	// domain or composite type of its columns: writes are guarded
+	// (guardWrites).
 	foreignOwner string
 	// guarded: guardWrites passed in the open batch transaction (the
 	// applier forgets its tables with every batch).
@@ -56,8 +58,16 @@ const destTableSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.
 				AND x.indisunique AND NOT x.indisprimary)
 			OR EXISTS (SELECT 1 FROM pg_constraint x WHERE (x.conrelid = c.oid OR x.conrelid IN (SELECT relid FROM pg_partition_tree(c.oid)))
 				AND x.contype = 'x'),
-		CASE WHEN c.relowner = (SELECT r.oid FROM pg_roles r WHERE r.rolname = CURRENT_USER)
-			OR (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = c.relowner) THEN '' ELSE pg_get_userbyid(c.relowner)::text END
+		coalesce((SELECT pg_get_userbyid(o.owner)::text FROM (
+				SELECT c.relowner AS owner
+				UNION ALL
+				-- types of its columns (and their array elements) that
+				-- another role owns: a domain's owner may add a CHECK
+				SELECT ty.typowner FROM pg_attribute ta JOIN pg_type ty ON ty.oid IN (ta.atttypid, (SELECT e.typelem FROM pg_type e WHERE e.oid = ta.atttypid))
+				WHERE ta.attrelid = c.oid AND ta.attnum > 0 AND NOT ta.attisdropped AND ty.typtype IN ('d', 'c')) o
+			WHERE o.owner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = CURRENT_USER)
+				AND NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = o.owner)
+			LIMIT 1), '')
 	FROM pg_class c
 	JOIN pg_namespace n ON n.oid = c.relnamespace
 	JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''

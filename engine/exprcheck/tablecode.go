@@ -102,8 +102,9 @@ type Execer interface {
 }
 
 // GuardWrites is called, inside the transaction that is about to write
-// into table (qualified and quoted name) on conn, when the table's owner
-// is neither the session's role nor a superuser. It locks the table
+// into table (qualified and quoted name) on conn, when the table's owner,
+// or the owner of a domain or composite type of its columns, is neither
+// the session's role nor a superuser. It locks the table
 // against changes of its definition (ROW EXCLUSIVE, as the writes would)
 // and returns an error matching ErrForeignCode when writing would run code
 // the owner controls with the session's privileges (TableCode). A table
@@ -127,7 +128,7 @@ FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER`, table).Scan(&oid, &r
 	if len(code) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: destination table %s is owned by role %s, and writing into it would run code that role controls with the privileges of the destination peer's user: %s; "+
+	return fmt.Errorf("%w: writing into destination table %s would run code that role %s controls (it owns the table or types of its columns) with the privileges of the destination peer's user: %s; "+
 		"pgmirror does not write into it. Drop or disable that code (ALTER TABLE %s DISABLE TRIGGER ... / DISABLE RULE ...), or connect the destination peer as role %s, "+
 		"or, once you have checked that the code and every function it calls cannot be changed by %s, make the peer's user the table's owner (ALTER TABLE %s OWNER TO ...); then retry the mirror",
 		ErrForeignCode, table, owner, strings.Join(code, ", "), table, owner, owner, table)

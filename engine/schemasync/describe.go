@@ -148,8 +148,9 @@ type Table struct {
 	// INDEX, nil for FULL and NOTHING.
 	IdentityColumns []string
 	// ForeignOwner names the table's owner when it is neither the reading
-	// session's role nor a superuser ("" otherwise): writes into such a
-	// table are guarded (exprcheck.GuardWrites).
+	// session's role nor a superuser, or else such a role that owns a
+	// domain or composite type of its columns ("" otherwise): writes into
+	// such a table are guarded (exprcheck.GuardWrites).
 	ForeignOwner string
 }
 
@@ -211,8 +212,15 @@ func withCatalogPath(ctx context.Context, conn Conn, fn func(tx pgx.Tx) error) e
 
 const describeTableSQL = `
 SELECT c.oid, c.relkind = 'p', c.relreplident,
-       CASE WHEN c.relowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER)
-         OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = c.relowner) THEN '' ELSE pg_catalog.pg_get_userbyid(c.relowner)::text END
+       COALESCE((SELECT pg_catalog.pg_get_userbyid(o.owner)::text FROM (
+           SELECT c.relowner AS owner
+           UNION ALL
+           SELECT ty.typowner FROM pg_catalog.pg_attribute ta JOIN pg_catalog.pg_type ty
+             ON ty.oid IN (ta.atttypid, (SELECT e.typelem FROM pg_catalog.pg_type e WHERE e.oid = ta.atttypid))
+           WHERE ta.attrelid = c.oid AND ta.attnum > 0 AND NOT ta.attisdropped AND ty.typtype IN ('d', 'c')) o
+         WHERE o.owner <> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER)
+           AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = o.owner)
+         LIMIT 1), '')
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'f')`
