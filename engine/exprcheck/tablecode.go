@@ -26,6 +26,8 @@ const tableCodeSQL = `
 SELECT 'trigger ' || pg_catalog.quote_ident(t.tgname) || ' (' || pg_catalog.quote_ident(fn.nspname) || '.' || pg_catalog.quote_ident(f.proname) || '())', true, ''
 FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc f ON f.oid = t.tgfoid JOIN pg_catalog.pg_namespace fn ON fn.oid = f.pronamespace
 WHERE t.tgrelid = $1 AND NOT t.tgisinternal
+  -- pgmirror's own read-only triggers of a cut-over (engine/cutover)
+  AND NOT (fn.nspname = '_pgmirror' AND f.proname = 'refuse_writes' AND t.tgname IN ('pgmirror_read_only', 'pgmirror_read_only_truncate'))
   AND (t.tgenabled = 'A' OR t.tgenabled = CASE WHEN $2 THEN 'R' ELSE 'O' END)
 UNION ALL
 SELECT 'rule ' || pg_catalog.quote_ident(r.rulename), true, ''
