@@ -243,3 +243,56 @@ ALTER TABLE app.t ENABLE ALWAYS RULE spying_rule;`, role))
 	requireCanary(t, src, "source")
 	requireCanary(t, dst, "destination")
 }
+
+// TestHostileTriggerOnSourceReverse: the tenant's source table has an
+// ENABLE ALWAYS trigger calling its code. The forward mirror only reads
+// the source, so it copies and replicates the table and cuts over. The
+// reverse mirror would write into the tenant's table as the source peer's
+// superuser and fire the trigger: it refuses, naming the trigger, and the
+// tenant's code never ran as the superuser on either side.
+func TestHostileTriggerOnSourceReverse(t *testing.T) {
+	t.Parallel()
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	role := tenantRole("rev")
+	plantTenant(t, src, role)
+	plantTenant(t, dst, role)
+	exec1(t, src, fmt.Sprintf(`SET ROLE %[1]s;
+CREATE TABLE app.t (id integer PRIMARY KEY, v text);
+INSERT INTO app.t SELECT g, 'v' || g FROM generate_series(1, 20) g;
+CREATE TRIGGER spying BEFORE INSERT OR UPDATE ON app.t FOR EACH ROW EXECUTE FUNCTION app.spy_trigger();
+ALTER TABLE app.t ENABLE ALWAYS TRIGGER spying;`, role))
+	s := startService(t, catalog)
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
+	s.mustDo("POST", "/v1/mirrors", map[string]any{
+		"name": "fwd", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"table_mappings": []any{mapping("app", "t", "app", "t")},
+	}, 201, nil)
+	s.dumpOnFailure("fwd")
+	s.waitStatus("fwd", "running", 90*time.Second)
+	exec1(t, src, fmt.Sprintf(`SET ROLE %s; INSERT INTO app.t VALUES (21, 'cdc')`, role))
+	waitEqual(t, src, dst, "app.t", "app.t", "id, v", 60*time.Second)
+
+	var done struct {
+		Status string `json:"status"`
+	}
+	s.mustDo("POST", "/v1/mirrors/fwd/cutover", map[string]any{"quiet_seconds": 1, "drop_slot": true, "reverse_mirror_name": "back"}, 200, &done)
+	if done.Status != "completed" {
+		t.Fatalf("cut-over: %+v", done)
+	}
+	s.dumpOnFailure("back")
+	exec1(t, dst, `INSERT INTO app.t VALUES (100, 'on the new side')`)
+	m := s.waitMirror("back", "the reverse mirror's refusal", 120*time.Second, func(m fullStatus) bool {
+		return m.ErrorCount > 0 && strings.Contains(m.ErrorMessage, "trigger spying (app.spy_trigger())")
+	})
+	if !strings.Contains(m.ErrorMessage, "would run code that role "+role) {
+		t.Errorf("the reverse mirror's error does not name the owner: %s", m.ErrorMessage)
+	}
+	if n := queryInt64(t, src, `SELECT count(*) FROM app.t WHERE id = 100`); n != 0 {
+		t.Error("the reverse mirror wrote into the trapped source table")
+	}
+	requireCanary(t, src, "source")
+	requireCanary(t, dst, "destination")
+}
