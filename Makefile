@@ -8,10 +8,12 @@ PORT ?= 8112
 run: deps
 	$(GO) run ./cmd/pgmirror serve
 
-## test: check that the repository holds only source, install what is missing (PostgreSQL server, Chromium) and run every test against real PostgreSQL
+## test: check that the repository holds only source, install what is missing (PostgreSQL server, Chromium) and run every test against real PostgreSQL; the run lifecycle, apply, CDC and catalog packages also run under the race detector
+RACE_PKGS = ./jobs ./engine/apply ./engine/cdc ./db
 test: check-files test-deps
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 25m ./...
+	$(GO) test -count=1 -timeout 25m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/pgmirror/db')
+	$(GO) test -race -count=1 -timeout 25m $(RACE_PKGS)
 
 ## demo: on the embedded default, mirror a demo table under a small write load, print status and lag, explain how to look; Ctrl-C cleans up
 DEMO_DURATION ?= 60s

@@ -412,6 +412,11 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if err := r.checkOrigins(ctx, in.dst, dstPeer); err != nil {
 		return in, err
 	}
+	rememberIdentity(ctx, srcPeer, in.src)
+	rememberIdentity(ctx, dstPeer, in.dst)
+	if err := r.originFilter(m.UID).refresh(ctx); err != nil {
+		return in, fmt.Errorf("find the mirrors that close a loop with this one: %w", err)
+	}
 	if in.slot, err = capture.SlotState(ctx, in.src, m.ReplicationSlotName); err != nil {
 		return in, err
 	}
@@ -827,6 +832,7 @@ func (r *mirrorRun) cdcConfig(m db.Mirror, srcPeer, dstPeer db.Peer, mappings []
 		SourceWatch:      r.cfg.sources,
 		DestWatch:        r.cfg.dests,
 		Origin:           origin.NameOrNone(r.originUID(m)),
+		Origins:          r.originFilter(m.UID).filter,
 		Holder:           r.holder(),
 		CaptureDDL:       m.CaptureDDL,
 		SchemaChanges:    string(m.SchemaChanges),

@@ -118,6 +118,7 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		return err
 	}
 	if !m.WantsToRun() {
+		w.cfg.Logger.Debug("mirror does not want to run; the job ends", "mirror", m.Name, "status", m.Status, "desired_state", m.DesiredState)
 		return nil
 	}
 	lock, err := w.cfg.Locks.TryLock(ctx, id)
@@ -167,6 +168,10 @@ type mirrorRun struct {
 	// origins: pgmirror's writes there are marked (engine/origin), checked
 	// by every prepare.
 	markWrites bool
+	// loops keeps the run's origin filter: which mirrors' writes on the
+	// source the stream leaves out (origin_loops.go).
+	loopsOnce sync.Once
+	loops     atomic.Pointer[originLoops]
 
 	hold *runHold // a verification's hold on the CDC phase
 }
@@ -177,6 +182,7 @@ func (r *mirrorRun) work(ctx context.Context) error {
 		return err
 	}
 	if !m.WantsToRun() {
+		r.logger.Debug("mirror does not want to run; the run ends", "status", m.Status, "desired_state", m.DesiredState)
 		return nil
 	}
 	if m.Status == db.StatusError && m.NextRetryAt != nil {
@@ -350,6 +356,9 @@ func (r *mirrorRun) followControl(ctx context.Context, cancel context.CancelCaus
 func (r *mirrorRun) checkControl(ctx context.Context, cancel context.CancelCauseFunc) {
 	if r.hold != nil && r.inCDC() {
 		r.hold.refresh(ctx)
+	}
+	if l := r.loops.Load(); l != nil && r.inCDC() {
+		l.refreshSoon(ctx)
 	}
 	m, err := r.store.MirrorGetByID(ctx, r.mirrorID)
 	if errors.Is(err, db.ErrNotFound) || (err == nil && m.DeletedAt != nil) {

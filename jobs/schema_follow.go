@@ -269,12 +269,11 @@ func (r *mirrorRun) followRecreatedTables(ctx context.Context, src *pgx.Conn, m 
 				"action": "resync the table (POST /v1/mirrors/" + m.Name + "/resync/" + name.String() + ") or set schema_changes to apply"})
 			continue
 		case db.SchemaChangesStop:
-			if err := r.store.MirrorPause(ctx, m.ID); err != nil {
+			if err := r.pauseBefore(ctx, m.ID, name, "table dropped and created again on the source", map[string]any{
+				"table": name.String(), "changes": []string{"table dropped and created again on the source"},
+				"action": "schema_changes is stop: nothing was changed. Set schema_changes to apply (the table is then copied anew) or resync the table, then resume the mirror"}); err != nil {
 				return false, err
 			}
-			r.log(ctx, db.LevelWarn, msgPausedForSchemaChange, map[string]any{
-				"table": name.String(), "changes": []string{"table dropped and created again on the source"},
-				"action": "schema_changes is stop: nothing was changed. Set schema_changes to apply (the table is then copied anew) or resync the table, then resume the mirror"})
 			return false, errRunEnded
 		}
 		if err := r.store.MirrorTableRequestResync(ctx, m.ID, name); err != nil {
@@ -287,6 +286,17 @@ func (r *mirrorRun) followRecreatedTables(ctx context.Context, src *pgx.Conn, m 
 			"reason": "the source table was dropped and created again"})
 	}
 	return changed, nil
+}
+
+// pauseBefore pauses the mirror, as POST pause does, before a source table
+// change met under schema_changes stop. The WARN entry is written first, on
+// a context that outlives the run: pausing makes the control watcher cancel
+// the run's context, and an entry kept for later would be lost with the run.
+func (r *mirrorRun) pauseBefore(ctx context.Context, mirrorID int64, table change.TableName, what string, details map[string]any) error {
+	ctx = context.WithoutCancel(ctx)
+	r.log(ctx, db.LevelWarn, msgPausedForSchemaChange, details)
+	r.logger.Warn("mirror paused before a source table change (schema_changes is stop)", "table", table.String(), "change", what)
+	return r.store.MirrorPause(ctx, mirrorID)
 }
 
 // schemaPolicy is what the mirror does with source schema changes that
@@ -314,14 +324,12 @@ func (r *mirrorRun) addSourceTable(ctx context.Context, src *pgx.Conn, m db.Mirr
 			"action": "to replicate it, map it by name (PUT /v1/mirrors/" + m.Name + "/tables) or set schema_changes to apply"})
 		return false, nil
 	case db.SchemaChangesStop:
-		if err := r.store.MirrorPause(ctx, m.ID); err != nil {
-			return false, err
-		}
-		r.log(ctx, db.LevelWarn, msgPausedForSchemaChange, map[string]any{
+		if err := r.pauseBefore(ctx, m.ID, mp.Source, "table created on the source", map[string]any{
 			"table": mp.Source.String(), "changes": []string{"table created on the source, to be created on the destination as " + mp.Destination.String()},
 			"action": "schema_changes is stop: nothing was added. Set schema_changes to apply (the table is then created and copied) or warn (it is left out), " +
-				"or map it by name with PUT /v1/mirrors/" + m.Name + "/tables, then resume the mirror"})
-		r.logger.Warn("mirror paused before adding a table created on the source (schema_changes is stop)", "table", mp.Source.String())
+				"or map it by name with PUT /v1/mirrors/" + m.Name + "/tables, then resume the mirror"}); err != nil {
+			return false, err
+		}
 		return false, errRunEnded
 	}
 	err := preflight.ReplicaIdentity(ctx, src, []change.TableName{mp.Source}, "source")

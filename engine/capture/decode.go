@@ -263,17 +263,23 @@ func (s *Stream) decode(walData []byte) (Event, bool, error) {
 			return Event{}, false, fmt.Errorf("decode origin message: %w", err)
 		}
 		if s.inTx && origin.IsPgmirror(name) {
-			// pgmirror applied this transaction on the source: its changes
-			// came from another database through a mirror and must not go
-			// back (see engine/origin). Begin and Commit still go to the
-			// consumer, so that positions move past it.
-			s.skipTx = true
-			if !s.originSeen[name] {
+			// pgmirror applied this transaction on the source. When its
+			// mirror closes a loop with this one (engine/origin.Filter),
+			// its changes came from this mirror's destination and must not
+			// go back; Begin and Commit still go to the consumer, so that
+			// positions move past it. Otherwise (a chain) it is carried.
+			drop := s.cfg.Origins.Drops(name)
+			s.skipTx = drop
+			if seen, ok := s.originSeen[name]; !ok || seen != drop {
 				if s.originSeen == nil {
 					s.originSeen = map[string]bool{}
 				}
-				s.originSeen[name] = true
-				s.log.Info("leaving out transactions that pgmirror applied on the source", "origin", name)
+				s.originSeen[name] = drop
+				if drop {
+					s.log.Info("leaving out transactions that a mirror in the opposite direction applied on the source", "origin", name)
+				} else {
+					s.log.Info("carrying transactions that another mirror applied on the source (a chain of mirrors)", "origin", name)
+				}
 			}
 		}
 		return Event{}, false, nil

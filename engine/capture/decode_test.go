@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
 )
 
 // msg builds a pgoutput message by appending fields.
@@ -548,6 +550,50 @@ func TestDecodeSkipsPgmirrorOrigins(t *testing.T) {
 	got = kinds(msgs["begin"], msgs["origin"], insertOrders(), msgs["commit"])
 	require.Equal(t, []EventKind{EventBegin, EventChange, EventCommit}, got, "another origin's transaction is kept")
 	require.EqualValues(t, 1, s.SkippedTransactions())
+}
+
+// TestDecodeOriginFilter: with StreamConfig.Origins, only the origins of
+// the mirrors that close a loop (the applier's and the copy origins) are
+// left out; another mirror's transactions (a chain) are carried, and an
+// origin of a mirror the filter does not know makes it refresh once.
+func TestDecodeOriginFilter(t *testing.T) {
+	t.Parallel()
+	refreshes := 0
+	var f *origin.Filter
+	f = origin.NewFilter(func(context.Context) error {
+		refreshes++
+		f.Set([]string{"loop", "late-loop"}, []string{"chain", "late-loop"})
+		return nil
+	})
+	f.Set([]string{"loop"}, []string{"chain"})
+	s := newTestStream()
+	s.cfg.Origins = f
+	msgs := validMessages()
+	_, _, err := s.decode(relationOrders())
+	require.NoError(t, err)
+	tx := func(originName string) []EventKind {
+		var out []EventKind
+		for _, m := range [][]byte{msgs["begin"], msg{'O'}.u64(0x2_0000_0000).str(originName), insertOrders(), msgs["commit"]} {
+			ev, ok, err := s.decode(m)
+			require.NoError(t, err)
+			if ok {
+				out = append(out, ev.Kind)
+			}
+		}
+		return out
+	}
+	kept, left := []EventKind{EventBegin, EventChange, EventCommit}, []EventKind{EventBegin, EventCommit}
+	require.Equal(t, left, tx("pgmirror_loop"))
+	require.Equal(t, left, tx("pgmirror_loop_c3"), "a copy origin of the loop's mirror")
+	require.Equal(t, kept, tx("pgmirror_chain"), "the mirror before this one in a chain")
+	require.Equal(t, kept, tx("pgmirror_chain_c1"))
+	require.Equal(t, 0, refreshes)
+	require.Equal(t, left, tx("pgmirror_late-loop"), "a mirror created after the filter was set")
+	require.Equal(t, 1, refreshes)
+	require.Equal(t, kept, tx("pgmirror_elsewhere"), "a mirror the catalog does not know")
+	require.Equal(t, kept, tx("pgmirror_elsewhere"))
+	require.Equal(t, 2, refreshes, "an unknown mirror refreshes the filter once")
+	require.EqualValues(t, 3, s.SkippedTransactions())
 }
 
 // TestDecodeSchemaMessages: with SchemaMessages, a transactional message

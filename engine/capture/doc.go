@@ -23,12 +23,15 @@
 // and everything handed over has been confirmed, a keepalive's WAL end is
 // confirmed too, so the slot advances on a quiet source.
 //
-// A transaction whose replication origin (pgoutput's Origin message) is one
-// of pgmirror's (engine/origin: pgmirror applied it on this database, coming
-// from another) reaches the consumer as its Begin and Commit only: its
-// changes are left out, so that mirrors in opposite directions never feed
-// each other, and positions still move past it. Stream.SkippedTransactions
-// counts them. Transactions of other origins are kept.
+// A transaction whose replication origin (pgoutput's Origin message) is
+// the origin of a mirror that closes a loop with this one (pgmirror applied
+// it on this database, coming from this mirror's destination; see
+// engine/origin.Filter and StreamConfig.Origins) reaches the consumer as
+// its Begin and Commit only: its changes are left out, so that mirrors in
+// opposite directions never feed each other, and positions still move past
+// it. Stream.SkippedTransactions counts them. Transactions of every other
+// origin are kept: those of a mirror whose destination this mirror reads
+// (a chain of mirrors), and those of native replication.
 //
 // While the consumer is far behind the source (SetCatchingUp), a read that
 // had to wait for the walsender is followed by a 1 ms pause, so that the next

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
 )
 
 // ErrHeartbeatTimeout is returned (wrapped) when the source sent nothing,
@@ -91,6 +92,10 @@ type StreamConfig struct {
 	// in place in their transaction. It implies Messages. Other messages,
 	// and messages written outside a transaction, are ignored.
 	SchemaMessages bool
+	// Origins says which of pgmirror's replication origins to leave out
+	// (see engine/origin.Filter): those of the mirrors that close a loop
+	// with this one. Nil leaves out every pgmirror origin.
+	Origins *origin.Filter
 	// Logger receives debug messages. Default: discard.
 	Logger *slog.Logger
 }
@@ -116,14 +121,14 @@ type Stream struct {
 	statusDue  atomic.Bool   // ConfirmNow asked for a status update at once
 	catchingUp atomic.Bool   // SetCatchingUp: read in gulps (see readGulp)
 	buffered   atomic.Int64  // bytes handed over and not yet released
-	skippedTx  atomic.Int64  // transactions left out for their pgmirror origin
+	skippedTx  atomic.Int64  // transactions left out for their origin (a loop)
 	space      chan struct{} // signalled by Release
 
 	// Owned by the reader goroutine.
 	relations      map[uint32]*change.Relation
 	inTx           bool
-	skipTx         bool            // the open transaction has a pgmirror origin: its changes are left out
-	originSeen     map[string]bool // pgmirror origins met (logged once each)
+	skipTx         bool            // the open transaction's origin closes a loop: its changes are left out
+	originSeen     map[string]bool // pgmirror origins met, and whether they were left out (logged when that changes)
 	lastCommitEnd  change.LSN      // end LSN of the last commit handed over
 	received       change.LSN      // highest position received
 	lastStatus     time.Time

@@ -131,6 +131,10 @@ type Config struct {
 	// origins). A destination that refuses it (privileges) logs a warning
 	// and the run goes on unmarked.
 	Origin string
+	// Origins says which of pgmirror's replication origins on the source
+	// the run leaves out: those of the mirrors that close a loop with this
+	// one (engine/origin.Filter). Nil leaves out every pgmirror origin.
+	Origins *origin.Filter
 	// CaptureDDL applies the schema changes that pgmirror's event trigger
 	// on the source writes into the WAL (engine/ddl): indexes, check,
 	// unique and exclusion constraints, column defaults and NOT NULL, each
@@ -338,6 +342,9 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		}
 		logger.Info("no applied position on the destination; starting at the slot's confirmed position", "lsn", applied.String())
 	}
+	if err := waitSlotIdle(ctx, src, cfg.SlotName); err != nil {
+		return netError(err)
+	}
 	repl, err := capture.ConnectReplication(ctx, &cfg.Source.Config)
 	if err != nil {
 		return connectError("source", err)
@@ -388,7 +395,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
-		Binary: types != nil, Messages: heartbeatEvery > 0, SchemaMessages: cfg.CaptureDDL,
+		Binary: types != nil, Messages: heartbeatEvery > 0, SchemaMessages: cfg.CaptureDDL, Origins: cfg.Origins,
 	})
 	if err != nil {
 		return netError(err)
@@ -422,7 +429,6 @@ func setupOrigin(ctx context.Context, dest *pgx.Conn, name string, logger *slog.
 	deadline := time.Now().Add(originBusyWait)
 	for {
 		err := origin.Setup(ctx, dest, name)
-		var pgErr *pgconn.PgError
 		switch {
 		case err == nil:
 			return true, nil
@@ -434,7 +440,7 @@ func setupOrigin(ctx context.Context, dest *pgx.Conn, name string, logger *slog.
 			logger.Warn("the destination has no free replication state for the mirror's origin: this run's writes are not marked, and a mirror reading from the destination would carry them back; raise max_replication_slots on the destination",
 				"origin", name, "error", err.Error())
 			return false, nil
-		case errors.As(err, &pgErr) && pgErr.Code == "55006" && time.Now().Before(deadline):
+		case errors.Is(err, origin.ErrInUse) && time.Now().Before(deadline):
 			select {
 			case <-ctx.Done():
 				return false, ctx.Err()

@@ -509,8 +509,8 @@ func TestConnectionRefusedIsTyped(t *testing.T) {
 // TestMillionRowTransaction applies one source transaction of a million
 // rows and checks that memory stays bounded while it does.
 func TestMillionRowTransaction(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: one million rows")
+	if testing.Short() || raceDetector {
+		t.Skip("slow: one million rows, and a heap bound the race detector's overhead would break")
 	}
 	// Not parallel: the heap measurement must see this test alone.
 	ddl := `CREATE TABLE public.big (id bigint PRIMARY KEY, v text, n int); CREATE TABLE public.bignopk (id bigint, v text)`
@@ -677,8 +677,8 @@ func TestAddedColumn(t *testing.T) {
 // TestLargeValuesBounded applies one transaction of 1 MB values: the bytes
 // buffered between stream, applier and destination stay bounded.
 func TestLargeValuesBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: 100 MB of values")
+	if testing.Short() || raceDetector {
+		t.Skip("slow: 100 MB of values, and a heap bound the race detector's overhead would break")
 	}
 	// Not parallel: the heap measurement must see this test alone.
 	ddl := `CREATE TABLE public.blobs (id int PRIMARY KEY, body text)`

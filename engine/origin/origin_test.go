@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,7 +61,7 @@ func TestSessions(t *testing.T) {
 
 	a, b, c := connect(t, db), connect(t, db), connect(t, db)
 	require.NoError(t, origin.Setup(ctx, a, origin.Name(uid)))
-	require.Error(t, origin.Setup(ctx, b, origin.Name(uid)), "an origin in use by another session")
+	require.ErrorIs(t, origin.Setup(ctx, b, origin.Name(uid)), origin.ErrInUse, "an origin in use by another session")
 	first, err := origin.SetupCopy(ctx, b, uid)
 	require.NoError(t, err)
 	second, err := origin.SetupCopy(ctx, c, uid)
@@ -142,4 +143,113 @@ func TestNoFreeState(t *testing.T) {
 	name, err := origin.SetupCopy(ctx, b, uid)
 	require.NoError(t, err)
 	require.NoError(t, origin.Release(ctx, b, name))
+}
+
+// serverLogErrors returns the ERROR and FATAL lines of a cluster's server
+// log.
+func serverLogErrors(t *testing.T, dataDir string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dataDir, "server.log"))
+	require.NoError(t, err)
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.Contains(line, "ERROR:") || strings.Contains(line, "FATAL:") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestCopyOriginsWithoutErrors: many connections taking copy origins of one
+// mirror at once each get their own, an origin held by a session outside
+// the lock protocol is passed over, an origin in use makes Setup and
+// DropMirror answer ErrInUse, and none of it writes an ERROR into the
+// server's log.
+func TestCopyOriginsWithoutErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster := pgtest.NewCluster(t, false)
+	db := pgtest.NewDatabase(t, cluster)
+	uid := fmt.Sprintf("origin-log-%d-%d", os.Getpid(), seq.Add(1))
+	admin := connect(t, db)
+
+	// _c1 used by a session that did not take its lock.
+	outsider := connect(t, db)
+	require.NoError(t, origin.Setup(ctx, outsider, origin.Name(uid)+"_c1"))
+	require.ErrorIs(t, origin.Setup(ctx, admin, origin.Name(uid)+"_c1"), origin.ErrInUse)
+
+	const n = 8
+	conns := make([]*pgx.Conn, n)
+	for i := range conns {
+		conns[i] = connect(t, db)
+	}
+	names := make([]string, n)
+	errs := make(chan error, n)
+	for i := range conns {
+		go func() {
+			var err error
+			names[i], err = origin.SetupCopy(ctx, conns[i], uid)
+			errs <- err
+		}()
+	}
+	for range conns {
+		require.NoError(t, <-errs)
+	}
+	seen := map[string]bool{}
+	for _, name := range names {
+		require.NotEqual(t, origin.Name(uid)+"_c1", name, "the outsider's origin")
+		require.False(t, seen[name], "two connections got %s", name)
+		seen[name] = true
+	}
+	require.ErrorIs(t, origin.DropMirror(ctx, admin, uid), origin.ErrInUse)
+	for i, c := range conns {
+		require.NoError(t, origin.Release(ctx, c, names[i]))
+	}
+	// A released copy origin is taken again, its lock free.
+	again, err := origin.SetupCopy(ctx, conns[0], uid)
+	require.NoError(t, err)
+	require.True(t, seen[again])
+	require.NoError(t, origin.Release(ctx, conns[0], again))
+	require.NoError(t, origin.Release(ctx, outsider, origin.Name(uid)+"_c1"))
+	require.NoError(t, origin.DropMirror(ctx, admin, uid))
+	require.Empty(t, origins(t, admin, uid))
+	var locks int
+	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&locks))
+	require.Zero(t, locks, "advisory locks left after Release")
+	require.Empty(t, serverLogErrors(t, cluster.DataDir()))
+}
+
+// TestLoopMirrors: the mirrors that close a loop with a mirror are those
+// writing its source from a database its destination reaches; the first
+// mirror of a chain is not one of them.
+func TestLoopMirrors(t *testing.T) {
+	t.Parallel()
+	const a, b, c, d = 1, 2, 3, 4
+	cases := []struct {
+		name  string
+		self  string
+		edges []origin.Edge
+		want  []string
+	}{
+		{"pair", "ab", []origin.Edge{{"ab", a, b}, {"ba", b, a}}, []string{"ba"}},
+		{"pair, other side", "ba", []origin.Edge{{"ab", a, b}, {"ba", b, a}}, []string{"ab"}},
+		{"chain, second", "bc", []origin.Edge{{"ab", a, b}, {"bc", b, c}}, nil},
+		{"chain, third", "cd", []origin.Edge{{"ab", a, b}, {"bc", b, c}, {"cd", c, d}}, nil},
+		{"ring", "ab", []origin.Edge{{"ab", a, b}, {"bc", b, c}, {"ca", c, a}}, []string{"ca"}},
+		{"ring, second", "bc", []origin.Edge{{"ab", a, b}, {"bc", b, c}, {"ca", c, a}}, []string{"ab"}},
+		{"cut-over with a reporting copy", "bc", []origin.Edge{{"ab", a, b}, {"ba", b, a}, {"bc", b, c}}, nil},
+		{"cut-over's reverse beside a reporting copy", "ba", []origin.Edge{{"ab", a, b}, {"ba", b, a}, {"bc", b, c}}, []string{"ab"}},
+		{"into its own database", "aa", []origin.Edge{{"aa", a, a}, {"da", d, a}}, []string{"aa"}},
+		{"unknown", "x", []origin.Edge{{"ab", a, b}}, nil},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, origin.LoopMirrors(c.self, c.edges), c.name)
+	}
+	for name, want := range map[string]string{
+		"pgmirror_u1": "u1", "pgmirror_u1_c12": "u1", "pgmirror_u1_c": "u1_c", "pgmirror_u1_cx": "u1_cx", "pgmirror_": "", "pg_16400": "",
+	} {
+		uid, ok := origin.MirrorUID(name)
+		require.Equal(t, want, uid, name)
+		require.Equal(t, want != "", ok, name)
+	}
 }
