@@ -47,17 +47,36 @@ type Verification struct {
 	HoldFloor   string
 	HoldLSN     string
 	HeldApplied string
+	// ReverseMirrorProblems are what would keep a cut-over from creating a
+	// reverse mirror, as this verification found them; nil when not checked.
+	ReverseMirrorProblems []string
 }
 
 const verificationColumns = `id, mirror_id, state, coalesce(requested_by, ''), tables, coalesce(lsn::text, ''), started_at, finished_at,
 	coalesce(error, ''), result, rows_differing, repair_of, coalesce(hold_state, ''), coalesce(hold_floor::text, ''), coalesce(hold_lsn::text, ''),
-	coalesce(held_applied::text, '')`
+	coalesce(held_applied::text, ''), reverse_mirror_problems`
 
 func scanVerification(row pgx.Row) (Verification, error) {
 	var v Verification
 	err := row.Scan(&v.ID, &v.MirrorID, &v.State, &v.RequestedBy, &v.Tables, &v.LSN, &v.StartedAt, &v.FinishedAt,
-		&v.Error, &v.Result, &v.RowsDiffering, &v.RepairOf, &v.HoldState, &v.HoldFloor, &v.HoldLSN, &v.HeldApplied)
+		&v.Error, &v.Result, &v.RowsDiffering, &v.RepairOf, &v.HoldState, &v.HoldFloor, &v.HoldLSN, &v.HeldApplied, &v.ReverseMirrorProblems)
 	return v, err
+}
+
+// VerificationSetReverseProblems records what would keep a cut-over from
+// creating a reverse mirror, as verification id found it ([] for nothing).
+func (s *Store) VerificationSetReverseProblems(ctx context.Context, id int64, problems []string) error {
+	if problems == nil {
+		problems = []string{}
+	}
+	body, err := json.Marshal(problems)
+	if err != nil {
+		return fmt.Errorf("encode reverse mirror problems: %w", err)
+	}
+	if _, err := s.q.Exec(ctx, `UPDATE verifications SET reverse_mirror_problems = $2, updated_at = now() WHERE id = $1`, id, body); err != nil {
+		return fmt.Errorf("record verification %d: %w", id, translate(err))
+	}
+	return nil
 }
 
 // VerificationCreate records a new running verification of the mirror.

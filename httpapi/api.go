@@ -132,7 +132,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerLogs(api)
 	h.registerAudit(api)
 	foldPatternDescriptions(api.OpenAPI())
-	mux.HandleFunc("GET /docs", serveDocs)
+	registerDocs(mux)
 	ui.Register(mux)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)

@@ -140,6 +140,7 @@ type mirrorSummary struct {
 	SchemaChanges   string  `json:"schema_changes" enum:"apply,warn,stop" doc:"What CDC does when a mapped source table's columns change."`
 	SlotHealth
 	WorkerInfo
+	PeerWarnings
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -195,6 +196,7 @@ type mirrorStatus struct {
 	SequencesSyncedAt *time.Time `json:"sequences_synced_at" doc:"When the sequences of the mirrored tables (serial and identity) were last set forward on the destination to the source's values: after the snapshot and every SERVICE_SEQUENCE_SYNC_INTERVAL (30 s) while CDC runs; null before the first time."`
 	SlotHealth
 	WorkerInfo
+	PeerWarnings
 	Cutover   *cutoverRecord `json:"cutover" doc:"The mirror's last cut-over (POST /v1/mirrors/{name}/cutover) with its steps; null before the first."`
 	Tables    []tableStatus  `json:"tables"`
 	UpdatedAt time.Time      `json:"updated_at"`
@@ -263,12 +265,17 @@ func (h *handlers) listMirrors(ctx context.Context, _ *struct{}) (*mirrorListOut
 	if err != nil {
 		return nil, h.internal(ctx, "read the mirrors' workers", err)
 	}
+	problems, err := h.peerProblems(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := &mirrorListOutput{Body: make([]mirrorSummary, 0, len(mirrors))}
 	for _, m := range mirrors {
 		sum := mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
 			Status: string(m.Status), LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount, SchemaChanges: string(m.SchemaChanges),
 			SlotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
 		sum.WorkerInfo = withWorker(m, workers, &sum.SlotHealth)
+		sum.PeerWarnings = peerWarningsOf(m, problems)
 		out.Body = append(out.Body, sum)
 	}
 	return out, nil
@@ -309,6 +316,11 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 		return nil, h.internal(ctx, "read the mirror's worker", err)
 	}
 	st.WorkerInfo = withWorker(m, workers, &st.SlotHealth)
+	problems, err := h.peerProblems(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.PeerWarnings = peerWarningsOf(m, problems)
 	if st.Verification, err = h.mirrorVerification(ctx, m); err != nil {
 		return nil, err
 	}

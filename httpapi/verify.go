@@ -64,6 +64,8 @@ type verification struct {
 	Error         *string             `json:"error"`
 	RowsDiffering *int64              `json:"rows_differing" doc:"Rows differing over all tables, once done."`
 	Tables        []verificationTable `json:"tables"`
+	// ReverseMirrorProblems is a pointer so that "not checked" is null.
+	ReverseMirrorProblems *[]string `json:"reverse_mirror_problems" doc:"What would keep a cut-over from creating a reverse mirror (reverse_mirror_name) from the destination back to the source, checked with every verification: wal_level, the destination user's REPLICATION and rights to publish the tables, free slots and WAL senders, tables that identify their rows, and the source user's right to write into read-only tables. [] when a reverse mirror can be created; null until checked (or when the check could not run)."`
 }
 
 func toVerification(m db.Mirror, v db.Verification) verification {
@@ -74,6 +76,9 @@ func toVerification(m db.Mirror, v db.Verification) verification {
 	}
 	if v.Error != "" {
 		out.Error = &v.Error
+	}
+	if v.ReverseMirrorProblems != nil {
+		out.ReverseMirrorProblems = &v.ReverseMirrorProblems
 	}
 	if len(v.Result) > 0 {
 		_ = json.Unmarshal(v.Result, &out.Tables)

@@ -41,8 +41,9 @@ const (
 // status.
 var errRunEnded = errors.New("the mirror's run has ended")
 
-// cutoverLockTimeout bounds the wait for transactions writing the source
-// tables when they are made read-only.
+// cutoverLockTimeout bounds the attempts to lock the source tables when
+// they are made read-only (cutover.MakeReadOnly: each attempt gives up
+// before it could deadlock, and is tried again until this is spent).
 const cutoverLockTimeout = 30 * time.Second
 
 // cutoverStepError is a cut-over step that failed.
@@ -316,6 +317,10 @@ func (c *cutoverRun) check(ctx context.Context) (map[string]any, error) {
 func (c *cutoverRun) makeReadOnly(ctx context.Context) (map[string]any, error) {
 	note := fmt.Sprintf("pgmirror mirror %q switched it over to its destination", c.m.Name)
 	if err := cutover.MakeReadOnly(ctx, c.src, c.sourceTables(), note, cutoverLockTimeout); err != nil {
+		// MakeReadOnly made writable again what it had made read-only,
+		// unless it could not (a connection lost meanwhile): the undo then
+		// drops the triggers on a new connection.
+		c.madeReadOnly = errors.Is(err, cutover.ErrLeftReadOnly)
 		return nil, err
 	}
 	c.madeReadOnly = true

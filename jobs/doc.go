@@ -4,9 +4,11 @@
 // job (verify.go), which compares a mirror's destination with its source at
 // one source position while the run holds CDC there for an instant
 // (verify_hold.go: the run's side of that hold, through the verifications
-// table); and the periodic supervisor (mirrors without a worker), slot
-// monitor (slot lag and WAL status), verification schedule and log pruning
-// jobs.
+// table; verify_reverse.go: the check of a reverse mirror's prerequisites
+// that every verification makes); and the periodic supervisor (mirrors
+// without a worker), slot monitor (slot lag and WAL status, and peers that
+// refuse connections: peer_logins.go), verification schedule and log
+// pruning jobs.
 //
 // The HTTP API enqueues these jobs with InsertTx in the same catalog
 // transaction that writes the desired state, so either both happen or

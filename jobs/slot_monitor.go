@@ -72,13 +72,14 @@ func (w *SlotMonitorWorker) Work(ctx context.Context, job *river.Job[SlotMonitor
 	}
 	sem := make(chan struct{}, slotCheckParallel)
 	var wg sync.WaitGroup
+	logins := &peerLogins{seen: map[int64]error{}}
 	for _, peerID := range order {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := w.checkSource(ctx, peerID, bySource[peerID]); err != nil {
+			if err := w.checkSource(ctx, peerID, bySource[peerID], logins); err != nil {
 				names := make([]string, len(bySource[peerID]))
 				for i, sw := range bySource[peerID] {
 					names[i] = sw.Name
@@ -88,6 +89,7 @@ func (w *SlotMonitorWorker) Work(ctx context.Context, job *river.Job[SlotMonitor
 		}()
 	}
 	wg.Wait()
+	w.checkPeerLogins(ctx, logins, sem)
 	return nil
 }
 
@@ -98,13 +100,14 @@ type slotRow struct {
 }
 
 // checkSource reads the slots of the given mirrors (all on one source) and
-// records each one.
-func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watches []db.SlotWatch) error {
+// records each one, and in logins whether the source took the connection.
+func (w *SlotMonitorWorker) checkSource(ctx context.Context, peerID int64, watches []db.SlotWatch, logins *peerLogins) error {
 	peer, err := w.cfg.Store.PeerGetByID(ctx, peerID)
 	if err != nil {
 		return fmt.Errorf("load source peer %d: %w", peerID, err)
 	}
 	slots, err := readSlots(ctx, peer, watches)
+	logins.record(peerID, err)
 	if err != nil {
 		return err
 	}

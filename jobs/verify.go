@@ -101,6 +101,9 @@ func (w *VerifyWorker) Work(ctx context.Context, job *river.Job[VerifyArgs]) err
 	if merr != nil {
 		return merr
 	}
+	if !errors.Is(context.Cause(runCtx), errVerificationEnded) && ctx.Err() == nil {
+		w.checkReverse(ctx, m, v)
+	}
 	if err != nil {
 		if errors.Is(context.Cause(runCtx), errVerificationEnded) || errors.Is(err, errVerificationEnded) {
 			_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification cancelled", map[string]any{"verification_id": v.ID})

@@ -9,15 +9,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/term"
 
@@ -61,8 +63,12 @@ func usageErrorf(format string, args ...any) error {
 	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
 }
 
-// cliCommands are the client commands run dispatches to runCLI.
-var cliCommands = map[string]bool{"login": true, "logout": true, "peers": true, "mirrors": true, "logs": true}
+// cliCommands are the client commands run dispatches to runCLI, with the
+// commands of shell completion (the scripts call __complete).
+var cliCommands = map[string]bool{
+	"login": true, "logout": true, "peers": true, "mirrors": true, "logs": true,
+	"completion": true, "__complete": true, "__completeNoDesc": true,
+}
 
 // cli holds what a client command needs from its surroundings.
 type cli struct {
@@ -78,16 +84,23 @@ type cli struct {
 	readPassword func() ([]byte, error)
 	// pollInterval is how often logs --follow and cutover poll.
 	pollInterval time.Duration
+	// followRetry is how long logs --follow keeps polling a service that
+	// does not answer (a restart) before it gives up; 0 means 60 s.
+	followRetry time.Duration
 
 	// set by the common flags
-	url  string
-	json bool
+	url       string
+	json      bool
+	output    string
+	noHeaders bool
 }
 
-// runCLI runs a client command: login, logout, peers, mirrors or logs.
+// runCLI runs a client command: login, logout, peers, mirrors, logs or
+// completion. What it prints for people, and its error message, are
+// escaped (cli_text.go): nothing the service sends can drive the terminal.
 func runCLI(ctx context.Context, command string, args []string, getenv func(string) string, stdout io.Writer) error {
 	c := &cli{
-		getenv: getenv, stdin: os.Stdin, stdout: stdout, stderr: os.Stderr,
+		getenv: getenv, stdin: os.Stdin, stdout: terminalWriter{stdout}, stderr: terminalWriter{os.Stderr},
 		configDir: func() (string, error) {
 			dir, err := os.UserConfigDir()
 			if err != nil {
@@ -102,111 +115,39 @@ func runCLI(ctx context.Context, command string, args []string, getenv func(stri
 	return c.run(ctx, command, args)
 }
 
+// run parses the command line with the command tree of cli_root.go and
+// runs the command. Every error comes back as an *exitError with its exit
+// code (2 for the command line's own mistakes) and an escaped message.
 func (c *cli) run(ctx context.Context, command string, args []string) error {
-	switch command {
-	case "login":
-		return c.login(ctx, args)
-	case "logout":
-		return c.logout(args)
-	case "logs":
-		return c.logs(ctx, args)
-	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		if len(args) == 0 {
-			fmt.Fprint(c.stderr, cliUsage[command])
-			return usageErrorf("%s: a subcommand is required", command)
-		}
-		fmt.Fprint(c.stdout, cliUsage[command])
+	root := c.rootCommand()
+	root.SetArgs(append([]string{command}, args...))
+	root.SetIn(c.stdin)
+	root.SetOut(c.stdout)
+	root.SetErr(c.stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
 		return nil
 	}
-	sub, rest := args[0], args[1:]
-	if run := c.subcommands(command)[sub]; run != nil {
-		return run(ctx, rest)
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		// cobra's own: an unknown command or flag, a flag's bad value.
+		path := "pgmirror"
+		if cmd != nil {
+			path = cmd.CommandPath()
+		}
+		err = usageErrorf("%v; see %s --help", err, path)
 	}
-	return usageErrorf("%s: unknown subcommand %q; see pgmirror %s --help", command, sub, command)
+	return escapedError(err)
 }
 
-// subcommands returns the subcommands of command by name.
-func (c *cli) subcommands(command string) map[string]func(context.Context, []string) error {
-	control := func(action string) func(context.Context, []string) error {
-		return func(ctx context.Context, args []string) error { return c.mirrorsControl(ctx, action, args) }
+// escapedError is err with its message escaped for the terminal and its
+// exit code kept.
+func escapedError(err error) error {
+	msg := err.Error()
+	if safe := escapeControls(msg, false); safe != msg {
+		return &exitError{code: exitCode(err), err: errors.New(safe)}
 	}
-	switch command {
-	case "peers":
-		return map[string]func(context.Context, []string) error{
-			"list": c.peersList, "get": c.peersGet, "create": c.peersCreate, "test": c.peersTest, "delete": c.peersDelete,
-		}
-	case "mirrors":
-		return map[string]func(context.Context, []string) error{
-			"list": c.mirrorsList, "get": c.mirrorsGet, "create": c.mirrorsCreate,
-			"pause": control("pause"), "resume": control("resume"), "retry": control("retry"), "sync-schema": control("sync-schema"),
-			"resync": c.mirrorsResync, "delete": c.mirrorsDelete, "cutover": c.mirrorsCutover,
-			"verify": c.mirrorsVerify, "verifications": c.mirrorsVerifications, "repair": c.mirrorsRepair,
-		}
-	}
-	return nil
-}
-
-var cliUsage = map[string]string{
-	"peers": `usage: pgmirror peers <subcommand> [flags]
-  list                       list the peers
-  get NAME                   show a peer
-  create --name N --host H --port P --user U --database D [--password PW] [--ssl-mode M] [--ssl-root-cert FILE]
-  create -f peer.json        create a peer from a JSON file (the API's request body)
-  test NAME                  test the connection to a peer (exit 1 when it fails)
-  delete NAME                delete a peer no mirror uses
-Common flags: --url URL, --json. See docs/cli.md.
-`,
-	"mirrors": `usage: pgmirror mirrors <subcommand> [flags]
-  list                       list the mirrors with status and lag
-  get NAME                   show a mirror's status and its tables
-  create -f mirror.json      create and start a mirror (the API's request body)
-  pause|resume|retry|sync-schema NAME
-  resync NAME [schema.table] re-snapshot every table, or one
-  delete NAME [--yes]        delete a mirror (asks first on a terminal)
-  cutover NAME [--lock-source] [--drop-slot=false] [--timeout S] [--quiet S] [--reverse NAME] [--no-wait]
-  verify NAME [--table schema.table ...] [--no-wait]
-                             compare the destination with the source (exit 5 when rows differ)
-  verifications NAME [ID]    list the verifications, or show one
-  repair NAME ID [--no-wait] copy again what verification ID found different, then compare again
-Common flags: --url URL, --json. See docs/cli.md.
-`,
-}
-
-// newFlags returns a flag set with the common flags --url and --json.
-func (c *cli) newFlags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("pgmirror "+name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	fs.StringVar(&c.url, "url", "", "service URL (default: $SERVICE_URL, else the URL of the last login)")
-	fs.BoolVar(&c.json, "json", false, "print the API's JSON instead of a table")
-	return fs
-}
-
-// parse parses flags and positional arguments in any order and checks the
-// number of positional arguments (min to max).
-func parse(fs *flag.FlagSet, args []string, min, max int, names string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, &exitError{code: 0}
-			}
-			return nil, &exitError{code: exitUsage}
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			break
-		}
-		positional = append(positional, args[0])
-		args = args[1:]
-	}
-	if len(positional) < min || len(positional) > max {
-		if names == "" {
-			return nil, usageErrorf("%s takes no arguments", fs.Name())
-		}
-		return nil, usageErrorf("usage: %s %s", fs.Name(), names)
-	}
-	return positional, nil
+	return err
 }
 
 // credentials is the file of saved logins, one per service URL.
@@ -311,8 +252,25 @@ func normalizeURL(u string) string {
 	return u
 }
 
+// maxResponseEnv names the environment variable that raises (or lowers)
+// the largest response the client reads, in MiB.
+const maxResponseEnv = "PGMIRROR_MAX_RESPONSE_MIB"
+
+// newClient returns an API client of u with the response size cap.
+func (c *cli) newClient(u, token string, timeout time.Duration) (*client.Client, error) {
+	limit := client.DefaultMaxResponseBytes
+	if v := strings.TrimSpace(c.getenv(maxResponseEnv)); v != "" {
+		mib, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || mib <= 0 || mib > 1<<20 {
+			return nil, usageErrorf("%s=%q: give a number of MiB from 1 to 1048576", maxResponseEnv, v)
+		}
+		limit = mib << 20
+	}
+	return &client.Client{BaseURL: u, Token: token, HTTPClient: &http.Client{Timeout: timeout}, MaxResponseBytes: limit}, nil
+}
+
 // api returns a client for the service with the saved token for its URL.
-func (c *cli) api() (*client.Client, error) {
+func (c *cli) api(ctx context.Context) (*client.Client, error) {
 	creds, err := c.loadCredentials()
 	if err != nil {
 		return nil, err
@@ -323,16 +281,53 @@ func (c *cli) api() (*client.Client, error) {
 	}
 	saved, ok := creds.Logins[u]
 	if !ok || saved.Token == "" {
-		return nil, &exitError{code: exitNotLoggedIn, err: fmt.Errorf("not logged in to %s: run pgmirror login --url %s --user NAME", u, u)}
+		return nil, c.notLoggedIn(ctx, u)
 	}
-	return &client.Client{BaseURL: u, Token: saved.Token, HTTPClient: &http.Client{Timeout: 2 * time.Minute}}, nil
+	return c.newClient(u, saved.Token, 2*time.Minute)
+}
+
+// notLoggedIn is the error for a URL without a saved token. A mistyped
+// --url is the usual cause, so the service is asked first (GET /health,
+// which needs no token): an address where no pgmirror service answers is
+// exit 4, not an invitation to log in there.
+func (c *cli) notLoggedIn(ctx context.Context, u string) error {
+	probe, err := c.newClient(u, "", 10*time.Second)
+	if err != nil {
+		return err
+	}
+	probe.MaxResponseBytes = 64 << 10
+	health, err := probe.Health(ctx)
+	switch {
+	case err != nil && (client.IsConnectionError(err) || ctx.Err() == nil):
+		return &exitError{code: exitConnection, err: fmt.Errorf("no pgmirror service answers at %s (%s); check --url or SERVICE_URL", u, describeProbeError(err))}
+	case err != nil:
+		return apiErr(err)
+	case health.Status != "ok":
+		return &exitError{code: exitConnection, err: fmt.Errorf("no pgmirror service answers at %s (GET /health did not say ok); check --url or SERVICE_URL", u)}
+	}
+	return &exitError{code: exitNotLoggedIn, err: fmt.Errorf("not logged in to %s: run pgmirror login --url %s --user NAME", u, u)}
+}
+
+// describeProbeError says in a few words why GET /health failed.
+func describeProbeError(err error) string {
+	var ae *client.APIError
+	var tooLarge *client.ResponseTooLargeError
+	switch {
+	case errors.As(err, &ae):
+		return fmt.Sprintf("GET /health answered HTTP %d", ae.Status)
+	case errors.As(err, &tooLarge):
+		return "GET /health answered with more than a health check"
+	case client.IsConnectionError(err):
+		return err.Error()
+	}
+	return "GET /health did not answer a health check: " + err.Error()
 }
 
 // request makes one call with the logged-in client. With --json it prints
 // the response's JSON as the service sent it and reports printed, so the
 // command has nothing more to print; otherwise the command prints res.
 func request[T any](ctx context.Context, c *cli, call func(ctx context.Context, api *client.Client) (T, error)) (res T, printed bool, err error) {
-	api, err := c.api()
+	api, err := c.api(ctx)
 	if err != nil {
 		return res, false, err
 	}
@@ -353,7 +348,7 @@ func (c *cli) say(ctx context.Context, name string, call func(ctx context.Contex
 	if printed || err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "%s: %s\n", name, msg)
+	printf(c.stdout, "%s: %s\n", name, msg)
 	return nil
 }
 
@@ -364,32 +359,62 @@ func apiErr(err error) error {
 		return nil
 	}
 	var ae *client.APIError
+	var tooLarge *client.ResponseTooLargeError
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &ae) && ae.Status == http.StatusUnauthorized:
-		return &exitError{code: exitNotLoggedIn, err: fmt.Errorf("%s (log in again with pgmirror login)", ae.Message)}
+		return &exitError{code: exitNotLoggedIn, err: fmt.Errorf("%s (log in again with pgmirror login)", shorten(ae.Message))}
 	case errors.As(err, &ae):
-		return &exitError{code: exitAPIError, err: fmt.Errorf("%s (HTTP %d)", ae.Message, ae.Status)}
+		return &exitError{code: exitAPIError, err: fmt.Errorf("%s (HTTP %d)", shorten(ae.Message), ae.Status)}
+	case errors.As(err, &tooLarge):
+		return &exitError{code: exitAPIError, err: fmt.Errorf("the server's response is larger than %d MiB; nothing was read from it. "+
+			"Check that --url (or SERVICE_URL) is the pgmirror service's address; to accept larger answers, set %s", tooLarge.Limit>>20, maxResponseEnv)}
+	case errors.As(err, &syntaxErr) || errors.As(err, &typeErr):
+		return &exitError{code: exitAPIError, err: fmt.Errorf("the service's answer is not the JSON pgmirror sends (%w); check that --url (or SERVICE_URL) is the pgmirror service's address", err)}
 	case client.IsConnectionError(err):
 		return &exitError{code: exitConnection, err: fmt.Errorf("cannot reach the service: %w", err)}
 	}
 	return &exitError{code: exitAPIError, err: err}
 }
 
-// printJSON writes the API's raw JSON, indented.
+// shorten cuts an error message from the service to a readable length (an
+// HTML page from a proxy, say).
+func shorten(msg string) string {
+	const max = 1000
+	if len(msg) <= max {
+		return msg
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d more bytes)", msg[:cut], len(msg)-cut)
+}
+
+// printJSON writes the API's JSON, indented. It is the same JSON value as
+// the service sent, with the characters a terminal would act on written as
+// \u escapes; an answer that is not JSON is an error, never printed raw.
 func (c *cli) printJSON(raw []byte) error {
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		buf.Reset()
-		buf.Write(raw)
+		return &exitError{code: exitAPIError, err: fmt.Errorf("the service's answer is not the JSON pgmirror sends (%v); check that --url (or SERVICE_URL) is the pgmirror service's address", err)}
 	}
 	buf.WriteByte('\n')
-	_, err := c.stdout.Write(buf.Bytes())
+	_, err := c.stdout.Write(jsonTerminalSafe(buf.Bytes()))
 	return err
 }
 
 // table returns a tabwriter on stdout; call Flush when done.
 func (c *cli) table() *tabwriter.Writer {
 	return tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+}
+
+// header writes a table's header row unless --no-headers.
+func (c *cli) header(w io.Writer, columns ...string) {
+	if !c.noHeaders {
+		fmt.Fprintln(w, strings.Join(columns, "\t"))
+	}
 }
 
 // readLine reads one line from stdin without its line ending.
@@ -405,7 +430,7 @@ func (c *cli) readLine() (string, error) {
 // a line from stdin when it is not a terminal.
 func (c *cli) readSecret(prompt string) (string, error) {
 	if c.isTerminal() {
-		fmt.Fprint(c.stderr, prompt)
+		printf(c.stderr, "%s", prompt)
 		b, err := c.readPassword()
 		fmt.Fprintln(c.stderr)
 		if err != nil {
@@ -427,27 +452,70 @@ func orDash(s *string) string {
 	return *s
 }
 
+// timeLayout shows a time with its zone, so that it means the same to
+// everyone who reads it (and matches what the console shows).
+const timeLayout = "2006-01-02 15:04:05 MST"
+
 func formatTime(t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return "-"
 	}
-	return t.Local().Format("2006-01-02 15:04:05")
+	return t.Local().Format(timeLayout)
 }
 
 func formatLag(s *float64) string {
 	if s == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%.1fs", *s)
+	return formatSeconds(*s)
 }
 
+// formatSeconds is a duration for people: "0.25 s", "45 s", "3 min 12 s",
+// "3 h 2 min", "2 d 5 h".
+func formatSeconds(sec float64) string {
+	if sec < 0 {
+		sec = 0
+	}
+	if sec < 10 {
+		return strconv.FormatFloat(sec, 'f', 2, 64) + " s"
+	}
+	total := int64(math.Round(sec))
+	d, h, m, s := total/86400, total%86400/3600, total%3600/60, total%60
+	switch {
+	case total < 60:
+		return fmt.Sprintf("%d s", s)
+	case total < 3600:
+		return joinUnits(m, "min", s, "s")
+	case total < 86400:
+		return joinUnits(h, "h", m, "min")
+	}
+	return joinUnits(d, "d", h, "h")
+}
+
+func joinUnits(a int64, aUnit string, b int64, bUnit string) string {
+	if b == 0 {
+		return fmt.Sprintf("%d %s", a, aUnit)
+	}
+	return fmt.Sprintf("%d %s %d %s", a, aUnit, b, bUnit)
+}
+
+// formatMillis is a step's or a table's duration in milliseconds.
+func formatMillis(ms int64) string {
+	if ms < 1000 {
+		return fmt.Sprintf("%d ms", ms)
+	}
+	return formatSeconds(float64(ms) / 1000)
+}
+
+// formatBytes is a size in IEC units (1 KiB = 1024 bytes), as the console
+// shows it.
 func formatBytes(n *int64) string {
 	if n == nil {
 		return "-"
 	}
 	v := float64(*n)
-	for _, unit := range []string{"B", "kB", "MB", "GB", "TB"} {
-		if v < 1024 || unit == "TB" {
+	for _, unit := range []string{"B", "KiB", "MiB", "GiB", "TiB"} {
+		if v < 1024 || unit == "TiB" {
 			if unit == "B" {
 				return fmt.Sprintf("%d B", *n)
 			}
@@ -456,4 +524,12 @@ func formatBytes(n *int64) string {
 		v /= 1024
 	}
 	return "-"
+}
+
+// plural is "1 table" or "2 tables".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

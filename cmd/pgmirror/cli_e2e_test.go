@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -115,7 +116,7 @@ func TestCLI(t *testing.T) {
 		CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
 		CREATE TRIGGER items_touch BEFORE UPDATE ON public.items FOR EACH ROW EXECUTE FUNCTION touch()`)
 	s := startService(t, catalog)
-	u := newCLIUser(t)
+	u := newCLIUser(t, "TZ=UTC")
 
 	// Not logged in yet: exit 3.
 	u.fails(exitNotLoggedIn, []string{"pgmirror login"}, "mirrors", "list")
@@ -195,7 +196,7 @@ func TestCLI(t *testing.T) {
 	mirrorFile := filepath.Join(t.TempDir(), "mirror.json")
 	writeJSON(t, mirrorFile, map[string]any{"name": "m1", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": []any{mapping("public", "items", "public", "items")}})
-	if out := u.ok("mirrors", "create", "-f", mirrorFile); !strings.Contains(out, "Created mirror m1") {
+	if out := u.ok("mirrors", "create", "-f", mirrorFile); !strings.Contains(out, "Created mirror m1 (src -> dst, 1 table)") {
 		t.Fatalf("mirrors create:\n%s", out)
 	}
 	s.dumpOnFailure("m1")
@@ -219,6 +220,16 @@ func TestCLI(t *testing.T) {
 	out = u.ok("mirrors", "get", "m1")
 	if !strings.Contains(out, "Status:") || !strings.Contains(out, "public.items") || !strings.Contains(out, "500") {
 		t.Fatalf("mirrors get:\n%s", out)
+	}
+	// Times with their zone, lag and sizes in people's units.
+	if !regexp.MustCompile(`Created: +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\n`).MatchString(out) ||
+		!regexp.MustCompile(`Lag: +(-|\d+\.\d\d s|\d+ s|\d+ min( \d+ s)?)\n`).MatchString(out) ||
+		!regexp.MustCompile(`Slot: .*(not read yet|\d+ B|\d+\.\d (KiB|MiB|GiB))`).MatchString(out) {
+		t.Fatalf("mirrors get: times, lag or sizes not for people:\n%s", out)
+	}
+	// Shell completion offers the service's mirrors.
+	if out := u.ok("__complete", "mirrors", "get", ""); !strings.Contains(out, "m1\trunning") {
+		t.Fatalf("__complete mirrors get:\n%s", out)
 	}
 	var status client.MirrorStatus
 	u.jsonOut(&status, "mirrors", "get", "m1")
@@ -307,32 +318,76 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("logs --json: %+v", page)
 	}
 
-	// logs --follow prints entries as they arrive; resync of one table.
+	// logs --follow prints entries as they arrive (a resync of one table),
+	// and rides through a restart of the service: one notice on stderr
+	// while it does not answer, then the entries of the restarted service.
 	follow := exec.Command(binary, "logs", "m1", "--follow", "--search", "Table resync started")
 	follow.Env = append(os.Environ(), "XDG_CONFIG_HOME="+u.configDir, "HOME="+u.configDir, "SERVICE_URL=")
-	followOut := &syncBuffer{}
-	follow.Stdout, follow.Stderr = followOut, followOut
+	followOut, followErr := &syncBuffer{}, &syncBuffer{}
+	follow.Stdout, follow.Stderr = followOut, followErr
 	if err := follow.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = follow.Process.Kill(); _ = follow.Wait() })
+	followDone := make(chan error, 1)
+	go func() { followDone <- follow.Wait() }()
+	t.Cleanup(func() { _ = follow.Process.Kill(); <-followDone })
 	time.Sleep(500 * time.Millisecond)
-	if out := u.ok("mirrors", "resync", "m1", "public.items"); !strings.Contains(out, "m1:") {
-		t.Fatalf("mirrors resync m1 public.items:\n%s", out)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(followOut.String(), "Table resync started") {
-		if time.Now().After(deadline) {
-			t.Fatalf("logs --follow did not print the new entry:\n%s", followOut.String())
+	resynced := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			// The previous resync may still run (409): wait for its end.
+			r := u.run("", "mirrors", "resync", "m1", "public.items")
+			if r.code == 0 && strings.Contains(r.stdout, "m1:") {
+				break
+			}
+			if r.code != exitAPIError || !strings.Contains(r.stderr, "being resynced") || time.Now().After(deadline) {
+				t.Fatalf("mirrors resync m1 public.items: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
-		time.Sleep(200 * time.Millisecond)
+		for strings.Count(followOut.String(), "Table resync started") < n {
+			select {
+			case err := <-followDone:
+				t.Fatalf("logs --follow ended (%v):\nstdout: %s\nstderr: %s", err, followOut.String(), followErr.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("logs --follow did not print the new entry:\nstdout: %s\nstderr: %s", followOut.String(), followErr.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	resynced(1)
+	s.waitStatus("m1", "running", 60*time.Second)
+	s.kill()
+	time.Sleep(3 * time.Second) // at least one poll meets the stopped service
+	restarted := launchService(t, catalog, "SERVICE_PORT="+strings.TrimPrefix(s.baseURL, "http://127.0.0.1:"))
+	restarted.baseURL = s.baseURL
+	restarted.waitReady()
+	s = restarted
+	s.waitStatus("m1", "running", 60*time.Second)
+	resynced(2)
+	if stderr := followErr.String(); strings.Count(stderr, "the service does not answer") != 1 || !strings.Contains(stderr, "retrying for up to 1 min") ||
+		!strings.Contains(stderr, "the service answers again") {
+		t.Fatalf("logs --follow through a restart: stderr:\n%s", stderr)
 	}
 	_ = follow.Process.Kill()
 	s.waitStatus("m1", "running", 60*time.Second)
 	waitEqual(t, src, dst, "public.items", "public.items", "id, v", 30*time.Second)
 
-	// Cut-over with the source idle, followed to its end.
-	out = u.ok("mirrors", "cutover", "m1", "--quiet", "1")
+	// Cut-over with the source idle, followed to its end (once the last
+	// resync has finished).
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		r := u.run("", "mirrors", "cutover", "m1", "--quiet", "1")
+		if r.code == 0 {
+			out = r.stdout
+			break
+		}
+		if !strings.Contains(r.stderr, "being resynced") || time.Now().After(deadline) {
+			t.Fatalf("mirrors cutover m1 --quiet 1: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		}
+	}
 	if !strings.Contains(out, "Cut-over of m1: completed") || !strings.Contains(out, "apply_changes") ||
 		!strings.Contains(out, "Warning: triggers of the mirrored tables that the destination lacks: items_touch on public.items") {
 		t.Fatalf("mirrors cutover:\n%s", out)
@@ -341,19 +396,23 @@ func TestCLI(t *testing.T) {
 
 	// Exit codes: 404 and a bad flag.
 	u.fails(exitAPIError, []string{"HTTP 404"}, "mirrors", "get", "nope")
-	u.fails(exitUsage, []string{"flag provided but not defined"}, "mirrors", "list", "--bogus")
+	u.fails(exitUsage, []string{"unknown flag: --bogus"}, "mirrors", "list", "--bogus")
+	u.fails(exitUsage, []string{`--level "BOGUS" is not a level`}, "logs", "m1", "--level", "bogus")
 	u.fails(exitUsage, []string{"usage: pgmirror mirrors get NAME"}, "mirrors", "get")
 	u.fails(exitUsage, nil, "mirrors", "frobnicate")
 	// delete needs --yes when stdin is not a terminal.
 	u.fails(exitUsage, []string{"--yes"}, "mirrors", "delete", "m1")
 
 	// --url and SERVICE_URL take precedence over the saved URL; a URL
-	// without a saved token is not sent the other service's token.
+	// without a saved token is not sent the other service's token. A
+	// mistyped address where nothing answers is exit 4, not "log in".
 	other := newCLIUser(t, "SERVICE_URL=http://127.0.0.1:1")
 	other.configDir = u.configDir
-	other.fails(exitNotLoggedIn, []string{"not logged in to http://127.0.0.1:1"}, "mirrors", "list")
-	// Nothing listens there: exit 4.
+	other.fails(exitConnection, []string{"no pgmirror service answers at http://127.0.0.1:1", "check --url"}, "mirrors", "list")
 	other.fails(exitConnection, []string{"cannot reach the service"}, "login", "--user", "admin", "--password", "x")
+	// The same service under another name: reachable, not logged in there.
+	otherName := strings.Replace(s.baseURL, "127.0.0.1", "localhost", 1)
+	u.fails(exitNotLoggedIn, []string{"not logged in to " + otherName}, "mirrors", "list", "--url", otherName)
 
 	// A token the service refuses: exit 3.
 	var creds credentials

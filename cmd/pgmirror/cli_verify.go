@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/pgmirror/pgmirror/httpapi/client"
 )
 
@@ -15,64 +17,78 @@ import (
 // script can gate a cut-over on a clean verification.
 const exitDifferences = 5
 
-// stringList is a flag that may be given several times.
-type stringList []string
+// mirrorsVerifyCommand is `pgmirror mirrors verify NAME [--table schema.table ...] [--no-wait]`.
+func (c *cli) mirrorsVerifyCommand() *cobra.Command {
+	var tables []string
+	var noWait bool
+	cmd := c.newCommand(spec{
+		use: "verify NAME [--table schema.table ...] [--no-wait]", short: "Compare a mirror's destination with its source (exit 5 when rows differ)",
+		long: `Compare the mirror's destination with its source at one source position, wait for the result
+(polling every two seconds) and print it with one line per table and the example keys of the rows
+that differ. The mirror must be running. Exit code 0 when nothing differs, 5 when rows differ,
+1 when the verification failed or was cancelled, or the service refused it.
 
-func (l *stringList) String() string { return strings.Join(*l, ",") }
-
-func (l *stringList) Set(s string) error {
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			*l = append(*l, part)
+Arguments:
+  NAME   the mirror's name`,
+		example: `  pgmirror mirrors verify orders
+  pgmirror mirrors verify orders --table public.orders --table public.items
+  pgmirror mirrors verify orders && pgmirror mirrors cutover orders --lock-source`,
+		minArgs: 1, maxArgs: 1, complete: c.completeMirrors,
+	}, func(ctx context.Context, args []string) error {
+		api, err := c.api(ctx)
+		if err != nil {
+			return err
 		}
-	}
-	return nil
+		var list []string
+		for _, t := range tables {
+			if t = strings.TrimSpace(t); t != "" {
+				list = append(list, t)
+			}
+		}
+		var raw []byte
+		v, err := api.VerifyMirror(client.CaptureBody(ctx, &raw), args[0], client.VerifyRequest{Tables: list})
+		if err != nil {
+			return apiErr(err)
+		}
+		return c.followVerification(ctx, api, args[0], v, raw, noWait)
+	})
+	cmd.Flags().StringSliceVar(&tables, "table", nil, "compare only this source table (schema.table); repeat it or separate with commas for several (default: all)")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the verification started instead of waiting for its result")
+	return cmd
 }
 
-// mirrorsVerify is `pgmirror mirrors verify NAME [--table schema.table ...] [--no-wait]`.
-func (c *cli) mirrorsVerify(ctx context.Context, args []string) error {
-	fs := c.newFlags("mirrors verify")
-	var tables stringList
-	fs.Var(&tables, "table", "compare only this source table (schema.table); repeat for several (default: all)")
-	noWait := fs.Bool("no-wait", false, "return once the verification started instead of waiting for its result")
-	pos, err := parse(fs, args, 1, 1, "NAME [--table schema.table ...] [--no-wait]")
-	if err != nil {
-		return err
-	}
-	api, err := c.api()
-	if err != nil {
-		return err
-	}
-	var raw []byte
-	v, err := api.VerifyMirror(client.CaptureBody(ctx, &raw), pos[0], client.VerifyRequest{Tables: tables})
-	if err != nil {
-		return apiErr(err)
-	}
-	return c.followVerification(ctx, api, pos[0], v, raw, *noWait)
-}
+// mirrorsRepairCommand is `pgmirror mirrors repair NAME ID [--no-wait]`.
+func (c *cli) mirrorsRepairCommand() *cobra.Command {
+	var noWait bool
+	cmd := c.newCommand(spec{
+		use: "repair NAME ID [--no-wait]", short: "Copy again what a verification found different, then compare again",
+		long: `Copy the source rows of the key ranges where verification ID found differences over the
+destination's, then compare those tables again; wait for that new verification (unless --no-wait)
+and end with the exit codes of verify.
 
-// mirrorsRepair is `pgmirror mirrors repair NAME ID [--no-wait]`.
-func (c *cli) mirrorsRepair(ctx context.Context, args []string) error {
-	fs := c.newFlags("mirrors repair")
-	noWait := fs.Bool("no-wait", false, "return once the repair started instead of waiting for its result")
-	pos, err := parse(fs, args, 2, 2, "NAME ID [--no-wait]")
-	if err != nil {
-		return err
-	}
-	id, err := parseVerificationID(pos[1])
-	if err != nil {
-		return err
-	}
-	api, err := c.api()
-	if err != nil {
-		return err
-	}
-	var raw []byte
-	v, err := api.RepairVerification(client.CaptureBody(ctx, &raw), pos[0], id)
-	if err != nil {
-		return apiErr(err)
-	}
-	return c.followVerification(ctx, api, pos[0], v, raw, *noWait)
+Arguments:
+  NAME   the mirror's name
+  ID     the verification's number (pgmirror mirrors verifications NAME lists them)`,
+		example: "  pgmirror mirrors repair orders 7",
+		minArgs: 2, maxArgs: 2, complete: c.completeMirrors,
+	}, func(ctx context.Context, args []string) error {
+		id, err := parseVerificationID(args[1])
+		if err != nil {
+			return err
+		}
+		api, err := c.api(ctx)
+		if err != nil {
+			return err
+		}
+		var raw []byte
+		v, err := api.RepairVerification(client.CaptureBody(ctx, &raw), args[0], id)
+		if err != nil {
+			return apiErr(err)
+		}
+		return c.followVerification(ctx, api, args[0], v, raw, noWait)
+	})
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the repair started instead of waiting for its result")
+	return cmd
 }
 
 // followVerification polls a verification until it ends (unless noWait),
@@ -117,41 +133,49 @@ func verificationOutcome(name string, v *client.Verification) error {
 	return nil
 }
 
-// mirrorsVerifications is `pgmirror mirrors verifications NAME [ID] [--limit N]`:
+// mirrorsVerificationsCommand is `pgmirror mirrors verifications NAME [ID] [--limit N]`:
 // the list, newest first, or one verification in full.
-func (c *cli) mirrorsVerifications(ctx context.Context, args []string) error {
-	fs := c.newFlags("mirrors verifications")
-	limit := fs.Int("limit", 0, "how many of the newest to list (service default 20, at most 100)")
-	pos, err := parse(fs, args, 1, 2, "NAME [ID] [--limit N]")
-	if err != nil {
-		return err
-	}
-	var id int64
-	if len(pos) == 2 {
-		if id, err = parseVerificationID(pos[1]); err != nil {
+func (c *cli) mirrorsVerificationsCommand() *cobra.Command {
+	var limit int
+	cmd := c.newCommand(spec{
+		use: "verifications NAME [ID] [--limit N]", short: "List a mirror's verifications, or show one",
+		long: `List the mirror's latest verifications, newest first, or show verification ID as verify does.
+
+Arguments:
+  NAME   the mirror's name
+  ID     a verification's number (default: list them)`,
+		example: "  pgmirror mirrors verifications orders\n  pgmirror mirrors verifications orders 7",
+		minArgs: 1, maxArgs: 2, complete: c.completeMirrors,
+	}, func(ctx context.Context, args []string) error { return c.mirrorsVerifications(ctx, args, limit) })
+	cmd.Flags().IntVar(&limit, "limit", 0, "how many of the newest to list (service default 20, at most 100)")
+	return cmd
+}
+
+func (c *cli) mirrorsVerifications(ctx context.Context, args []string, limit int) error {
+	if len(args) == 2 {
+		id, err := parseVerificationID(args[1])
+		if err != nil {
 			return err
 		}
-	}
-	if len(pos) == 2 {
 		v, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) (*client.Verification, error) {
-			return api.GetVerification(ctx, pos[0], id)
+			return api.GetVerification(ctx, args[0], id)
 		})
 		if printed || err != nil {
 			return err
 		}
-		c.printVerification(pos[0], v)
+		c.printVerification(args[0], v)
 		return nil
 	}
 	list, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) ([]client.Verification, error) {
-		return api.ListVerifications(ctx, pos[0], *limit)
+		return api.ListVerifications(ctx, args[0], limit)
 	})
 	if printed || err != nil {
 		return err
 	}
 	w := c.table()
-	fmt.Fprintln(w, "ID\tSTATE\tLSN\tROWS DIFFERING\tTABLES\tREQUESTED BY\tSTARTED\tFINISHED\tREPAIR OF")
+	c.header(w, "ID", "STATE", "LSN", "ROWS DIFFERING", "TABLES", "REQUESTED BY", "STARTED", "FINISHED", "REPAIR OF")
 	for _, v := range list {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.State, orDash(v.LSN), formatOptInt(v.RowsDiffering), len(v.Tables),
+		printf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.State, orDash(v.LSN), formatOptInt(v.RowsDiffering), len(v.Tables),
 			orDash(&v.RequestedBy), formatTime(&v.StartedAt), formatTime(v.FinishedAt), formatOptInt(v.RepairOf))
 	}
 	return w.Flush()
@@ -162,7 +186,7 @@ func rowsDiffer(n int64) string {
 	if n == 1 {
 		return "1 row differs"
 	}
-	return fmt.Sprintf("%d rows differ", n)
+	return plural(n, "row", "rows") + " differ"
 }
 
 // rowsThatDiffer is "1 row that differs" or "N rows that differ".
@@ -170,7 +194,7 @@ func rowsThatDiffer(n int64) string {
 	if n == 1 {
 		return "1 row that differs"
 	}
-	return fmt.Sprintf("%d rows that differ", n)
+	return plural(n, "row", "rows") + " that differ"
 }
 
 func parseVerificationID(s string) (int64, error) {
@@ -200,18 +224,18 @@ func (c *cli) printVerification(name string, v *client.Verification) {
 	case v.State == "failed":
 		summary += ": " + orDash(v.Error)
 	}
-	fmt.Fprintf(c.stdout, "Verification %d of %s: %s\n", v.ID, name, summary)
+	printf(c.stdout, "Verification %d of %s: %s\n", v.ID, name, summary)
 	if v.RepairOf != nil {
-		fmt.Fprintf(c.stdout, "Repair of: verification %d\n", *v.RepairOf)
+		printf(c.stdout, "Repair of: verification %d\n", *v.RepairOf)
 	}
-	fmt.Fprintf(c.stdout, "LSN: %s\n", orDash(v.LSN))
-	fmt.Fprintf(c.stdout, "Requested by: %s, started %s, finished %s\n", orDash(&v.RequestedBy), formatTime(&v.StartedAt), formatTime(v.FinishedAt))
+	printf(c.stdout, "LSN: %s\n", orDash(v.LSN))
+	printf(c.stdout, "Requested by: %s, started %s, finished %s\n", orDash(&v.RequestedBy), formatTime(&v.StartedAt), formatTime(v.FinishedAt))
 	if len(v.Tables) > 0 {
 		w := c.table()
-		fmt.Fprintln(w, "TABLE\tMETHOD\tROWS SOURCE\tROWS DESTINATION\tCHUNKS DIFFERING\tROWS DIFFERING\tDURATION\tSKIPPED")
+		c.header(w, "TABLE", "METHOD", "ROWS SOURCE", "ROWS DESTINATION", "CHUNKS DIFFERING", "ROWS DIFFERING", "DURATION", "SKIPPED")
 		for _, t := range v.Tables {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d/%d\t%d\t%s\t%s\n", t.Table, orDash(&t.Method), t.RowsSource, t.RowsDestination,
-				t.ChunksDiffering, t.Chunks, t.RowsDiffering, (time.Duration(t.DurationMS) * time.Millisecond).String(), orDash(&t.Skipped))
+			printf(w, "%s\t%s\t%d\t%d\t%d/%d\t%d\t%s\t%s\n", t.Table, orDash(&t.Method), t.RowsSource, t.RowsDestination,
+				t.ChunksDiffering, t.Chunks, t.RowsDiffering, formatMillis(t.DurationMS), orDash(&t.Skipped))
 		}
 		_ = w.Flush()
 	}
@@ -221,11 +245,11 @@ func (c *cli) printVerification(name string, v *client.Verification) {
 			keys []string
 		}{{"missing on the destination", t.Missing}, {"extra on the destination", t.Extra}, {"different", t.Different}} {
 			for _, k := range ex.keys {
-				fmt.Fprintf(c.stdout, "%s %s: %s\n", t.Table, ex.kind, k)
+				printf(c.stdout, "%s %s: %s\n", t.Table, ex.kind, k)
 			}
 		}
 	}
 	if v.State == "running" {
-		fmt.Fprintf(c.stdout, "Still running: see the result with pgmirror mirrors verifications %s %d\n", name, v.ID)
+		printf(c.stdout, "Still running: see the result with pgmirror mirrors verifications %s %d\n", name, v.ID)
 	}
 }

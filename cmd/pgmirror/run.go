@@ -39,10 +39,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return healthcheck(ctx, getenv, stdout)
 	case "serve", "migrate", "rotate-key":
 	case "help", "--help", "-h":
-		fmt.Fprintln(stdout, "usage: pgmirror [serve|migrate|rotate-key|gen-key|demo|healthcheck|version]\n"+
-			"       pgmirror [login|logout|peers|mirrors|logs] ...   (client commands; see docs/cli.md)\n"+
-			"Configuration comes from SERVICE_* environment variables; see docs/configuration.md. `pgmirror demo -h` lists the demo's flags.")
-		return nil
+		// The command tree's help: every command with what it does, or
+		// one command's (pgmirror help mirrors get).
+		return runCLI(ctx, "help", args[1:], getenv, stdout)
 	default:
 		if cliCommands[command] {
 			return runCLI(ctx, command, args[1:], getenv, stdout)

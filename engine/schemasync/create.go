@@ -192,6 +192,23 @@ func createTable(ctx context.Context, tx pgx.Tx, s source, log *ddlLog) error {
 			return err
 		}
 	}
+	return carryReplicaIdentity(ctx, tx, s, log)
+}
+
+// carryReplicaIdentity gives destination table s.m.Destination, which
+// pgmirror created, its source's replica identity (replicaIdentityDDL) in
+// tx; a statement the destination rejects is a warning.
+func carryReplicaIdentity(ctx context.Context, tx pgx.Tx, s source, log *ddlLog) error {
+	stmt, _, err := replicaIdentityDDL(ctx, tx, s.m, s.table, false)
+	if err != nil || stmt == "" {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if err := tryExec(ctx, tx, log, stmt); errors.As(err, &pgErr) {
+		log.warn("the destination rejected %s: %s", stmt, pgErr.Message)
+	} else if err != nil {
+		return err
+	}
 	return nil
 }
 

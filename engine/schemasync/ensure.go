@@ -90,11 +90,14 @@ func EnsureTablesReport(ctx context.Context, src, dst Conn, mappings []change.Ma
 				if err := checkExisting(s, dt); err != nil {
 					return err
 				}
-				// A table an earlier attempt created is not the user's.
+				// A table an earlier attempt created is not the user's; it
+				// follows the source's replica identity.
 				if _, ours, err := createdByPgmirror(ctx, tx, s.m.Destination); err != nil {
 					return err
 				} else if !ours {
 					log.existing = append(log.existing, s.m.Destination.Quoted())
+				} else if err := carryReplicaIdentity(ctx, tx, s, log); err != nil {
+					return err
 				}
 			}
 		}
@@ -142,6 +145,13 @@ func SyncColumns(ctx context.Context, src, dst Conn, mappings []change.Mapping) 
 				return err
 			}
 			log.warnings = append(log.warnings, w...)
+			if _, ours, err := createdByPgmirror(ctx, tx, s.m.Destination); err != nil {
+				return err
+			} else if ours {
+				if err := carryReplicaIdentity(ctx, tx, s, log); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})

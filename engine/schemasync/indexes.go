@@ -180,6 +180,19 @@ WHERE n.nspname = $1 AND c.relname = $2`, m.Destination.Schema, ix.name).Scan(&o
 			return nil, nil, err
 		}
 	}
+	// The source's replica identity, once the index it may name exists.
+	stmt, warning, err := replicaIdentityDDL(ctx, dst, m, srcTable, set == AtCutover)
+	if err != nil {
+		return nil, nil, fmt.Errorf("destination: %w", err)
+	}
+	if warning != "" {
+		log.warn("%s", warning)
+	}
+	if stmt != "" {
+		if err := execDeferred(ctx, dst, log, stmt); err != nil {
+			return nil, nil, err
+		}
+	}
 	return log.statements, log.warnings, nil
 }
 

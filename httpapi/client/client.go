@@ -38,6 +38,30 @@ type Client struct {
 	Token string
 	// HTTPClient sends the requests; nil uses http.DefaultClient.
 	HTTPClient *http.Client
+	// MaxResponseBytes is the largest response body the client reads; a
+	// larger one fails with *ResponseTooLargeError instead of being read
+	// into memory. 0 means DefaultMaxResponseBytes; a negative value reads
+	// any size.
+	MaxResponseBytes int64
+}
+
+// DefaultMaxResponseBytes is the response size a Client reads at most when
+// MaxResponseBytes is 0: 16 MiB, far above any answer of the service (the
+// largest, a page of 500 log entries, is well under 1 MiB).
+const DefaultMaxResponseBytes int64 = 16 << 20
+
+// ResponseTooLargeError is returned when a response body is larger than
+// the client's MaxResponseBytes: the address is not the pgmirror service,
+// or something between them sends far more than the service does.
+type ResponseTooLargeError struct {
+	// Operation is the operation's ID, such as list-mirrors.
+	Operation string
+	// Limit is the size in bytes that the body exceeded.
+	Limit int64
+}
+
+func (e *ResponseTooLargeError) Error() string {
+	return fmt.Sprintf("%s: the server's response is larger than %d bytes; it was not read", e.Operation, e.Limit)
 }
 
 // New returns a client of the service at baseURL that sends token.
@@ -186,9 +210,9 @@ func (c *Client) Do(ctx context.Context, op Operation, params []string, query ur
 		return 0, err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
+	raw, err := c.readBody(op, resp)
 	if err != nil {
-		return resp.StatusCode, fmt.Errorf("%s: read the response: %w", op.ID, err)
+		return resp.StatusCode, err
 	}
 	if resp.StatusCode >= 400 {
 		var e struct {
@@ -211,6 +235,30 @@ func (c *Client) Do(ctx context.Context, op Operation, params []string, query ur
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// readBody reads a response body up to the client's limit; it fails
+// before reading when the announced length is over the limit already.
+func (c *Client) readBody(op Operation, resp *http.Response) ([]byte, error) {
+	limit := c.MaxResponseBytes
+	if limit == 0 {
+		limit = DefaultMaxResponseBytes
+	}
+	body := io.Reader(resp.Body)
+	if limit > 0 {
+		if resp.ContentLength > limit {
+			return nil, &ResponseTooLargeError{Operation: op.ID, Limit: limit}
+		}
+		body = io.LimitReader(resp.Body, limit+1)
+	}
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read the response: %w", op.ID, err)
+	}
+	if limit > 0 && int64(len(raw)) > limit {
+		return nil, &ResponseTooLargeError{Operation: op.ID, Limit: limit}
+	}
+	return raw, nil
 }
 
 // call is Do for the typed methods, which need no status.

@@ -219,6 +219,21 @@ type WorkerInfo struct {
 	WorkerSeenAt *time.Time `json:"worker_seen_at"`
 }
 
+// PeerWarnings lists the mirror's peers that refused pgmirror's last
+// connection attempt; empty when none.
+type PeerWarnings struct {
+	PeerWarnings []PeerWarning `json:"peer_warnings"`
+}
+
+// PeerWarning is a peer that refuses pgmirror's connections.
+type PeerWarning struct {
+	Peer      string    `json:"peer"`
+	Role      string    `json:"role"`
+	Message   string    `json:"message"`
+	Since     time.Time `json:"since"`
+	CheckedAt time.Time `json:"checked_at"`
+}
+
 // MirrorSummary is one element of GET /v1/mirrors.
 type MirrorSummary struct {
 	Name            string  `json:"name"`
@@ -231,6 +246,7 @@ type MirrorSummary struct {
 	SchemaChanges   string  `json:"schema_changes"`
 	SlotHealth
 	WorkerInfo
+	PeerWarnings
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -263,6 +279,7 @@ type MirrorStatus struct {
 	SequencesSyncedAt *time.Time         `json:"sequences_synced_at"`
 	SlotHealth
 	WorkerInfo
+	PeerWarnings
 	Cutover   *CutoverRecord `json:"cutover"`
 	Tables    []TableStatus  `json:"tables"`
 	UpdatedAt time.Time      `json:"updated_at"`

@@ -58,6 +58,9 @@ type Verification struct {
 	Error         *string             `json:"error"`
 	RowsDiffering *int64              `json:"rows_differing"`
 	Tables        []VerificationTable `json:"tables"`
+	// ReverseMirrorProblems: what would keep a cut-over from creating a
+	// reverse mirror; nil when not checked.
+	ReverseMirrorProblems *[]string `json:"reverse_mirror_problems"`
 }
 
 // MirrorVerification is the verification part of a mirror's status.

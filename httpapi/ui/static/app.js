@@ -319,6 +319,7 @@
     const title = el('h1', {}, name);
     const notice = el('p', { id: 'control-result', role: 'status' });
     const errBox = el('p', { class: 'error', id: 'mirror-error', role: 'alert' });
+    const peerBox = el('div', { id: 'peer-warnings', role: 'status' });
     const controls = el('div', { class: 'controls', id: 'controls' });
     const summary = el('div', { id: 'summary' });
     const logsBox = el('section', { class: 'card', id: 'logs' });
@@ -333,6 +334,9 @@
         replace(title, m.name, ' ', statusBadge(m.status));
         title.dataset.status = m.status;
         errBox.textContent = m.error_message ? 'Error: ' + m.error_message : '';
+        replace(peerBox, (m.peer_warnings || []).map((w) => el('p', { class: 'warning', 'data-peer': w.peer },
+          `Warning: ${w.role} peer ${w.peer} refuses connections since ${fmtTime(w.since)}: ${w.message}. ` +
+          'Replication already running goes on; its next connection will fail. Fix the login or update the peer.')));
         updateControls(m);
         replace(summary, mirrorSummary(m, rate));
       } catch (e) {
@@ -602,7 +606,10 @@
         tables.length ? el('table', {}, el('thead', {}, el('tr', {}, el('th', { text: 'Table' }), el('th', { text: 'Method' }),
           ['Rows source', 'Rows destination', 'Chunks differing', 'Rows differing'].map((h) => el('th', { class: 'num', text: h })),
           el('th', { text: 'Skipped' }))), el('tbody', {}, tables)) : null,
-        examples.length ? el('ul', { class: 'examples' }, examples) : null);
+        examples.length ? el('ul', { class: 'examples' }, examples) : null,
+        (v.reverse_mirror_problems || []).length ? el('div', { class: 'reverse-problems' },
+          el('p', { class: 'warning', text: 'A cut-over could not create a reverse mirror (reverse_mirror_name):' }),
+          el('ul', {}, v.reverse_mirror_problems.map((p) => el('li', { text: p })))) : null);
     }
 
     const loadVerifications = async () => {
@@ -627,7 +634,7 @@
       verifyButton ? el('div', { class: 'controls' }, verifyButton, verifyResult) : null,
       verifyErr, verifyList);
 
-    replace(view, el('p', {}, el('a', { href: '#/mirrors', text: '← Mirrors' })), title, errBox, controls, notice, summary, verifyBox, logsBox);
+    replace(view, el('p', {}, el('a', { href: '#/mirrors', text: '← Mirrors' })), title, errBox, peerBox, controls, notice, summary, verifyBox, logsBox);
     if (!isAdmin()) controls.hidden = true;
     // The first page of logs follows the newest entries; older pages stay put.
     every(REFRESH_MS, () => { refresh().then(updateVerifyButton); loadVerifications(); if (logOffset === 0) loadLogs(); });
