@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // peerConnectTimeout bounds the connection attempts to a peer.
@@ -24,7 +26,9 @@ const peerConnectTimeout = 10 * time.Second
 // decrypted and, when the peer has a CA certificate and its SSL mode checks
 // certificates (require, verify-ca, verify-full), that certificate as the
 // only trusted root. It holds the password: never log it. Callers may change
-// the returned config; each call returns a new one.
+// the returned config; each call returns a new one. Its search_path is
+// session.SearchPath (pg_catalog, pg_temp), as on every pgmirror session
+// to a peer.
 func (p Peer) ConnConfig() (*pgx.ConnConfig, error) {
 	if p.keys == nil {
 		return nil, fmt.Errorf("connect to peer %q: the peer was not loaded from the catalog", p.Name)
@@ -49,6 +53,9 @@ func (p Peer) ConnConfig() (*pgx.ConnConfig, error) {
 		return nil, fmt.Errorf("peer %q: %w", p.Name, err)
 	}
 	cfg.Password = string(password)
+	// session.Connect sets it as well; here it also covers a connection
+	// opened from this config some other way.
+	cfg.RuntimeParams["search_path"] = session.SearchPath
 	if p.sealedRootCert == "" || !checksCertificate(p.SSLMode) {
 		return cfg, nil
 	}

@@ -2,12 +2,14 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/ownership"
 	"github.com/pgmirror/pgmirror/engine/session"
 	"github.com/pgmirror/pgmirror/engine/tablesync"
 )
@@ -30,6 +32,11 @@ func (h *handlers) checkDestination(ctx context.Context, dest db.Peer, mappings 
 		return nil
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if err := ownership.Check(cctx, conn); errors.Is(err, ownership.ErrForeignOwner) {
+		return errorf(http.StatusBadRequest, "Destination peer %q is not ready: %s", dest.Name, err)
+	} else if err != nil {
+		return errorf(http.StatusBadRequest, "Could not check the destination peer %q: %s", dest.Name, session.Scrub(err.Error(), conn.Config().Password))
+	}
 	if !copies || mode == db.ExistingRowsTruncate {
 		return nil
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/ownership"
 	"github.com/pgmirror/pgmirror/engine/preflight"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
@@ -420,10 +421,15 @@ func (h *handlers) checkSource(ctx context.Context, source db.Peer, mappings []c
 	if err == nil {
 		err = checkSequences(qctx, conn, sequences)
 	}
+	if err == nil {
+		err = ownership.Check(qctx, conn)
+	}
 	var f *preflight.Failure
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, ownership.ErrForeignOwner):
+		return errorf(http.StatusBadRequest, "Source peer %q is not ready: %s", source.Name, err)
 	case errors.As(err, &f):
 		return errorf(http.StatusBadRequest, "Source peer %q is not ready: %s", source.Name, f.Message)
 	default:

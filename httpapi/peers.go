@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/ownership"
 	"github.com/pgmirror/pgmirror/engine/preflight"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
@@ -110,7 +111,7 @@ type peerTestOutput struct {
 	Body struct {
 		Success bool   `json:"success"`
 		Version string `json:"version,omitempty" doc:"PostgreSQL server version; present when successful."`
-		Error   string `json:"error,omitempty" doc:"Why the connection failed; present when not successful."`
+		Error   string `json:"error,omitempty" doc:"Why the connection failed, or why pgmirror cannot use the database (its schema _pgmirror owned by another role); present when not successful."`
 	}
 }
 
@@ -376,6 +377,11 @@ func (h *handlers) testPeer(ctx context.Context, in *peerPath) (*peerTestOutput,
 	defer cancel()
 	if err := conn.QueryRow(qctx, `SHOW server_version`).Scan(&out.Body.Version); err != nil {
 		out.Body.Error = fmt.Sprintf("connected, but could not read the server version: %s", session.Scrub(err.Error(), conn.Config().Password))
+		out.Body.Version = ""
+		return out, nil
+	}
+	if err := ownership.Check(qctx, conn); err != nil {
+		out.Body.Error = fmt.Sprintf("connected, but pgmirror cannot use this database: %s", session.Scrub(err.Error(), conn.Config().Password))
 		out.Body.Version = ""
 		return out, nil
 	}

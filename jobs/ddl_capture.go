@@ -10,6 +10,7 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/ddl"
+	"github.com/pgmirror/pgmirror/engine/ownership"
 )
 
 // ensureDDLCapture installs the DDL capture trigger on the source again
@@ -29,7 +30,9 @@ func (r *mirrorRun) ensureDDLCapture(ctx context.Context, src *pgx.Conn, m db.Mi
 	if installed {
 		// Installed by an older pgmirror: its functions are updated in
 		// place (the triggers and the key stay).
-		if err := ddl.Install(ctx, src); err != nil {
+		if err := ddl.Install(ctx, src); errors.Is(err, ownership.ErrForeignOwner) {
+			return err
+		} else if err != nil {
 			r.log(ctx, db.LevelWarn, "DDL capture trigger not updated", map[string]any{
 				"error":  err.Error(),
 				"action": "the trigger installed by an older pgmirror keeps working; a column renamed in the same transaction as an index or constraint on it may leave that index or constraint out until capture_ddl can update it"})

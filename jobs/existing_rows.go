@@ -15,8 +15,11 @@ import (
 // Taken function that records the tables as taken over once they were
 // checked and emptied.
 //
-// A table's first copy follows the mirror's existing_destination_rows.
-// Every later copy (a full resync, which takes every table over, a table
+// A table's first copy follows the mirror's existing_destination_rows,
+// also that of a table a mapped schema gained on the source after the
+// mirror started (it comes with a copy requested, but its destination
+// table, which may have existed before, was never taken over). Every
+// later copy (a full resync, which takes every table over, a table
 // resync, or a copy that restarts after the table was taken over)
 // truncates the table: its rows are the mirror's. A table kept (keep) is
 // taken over when its copy ends (MirrorTableSnapshotted), so that a
@@ -25,7 +28,7 @@ func (r *mirrorRun) existingRows(m db.Mirror, tables []db.MirrorTable) (map[chan
 	existing := map[change.TableName]tablesync.ExistingRows{}
 	var take []int64
 	for _, t := range tables {
-		if t.DestinationTakenAt != nil || t.ResyncRequestedAt != nil {
+		if t.DestinationTakenAt != nil || (t.ResyncRequestedAt != nil && !t.FromSchemaMapping) {
 			continue // truncated
 		}
 		switch m.ExistingDestinationRows {

@@ -6,11 +6,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // SlotMonitorArgs is the periodic job (enqueued by the leader every
@@ -158,7 +158,7 @@ func readSlots(ctx context.Context, peer db.Peer, watches []db.SlotWatch) (map[s
 	if err != nil {
 		return nil, fmt.Errorf("source peer: %w", err)
 	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := session.Connect(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to source peer %q: %w", peer.Name, err)
 	}

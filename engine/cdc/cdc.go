@@ -368,7 +368,9 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	}
 	var ddlKey string
 	if cfg.CaptureDDL {
-		ddlKey = readDDLKey(ctx, src, logger)
+		if ddlKey, err = readDDLKey(ctx, src, logger); err != nil {
+			return err
+		}
 	}
 	var source *sourcePosition
 	if cfg.SourceWatch != nil {

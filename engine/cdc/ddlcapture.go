@@ -13,6 +13,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/ddl"
+	"github.com/pgmirror/pgmirror/engine/ownership"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
 
@@ -46,9 +47,15 @@ func (r *runner) applySchemaChange(ctx context.Context, msg *change.SchemaMessag
 		return nil
 	}
 	parsed, err := ddl.Open(msg.Content, r.ddlKey, r.txXid)
-	if errors.Is(err, ddl.ErrUnsigned) && r.rereadDDLKey(ctx) {
-		// The trigger may have been installed again with a new key.
-		parsed, err = ddl.Open(msg.Content, r.ddlKey, r.txXid)
+	if errors.Is(err, ddl.ErrUnsigned) {
+		changed, rerr := r.rereadDDLKey(ctx)
+		if rerr != nil {
+			return rerr
+		}
+		if changed {
+			// The trigger may have been installed again with a new key.
+			parsed, err = ddl.Open(msg.Content, r.ddlKey, r.txXid)
+		}
 	}
 	if err != nil {
 		// Not written by the trigger (anyone may write a message with
@@ -160,14 +167,19 @@ func (r *runner) concernsMapped(table change.TableName) bool {
 // readDDLKey reads the key that signs the DDL capture trigger's messages
 // on the source. Without it (the trigger is missing, or the source user
 // may not read it any more) no schema change message is applied: the run
-// logs a warning and goes on.
-func readDDLKey(ctx context.Context, src *pgx.Conn, logger *slog.Logger) string {
+// logs a warning and goes on. A key, or another object of _pgmirror, that
+// a role other than the source peer's user owns (ownership.ErrForeignOwner)
+// is an error of the run: that role could sign messages of its own.
+func readDDLKey(ctx context.Context, src *pgx.Conn, logger *slog.Logger) (string, error) {
 	key, err := ddl.ReadKey(ctx, src)
+	if errors.Is(err, ownership.ErrForeignOwner) {
+		return "", fmt.Errorf("capture_ddl: %w", err)
+	}
 	if err != nil {
 		logger.Warn("capture_ddl is on but the key of the DDL capture trigger cannot be read on the source; schema change messages are ignored", "error", err.Error())
-		return ""
+		return "", nil
 	}
-	return key
+	return key, nil
 }
 
 // ddlKeyReread bounds how often a message that fails its signature check
@@ -175,22 +187,26 @@ func readDDLKey(ctx context.Context, src *pgx.Conn, logger *slog.Logger) string 
 const ddlKeyReread = 10 * time.Second
 
 // rereadDDLKey reads the signing key again on a connection of its own, at
-// most every ddlKeyReread, and reports whether it changed.
-func (r *runner) rereadDDLKey(ctx context.Context) bool {
+// most every ddlKeyReread, and reports whether it changed. Its error is a
+// key owned by another role (see readDDLKey).
+func (r *runner) rereadDDLKey(ctx context.Context) (bool, error) {
 	if time.Since(r.ddlKeyRead) < ddlKeyReread {
-		return false
+		return false, nil
 	}
 	r.ddlKeyRead = time.Now()
 	src, err := session.Connect(ctx, r.cfg.Source)
 	if err != nil {
 		r.log.Warn("cannot connect to the source to read the key of the DDL capture trigger again", "error", err.Error())
-		return false
+		return false, nil
 	}
 	defer closeQuietly(src)
 	key, err := ddl.ReadKey(ctx, src)
+	if errors.Is(err, ownership.ErrForeignOwner) {
+		return false, fmt.Errorf("capture_ddl: %w", err)
+	}
 	if err != nil || key == r.ddlKey {
-		return false
+		return false, nil
 	}
 	r.ddlKey = key
-	return true
+	return true, nil
 }

@@ -64,6 +64,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/ownership"
 )
 
 // triggerRows and triggerTruncate name the triggers MakeReadOnly creates.
@@ -189,10 +190,14 @@ func isLockBusy(err error) bool {
 // ensureRefuseFunction creates the trigger function of read-only tables,
 // before any table is locked.
 func ensureRefuseFunction(ctx context.Context, conn *pgx.Conn) error {
+	if err := ownership.Check(ctx, conn); err != nil {
+		return fmt.Errorf("make source tables read-only: %w", err)
+	}
 	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS _pgmirror`); err != nil {
 		return fmt.Errorf("create schema _pgmirror on the source for the read-only trigger (the peer user needs CREATE on the database): %w", err)
 	}
-	if _, err := conn.Exec(ctx, `CREATE OR REPLACE FUNCTION _pgmirror.refuse_writes() RETURNS trigger LANGUAGE plpgsql AS $f$
+	if _, err := conn.Exec(ctx, `CREATE OR REPLACE FUNCTION _pgmirror.refuse_writes() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
 BEGIN
 	RAISE EXCEPTION 'table %.% is read-only: %', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]
 		USING ERRCODE = 'read_only_sql_transaction',
@@ -200,6 +205,11 @@ BEGIN
 END
 $f$`); err != nil {
 		return fmt.Errorf("create the read-only trigger function on the source: %w", err)
+	}
+	// Again: CREATE SCHEMA IF NOT EXISTS and CREATE OR REPLACE keep an
+	// object another role created meanwhile, and its owner.
+	if err := ownership.Check(ctx, conn); err != nil {
+		return fmt.Errorf("make source tables read-only: %w", err)
 	}
 	return nil
 }
@@ -282,7 +292,7 @@ func IsReadOnly(ctx context.Context, conn *pgx.Conn, table change.TableName) (bo
 // CountRows counts the rows of table.
 func CountRows(ctx context.Context, conn *pgx.Conn, table change.TableName) (int64, error) {
 	var n int64
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+table.Quoted()).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM `+table.Quoted()).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count the rows of %s: %w", table, err)
 	}
 	return n, nil

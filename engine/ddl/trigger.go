@@ -6,17 +6,20 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/engine/ownership"
 )
 
 // Conn is what the functions of this package need of a connection.
 type Conn interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Names of the objects Install creates in the source database.
 const (
-	Schema                 = "_pgmirror"
+	Schema                 = ownership.Schema
 	CommandEndTrigger      = "pgmirror_ddl_command_end"
 	SQLDropTrigger         = "pgmirror_ddl_sql_drop"
 	stateFunction          = Schema + ".pgmirror_ddl_table_state"
@@ -207,9 +210,17 @@ func Install(ctx context.Context, conn Conn) error {
 		keySQL, tableStateSQL, emitSQL, commandEndSQL, sqlDropSQL,
 		`COMMENT ON FUNCTION ` + stateFunction + `(oid, text) IS '` + version + `'`,
 	}
-	for _, s := range stmts {
+	for i, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			return fmt.Errorf("install the DDL capture trigger: %w", err)
+		}
+		if i == 0 {
+			// Before anything is created or replaced: CREATE SCHEMA IF NOT
+			// EXISTS and CREATE OR REPLACE FUNCTION keep another role's
+			// objects, and their owner.
+			if err := ownership.Check(ctx, tx); err != nil {
+				return fmt.Errorf("install the DDL capture trigger: %w", err)
+			}
 		}
 	}
 	triggers := []struct{ name, event, tags, fn string }{
@@ -228,6 +239,11 @@ func Install(ctx context.Context, conn Conn) error {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("install the DDL capture trigger: %w", err)
 		}
+	}
+	// Again, in the same transaction: an object created meanwhile by
+	// another role was kept by IF NOT EXISTS.
+	if err := ownership.Check(ctx, tx); err != nil {
+		return fmt.Errorf("install the DDL capture trigger: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("install the DDL capture trigger: commit: %w", err)
@@ -288,8 +304,14 @@ func Remove(ctx context.Context, conn Conn) error {
 
 // ReadKey returns the key that signs the messages of the trigger on conn's
 // database (see Open). The trigger's owner and superusers may read it; a
-// database without the trigger gives an error.
+// database without the trigger gives an error. So does a key (or another
+// object of _pgmirror, or the trigger's functions) owned by a role other
+// than the peer's user that is not a superuser (ownership.Check): that
+// role could sign messages of its own.
 func ReadKey(ctx context.Context, conn Conn) (string, error) {
+	if err := ownership.Check(ctx, conn); err != nil {
+		return "", fmt.Errorf("read the key of the DDL capture trigger: %w", err)
+	}
 	var key string
 	if err := conn.QueryRow(ctx, `SELECT key FROM `+keyTable+` LIMIT 1`).Scan(&key); err != nil {
 		return "", fmt.Errorf("read the key of the DDL capture trigger: %w", err)

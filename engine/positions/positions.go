@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/ownership"
 )
 
 // DB is what the operations need: a *pgx.Conn, a pgx.Tx or a
@@ -84,7 +85,13 @@ CREATE TABLE IF NOT EXISTS _pgmirror.source_columns (
 )`
 
 // Ensure creates the schema _pgmirror and its tables when they are absent.
+// It refuses (an error matching ownership.ErrForeignOwner) a _pgmirror, or
+// an object in it, that a role other than the peer's user and not a
+// superuser owns, before and after creating.
 func Ensure(ctx context.Context, conn DB) error {
+	if err := ownership.Check(ctx, conn); err != nil {
+		return err
+	}
 	var err error
 	for range 3 {
 		_, err = conn.Exec(ctx, ensureSQL)
@@ -99,7 +106,7 @@ func Ensure(ctx context.Context, conn DB) error {
 	if err != nil {
 		return fmt.Errorf("create destination metadata tables in schema _pgmirror: %w", err)
 	}
-	return nil
+	return ownership.Check(ctx, conn)
 }
 
 // Applied reads the mirror's applied position: the end LSN of the last

@@ -6,7 +6,9 @@
 // text forms of dates, intervals, floats and bytea are then unambiguous and
 // identical on both sides, whichever path (snapshot COPY, CDC in text, DDL
 // defaults) a value takes, and text travels as UTF8 whatever each
-// database's encoding. application_name is "pgmirror" unless the
+// database's encoding. The search_path is pg_catalog, pg_temp (SearchPath),
+// so that no function, operator or type a database user created is ever
+// chosen in place of the one pgmirror names. application_name is "pgmirror" unless the
 // configuration names one, so that pg_stat_activity shows pgmirror's
 // sessions; a connection attempt gives up after ConnectTimeout unless the
 // configuration sets a timeout of its own.
@@ -44,6 +46,15 @@ const ApplicationName = "pgmirror"
 // ConnectTimeout bounds a connection attempt whose configuration sets none.
 const ConnectTimeout = 10 * time.Second
 
+// SearchPath is the search_path of every pgmirror session on a peer. The
+// roles that own tables, schemas or the whole database on a peer are not
+// pgmirror's users: with the default search_path ("$user", public) a
+// function or operator they create in their schema can be a better match
+// than the built-in one pgmirror means and would run with the peer's
+// privileges (often a superuser's). pgmirror's SQL names user tables and
+// types schema-qualified and quoted, and its own objects in _pgmirror.
+const SearchPath = "pg_catalog, pg_temp"
+
 // Settings returns the session parameters every pgmirror connection starts
 // with.
 func Settings() map[string]string {
@@ -55,7 +66,26 @@ func Settings() map[string]string {
 		"IntervalStyle":      "postgres",
 		"extra_float_digits": "3",
 		"bytea_output":       "hex",
+		// Nothing a database user created can stand in for what pgmirror
+		// calls: names resolve in pg_catalog only (pg_temp, listed last, is
+		// never searched for functions or operators). See SearchPath.
+		"search_path": SearchPath,
 	}
+}
+
+// SetLocal returns the statement that sets parameter name to value for the
+// rest of the transaction (SET LOCAL), value quoted as a string literal;
+// the value of search_path, a list, is written as that list of names (in a
+// string literal it would be read as one schema name).
+func SetLocal(name, value string) string {
+	if strings.EqualFold(name, "search_path") {
+		names := strings.Split(value, ",")
+		for i, n := range names {
+			names[i] = pgx.Identifier{strings.TrimSpace(n)}.Sanitize()
+		}
+		return "SET LOCAL search_path = " + strings.Join(names, ", ")
+	}
+	return "SET LOCAL " + pgx.Identifier{name}.Sanitize() + " = '" + strings.ReplaceAll(value, "'", "''") + "'"
 }
 
 // Configure returns a copy of cfg with the session settings, the

@@ -40,6 +40,29 @@ func TestSettings(t *testing.T) {
 	require.Equal(t, "UTF8", repl.ParameterStatus("client_encoding"))
 	require.Equal(t, "pgmirror", repl.ParameterStatus("application_name"))
 
+	// Names resolve in pg_catalog only, on both kinds of connection: a
+	// function a database user planted in public is not found.
+	_, err = conn.Exec(ctx, `CREATE FUNCTION public.pgmirror_planted() RETURNS int LANGUAGE sql AS 'SELECT 1'`)
+	require.NoError(t, err)
+	var path string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&path))
+	require.Equal(t, "pg_catalog, pg_temp", path)
+	_, err = conn.Exec(ctx, `SELECT pgmirror_planted()`)
+	require.ErrorContains(t, err, "does not exist")
+	// SetLocal writes the list as a list (a string literal would name one
+	// schema "pg_catalog, pg_temp").
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, session.SetLocal("search_path", session.SearchPath)+"; "+session.SetLocal("DateStyle", "ISO, YMD"))
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&path))
+	require.Equal(t, "pg_catalog, pg_temp", path)
+	require.NoError(t, tx.Rollback(ctx))
+	res := repl.Exec(ctx, `SHOW search_path`)
+	results, err := res.ReadAll()
+	require.NoError(t, err)
+	require.Equal(t, "pg_catalog, pg_temp", string(results[0].Rows[0][0]))
+
 	named := cfg.Copy()
 	named.RuntimeParams["application_name"] = "pgmirror snapshot"
 	conn2, err := session.Connect(ctx, named)

@@ -86,7 +86,7 @@ type Querier interface {
 // one row (a missing table or schema has none).
 func HasRows(ctx context.Context, q Querier, table change.TableName) (bool, error) {
 	var exists bool
-	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table.Quoted()).Scan(&exists); err != nil {
+	if err := q.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1::pg_catalog.text) IS NOT NULL`, table.Quoted()).Scan(&exists); err != nil {
 		return false, fmt.Errorf("look up destination table %s: %w", table, err)
 	}
 	if !exists {

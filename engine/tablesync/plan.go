@@ -205,7 +205,7 @@ func sampleDensity(ctx context.Context, tx pgx.Tx, l *leaf) error {
 	}
 	n := min(l.pages, samplePages)
 	var count int64
-	q := fmt.Sprintf(`SELECT count(*) FROM ONLY %s WHERE ctid < '(%d,0)'::tid`, l.name.Quoted(), n)
+	q := fmt.Sprintf(`SELECT pg_catalog.count(*) FROM ONLY %s WHERE ctid OPERATOR(pg_catalog.<) '(%d,0)'::pg_catalog.tid`, l.name.Quoted(), n)
 	if err := tx.QueryRow(ctx, q).Scan(&count); err != nil {
 		return fmt.Errorf("sample rows per page: %w", err)
 	}

@@ -271,7 +271,7 @@ func applySettings(c *pgx.ConnConfig, settings map[string]string) {
 func setLocal(settings map[string]string) string {
 	var b strings.Builder
 	for _, k := range slices.Sorted(maps.Keys(settings)) {
-		fmt.Fprintf(&b, "; SET LOCAL %s = '%s'", k, strings.ReplaceAll(settings[k], "'", "''"))
+		b.WriteString("; " + session.SetLocal(k, settings[k]))
 	}
 	return b.String()
 }

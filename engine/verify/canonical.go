@@ -42,7 +42,7 @@ func Settings() map[string]string {
 func pinSettings(ctx context.Context, tx pgx.Tx, settings map[string]string) error {
 	var sql strings.Builder
 	for _, k := range slices.Sorted(maps.Keys(settings)) {
-		fmt.Fprintf(&sql, "SET LOCAL %s = %s;", change.QuoteIdent(k), quoteLiteral(settings[k]))
+		sql.WriteString(session.SetLocal(k, settings[k]) + ";")
 	}
 	if _, err := tx.Exec(ctx, sql.String()); err != nil {
 		return fmt.Errorf("pin the comparison's session settings: %w", err)
@@ -73,12 +73,12 @@ func canonicalColumn(col, dstCol schemasync.Column) string {
 	if f, ok := floatSend[strings.TrimSuffix(col.Type, "[]")]; ok && strings.HasSuffix(col.Type, "[]") {
 		// The bounds, then every element's bits (N for NULL) in order.
 		elem := floatBits("pgmirror_e", strings.TrimSuffix(col.Type, "[]"), f)
-		return fmt.Sprintf(`CASE WHEN %[1]s IS NOT NULL THEN coalesce(array_dims(%[1]s), '') || ':' || coalesce((SELECT string_agg(coalesce(encode(%[2]s, 'hex'), 'N'), ',' ORDER BY pgmirror_i) FROM unnest(%[1]s) WITH ORDINALITY AS pgmirror_u(pgmirror_e, pgmirror_i)), '') END`,
+		return fmt.Sprintf(`CASE WHEN %[1]s IS NOT NULL THEN pg_catalog.concat(pg_catalog.array_dims(%[1]s), ':', (SELECT pg_catalog.string_agg(coalesce(pg_catalog.encode(%[2]s, 'hex'::pg_catalog.text), 'N'), ','::pg_catalog.text ORDER BY pgmirror_i) FROM pg_catalog.unnest(%[1]s) WITH ORDINALITY AS pgmirror_u(pgmirror_e, pgmirror_i))) END`,
 			q, elem)
 	}
 	return q
 }
 
 func floatBits(expr, typ string, f [2]string) string {
-	return fmt.Sprintf(`CASE WHEN %[1]s = 'NaN'::%[2]s THEN '%[4]s'::bytea ELSE %[3]s(%[1]s) END`, expr, typ, f[0], f[1])
+	return fmt.Sprintf(`CASE WHEN %[1]s OPERATOR(pg_catalog.=) 'NaN'::%[2]s THEN '%[4]s'::pg_catalog.bytea ELSE pg_catalog.%[3]s(%[1]s) END`, expr, typ, f[0], f[1])
 }

@@ -75,7 +75,7 @@ type rangeSum struct {
 // with a primary key, equal sets of rows (each with its key) are equal
 // contents.
 func (t *table) sum(ctx context.Context, tx pgx.Tx, rel, where string, args []any) (rangeSum, error) {
-	q := fmt.Sprintf(`SELECT count(*), coalesce(sum(h), 0)::text FROM (SELECT %s AS h FROM %s WHERE %s) s`,
+	q := fmt.Sprintf(`SELECT pg_catalog.count(*), coalesce(pg_catalog.sum(h), 0)::pg_catalog.text FROM (SELECT %s AS h FROM %s WHERE %s) s`,
 		t.hashSQL, rel, where)
 	var s rangeSum
 	if err := tx.QueryRow(ctx, q, args...).Scan(&s.count, &s.sum); err != nil {
@@ -155,10 +155,10 @@ func (t *table) compareRange(ctx context.Context, p *pair, lo, hi []string, top 
 func (t *table) compareRows(ctx context.Context, p *pair, lo, hi []string, where string, args []any) error {
 	texts := make([]string, len(t.names))
 	for i, n := range t.names {
-		texts[i] = "quote_nullable((" + quoteCol(n) + ")::text)"
+		texts[i] = "pg_catalog.quote_nullable((" + quoteCol(n) + ")::pg_catalog.text)"
 	}
 	src, dst, err := bothMaps(ctx, t, p, "read row hashes", func(rel string) string {
-		return fmt.Sprintf(`SELECT concat_ws(', ', %s), (%s)::text FROM %s WHERE %s`, strings.Join(texts, ", "), t.hashSQL, rel, where)
+		return fmt.Sprintf(`SELECT pg_catalog.concat_ws(', '::pg_catalog.text, %s), (%s)::pg_catalog.text FROM %s WHERE %s`, strings.Join(texts, ", "), t.hashSQL, rel, where)
 	}, args, func(rows pgx.Rows) (k, h string, err error) {
 		return k, h, rows.Scan(&k, &h)
 	})
@@ -214,7 +214,7 @@ const multisetBuckets = 16
 // compareBuckets compares a table without a primary key as multisets.
 func (t *table) compareBuckets(ctx context.Context, p *pair) error {
 	src, dst, err := bothMaps(ctx, t, p, "hash the rows", func(rel string) string {
-		return fmt.Sprintf(`SELECT (h & %d)::text, count(*), sum(h)::text FROM (SELECT %s AS h FROM %s) s GROUP BY 1`,
+		return fmt.Sprintf(`SELECT pg_catalog.int8and(h, %d)::pg_catalog.text, pg_catalog.count(*), pg_catalog.sum(h)::pg_catalog.text FROM (SELECT %s AS h FROM %s) s GROUP BY 1`,
 			multisetBuckets-1, t.hashSQL, rel)
 	}, nil, func(rows pgx.Rows) (b string, s rangeSum, err error) {
 		return b, s, rows.Scan(&b, &s.count, &s.sum)
@@ -252,8 +252,8 @@ func (t *table) compareBucketRows(ctx context.Context, p *pair, bucket string) e
 		text string
 	}
 	src, dst, err := bothMaps(ctx, t, p, "read row hashes", func(rel string) string {
-		return fmt.Sprintf(`SELECT h::text, count(*), min(r) FROM (SELECT %s AS r, %s AS h FROM %s) s
-			WHERE (h & %d)::text = $1 GROUP BY h`, t.rowSQL, t.hashSQL, rel, multisetBuckets-1)
+		return fmt.Sprintf(`SELECT h::pg_catalog.text, pg_catalog.count(*), pg_catalog.min(r) FROM (SELECT %s AS r, %s AS h FROM %s) s
+			WHERE pg_catalog.int8and(h, %d)::pg_catalog.text OPERATOR(pg_catalog.=) $1::pg_catalog.text GROUP BY h`, t.rowSQL, t.hashSQL, rel, multisetBuckets-1)
 	}, []any{bucket}, func(rows pgx.Rows) (h string, g group, err error) {
 		return h, g, rows.Scan(&h, &g.n, &g.text)
 	})

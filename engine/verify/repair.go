@@ -114,7 +114,7 @@ func Repair(ctx context.Context, cfg RepairConfig, s *Snapshots) (RepairResult, 
 		return res, err
 	}
 	var text string
-	err = tx.QueryRow(ctx, `SELECT lsn::text FROM _pgmirror.applied WHERE mirror_uid = $1 FOR UPDATE`, cfg.MirrorUID).Scan(&text)
+	err = tx.QueryRow(ctx, `SELECT lsn::pg_catalog.text FROM _pgmirror.applied WHERE mirror_uid OPERATOR(pg_catalog.=) $1::pg_catalog.text FOR UPDATE`, cfg.MirrorUID).Scan(&text)
 	if err != nil {
 		return res, fmt.Errorf("lock the mirror's applied position: %w", err)
 	}
@@ -139,7 +139,7 @@ func Repair(ctx context.Context, cfg RepairConfig, s *Snapshots) (RepairResult, 
 	}
 	// The applied position is rewritten unchanged: the row lock is what
 	// mattered.
-	if _, err := tx.Exec(ctx, `UPDATE _pgmirror.applied SET updated_at = now() WHERE mirror_uid = $1`, cfg.MirrorUID); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE _pgmirror.applied SET updated_at = pg_catalog.now() WHERE mirror_uid OPERATOR(pg_catalog.=) $1::pg_catalog.text`, cfg.MirrorUID); err != nil {
 		return RepairResult{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -180,7 +180,7 @@ func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair, stop 
 	ph := make([]string, len(cols))
 	for i, c := range cols {
 		names[i] = change.QuoteIdent(c.Name)
-		texts[i] = "(" + names[i] + ")::text"
+		texts[i] = "(" + names[i] + ")::pg_catalog.text"
 		ph[i] = fmt.Sprintf("$%d", i+1)
 	}
 	t := &table{names: tr.Ranges.KeyColumns, types: tr.Ranges.KeyTypes}
@@ -189,7 +189,7 @@ func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair, stop 
 		if tr.Ranges.Collate {
 			c, _ := desc.Column(k)
 			var collatable bool
-			if err := srcTx.QueryRow(ctx, `SELECT typcollation <> 0 FROM pg_type WHERE oid = $1`, c.TypeOID).Scan(&collatable); err != nil {
+			if err := srcTx.QueryRow(ctx, `SELECT typcollation OPERATOR(pg_catalog.<>) 0 FROM pg_catalog.pg_type WHERE oid OPERATOR(pg_catalog.=) $1::pg_catalog.oid`, c.TypeOID).Scan(&collatable); err != nil {
 				return 0, 0, err
 			}
 			if collatable {

@@ -132,7 +132,7 @@ func OpenSnapshots(ctx context.Context, cfg SnapshotConfig, hc HoldControl) (_ *
 	}()
 	var version int
 	var floorText string
-	if err := src.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, pg_current_wal_insert_lsn()::text`).Scan(&version, &floorText); err != nil {
+	if err := src.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version_num'::pg_catalog.text)::pg_catalog.int4, pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text`).Scan(&version, &floorText); err != nil {
 		return nil, fmt.Errorf("read the source's WAL position: %w", err)
 	}
 	if version < 140000 {
@@ -175,7 +175,7 @@ func OpenSnapshots(ctx context.Context, cfg SnapshotConfig, hc HoldControl) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("begin the destination snapshot: %w", err)
 	}
-	if err := s.tx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&s.Dest); err != nil {
+	if err := s.tx.QueryRow(ctx, `SELECT pg_catalog.pg_export_snapshot()`).Scan(&s.Dest); err != nil {
 		return nil, fmt.Errorf("export the destination snapshot: %w", err)
 	}
 	applied, _, found, err := positions.Applied(ctx, s.tx, cfg.MirrorUID)

@@ -341,8 +341,8 @@ func plan(ctx context.Context, p *pair, cfg Config, sides sides, m change.Mappin
 	if len(quoted) == 0 {
 		return nil, &skipError{reason: "no replicated columns"}
 	}
-	t := &table{cfg: cfg, m: m, rowSQL: "ROW(" + strings.Join(quoted, ", ") + ")::text",
-		hashSQL: hashSQL("ROW("+strings.Join(canonical, ", ")+")::text", sides)}
+	t := &table{cfg: cfg, m: m, rowSQL: "ROW(" + strings.Join(quoted, ", ") + ")::pg_catalog.text",
+		hashSQL: hashSQL("ROW("+strings.Join(canonical, ", ")+")::pg_catalog.text", sides)}
 	t.res = TableResult{Table: m.Source.String(), Destination: m.Destination.String(), Method: MethodKeyRanges,
 		Missing: []string{}, Extra: []string{}, Different: []string{}}
 	if len(src.PrimaryKey) == 0 {
@@ -356,7 +356,7 @@ func plan(ctx context.Context, p *pair, cfg Config, sides sides, m change.Mappin
 		expr := change.QuoteIdent(k)
 		if t.collate {
 			var collatable bool
-			if err := p.src.QueryRow(ctx, `SELECT typcollation <> 0 FROM pg_type WHERE oid = $1`, c.TypeOID).Scan(&collatable); err != nil {
+			if err := p.src.QueryRow(ctx, `SELECT typcollation OPERATOR(pg_catalog.<>) 0 FROM pg_catalog.pg_type WHERE oid OPERATOR(pg_catalog.=) $1::pg_catalog.oid`, c.TypeOID).Scan(&collatable); err != nil {
 				return nil, fmt.Errorf("read key column type: %w", err)
 			}
 			if collatable {
@@ -387,7 +387,7 @@ type sides struct {
 // hashProbe is hashed on both sides to find out whether hashtextextended
 // (PostgreSQL 11 and later) gives the same results there (it depends on the
 // CPU's byte order).
-const hashProbe = `SELECT hashtextextended('pgmirror verification probe: 0123456789 abcdefghijklmnopqrstuvwxyz', 7)::text`
+const hashProbe = `SELECT pg_catalog.hashtextextended('pgmirror verification probe: 0123456789 abcdefghijklmnopqrstuvwxyz'::pg_catalog.text, 7::pg_catalog.int8)::pg_catalog.text`
 
 // compareSides reads the collations of both databases and finds out which
 // row hash they share.
@@ -399,8 +399,8 @@ func compareSides(ctx context.Context, p *pair) (sides, error) {
 		hash                string
 	}
 	for i, tx := range []pgx.Tx{p.src, p.dst} {
-		err := tx.QueryRow(ctx, `SELECT datcollate || '/' || datctype, pg_encoding_to_char(encoding), current_setting('server_version_num')::int
-			FROM pg_database WHERE datname = current_database()`).Scan(&probes[i].collation, &probes[i].encoding, &probes[i].version)
+		err := tx.QueryRow(ctx, `SELECT pg_catalog.concat(datcollate, '/', datctype), pg_catalog.pg_encoding_to_char(encoding), pg_catalog.current_setting('server_version_num'::pg_catalog.text)::pg_catalog.int4
+			FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database()`).Scan(&probes[i].collation, &probes[i].encoding, &probes[i].version)
 		if err == nil && probes[i].version >= 110000 {
 			err = tx.QueryRow(ctx, hashProbe).Scan(&probes[i].hash)
 		}
@@ -421,11 +421,19 @@ func compareSides(ctx context.Context, p *pair) (sides, error) {
 func hashSQL(rowSQL string, s sides) string {
 	switch {
 	case s.encodings:
-		return "('x' || substr(md5(convert_to(" + rowSQL + ", 'UTF8')), 1, 16))::bit(64)::bigint"
+		return md5Bits("pg_catalog.convert_to(" + rowSQL + ", 'UTF8'::pg_catalog.name)")
 	case s.fastHash:
-		return "hashtextextended((" + rowSQL + `) COLLATE "C", 0)`
+		return "pg_catalog.hashtextextended((" + rowSQL + `) COLLATE "C", 0::pg_catalog.int8)`
 	}
-	return "('x' || substr(md5(" + rowSQL + "), 1, 16))::bit(64)::bigint"
+	return md5Bits(rowSQL)
+}
+
+// md5Bits returns the first 64 bits of the md5 of expr (text or bytea) as
+// a bigint. Every function and type is named in pg_catalog, so that
+// nothing a database user created can be chosen instead, whatever the
+// search_path.
+func md5Bits(expr string) string {
+	return "pg_catalog.textcat('x'::pg_catalog.text, pg_catalog.substr(pg_catalog.md5(" + expr + "), 1, 16))::pg_catalog.bit(64)::pg_catalog.int8"
 }
 
 func (t *table) result() TableResult {
@@ -527,11 +535,11 @@ func (t *table) boundaries(ctx context.Context, tx pgx.Tx, rel string, lo, hi []
 	where, args := t.where(lo, hi)
 	texts := make([]string, len(t.keys))
 	for i, k := range t.keys {
-		texts[i] = "(" + k + ")::text"
+		texts[i] = "(" + k + ")::pg_catalog.text"
 	}
 	args = append(args, every)
-	q := fmt.Sprintf(`SELECT %s FROM (SELECT %s, row_number() OVER (ORDER BY %s) AS pgmirror_rn FROM %s WHERE %s) s
-		WHERE pgmirror_rn > 1 AND (pgmirror_rn - 1) %% $%d = 0 ORDER BY pgmirror_rn`,
+	q := fmt.Sprintf(`SELECT %s FROM (SELECT %s, pg_catalog.row_number() OVER (ORDER BY %s) AS pgmirror_rn FROM %s WHERE %s) s
+		WHERE pgmirror_rn OPERATOR(pg_catalog.>) 1 AND pg_catalog.int8mod(pgmirror_rn OPERATOR(pg_catalog.-) 1, $%d::pg_catalog.int8) OPERATOR(pg_catalog.=) 0 ORDER BY pgmirror_rn`,
 		strings.Join(texts, ", "), strings.Join(t.keysBare(), ", "), t.order(), rel, where, len(args))
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
