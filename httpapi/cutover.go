@@ -52,7 +52,7 @@ type cutoverRecord struct {
 	Steps         []cutoverStep  `json:"steps"`
 	Error         string         `json:"error,omitempty"`
 	ReverseMirror string         `json:"reverse_mirror,omitempty" doc:"The mirror created back from the destination to the source."`
-	Warnings      []string       `json:"warnings" doc:"What the cut-over did not check or carry to the destination, each with the objects named: tables whose checksums were not compared (row counts only: over the size limit, or verify false), source foreign keys it could not create (a referenced table outside the mirror, an excluded column), and the triggers, row-level security policies, grants, publications, roles and extensions around the mirrored tables that the destination lacks. [] when there is nothing."`
+	Warnings      []string       `json:"warnings" doc:"What the cut-over did not check or carry to the destination, each with the objects named: tables whose checksums were not compared (row counts only: over the size limit, or verify false), source foreign keys it could not create (a referenced table outside the mirror, an excluded column), the expressions pgmirror left out because they call code that would run with the destination peer's privileges (user functions, built-ins that run SQL), and the triggers, row-level security policies, grants, publications, roles and extensions around the mirrored tables that the destination lacks. [] when there is nothing."`
 	RowCountsOnly []string       `json:"row_counts_only" doc:"Tables whose checksums the cut-over did not compare: only their row counts were (over SERVICE_CUTOVER_CHECKSUM_MAX_BYTES, or verify false). [] when every table's checksums were compared."`
 }
 

@@ -1178,6 +1178,11 @@ func (s *snapshotReporter) TableDone(ctx context.Context, t change.Mapping, rows
 func (s *snapshotReporter) TableIndexed(ctx context.Context, t change.Mapping, ddl, warnings []string, d time.Duration) error {
 	s.run.log(ctx, db.LevelInfo, "Constraints and indexes created", map[string]any{"table": t.Destination.String(),
 		"ddl_statements": nonNil(ddl), "warnings": nonNil(warnings), "duration_ms": d.Milliseconds()})
+	for _, w := range warnings {
+		// What was left out (an expression not carried, a statement the
+		// destination rejected) is a WARN entry of its own.
+		s.run.log(ctx, db.LevelWarn, "Destination table differs from the source", map[string]any{"table": t.Destination.String(), "warning": w})
+	}
 	return nil
 }
 

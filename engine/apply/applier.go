@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
@@ -369,6 +370,9 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 	for _, p := range a.plans {
 		p.stageUsed = false
 	}
+	for _, t := range a.tables {
+		t.guarded = false // guarded again in the next batch's transaction
+	}
 	counts := make(map[change.TableName]change.Counts, len(a.counts))
 	for k, v := range a.counts {
 		counts[k] = *v
@@ -466,6 +470,25 @@ func (a *Applier) reset() {
 	a.tail = nil
 }
 
+// guardWrites refuses, before the batch's first write into dest, a
+// table owned by another role whose writes would run that role's code
+// with the applier's privileges (exprcheck.GuardWrites). Tables that the
+// session's role or a superuser owns cost nothing: the owner comes with
+// the table's description.
+func (a *Applier) guardWrites(ctx context.Context, dest *destTable) error {
+	if dest.foreignOwner == "" || dest.guarded {
+		return nil
+	}
+	if err := a.begin(ctx); err != nil {
+		return err
+	}
+	if err := exprcheck.GuardWrites(ctx, a.conn, dest.name.Quoted(), dest.foreignOwner, a.replicaRole); err != nil {
+		return err
+	}
+	dest.guarded = true
+	return nil
+}
+
 // flush writes every buffered change into the open transaction.
 func (a *Applier) flush(ctx context.Context) error {
 	return a.flushAll(ctx, false)
@@ -489,6 +512,9 @@ func (a *Applier) flushAll(ctx context.Context, keepTail bool) error {
 }
 
 func (a *Applier) flushPlan(ctx context.Context, p *plan) error {
+	if err := a.guardWrites(ctx, p.dest); err != nil {
+		return err
+	}
 	switch {
 	case p.inOrder:
 		return a.flushKeyedInOrder(ctx, p)
@@ -520,6 +546,15 @@ func (a *Applier) truncate(ctx context.Context, c *change.Change) error {
 	}
 	if err := a.begin(ctx); err != nil {
 		return err
+	}
+	for _, name := range names {
+		dest, err := a.destTable(ctx, name)
+		if err != nil {
+			return err
+		}
+		if err := a.guardWrites(ctx, dest); err != nil {
+			return err
+		}
 	}
 	if _, err := a.conn.Exec(ctx, truncateSQL(names, c.RestartIdentity, c.Cascade)); err != nil {
 		return classify(fmt.Errorf("truncate %s: %w", joinNames(names), err))

@@ -25,6 +25,14 @@ type destTable struct {
 	// a value another row takes over: a violation is an
 	// OrderConflictError.
 	otherUnique bool
+	// foreignOwner names the table's owner when it is neither the
+	// session's role nor a superuser, or else such a role that owns a
+	// domain or composite type of its columns: writes are guarded
+	// (guardWrites).
+	foreignOwner string
+	// guarded: guardWrites passed in the open batch transaction (the
+	// applier forgets its tables with every batch).
+	guarded bool
 }
 
 // destColumn is a column of a destination table.
@@ -49,7 +57,17 @@ const destTableSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.
 		EXISTS (SELECT 1 FROM pg_index x WHERE (x.indrelid = c.oid OR x.indrelid IN (SELECT relid FROM pg_partition_tree(c.oid)))
 				AND x.indisunique AND NOT x.indisprimary)
 			OR EXISTS (SELECT 1 FROM pg_constraint x WHERE (x.conrelid = c.oid OR x.conrelid IN (SELECT relid FROM pg_partition_tree(c.oid)))
-				AND x.contype = 'x')
+				AND x.contype = 'x'),
+		coalesce((SELECT pg_get_userbyid(o.owner)::text FROM (
+				SELECT c.relowner AS owner
+				UNION ALL
+				-- types of its columns (and their array elements) that
+				-- another role owns: a domain's owner may add a CHECK
+				SELECT ty.typowner FROM pg_attribute ta JOIN pg_type ty ON ty.oid IN (ta.atttypid, (SELECT e.typelem FROM pg_type e WHERE e.oid = ta.atttypid))
+				WHERE ta.attrelid = c.oid AND ta.attnum > 0 AND NOT ta.attisdropped AND ty.typtype IN ('d', 'c')) o
+			WHERE o.owner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = CURRENT_USER)
+				AND NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = o.owner)
+			LIMIT 1), '')
 	FROM pg_class c
 	JOIN pg_namespace n ON n.oid = c.relnamespace
 	JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -84,7 +102,7 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 			hasDefault           bool
 			otherUnique          bool
 		)
-		if err := rows.Scan(&col, &typ, &oid, &stageType, &collSchema, &collName, &pk, &part, &required, &hasDefault, &otherUnique); err != nil {
+		if err := rows.Scan(&col, &typ, &oid, &stageType, &collSchema, &collName, &pk, &part, &required, &hasDefault, &otherUnique, &t.foreignOwner); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 		}

@@ -78,6 +78,9 @@ type SourceColumn struct {
 	Missing   *string
 	Generated bool
 	Identity  bool
+	// DefaultNotCarried says why Default may not be evaluated on the
+	// destination (see engine/exprcheck); "" when it may.
+	DefaultNotCarried string
 }
 
 // SourceCatalog reads the source's catalog for the applier.
@@ -89,8 +92,9 @@ type SourceCatalog interface {
 	FormatType(ctx context.Context, oid uint32, typmod int32) (string, error)
 	// EnsureTypes creates on the destination, in dst's open transaction,
 	// the user-defined source types oids (and their dependencies) that it
-	// lacks, and returns the statements executed.
-	EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) ([]string, error)
+	// lacks, and returns the statements executed and what was left out (a
+	// domain's CHECK calling a user function).
+	EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) (ddl, warnings []string, err error)
 }
 
 // SchemaHooks receive what the applier does with schema changes. Every
@@ -107,6 +111,10 @@ type SchemaHooks struct {
 	// with a volatile default): the table must be copied again. An error
 	// fails the batch.
 	Resync func(ctx context.Context, table change.TableName, reason string) error
+	// NotCarried is called with what a change left out on the destination
+	// (a column default whose expression may not run there, see
+	// SourceColumn.DefaultNotCarried), once the batch committed.
+	NotCarried func(ctx context.Context, table change.TableName, warning string)
 }
 
 // knownColumn is a source column as the applier last knew it.
@@ -525,6 +533,9 @@ type schemaStep struct {
 	optional bool
 	// resync, when set, says why the table must be copied again after it.
 	resync string
+	// notCarried, when set, replaces the statement: what was left out
+	// and why.
+	notCarried string
 }
 
 // schemaSteps returns the statements that bring the destination to the
@@ -568,7 +579,7 @@ func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *dest
 			steps = append(steps, schemaStep{sql: def})
 		}
 		if fromCatalog && sc.Default != "" {
-			steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", name, col, sc.Default), optional: true})
+			steps = append(steps, defaultStep(m, col, sc))
 		}
 		return nil
 	}
@@ -627,7 +638,7 @@ func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *dest
 			}
 			finals = append(finals, step)
 			if sc, found := cat.byAttnum[c.attnum]; ok && current.hasDefault && found && !sc.Dropped && sc.Default != "" {
-				finals = append(finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", name, col, sc.Default), optional: true})
+				finals = append(finals, defaultStep(m, col, sc))
 			}
 		case "add":
 			if newEx || has(c.name) {
@@ -642,6 +653,15 @@ func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *dest
 	return append(steps, finals...), nil
 }
 
+// defaultStep sets the source's default of column col (quoted), or, when
+// its expression may not run on the destination, says so instead.
+func defaultStep(m *change.Mapping, col string, sc SourceColumn) schemaStep {
+	if sc.DefaultNotCarried != "" {
+		return schemaStep{notCarried: fmt.Sprintf("default of column %s of %s is not carried to the destination: %s", col, m.Source, sc.DefaultNotCarried)}
+	}
+	return schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", m.Destination.Quoted(), col, sc.Default), optional: true}
+}
+
 // ensureTypes creates on the destination the user-defined types that added
 // and retyped columns need, in the batch transaction.
 func (a *Applier) ensureTypes(ctx context.Context, m *change.Mapping, rel *change.Relation, changes []columnChange) error {
@@ -654,9 +674,12 @@ func (a *Applier) ensureTypes(ctx context.Context, m *change.Mapping, rel *chang
 	if len(oids) == 0 || a.cfg.Source == nil {
 		return nil
 	}
-	ddl, err := a.cfg.Source.EnsureTypes(ctx, a.conn, oids)
+	ddl, warnings, err := a.cfg.Source.EnsureTypes(ctx, a.conn, oids)
 	if err != nil {
 		return fmt.Errorf("create the types of new source columns of %s on the destination: %w", rel.Table, err)
+	}
+	for _, w := range warnings {
+		a.schemaDone = append(a.schemaDone, schemaReport{table: rel.Table, notCarried: w})
 	}
 	for _, stmt := range ddl {
 		a.schemaDone = append(a.schemaDone, schemaReport{table: rel.Table, statement: stmt})
@@ -677,6 +700,10 @@ func (a *Applier) sourceType(ctx context.Context, c change.Column, cat catalogVi
 
 // execStep runs one statement in the batch transaction and reports it.
 func (a *Applier) execStep(ctx context.Context, table change.TableName, s schemaStep) error {
+	if s.notCarried != "" {
+		a.schemaDone = append(a.schemaDone, schemaReport{table: table, notCarried: s.notCarried})
+		return nil
+	}
 	if s.optional {
 		if _, err := a.conn.Exec(ctx, "SAVEPOINT pgmirror_schema_step"); err != nil {
 			return fmt.Errorf("apply schema change to the destination: %w", err)
@@ -704,12 +731,21 @@ type schemaReport struct {
 	table     change.TableName
 	statement string // applied
 	warning   string // warned about
+	// notCarried: left out on the destination, and why.
+	notCarried string
 }
 
 // reportSchema hands the schema changes of the batch just committed to the
 // hooks.
 func (a *Applier) reportSchema(ctx context.Context) {
 	for _, r := range a.schemaDone {
+		if r.notCarried != "" {
+			a.log.Warn("expression not carried to the destination", "table", r.table.String(), "warning", r.notCarried)
+			if a.cfg.SchemaHooks.NotCarried != nil {
+				a.cfg.SchemaHooks.NotCarried(ctx, r.table, r.notCarried)
+			}
+			continue
+		}
 		if r.statement != "" {
 			a.log.Info("Schema change applied", "table", r.table.String(), "statement", r.statement)
 			if a.cfg.SchemaHooks.Applied != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,9 +64,25 @@ func (r *runner) applySchemaChange(ctx context.Context, msg *change.SchemaMessag
 		return nil
 	}
 	rep, _ := r.rep.(DDLReporter)
+	var screened []string
+	screenedOnce := false
 	for _, m := range r.cfg.Tables {
 		if !parsed.Concerns(m) || r.skipped(m.Source) {
 			continue
+		}
+		if !screenedOnce {
+			// Expressions that may not run with the destination role's
+			// privileges are left out (exprcheck), for every mapping.
+			cat := r.srcCatalog
+			if cat == nil {
+				cat = &sourceCatalog{cfg: r.cfg.Source}
+				defer cat.close()
+			}
+			screened, err = parsed.Screen(ctx, change.TableName{Schema: parsed.Schema, Name: parsed.Table}, cat.CheckExpressions)
+			if err != nil {
+				return fmt.Errorf("apply schema change of %s (%s) at %s: %w", m.Source, parsed.Tag, msg.LSN, err)
+			}
+			screenedOnce = true
 		}
 		if err := r.openBatch(ctx); err != nil {
 			return err
@@ -101,6 +118,7 @@ func (r *runner) applySchemaChange(ctx context.Context, msg *change.SchemaMessag
 			res.Warnings, left = warnings, stmts
 			return nil
 		})
+		res.Warnings = append(slices.Clone(screened), res.Warnings...)
 		if err != nil {
 			return fmt.Errorf("apply schema change of %s (%s) at %s: %w", m.Source, parsed.Tag, msg.LSN, err)
 		}

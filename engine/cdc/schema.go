@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
@@ -84,14 +85,17 @@ const sourceColumnsSQL = `SELECT a.attnum, a.attname::text, a.attisdropped, a.at
 		CASE WHEN a.attisdropped THEN '' ELSE format_type(a.atttypid, a.atttypmod) END,
 		a.attnotnull, CASE WHEN a.attgenerated = '' THEN coalesce(pg_get_expr(d.adbin, d.adrelid), '') ELSE '' END,
 		CASE WHEN a.atthasmissing AND NOT a.attisdropped THEN (a.attmissingval::text::text[])[1] END,
-		a.attgenerated <> '', a.attidentity <> ''
+		a.attgenerated <> '', a.attidentity <> '',
+		CASE WHEN a.attgenerated = '' AND NOT a.attisdropped THEN coalesce(d.adbin::text, '') ELSE '' END
 	FROM pg_attribute a
 	LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 	WHERE a.attrelid = (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 			WHERE n.nspname = $1 AND c.relname = $2) AND a.attnum > 0
 	ORDER BY a.attnum`
 
-// Columns implements apply.SourceCatalog.
+// Columns implements apply.SourceCatalog. A default whose expression
+// may not be evaluated on the destination (exprcheck) has
+// DefaultNotCarried set.
 func (s *sourceCatalog) Columns(ctx context.Context, table change.TableName) ([]apply.SourceColumn, error) {
 	var out []apply.SourceColumn
 	err := s.catalogTx(ctx, func(tx pgx.Tx) error {
@@ -99,17 +103,32 @@ func (s *sourceCatalog) Columns(ctx context.Context, table change.TableName) ([]
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
+		var trees []string
 		for rows.Next() {
 			var c apply.SourceColumn
 			var attnum int16
-			if err := rows.Scan(&attnum, &c.Name, &c.Dropped, &c.TypeOID, &c.TypeMod, &c.Type, &c.NotNull, &c.Default, &c.Missing, &c.Generated, &c.Identity); err != nil {
+			var tree string
+			if err := rows.Scan(&attnum, &c.Name, &c.Dropped, &c.TypeOID, &c.TypeMod, &c.Type, &c.NotNull, &c.Default, &c.Missing, &c.Generated, &c.Identity, &tree); err != nil {
+				rows.Close()
 				return err
 			}
 			c.Attnum = int(attnum)
 			out = append(out, c)
+			trees = append(trees, tree)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		check := exprcheck.New(tx)
+		for i, tree := range trees {
+			if out[i].Default == "" {
+				continue
+			}
+			if out[i].DefaultNotCarried, err = check.Check(ctx, tree); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read the columns of source table %s: %w", table, err)
@@ -155,11 +174,27 @@ func (s *sourceCatalog) FormatType(ctx context.Context, oid uint32, typmod int32
 	return *typ, nil
 }
 
+// CheckExpressions checks node trees of source expressions with exprcheck
+// on the source's catalog: "" when they may be evaluated on the
+// destination, otherwise why not.
+func (s *sourceCatalog) CheckExpressions(ctx context.Context, trees ...string) (string, error) {
+	var reason string
+	err := s.catalogTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		reason, err = exprcheck.New(tx).Check(ctx, trees...)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("check source expressions: %w", err)
+	}
+	return reason, nil
+}
+
 // EnsureTypes implements apply.SourceCatalog.
-func (s *sourceCatalog) EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) ([]string, error) {
+func (s *sourceCatalog) EnsureTypes(ctx context.Context, dst *pgx.Conn, oids []uint32) (ddl, warnings []string, err error) {
 	conn, err := s.connect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return schemasync.EnsureTypesIn(ctx, conn, dst, oids)
 }
@@ -194,6 +229,9 @@ func schemaConfig(cfg Config, rep Reporter, applyCfg *apply.Config) *sourceCatal
 	applyCfg.Source = src
 	if sr, ok := rep.(SchemaChangeReporter); ok {
 		applyCfg.SchemaHooks = apply.SchemaHooks{Applied: sr.SchemaChangeApplied, Warned: sr.SchemaChangeWarned, Resync: sr.ResyncTable}
+	}
+	if dr, ok := rep.(DDLReporter); ok {
+		applyCfg.SchemaHooks.NotCarried = dr.SchemaChangeRejected
 	}
 	return src
 }

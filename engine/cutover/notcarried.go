@@ -10,12 +10,15 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
+	"github.com/pgmirror/pgmirror/engine/schemasync"
 )
 
 // NotCarried lists what the source has around the mirrored tables that
 // pgmirror does not carry to the destination and the destination lacks,
 // each kind in one sentence naming the objects: triggers on the mirrored
 // tables, their grants, row-level security policies (and RLS itself),
+// expressions left out because they would run code with the destination
+// role's privileges (schemasync.ExpressionsNotCarried),
 // publications that include them, the roles that own them or hold their
 // grants, and the source's extensions. ownPublications are left out (the
 // mirror's own). A cut-over reports them as warnings: the destination is to
@@ -69,6 +72,14 @@ func NotCarried(ctx context.Context, src, dst *pgx.Conn, mappings []change.Mappi
 	if missing := minus(roles, dstRoles); len(missing) > 0 {
 		out = append(out, "roles that own the mirrored tables or hold grants on them on the source and do not exist on the destination: "+strings.Join(missing, ", ")+
 			"; create them there (pg_dumpall --roles-only)")
+	}
+	exprs, err := schemasync.ExpressionsNotCarried(ctx, src, dst, mappings)
+	if err != nil {
+		return nil, fmt.Errorf("list the expressions the mirror does not carry: %w", err)
+	}
+	if len(exprs) > 0 {
+		out = append(out, "expressions of the mirrored tables that pgmirror does not carry, because they call code that would run with the destination role's privileges, and that the destination lacks: "+
+			strings.Join(exprs, ", ")+"; review them and create those you trust on the destination as the tables' owner")
 	}
 	exts, err := names(ctx, src, `SELECT extname FROM pg_catalog.pg_extension WHERE extname <> 'plpgsql' ORDER BY 1`)
 	if err != nil {

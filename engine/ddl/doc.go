@@ -36,5 +36,8 @@
 // Reconcile brings a destination table to the state a message describes:
 // it compares the message with the destination's catalog and executes only
 // what differs, so a message applied twice changes nothing the second time.
+// The state carries the node trees of its expressions; Message.Screen
+// checks them (engine/exprcheck) and marks those that may not run with the
+// destination role's privileges, which Plan leaves out.
 // Foreign keys are not part of it (a cut-over creates them).
 package ddl

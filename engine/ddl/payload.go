@@ -1,6 +1,7 @@
 package ddl
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -28,6 +29,11 @@ type Message struct {
 	// Xid is the id of the source transaction that wrote the message
 	// (modulo 2^32, as pgoutput's Begin message carries it).
 	Xid uint32 `json:"xid"`
+	// Trees reports that the trigger put the node trees of the
+	// expressions into the message (Index.Tree, Constraint.Tree,
+	// Column.DefaultTree); an older trigger did not, and then no
+	// expression of the message is carried (see Screen).
+	Trees bool `json:"trees"`
 	State
 	Drop
 }
@@ -52,6 +58,12 @@ type Index struct {
 	Def    string `json:"def"`
 	Prefix string `json:"prefix"`
 	Unique bool   `json:"unique"`
+	// Tree is the node tree text of its expressions and predicate
+	// (pg_index.indexprs, indpred), "" for plain columns.
+	Tree string `json:"tree"`
+	// NotCarried, set by Screen, says why the index is not created on
+	// the destination.
+	NotCarried string `json:"-"`
 }
 
 // Constraint is a check, unique or exclusion constraint; Def is
@@ -61,6 +73,12 @@ type Constraint struct {
 	Type      string `json:"type"`
 	Def       string `json:"def"`
 	Validated bool   `json:"validated"`
+	// Tree is the node tree text of its expression (conbin), of the
+	// expressions of its index, and its exclusion operators as ":opno N".
+	Tree string `json:"tree"`
+	// NotCarried, set by Screen, says why the constraint is not created
+	// on the destination.
+	NotCarried string `json:"-"`
 }
 
 // Column is a column's NOT NULL flag and default (pg_get_expr; nil for
@@ -72,6 +90,11 @@ type Column struct {
 	// Generated reports a generated or an identity column.
 	Generated bool    `json:"generated"`
 	Default   *string `json:"default"`
+	// DefaultTree is the default's node tree text (pg_attrdef.adbin).
+	DefaultTree *string `json:"default_tree"`
+	// NotCarried, set by Screen, says why the default is not set on the
+	// destination.
+	NotCarried string `json:"-"`
 	// TypeOID and TypeMod are the column's type (atttypid, atttypmod), and
 	// Stored reports a stored generated column, which the stream does not
 	// carry. Messages of a trigger installed by an older pgmirror lack
@@ -158,4 +181,72 @@ func Open(content []byte, key string, xid uint32) (Message, error) {
 		return Message{}, fmt.Errorf("%w: written in transaction %d, found in transaction %d", ErrUnsigned, m.Xid, xid)
 	}
 	return m, nil
+}
+
+// CheckFunc checks node trees of expressions (exprcheck.Checker.Check on
+// the source's catalog): "" when they may be evaluated on the
+// destination, otherwise why not.
+type CheckFunc func(ctx context.Context, trees ...string) (string, error)
+
+// Screen checks every expression of a state message with check and marks
+// those that are not to be created on the destination (NotCarried): Plan
+// leaves them out, and the destination keeps what it has for that object.
+// It returns one warning per object left out, naming the table, the
+// object and the reason. A message of a trigger older than the node trees
+// carries none of its expressions.
+func (msg *Message) Screen(ctx context.Context, source change.TableName, check CheckFunc) ([]string, error) {
+	if msg.Kind != "state" {
+		return nil, nil
+	}
+	verdict := func(tree string, has bool) (string, error) {
+		if !has {
+			return "", nil
+		}
+		if !msg.Trees {
+			return "it was captured by an older DDL capture trigger that does not say which functions it calls", nil
+		}
+		return check(ctx, tree)
+	}
+	var warnings []string
+	for i := range msg.Indexes {
+		ix := &msg.Indexes[i]
+		reason, err := verdict(ix.Tree, ix.Tree != "" || !msg.Trees)
+		if err != nil {
+			return nil, err
+		}
+		if reason != "" {
+			ix.NotCarried = reason
+			warnings = append(warnings, fmt.Sprintf("index %s of %s is not carried to the destination: %s", change.QuoteIdent(ix.Name), source, reason))
+		}
+	}
+	for i := range msg.Constraints {
+		c := &msg.Constraints[i]
+		reason, err := verdict(c.Tree, c.Tree != "" || !msg.Trees)
+		if err != nil {
+			return nil, err
+		}
+		if reason != "" {
+			c.NotCarried = reason
+			warnings = append(warnings, fmt.Sprintf("constraint %s of %s is not carried to the destination: %s", change.QuoteIdent(c.Name), source, reason))
+		}
+	}
+	for i := range msg.Columns {
+		c := &msg.Columns[i]
+		if c.Default == nil || usesSequence(c.Default) {
+			continue
+		}
+		tree := ""
+		if c.DefaultTree != nil {
+			tree = *c.DefaultTree
+		}
+		reason, err := verdict(tree, true)
+		if err != nil {
+			return nil, err
+		}
+		if reason != "" {
+			c.NotCarried = reason
+			warnings = append(warnings, fmt.Sprintf("default of column %s of %s is not carried to the destination: %s", change.QuoteIdent(c.Name), source, reason))
+		}
+	}
+	return warnings, nil
 }

@@ -42,7 +42,11 @@ const createdComment = "Created by pgmirror"
 func Plan(ctx context.Context, conn Querier, m change.Mapping, msg Message) (stmts, warnings []string, err error) {
 	var oid uint32
 	var comment string
-	err = conn.QueryRow(ctx, `SELECT c.oid, COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), '')
+	// Only the session's role or a superuser may own it: another role
+	// could write the comment on a table of its own.
+	err = conn.QueryRow(ctx, `SELECT c.oid, CASE WHEN c.relowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER)
+    OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = c.relowner)
+  THEN COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), '') ELSE '' END
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, m.Destination.Schema, m.Destination.Name).Scan(&oid, &comment)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -263,6 +267,9 @@ func (p *planner) indexes(src []Index) {
 	}
 	renamed := map[string]bool{}
 	for _, ix := range src {
+		if ix.NotCarried != "" {
+			continue // Screen said why; the destination keeps what it has
+		}
 		rest, ok := strings.CutPrefix(ix.Def, ix.Prefix)
 		if !ok {
 			p.warn("index %s of %s is not created on %s: its definition %q has an unexpected form", change.QuoteIdent(ix.Name), p.m.Source, p.m.Destination, ix.Def)
@@ -320,6 +327,9 @@ func (p *planner) constraints(src []Constraint) {
 	renamed := map[string]bool{}
 	table := p.m.Destination.Quoted()
 	for _, c := range src {
+		if c.NotCarried != "" {
+			continue // Screen said why; the destination keeps what it has
+		}
 		have, ok := p.conByName[c.Name]
 		if !ok {
 			for name, d := range p.conByName {
@@ -360,7 +370,7 @@ func (p *planner) columns(src []Column) {
 		case !c.NotNull && have.notNull && !have.pk:
 			p.add("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", table, col)
 		}
-		if usesSequence(c.Default) || usesSequence(have.def) {
+		if usesSequence(c.Default) || usesSequence(have.def) || c.NotCarried != "" {
 			continue
 		}
 		switch {

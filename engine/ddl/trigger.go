@@ -67,9 +67,10 @@ func CheckPermitted(ctx context.Context, conn Conn) error {
 const tableStateSQL = `CREATE OR REPLACE FUNCTION ` + stateFunction + `(rel oid, tag text) RETURNS jsonb
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $f$
 SELECT jsonb_build_object(
-  'v', 1, 'kind', 'state', 'tag', tag, 'schema', n.nspname, 'table', c.relname,
+  'v', 1, 'kind', 'state', 'tag', tag, 'schema', n.nspname, 'table', c.relname, 'trees', true,
   'indexes', COALESCE((SELECT jsonb_agg(jsonb_build_object(
         'name', ic.relname, 'def', pg_get_indexdef(i.indexrelid), 'unique', i.indisunique,
+        'tree', concat_ws(' ', i.indexprs::text, i.indpred::text),
         'prefix', 'CREATE ' || CASE WHEN i.indisunique THEN 'UNIQUE ' ELSE '' END || 'INDEX ' || quote_ident(ic.relname) || ' ON ' ||
                   CASE WHEN c.relkind = 'p' THEN 'ONLY ' ELSE '' END || quote_ident(n.nspname) || '.' || quote_ident(c.relname) || ' USING ')
       ORDER BY ic.relname)
@@ -77,14 +78,18 @@ SELECT jsonb_build_object(
     WHERE i.indrelid = c.oid AND NOT i.indisprimary
       AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid AND k.conrelid = i.indrelid AND k.contype IN ('p', 'u', 'x'))), '[]'::jsonb),
   'constraints', COALESCE((SELECT jsonb_agg(jsonb_build_object(
-        'name', k.conname, 'type', k.contype, 'def', pg_get_constraintdef(k.oid), 'validated', k.convalidated)
+        'name', k.conname, 'type', k.contype, 'def', pg_get_constraintdef(k.oid), 'validated', k.convalidated,
+        'tree', concat_ws(' ', k.conbin::text,
+          (SELECT concat_ws(' ', x.indexprs::text, x.indpred::text) FROM pg_index x WHERE x.indexrelid = k.conindid),
+          (SELECT string_agg(':opno ' || op::text, ' ') FROM unnest(k.conexclop) op)))
       ORDER BY k.conname)
     FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype IN ('c', 'u', 'x')), '[]'::jsonb),
   'columns', COALESCE((SELECT jsonb_agg(jsonb_build_object(
         'attnum', a.attnum, 'name', a.attname, 'not_null', a.attnotnull,
         'type_oid', a.atttypid::bigint, 'typmod', a.atttypmod, 'stored', a.attgenerated <> '',
         'generated', a.attgenerated <> '' OR a.attidentity <> '',
-        'default', CASE WHEN a.attgenerated = '' AND a.attidentity = '' THEN pg_get_expr(d.adbin, d.adrelid) END)
+        'default', CASE WHEN a.attgenerated = '' AND a.attidentity = '' THEN pg_get_expr(d.adbin, d.adrelid) END,
+        'default_tree', CASE WHEN a.attgenerated = '' AND a.attidentity = '' THEN d.adbin::text END)
       ORDER BY a.attnum)
     FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
     WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '[]'::jsonb))
@@ -251,7 +256,7 @@ func Install(ctx context.Context, conn Conn) error {
 // version marks the functions Install creates (a comment on the state
 // function): a source whose functions carry another mark was installed by
 // an older pgmirror, and Install updates them.
-const version = "pgmirror DDL capture 3"
+const version = "pgmirror DDL capture 4"
 
 // Installed reports whether both event triggers and the signing key exist
 // on conn's database, and whether the functions are this version's

@@ -136,7 +136,10 @@ func createTable(ctx context.Context, tx pgx.Tx, s source, log *ddlLog) error {
 		if s.m.Excluded(c.Name) {
 			continue
 		}
-		tc := tableColumn{c: c, expressions: true, virtual: srv.VirtualGenerated()}
+		tc := tableColumn{c: c, expressions: c.NotCarried == "", virtual: srv.VirtualGenerated()}
+		if c.NotCarried != "" && (c.Generated || (c.Default != "" && c.Sequence == nil)) {
+			log.warn("%s", notCarriedColumn(c, s.m.Source))
+		}
 		if c.Sequence != nil {
 			tc.seq = change.TableName{Schema: dest.Schema, Name: c.Sequence.Name}
 			exists, err := relationExists(ctx, tx, tc.seq)

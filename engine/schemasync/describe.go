@@ -107,6 +107,15 @@ type Column struct {
 	// (PostgreSQL keeps it in attmissingval instead of rewriting the
 	// table), nil otherwise.
 	Missing *string
+	// ExprTree is the node tree text of the default or generation
+	// expression (pg_attrdef.adbin), "" without one.
+	ExprTree string
+	// NotCarried says why the default or generation expression is not
+	// created on the destination (it calls a function that may not run
+	// with the destination role's privileges, see engine/exprcheck); ""
+	// when it is. Only source tables read for the destination have it
+	// set.
+	NotCarried string
 	// BinarySafe reports that the type's binary COPY form carries no
 	// database-specific OIDs (arrays of user-defined types and composite
 	// values do) and that the type has binary I/O functions.
@@ -142,6 +151,11 @@ type Table struct {
 	// UPDATEs and DELETEs: the primary key for DEFAULT, the index columns for
 	// INDEX, nil for FULL and NOTHING.
 	IdentityColumns []string
+	// ForeignOwner names the table's owner when it is neither the reading
+	// session's role nor a superuser, or else such a role that owns a
+	// domain or composite type of its columns ("" otherwise): writes into
+	// such a table are guarded (exprcheck.GuardWrites).
+	ForeignOwner string
 }
 
 // Column returns the column called name.
@@ -201,7 +215,16 @@ func withCatalogPath(ctx context.Context, conn Conn, fn func(tx pgx.Tx) error) e
 }
 
 const describeTableSQL = `
-SELECT c.oid, c.relkind = 'p', c.relreplident
+SELECT c.oid, c.relkind = 'p', c.relreplident,
+       COALESCE((SELECT pg_catalog.pg_get_userbyid(o.owner)::text FROM (
+           SELECT c.relowner AS owner
+           UNION ALL
+           SELECT ty.typowner FROM pg_catalog.pg_attribute ta JOIN pg_catalog.pg_type ty
+             ON ty.oid IN (ta.atttypid, (SELECT e.typelem FROM pg_catalog.pg_type e WHERE e.oid = ta.atttypid))
+           WHERE ta.attrelid = c.oid AND ta.attnum > 0 AND NOT ta.attisdropped AND ty.typtype IN ('d', 'c')) o
+         WHERE o.owner <> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER)
+           AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = o.owner)
+         LIMIT 1), '')
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'f')`
@@ -214,7 +237,7 @@ SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid, t
        a.attidentity = 'a', seq.nspname, seq.relname, seq.typ, seq.seqstart, seq.seqincrement,
        seq.seqmin, seq.seqmax, seq.seqcache, seq.seqcycle,
        CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END,
-       a.attnum, a.atttypmod, a.attgenerated = 'v'
+       a.attnum, a.atttypmod, a.attgenerated = 'v', COALESCE(d.adbin::text, '')
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 JOIN pg_catalog.pg_namespace tn ON tn.oid = t.typnamespace
@@ -249,7 +272,7 @@ ORDER BY k.ord`
 func describe(ctx context.Context, tx pgx.Tx, t change.TableName) (Table, error) {
 	table := Table{Name: t}
 	var relreplident byte
-	err := tx.QueryRow(ctx, describeTableSQL, t.Schema, t.Name).Scan(&table.OID, &table.Partitioned, &relreplident)
+	err := tx.QueryRow(ctx, describeTableSQL, t.Schema, t.Name).Scan(&table.OID, &table.Partitioned, &relreplident, &table.ForeignOwner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Table{}, fmt.Errorf("describe table %s: %w", t, ErrTableNotFound)
 	}
@@ -271,7 +294,7 @@ func describe(ctx context.Context, tx pgx.Tx, t change.TableName) (Table, error)
 		var attnum int16
 		if err := rows.Scan(&c.Name, &c.Type, &c.TypeOID, &c.TypeSchema, &c.TypeName, &c.NotNull,
 			&c.HasDefault, &c.Identity, &c.Generated, &c.GenerationExpr, &c.Default, &c.IdentityAlways,
-			&seqSchema, &seqName, &seqType, &start, &inc, &minv, &maxv, &cache, &cycle, &c.Missing, &attnum, &c.TypeMod, &c.Virtual); err != nil {
+			&seqSchema, &seqName, &seqType, &start, &inc, &minv, &maxv, &cache, &cycle, &c.Missing, &attnum, &c.TypeMod, &c.Virtual, &c.ExprTree); err != nil {
 			rows.Close()
 			return Table{}, fmt.Errorf("read columns of %s: %w", t, err)
 		}

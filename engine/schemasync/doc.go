@@ -23,11 +23,16 @@
 // source's values) with their sequence options, serial columns' sequences
 // (created in the destination schema and OWNED BY the column) and stored
 // generated columns; expressions the destination rejects are left out with
-// a warning. It gets the source's replica identity, so that it can feed a
-// mirror of its own (a cut-over's reverse mirror) as the source did: FULL,
-// USING INDEX of its index over the same columns once that exists, FULL for
-// a source without a primary key (a partitioned one); after each copy,
-// at a cut-over and at sync-schema the identity follows the source's again.
+// a warning, and so are expressions (defaults, generated columns, check
+// and exclusion constraints, index expressions and predicates, domain
+// checks and defaults) that call anything but allowed built-in functions
+// (engine/exprcheck): the destination role would evaluate them with its
+// privileges. ExpressionsNotCarried lists those for a cut-over. It gets
+// the source's replica identity, so that it can feed a mirror of its own
+// (a cut-over's reverse mirror) as the source did: FULL, USING INDEX of its
+// index over the same columns once that exists, FULL for a source without
+// a primary key (a partitioned one); after each copy, at a cut-over and at
+// sync-schema the identity follows the source's again.
 // Its comment marks it as pgmirror's: AddIndexesAndConstraints
 // gives such tables, after their snapshot copy, the source's check
 // constraints and non-unique indexes, and at a cut-over the unique and

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
@@ -185,6 +186,7 @@ func readSources(ctx context.Context, src Conn, mappings []change.Mapping, stric
 	graph := newTypeGraph()
 	var sources []source
 	err := withCatalogPath(ctx, src, func(tx pgx.Tx) error {
+		chk := exprcheck.New(tx)
 		for _, m := range mappings {
 			t, err := describe(ctx, tx, m.Source)
 			if err != nil {
@@ -192,6 +194,9 @@ func readSources(ctx context.Context, src Conn, mappings []change.Mapping, stric
 			}
 			if err := checkExclusions(t, m, strict); err != nil {
 				return err
+			}
+			if err := checkColumns(ctx, chk, &t); err != nil {
+				return fmt.Errorf("source: %w", err)
 			}
 			for _, c := range t.Columns {
 				if !m.Excluded(c.Name) {
@@ -202,7 +207,7 @@ func readSources(ctx context.Context, src Conn, mappings []change.Mapping, stric
 			}
 			sources = append(sources, source{m: m, table: t})
 		}
-		return nil
+		return graph.checkDomains(ctx, chk)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -354,7 +359,14 @@ func checkExisting(s source, dt Table) error {
 // default expression (not a sequence's nextval: the destination lacks that
 // sequence); an expression the destination rejects is left out with a
 // warning.
-func addColumn(ctx context.Context, tx pgx.Tx, name string, c Column, log *ddlLog, copying bool) (warnings []string, err error) {
+func addColumn(ctx context.Context, tx pgx.Tx, table change.TableName, c Column, log *ddlLog, copying bool) (warnings []string, err error) {
+	name := table.Quoted()
+	if c.NotCarried != "" {
+		// The expression may not run on the destination: a plain column
+		// without it.
+		warnings = append(warnings, notCarriedColumn(c, table))
+		c.Generated, c.Default = false, ""
+	}
 	srv, err := pgversion.Read(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("add column %s to %s: %w", change.QuoteIdent(c.Name), name, err)
@@ -367,7 +379,7 @@ func addColumn(ctx context.Context, tx pgx.Tx, name string, c Column, log *ddlLo
 		return nil, err
 	}
 	if c.Generated {
-		return nil, nil
+		return warnings, nil
 	}
 	col := change.QuoteIdent(c.Name)
 	defaultSet := false
@@ -408,7 +420,7 @@ func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog, 
 		dc, ok := dt.Column(sc.Name)
 		switch {
 		case !ok:
-			w, err := addColumn(ctx, tx, name, sc, log, copying)
+			w, err := addColumn(ctx, tx, s.m.Destination, sc, log, copying)
 			if err != nil {
 				return nil, err
 			}
@@ -429,7 +441,10 @@ func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog, 
 			if err := log.exec(ctx, tx, stmt); err != nil {
 				return nil, err
 			}
-			if dc.Default != "" && sc.Default != "" && sc.Sequence == nil {
+			if dc.Default != "" && sc.Default != "" && sc.Sequence == nil && sc.NotCarried != "" {
+				warnings = append(warnings, notCarriedColumn(sc, s.m.Source))
+			}
+			if dc.Default != "" && sc.Default != "" && sc.Sequence == nil && sc.NotCarried == "" {
 				err := tryExec(ctx, tx, log, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", name, col, sc.Default))
 				var pgErr *pgconn.PgError
 				switch {

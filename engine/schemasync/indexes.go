@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/exprcheck"
 )
 
 // sourceConstraintsSQL lists the check, unique and exclusion constraints of
@@ -21,7 +22,10 @@ SELECT c.conname::text, pg_catalog.pg_get_constraintdef(c.oid),
                JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k
                WHERE a.attname = ANY ($2::text[])),
        COALESCE((SELECT i.indisreplident FROM pg_catalog.pg_index i WHERE i.indexrelid = c.conindid), false),
-       c.contype <> 'c'
+       c.contype <> 'c',
+       pg_catalog.concat_ws(' ', c.conbin::text,
+         (SELECT pg_catalog.concat_ws(' ', i.indexprs::text, i.indpred::text) FROM pg_catalog.pg_index i WHERE i.indexrelid = c.conindid),
+         (SELECT pg_catalog.string_agg(':opno ' || op::text, ' ') FROM pg_catalog.unnest(c.conexclop) op))
 FROM pg_catalog.pg_constraint c
 WHERE c.conrelid = $1 AND c.contype IN ('c', 'u', 'x')
 ORDER BY c.contype, c.conname`
@@ -38,7 +42,7 @@ SELECT ic.relname::text, pg_catalog.pg_get_indexdef(i.indexrelid),
        EXISTS (SELECT 1 FROM pg_catalog.unnest(i.indkey::int2[]) k
                JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k
                WHERE a.attname = ANY ($2::text[])),
-       i.indisreplident, i.indisunique
+       i.indisreplident, i.indisunique, pg_catalog.concat_ws(' ', i.indexprs::text, i.indpred::text)
 FROM pg_catalog.pg_index i
 JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
 JOIN pg_catalog.pg_class tc ON tc.oid = i.indrelid
@@ -61,6 +65,10 @@ type deferredObject struct {
 	replicaIdentity bool
 	// unique: a unique or exclusion constraint, or a unique index.
 	unique bool
+	// tree holds the node trees of its expressions (and exclusion
+	// operators as ":opno N"); notCarried says why they may not run on
+	// the destination ("" when they may).
+	tree, notCarried string
 }
 
 // DeferredSet selects what AddIndexesAndConstraints creates.
@@ -117,6 +125,9 @@ func AddIndexesAndConstraints(ctx context.Context, src, dst Conn, m change.Mappi
 			return true
 		case o.usesExcluded:
 			log.warn("%s %s of %s is not created on %s: it uses an excluded column", what, change.QuoteIdent(o.name), m.Source, m.Destination)
+			return true
+		case o.notCarried != "":
+			log.warn("%s %s of %s is not carried to the destination: it %s", what, change.QuoteIdent(o.name), m.Source, o.notCarried)
 			return true
 		case o.replicaIdentity && len(srcTable.PrimaryKey) == 0:
 			return true // the destination's UNIQUE constraint on the replica identity stands for it
@@ -211,11 +222,15 @@ func addNotNull(ctx context.Context, dst Conn, m change.Mapping, srcTable Table,
 }
 
 // createdByPgmirror returns the OID of destination table name and whether
-// EnsureTables created it.
+// EnsureTables created it: its comment says so and its owner is the
+// session's role or a superuser (another role could write that comment on
+// a table of its own, to have pgmirror alter it).
 func createdByPgmirror(ctx context.Context, dst Conn, name change.TableName) (uint32, bool, error) {
 	var oid uint32
 	var comment string
-	err := dst.QueryRow(ctx, `SELECT c.oid, COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), '')
+	err := dst.QueryRow(ctx, `SELECT c.oid, CASE WHEN c.relowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER)
+    OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = c.relowner)
+  THEN COALESCE(pg_catalog.obj_description(c.oid, 'pg_class'), '') ELSE '' END
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'r'`, name.Schema, name.Name).Scan(&oid, &comment)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -247,7 +262,7 @@ func readDeferred(ctx context.Context, src Conn, m change.Mapping) (Table, []def
 		}
 		constraints, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (deferredObject, error) {
 			var o deferredObject
-			return o, row.Scan(&o.name, &o.def, &o.usesExcluded, &o.replicaIdentity, &o.unique)
+			return o, row.Scan(&o.name, &o.def, &o.usesExcluded, &o.replicaIdentity, &o.unique, &o.tree)
 		})
 		if err != nil {
 			return fmt.Errorf("source: read constraints of %s: %w", m.Source, err)
@@ -258,10 +273,18 @@ func readDeferred(ctx context.Context, src Conn, m change.Mapping) (Table, []def
 		}
 		indexes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (deferredObject, error) {
 			var o deferredObject
-			return o, row.Scan(&o.name, &o.def, &o.prefix, &o.usesExcluded, &o.replicaIdentity, &o.unique)
+			return o, row.Scan(&o.name, &o.def, &o.prefix, &o.usesExcluded, &o.replicaIdentity, &o.unique, &o.tree)
 		})
 		if err != nil {
 			return fmt.Errorf("source: read indexes of %s: %w", m.Source, err)
+		}
+		chk := exprcheck.New(tx)
+		for _, list := range [][]deferredObject{constraints, indexes} {
+			for i := range list {
+				if list[i].notCarried, err = chk.Check(ctx, list[i].tree); err != nil {
+					return fmt.Errorf("source: check the expressions of %s: %w", m.Source, err)
+				}
+			}
 		}
 		return nil
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
 
@@ -39,6 +40,10 @@ type pgType struct {
 	BinaryIO     bool   // has typsend and typreceive
 	NotNull      bool   // domain NOT NULL
 	Default      string // domain default expression
+	DefaultTree  string // its node tree (typdefaultbin)
+	// DefaultNotCarried says why the domain's default is left out on the
+	// destination (checkDomains).
+	DefaultNotCarried string
 
 	Labels      []string // enum labels in sort order
 	Attrs       []typeAttr
@@ -54,6 +59,10 @@ type typeAttr struct {
 type domainConstraint struct {
 	Name string
 	Def  string
+	Tree string // conbin
+	// NotCarried says why the constraint is left out on the destination
+	// (checkDomains).
+	NotCarried string
 }
 
 func (t *pgType) userDefined() bool {
@@ -101,7 +110,7 @@ SELECT t.oid, n.nspname, t.typname, t.typtype, pg_catalog.format_type(t.oid, NUL
        t.typbasetype, CASE WHEN t.typbasetype <> 0 THEN pg_catalog.format_type(t.typbasetype, t.typtypmod) ELSE '' END,
        t.typrelid, COALESCE(r.rngsubtype, 0), COALESCE(pg_catalog.format_type(r.rngsubtype, NULL), ''),
        %s, t.typsend <> 0 AND t.typreceive <> 0, t.typnotnull,
-       COALESCE(pg_catalog.pg_get_expr(t.typdefaultbin, 0), '')
+       COALESCE(pg_catalog.pg_get_expr(t.typdefaultbin, 0), ''), COALESCE(t.typdefaultbin::text, '')
 FROM pg_catalog.pg_type t
 JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
 LEFT JOIN pg_catalog.pg_range r ON r.rngtypid = t.oid
@@ -137,7 +146,7 @@ func (g *typeGraph) load(ctx context.Context, q queryer, oid uint32) error {
 	t := &pgType{}
 	err := q.QueryRow(ctx, typeSQLFor(g.srv), oid).Scan(&t.OID, &t.Schema, &t.Name, &t.Kind, &t.Expr, &t.Elem,
 		&t.Base, &t.BaseExpr, &t.RelID, &t.RangeSubtype, &t.RangeExpr, &t.MultiRange, &t.BinaryIO,
-		&t.NotNull, &t.Default)
+		&t.NotNull, &t.Default, &t.DefaultTree)
 	if err != nil {
 		return fmt.Errorf("read type %d: %w", oid, err)
 	}
@@ -185,7 +194,7 @@ ORDER BY attnum`, t.RelID)
 		}
 	case 'd':
 		rows, err := q.Query(ctx, `
-SELECT conname::text, pg_catalog.pg_get_constraintdef(oid)
+SELECT conname::text, pg_catalog.pg_get_constraintdef(oid), COALESCE(conbin::text, ''), ''
 FROM pg_catalog.pg_constraint
 WHERE contypid = $1 AND contype = 'c'
 ORDER BY conname`, t.OID)
@@ -279,14 +288,16 @@ func createTypeSQL(t *pgType) (string, error) {
 		b.WriteString(")")
 	case 'd':
 		fmt.Fprintf(&b, "CREATE DOMAIN %s AS %s", t.qualified(), t.BaseExpr)
-		if t.Default != "" {
+		if t.Default != "" && t.DefaultNotCarried == "" {
 			fmt.Fprintf(&b, " DEFAULT %s", t.Default)
 		}
 		if t.NotNull {
 			b.WriteString(" NOT NULL")
 		}
 		for _, c := range t.Constraints {
-			fmt.Fprintf(&b, " CONSTRAINT %s %s", change.QuoteIdent(c.Name), c.Def)
+			if c.NotCarried == "" {
+				fmt.Fprintf(&b, " CONSTRAINT %s %s", change.QuoteIdent(c.Name), c.Def)
+			}
 		}
 	case 'r':
 		fmt.Fprintf(&b, "CREATE TYPE %s AS RANGE (SUBTYPE = %s)", t.qualified(), t.RangeExpr)
@@ -318,6 +329,15 @@ WHERE n.nspname = $1 AND t.typname = $2`, t.Schema, t.Name).Scan(&dstOID, &dstKi
 			if err := log.exec(ctx, tx, stmt); err != nil {
 				return err
 			}
+			for _, c := range t.Constraints {
+				if c.NotCarried != "" {
+					log.warn("CHECK constraint %s of domain %s is not carried to the destination: it %s; the domain was created without it",
+						change.QuoteIdent(c.Name), t.Expr, c.NotCarried)
+				}
+			}
+			if t.Default != "" && t.DefaultNotCarried != "" {
+				log.warn("default of domain %s is not carried to the destination: it %s; the domain was created without it", t.Expr, t.DefaultNotCarried)
+			}
 		case err != nil:
 			return fmt.Errorf("look up type %s on the destination: %w", t.Expr, err)
 		case dstKind != t.Kind:
@@ -335,40 +355,42 @@ WHERE n.nspname = $1 AND t.typname = $2`, t.Schema, t.Name).Scan(&dstOID, &dstKi
 // EnsureTypesIn creates in dst, an open transaction of the caller, the
 // user-defined types among the source types oids (and those they depend
 // on) that the destination lacks, and adds the enum labels its copies
-// lack, as the first setup does. It returns the statements executed.
-// The transaction's search_path is pg_catalog meanwhile and restored after.
-func EnsureTypesIn(ctx context.Context, src Conn, dst Execer, oids []uint32) ([]string, error) {
+// lack, as the first setup does. It returns the statements executed and
+// warnings about what was left out (a domain's CHECK or default that calls
+// a user function). The transaction's search_path is pg_catalog meanwhile
+// and restored after.
+func EnsureTypesIn(ctx context.Context, src Conn, dst Execer, oids []uint32) (ddl, warnings []string, err error) {
 	graph := newTypeGraph()
-	err := withCatalogPath(ctx, src, func(tx pgx.Tx) error {
+	err = withCatalogPath(ctx, src, func(tx pgx.Tx) error {
 		for _, oid := range oids {
 			if err := graph.load(ctx, tx, oid); err != nil {
 				return err
 			}
 		}
-		return nil
+		return graph.checkDomains(ctx, exprcheck.New(tx))
 	})
 	if err != nil {
-		return nil, fmt.Errorf("source: %w", err)
+		return nil, nil, fmt.Errorf("source: %w", err)
 	}
 	order := graph.creationOrder(oids)
 	if len(order) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var searchPath string
 	if err := dst.QueryRow(ctx, `SELECT pg_catalog.current_setting('search_path')`).Scan(&searchPath); err != nil {
-		return nil, fmt.Errorf("destination: read search_path: %w", err)
+		return nil, nil, fmt.Errorf("destination: read search_path: %w", err)
 	}
 	if _, err := dst.Exec(ctx, `SELECT pg_catalog.set_config('search_path', 'pg_catalog', true)`); err != nil {
-		return nil, fmt.Errorf("destination: set search_path: %w", err)
+		return nil, nil, fmt.Errorf("destination: set search_path: %w", err)
 	}
 	log := &ddlLog{}
 	if err := ensureTypes(ctx, dst, order, log); err != nil {
-		return nil, fmt.Errorf("destination: %w", err)
+		return nil, nil, fmt.Errorf("destination: %w", err)
 	}
 	if _, err := dst.Exec(ctx, `SELECT pg_catalog.set_config('search_path', $1, true)`, searchPath); err != nil {
-		return nil, fmt.Errorf("destination: restore search_path: %w", err)
+		return nil, nil, fmt.Errorf("destination: restore search_path: %w", err)
 	}
-	return log.statements, nil
+	return log.statements, log.warnings, nil
 }
 
 // addEnumLabels adds to the destination's enum (dstOID) the source labels it

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
@@ -171,6 +172,14 @@ func (r *run) prepareDestination(ctx context.Context, w *worker, jobs []*tableJo
 		return &NoPrimaryKeyError{Tables: noKey}
 	}
 	if len(truncate) > 0 {
+		replica := r.dstSettings["session_replication_role"] == "replica"
+		for _, j := range jobs {
+			if r.cfg.Existing[j.m.Destination] == TruncateRows && j.foreignOwner != "" {
+				if err := exprcheck.GuardWrites(ctx, tx, j.m.Destination.Quoted(), j.foreignOwner, replica); err != nil {
+					return err
+				}
+			}
+		}
 		if _, err := tx.Exec(ctx, "TRUNCATE TABLE "+strings.Join(truncate, ", ")); err != nil {
 			return fmt.Errorf("truncate destination tables: %w", err)
 		}

@@ -38,6 +38,10 @@ type tableJob struct {
 	// sourceColumns are the source table's columns as of the snapshot, as
 	// the stream describes them (live, not generated), by attnum.
 	sourceColumns []positions.SourceColumn
+	// foreignOwner is the destination table's owner when it is neither
+	// the destination session's role nor a superuser: every partition's
+	// transaction is guarded (exprcheck.GuardWrites).
+	foreignOwner string
 }
 
 // stream is one source COPY of one leaf relation, committed on the
@@ -115,7 +119,7 @@ func makeJobs(mappings []change.Mapping, srcs []sourceTable, dsts []schemasync.T
 	jobs := make([]*tableJob, 0, len(mappings))
 	for i, m := range mappings {
 		src, dt := srcs[i], dsts[i]
-		job := &tableJob{m: m, binary: schemasync.BinaryCompatible(src.desc, dt, m)}
+		job := &tableJob{m: m, binary: schemasync.BinaryCompatible(src.desc, dt, m), foreignOwner: dt.ForeignOwner}
 		for _, c := range src.desc.Columns {
 			if !c.Generated {
 				job.sourceColumns = append(job.sourceColumns, positions.SourceColumn{Attnum: c.Attnum, Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod})

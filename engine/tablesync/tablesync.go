@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
@@ -685,6 +686,12 @@ func (r *run) copyStream(ctx context.Context, w *worker, job *tableJob, st strea
 			start := time.Now()
 			if _, err := w.dst.Exec(ctx, beginDst); err != nil {
 				return 0, fmt.Errorf("begin destination transaction: %w", err)
+			}
+			if job.foreignOwner != "" {
+				replica := r.dstSettings["session_replication_role"] == "replica"
+				if err := exprcheck.GuardWrites(ctx, w.dst, job.m.Destination.Quoted(), job.foreignOwner, replica); err != nil {
+					return 0, err
+				}
 			}
 			tag, err := w.dst.PgConn().CopyFrom(ctx, in, inSQL)
 			if err != nil {
