@@ -89,14 +89,15 @@ func (s *service) waitCounts(name string, want [3]int64, timeout time.Duration) 
 }
 
 // TestChainTwoSteps: a mirror B -> C reads the database that a mirror
-// A -> B writes (three databases in three clusters). B -> C is created
+// A -> B writes (three databases in three clusters: 15, 18 and 15). B -> C is created
 // first over B's empty tables, so the A -> B snapshot's writes (copy
 // origins) reach C through it as well as the A -> B stream's inserts,
 // updates and deletes: C ends equal to A, and B -> C counts every change.
 func TestChainTwoSteps(t *testing.T) {
 	t.Parallel()
+	// 15 -> 18 -> 15: an upgrade rehearsed through a newer copy and back.
 	a := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	b := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	b := pgtest.NewDatabase(t, pgtest.MajorCluster(t, 18))
 	c := pgtest.NewDatabase(t, pgtest.NewCluster(t, false))
 	exec1(t, a, chainSchema)
 	exec1(t, b, chainTables)
@@ -124,14 +125,16 @@ func TestChainTwoSteps(t *testing.T) {
 	s.noWarnings("two-b-c")
 }
 
-// TestChainThreeSteps: a staged upgrade A -> B -> C -> D, each mirror
+// TestChainThreeSteps: a staged upgrade A (13) -> B (15) -> C (17) -> D
+// (15), each mirror
 // created (with its snapshot) once the one before runs; the changes made
 // on A afterwards reach B, C and D, and every database ends equal.
 func TestChainThreeSteps(t *testing.T) {
 	t.Parallel()
-	a := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	// A staged upgrade 13 -> 15 -> 17, and a reporting copy of the last.
+	a := pgtest.NewDatabase(t, pgtest.MajorCluster(t, 13))
 	b := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	c := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	c := pgtest.NewDatabase(t, pgtest.MajorCluster(t, 17))
 	d := pgtest.NewDatabase(t, pgtest.DestCluster(t))
 	exec1(t, a, chainSchema)
 	for _, db := range []string{b, c} {
