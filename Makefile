@@ -12,7 +12,7 @@ run: deps
 RACE_PKGS = ./jobs ./engine/apply ./engine/cdc ./db
 test: check-files test-deps
 	$(GO) vet ./...
-	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -count=1 -timeout 25m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/pgmirror/db')
+	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/pgmirror/db')
 	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -race -count=1 -timeout 25m $(RACE_PKGS)
 
 ## demo: on the embedded default, mirror a demo table under a small write load, print status and lag, explain how to look; Ctrl-C cleans up
