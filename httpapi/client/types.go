@@ -276,6 +276,18 @@ type TableStatus struct {
 	LastSyncedAt  *time.Time `json:"last_synced_at"`
 	RowsEstimated *int64     `json:"rows_estimated"`
 	Progress      *float64   `json:"progress"`
+	// LostChanges is set while the table may miss changes (see
+	// MirrorStatus.LostChanges).
+	LostChanges *TableLostChanges `json:"lost_changes"`
+}
+
+// TableLostChanges says from which source position a table may miss
+// changes, and why.
+type TableLostChanges struct {
+	SinceLSN   *string   `json:"since_lsn"`
+	UntilLSN   *string   `json:"until_lsn"`
+	DetectedAt time.Time `json:"detected_at"`
+	Reason     string    `json:"reason"`
 }
 
 // MirrorStatus is the body of GET /v1/mirrors/{name}: configuration,
