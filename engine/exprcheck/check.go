@@ -267,7 +267,8 @@ FROM pg_catalog.pg_type t LEFT JOIN pg_catalog.pg_range r ON r.rngtypid = t.oid 
 // allowed are the non-immutable built-in functions that expressions may
 // call: clocks, sequences, random values and the session's identity, and
 // the stable date and time conversions that depend on TimeZone or
-// DateStyle. None of them runs SQL or user code.
+// DateStyle, and the text of values of any type. None of them runs SQL or
+// user code.
 var allowed = map[string]bool{
 	// clocks
 	"now": true, "statement_timestamp": true, "transaction_timestamp": true, "clock_timestamp": true, "timeofday": true,
@@ -282,6 +283,10 @@ var allowed = map[string]bool{
 	"date": true, "timestamp": true, "timestamptz": true, "time": true, "timetz": true,
 	"date_trunc": true, "date_part": true, "extract": true, "date_bin": true, "to_char": true, "to_timestamp": true, "to_date": true,
 	"age": true, "timezone": true, "date_add": true, "date_subtract": true, "timestamptz_pl_interval": true, "timestamptz_mi_interval": true,
+	// text of values of any type (stable: they call the types' output
+	// functions, which only a superuser can write): text || 1, concat(...)
+	"textanycat": true, "anytextcat": true, "concat": true, "concat_ws": true, "format": true,
+	"array_to_string": true, "to_json": true, "to_jsonb": true,
 }
 
 // deniedNames and deniedPrefixes are built-in functions never carried,
