@@ -180,9 +180,12 @@ func TestScale(t *testing.T) {
 	// The bound guards against the per-mirror polling this replaced (about
 	// 2 catalog and 10 source transactions per mirror a second), and
 	// against run jobs that a replica at its share refuses coming back to
-	// the catalog every few seconds after a rebalance.
-	if catalogRate > 0.5 || srcRate > 1 {
-		t.Errorf("idle cost per mirror: %.3f catalog and %.3f source transactions a second, want under 0.5 and 1", catalogRate, srcRate)
+	// the catalog every few seconds after a rebalance. An idle mirror
+	// records its confirm ceiling in the catalog before its slot may
+	// confirm past the applied position (so that a slot moved by someone
+	// else is found): that adds a fraction of a transaction a second.
+	if catalogRate > 1 || srcRate > 1 {
+		t.Errorf("idle cost per mirror: %.3f catalog and %.3f source transactions a second, want under 1 and 1", catalogRate, srcRate)
 	}
 	insertAll("after join")
 	allEqual(30 * time.Second)
