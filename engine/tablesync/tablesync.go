@@ -26,6 +26,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // Defaults for the Config fields left zero; they match the API's defaults.
@@ -380,7 +381,7 @@ func (r *run) beginSource(ctx context.Context, conn *pgx.Conn) (pgx.Tx, error) {
 		return nil, fmt.Errorf("begin source transaction: %w", err)
 	}
 	if r.cfg.SnapshotName != "" {
-		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+r.cfg.SnapshotName+"'"); err != nil {
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+sqlquote.Literal(r.cfg.SnapshotName)); err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("import snapshot %s: %w", r.cfg.SnapshotName, err)
 		}
@@ -655,7 +656,7 @@ func (r *run) copyStream(ctx context.Context, w *worker, job *tableJob, st strea
 	// connections the session settings.
 	begin := "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 	if r.cfg.SnapshotName != "" {
-		begin += "; SET TRANSACTION SNAPSHOT '" + r.cfg.SnapshotName + "'"
+		begin += "; SET TRANSACTION SNAPSHOT " + sqlquote.Literal(r.cfg.SnapshotName)
 	}
 	if w.borrowed {
 		begin += setLocal(r.srcSettings)

@@ -173,7 +173,7 @@ func importSnapshot(ctx context.Context, conn *pgx.Conn, name string, overrides 
 	if err != nil {
 		return nil, fmt.Errorf("begin snapshot transaction: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+name+"'"); err != nil {
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+sqlquote.Literal(name)); err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, fmt.Errorf("import snapshot %s (it is valid only while the verification holds it): %w", name, err)
 	}
