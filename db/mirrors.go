@@ -107,7 +107,7 @@ func scanMirrorTable(row pgx.Row) (MirrorTable, error) {
 	var t MirrorTable
 	var lost LostTable
 	var lostAt *time.Time
-	var lostReason *string
+	var lostReason *LostReason
 	err := row.Scan(&t.ID, &t.MirrorID, &t.Position, &t.SourceSchema, &t.SourceTable, &t.DestinationSchema, &t.DestinationTable,
 		&t.ExcludeColumns, &t.Status, &t.ResyncRequestedAt, &t.RowsSynced, &t.RowsInserted, &t.RowsUpdated, &t.RowsDeleted, &t.LastSyncedAt, &t.RowsEstimated,
 		&t.Truncates, &t.DestinationTakenAt, &t.FromSchemaMapping,

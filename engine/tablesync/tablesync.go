@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/defaults"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
@@ -29,11 +30,11 @@ import (
 	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
-// Defaults for the Config fields left zero; they match the API's defaults.
+// Defaults for the Config fields left zero: the mirror settings' defaults.
 const (
-	DefaultRowsPerPartition   = 500000
-	DefaultMaxParallelWorkers = 4
-	DefaultTablesInParallel   = 4
+	DefaultRowsPerPartition   = defaults.SnapshotRowsPerPartition
+	DefaultMaxParallelWorkers = defaults.SnapshotMaxParallelWorkers
+	DefaultTablesInParallel   = defaults.SnapshotTablesInParallel
 )
 
 // copyDataSize is the most COPY data pgconn's CopyFrom sends in one CopyData
