@@ -14,7 +14,6 @@ import (
 // stepChecksums compares checksums of the tables at the cut-over position.
 const stepChecksums = "verify_checksums"
 
-
 // checksumTables returns the tables whose checksums the cut-over compares:
 // all with verify true, none with verify false, and otherwise those of at
 // most Config.CutoverChecksumMax on the source. The others get row
