@@ -13,6 +13,8 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/db/pgtest"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/ddl"
+	"github.com/pgmirror/pgmirror/engine/positions"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -26,8 +28,8 @@ type sqlBlock struct {
 }
 
 // peerFences are the fences of SQL meant for a peer rather than the
-// catalog (```sql source, ```sql destination): the docs say where to run
-// them; this test does not run them.
+// catalog (```sql source, ```sql destination): TestCatalogSQL skips them,
+// TestPeerSQL runs them on a database set up as that peer.
 var peerFences = map[string]bool{"source": true, "destination": true}
 
 // sqlBlocks returns every ```sql block of the docs in this directory.
@@ -80,8 +82,8 @@ func sqlBlocks(t *testing.T) []sqlBlock {
 // catalog (a plain ```sql fence) against a freshly migrated catalog with a
 // mirror named orders, each in a transaction that is rolled back. An
 // example that the catalog refuses (a renamed column, a typo) fails the
-// test. Examples for a source or destination database are listed and
-// skipped.
+// test. Examples for a source or destination database are left to
+// TestPeerSQL.
 func TestCatalogSQL(t *testing.T) {
 	ctx := context.Background()
 	blocks := sqlBlocks(t)
@@ -94,7 +96,7 @@ func TestCatalogSQL(t *testing.T) {
 	ran := 0
 	for _, b := range blocks {
 		if b.where != "" {
-			t.Logf("%s:%d: not run: meant for the %s database", b.doc, b.line, b.where)
+			t.Logf("%s:%d: not run here: meant for the %s database (TestPeerSQL)", b.doc, b.line, b.where)
 			continue
 		}
 		if strings.TrimSpace(b.text) == "" {
@@ -154,4 +156,88 @@ func seedCatalog(t *testing.T, store *db.Store) {
 	if err := store.LogInsert(ctx, m.ID, db.LevelError, "Failed to apply CDC batch", map[string]any{"error": "example", "operation": "apply"}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestPeerSQL runs the examples meant for a peer: ```sql source blocks on
+// a database where pgmirror's DDL capture trigger is installed, ```sql
+// destination blocks on one with pgmirror's _pgmirror tables and the role
+// pgmirror_dest the examples name as the destination peer's user. Each runs
+// in a transaction that is rolled back. A block that drops the DDL capture
+// objects must leave none of them.
+func TestPeerSQL(t *testing.T) {
+	ctx := context.Background()
+	blocks := sqlBlocks(t)
+	cluster := pgtest.CatalogCluster(t)
+
+	source := pgtest.Pool(t, pgtest.NewDatabase(t, cluster))
+	conn, err := source.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ddl.Install(ctx, conn.Conn())
+	conn.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := pgtest.Pool(t, pgtest.NewDatabase(t, cluster))
+	if err := positions.Ensure(ctx, dest); err != nil {
+		t.Fatal(err)
+	}
+
+	ran := map[string]int{}
+	for _, b := range blocks {
+		pool, setup := source, ""
+		switch b.where {
+		case "":
+			continue
+		case "destination":
+			pool, setup = dest, "CREATE ROLE pgmirror_dest"
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '10s'"); err != nil {
+			t.Fatal(err)
+		}
+		if setup != "" {
+			if _, err := tx.Exec(ctx, setup); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tx.Exec(ctx, b.text); err != nil {
+			t.Errorf("%s:%d: the %s database refuses this example: %v\n%s", b.doc, b.line, b.where, err, b.text)
+		} else if strings.Contains(b.text, "DROP EVENT TRIGGER") {
+			var left []string
+			rows, err := tx.Query(ctx, `SELECT 'event trigger ' || evtname FROM pg_event_trigger WHERE evtname LIKE 'pgmirror%'
+				UNION ALL SELECT 'function ' || p.oid::regprocedure::text FROM pg_proc p
+				  JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = '_pgmirror' AND p.proname LIKE 'pgmirror_ddl%'
+				UNION ALL SELECT 'relation ' || c.oid::regclass::text FROM pg_class c
+				  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '_pgmirror' AND c.relname LIKE 'pgmirror_ddl%'`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var l string
+				if err := rows.Scan(&l); err != nil {
+					t.Fatal(err)
+				}
+				left = append(left, l)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if len(left) > 0 {
+				t.Errorf("%s:%d: after these statements the DDL capture still has: %s", b.doc, b.line, strings.Join(left, ", "))
+			}
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ran[b.where]++
+	}
+	if ran["source"] == 0 || ran["destination"] == 0 {
+		t.Errorf("ran %v peer SQL examples; the docs have both kinds", ran)
+	}
+	t.Logf("ran peer SQL examples: %v", ran)
 }
