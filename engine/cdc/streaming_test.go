@@ -3,6 +3,7 @@ package cdc_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -279,6 +280,7 @@ func TestStreamedMemoryBounded(t *testing.T) {
 	pgtest.Exec(t, b.src, fmt.Sprintf(`ALTER DATABASE %s SET logical_decoding_work_mem = '1MB'`, pgx.Identifier{dbName(b.src)}.Sanitize()))
 	b.cfg.StageMemory = 1 << 20
 	b.cfg.MaxBufferedBytes = 8 << 20
+	runtime.GC() // what earlier tests left does not count
 	peak := watchHeap(t)
 	r := b.start(t)
 	pgtest.Exec(t, b.src, `INSERT INTO big SELECT g, md5(g::text) || md5((g + 1)::text), g FROM generate_series(1, 300000) g`)
@@ -287,7 +289,9 @@ func TestStreamedMemoryBounded(t *testing.T) {
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
 	require.NoError(t, r.halt(t))
 	t.Logf("peak heap in use: %d MB", peak.Load()>>20)
-	require.Less(t, peak.Load(), uint64(48<<20), "heap grew with the transaction") // measured 21 MB
+	// Measured 21 MB alone; staged whole, the transactions' 125 MB of
+	// messages would be in memory (111 MB measured that way).
+	require.Less(t, peak.Load(), uint64(64<<20), "heap grew with the transaction")
 	require.Equal(t, change.Counts{Inserted: 300000, Updated: 300000}, b.rep.totals()["public.big"])
 	st := readSlotStats(t, b.src, b.cfg.SlotName)
 	t.Logf("slot: %+v", st)
