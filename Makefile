@@ -8,11 +8,12 @@ PORT ?= 8112
 run: deps
 	$(GO) run ./cmd/pgmirror serve
 
-## test: check that the repository holds only source, install what is missing (PostgreSQL server, Chromium) and run every test against real PostgreSQL; the run lifecycle, apply, CDC and catalog packages also run under the race detector
+## test: check that the repository holds only source, install what is missing (PostgreSQL server, Chromium), vet and staticcheck the code, and run every test against real PostgreSQL; the run lifecycle, apply, CDC and catalog packages run under the race detector
 RACE_PKGS = ./jobs ./engine/apply ./engine/cdc ./db
 test: check-files test-deps
 	$(GO) vet ./...
-	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/pgmirror/db')
+	$(GO) tool staticcheck ./...
+	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/engine/cdc' -e '.*/pgmirror/db')
 	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -race -count=1 -timeout 25m $(RACE_PKGS)
 
 ## demo: on the embedded default, mirror a demo table under a small write load, print status and lag, explain how to look; Ctrl-C cleans up
@@ -24,8 +25,10 @@ demo: deps
 build:
 	$(GO) build -o bin/pgmirror ./cmd/pgmirror
 
+## vet: go vet and staticcheck (its default checks), as make test runs them
 vet:
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 ## check-files: fail when a tracked file is an executable binary or larger than 1 MB (make test runs it first)
 check-files:

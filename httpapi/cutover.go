@@ -42,18 +42,18 @@ type cutoverInput struct {
 
 // cutoverRecord is a mirror's last cut-over as the API shows it.
 type cutoverRecord struct {
-	State         string         `json:"state" enum:"requested,running,completed,failed"`
-	RequestedAt   time.Time      `json:"requested_at"`
-	RequestedBy   string         `json:"requested_by,omitempty"`
-	StartedAt     *time.Time     `json:"started_at,omitempty"`
-	FinishedAt    *time.Time     `json:"finished_at,omitempty"`
-	Options       cutoverOptions `json:"options"`
-	TargetLSN     string         `json:"target_lsn,omitempty" doc:"Source position up to which every change is on the destination."`
-	Steps         []cutoverStep  `json:"steps"`
-	Error         string         `json:"error,omitempty"`
-	ReverseMirror string         `json:"reverse_mirror,omitempty" doc:"The mirror created back from the destination to the source."`
-	Warnings      []string       `json:"warnings" doc:"What the cut-over did not check or carry to the destination, each with the objects named: tables whose checksums were not compared (row counts only: over the size limit, or verify false), source foreign keys it could not create (a referenced table outside the mirror, an excluded column), the expressions pgmirror left out because they call code that would run with the destination peer's privileges (user functions, built-ins that run SQL), and the triggers, row-level security policies, grants, publications, roles and extensions around the mirrored tables that the destination lacks. [] when there is nothing."`
-	RowCountsOnly []string       `json:"row_counts_only" doc:"Tables whose checksums the cut-over did not compare: only their row counts were (over SERVICE_CUTOVER_CHECKSUM_MAX_BYTES, or verify false). [] when every table's checksums were compared."`
+	State         db.CutoverState `json:"state"`
+	RequestedAt   time.Time       `json:"requested_at"`
+	RequestedBy   string          `json:"requested_by,omitempty"`
+	StartedAt     *time.Time      `json:"started_at,omitempty"`
+	FinishedAt    *time.Time      `json:"finished_at,omitempty"`
+	Options       cutoverOptions  `json:"options"`
+	TargetLSN     string          `json:"target_lsn,omitempty" doc:"Source position up to which every change is on the destination."`
+	Steps         []cutoverStep   `json:"steps"`
+	Error         string          `json:"error,omitempty"`
+	ReverseMirror string          `json:"reverse_mirror,omitempty" doc:"The mirror created back from the destination to the source."`
+	Warnings      []string        `json:"warnings" doc:"What the cut-over did not check or carry to the destination, each with the objects named: tables whose checksums were not compared (row counts only: over the size limit, or verify false), source foreign keys it could not create (a referenced table outside the mirror, an excluded column), the expressions pgmirror left out because they call code that would run with the destination peer's privileges (user functions, built-ins that run SQL), and the triggers, row-level security policies, grants, publications, roles and extensions around the mirrored tables that the destination lacks. [] when there is nothing."`
+	RowCountsOnly []string        `json:"row_counts_only" doc:"Tables whose checksums the cut-over did not compare: only their row counts were (over SERVICE_CUTOVER_CHECKSUM_MAX_BYTES, or verify false). [] when every table's checksums were compared."`
 }
 
 type cutoverOptions struct {
@@ -66,7 +66,7 @@ type cutoverOptions struct {
 
 type cutoverStep struct {
 	Name       string         `json:"name" doc:"check, make_source_read_only, apply_changes, check_source_quiet, sync_sequences, create_constraints, create_foreign_keys, verify_row_counts, verify_checksums, prepare_reverse_mirror, make_destination_writable, complete, drop_slot."`
-	State      string         `json:"state" enum:"running,done,failed"`
+	State      db.StepState   `json:"state"`
 	StartedAt  time.Time      `json:"started_at"`
 	DurationMS int64          `json:"duration_ms"`
 	Detail     map[string]any `json:"detail,omitempty"`

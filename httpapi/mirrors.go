@@ -69,22 +69,22 @@ func mappingResponse(t db.MirrorTable) tableMapping {
 
 type mirrorCreateInput struct {
 	Body struct {
-		Name                        string         `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique mirror name, used in paths."`
-		SourcePeer                  string         `json:"source_peer" minLength:"1" maxLength:"128" doc:"Name of an existing peer to read from."`
-		DestinationPeer             string         `json:"destination_peer" minLength:"1" maxLength:"128" doc:"Name of an existing peer to write to."`
-		TableMappings               []tableMapping `json:"table_mappings" minItems:"1" maxItems:"1000"`
-		SnapshotNumRowsPerPartition int            `json:"snapshot_num_rows_per_partition,omitempty" minimum:"1" maximum:"100000000" default:"500000"`
-		SnapshotMaxParallelWorkers  int            `json:"snapshot_max_parallel_workers,omitempty" minimum:"1" maximum:"64" default:"4"`
-		SnapshotNumTablesInParallel int            `json:"snapshot_num_tables_in_parallel,omitempty" minimum:"1" maximum:"64" default:"4"`
-		CDCSyncIntervalSeconds      int            `json:"cdc_sync_interval_seconds,omitempty" minimum:"1" maximum:"86400" default:"60"`
-		CDCBatchSize                int            `json:"cdc_batch_size,omitempty" minimum:"1" maximum:"1000000" default:"10000"`
-		DoInitialSnapshot           *bool          `json:"do_initial_snapshot,omitempty" default:"true" doc:"When false, only changes made after creation are replicated."`
-		PublicationName             string         `json:"publication_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_pub_<name>."`
-		ReplicationSlotName         string         `json:"replication_slot_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_slot_<name>."`
-		ExistingDestinationRows     string         `json:"existing_destination_rows,omitempty" enum:"refuse,truncate,keep" default:"refuse" doc:"What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
-		CaptureDDL                  bool           `json:"capture_ddl,omitempty" default:"false" doc:"Capture schema changes of the mapped tables with an event trigger that pgmirror installs on the source database (needs a superuser source peer, PostgreSQL 14 or later): CREATE INDEX, DROP INDEX, ALTER INDEX ... RENAME, check/unique/exclusion constraints added or dropped, column defaults and NOT NULL are then applied on the destination in order with the rows. Without it, added, renamed and dropped columns still replicate from the stream. The trigger is shared by the mirrors of the source database and removed with the last of them."`
-		SchemaChanges               string         `json:"schema_changes,omitempty" enum:"apply,warn,stop" default:"apply" doc:"What CDC does when a mapped source table's columns change (renamed, dropped, added, retyped): apply (default: the change is applied to the destination at its position in the stream and logged as Schema change applied; a type change that may have changed stored values resyncs that table beside running CDC), warn (a WARN is logged and the destination's schema is left as it is: dropped and renamed columns are kept and made nullable), or stop (the mirror is paused before the first change that would alter the destination's schema; switch the setting with PATCH /v1/mirrors/{name} or change the destination yourself, then resume). See docs/consistency.md, Schema changes."`
-		Sequences                   []sequenceRef  `json:"sequences,omitempty" maxItems:"1000" doc:"Source sequences to keep in step on the destination besides those the mapped tables' columns own (serial, identity): for example one that several tables draw ids from through DEFAULT nextval(...). Each is created on the destination under the same name when missing, set after the snapshot, every SERVICE_SEQUENCE_SYNC_INTERVAL and exactly at a cut-over."`
+		Name                        string           `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique mirror name, used in paths."`
+		SourcePeer                  string           `json:"source_peer" minLength:"1" maxLength:"128" doc:"Name of an existing peer to read from."`
+		DestinationPeer             string           `json:"destination_peer" minLength:"1" maxLength:"128" doc:"Name of an existing peer to write to."`
+		TableMappings               []tableMapping   `json:"table_mappings" minItems:"1" maxItems:"1000"`
+		SnapshotNumRowsPerPartition int              `json:"snapshot_num_rows_per_partition,omitempty" minimum:"1" maximum:"100000000" default:"500000"`
+		SnapshotMaxParallelWorkers  int              `json:"snapshot_max_parallel_workers,omitempty" minimum:"1" maximum:"64" default:"4"`
+		SnapshotNumTablesInParallel int              `json:"snapshot_num_tables_in_parallel,omitempty" minimum:"1" maximum:"64" default:"4"`
+		CDCSyncIntervalSeconds      int              `json:"cdc_sync_interval_seconds,omitempty" minimum:"1" maximum:"86400" default:"60"`
+		CDCBatchSize                int              `json:"cdc_batch_size,omitempty" minimum:"1" maximum:"1000000" default:"10000"`
+		DoInitialSnapshot           *bool            `json:"do_initial_snapshot,omitempty" default:"true" doc:"When false, only changes made after creation are replicated."`
+		PublicationName             string           `json:"publication_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_pub_<name>."`
+		ReplicationSlotName         string           `json:"replication_slot_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_slot_<name>."`
+		ExistingDestinationRows     db.ExistingRows  `json:"existing_destination_rows,omitempty" default:"refuse" doc:"What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
+		CaptureDDL                  bool             `json:"capture_ddl,omitempty" default:"false" doc:"Capture schema changes of the mapped tables with an event trigger that pgmirror installs on the source database (needs a superuser source peer, PostgreSQL 14 or later): CREATE INDEX, DROP INDEX, ALTER INDEX ... RENAME, check/unique/exclusion constraints added or dropped, column defaults and NOT NULL are then applied on the destination in order with the rows. Without it, added, renamed and dropped columns still replicate from the stream. The trigger is shared by the mirrors of the source database and removed with the last of them."`
+		SchemaChanges               db.SchemaChanges `json:"schema_changes,omitempty" default:"apply" doc:"What CDC does when a mapped source table's columns change (renamed, dropped, added, retyped): apply (default: the change is applied to the destination at its position in the stream and logged as Schema change applied; a type change that may have changed stored values resyncs that table beside running CDC), warn (a WARN is logged and the destination's schema is left as it is: dropped and renamed columns are kept and made nullable), or stop (the mirror is paused before the first change that would alter the destination's schema; switch the setting with PATCH /v1/mirrors/{name} or change the destination yourself, then resume). See docs/consistency.md, Schema changes."`
+		Sequences                   []sequenceRef    `json:"sequences,omitempty" maxItems:"1000" doc:"Source sequences to keep in step on the destination besides those the mapped tables' columns own (serial, identity): for example one that several tables draw ids from through DEFAULT nextval(...). Each is created on the destination under the same name when missing, set after the snapshot, every SERVICE_SEQUENCE_SYNC_INTERVAL and exactly at a cut-over."`
 	}
 }
 
@@ -92,25 +92,25 @@ type mirrorCreateInput struct {
 // exported because the mirror status embeds it: Huma leaves the fields of
 // an embedded unexported type out of the OpenAPI schema.
 type MirrorConfig struct {
-	Name                        string         `json:"name"`
-	SourcePeer                  string         `json:"source_peer"`
-	DestinationPeer             string         `json:"destination_peer"`
-	TableMappings               []tableMapping `json:"table_mappings" doc:"The mappings as given: tables mapped by name, then schemas mapped as a whole (source_table and destination_table \"*\")."`
-	ExpandedTableMappings       []tableMapping `json:"expanded_table_mappings" doc:"The tables that schemas mapped as a whole (source_table \"*\") cover now, each to the table of the same name in the destination schema, including tables created on the source since; [] without such mappings."`
-	SnapshotNumRowsPerPartition int            `json:"snapshot_num_rows_per_partition"`
-	SnapshotMaxParallelWorkers  int            `json:"snapshot_max_parallel_workers"`
-	SnapshotNumTablesInParallel int            `json:"snapshot_num_tables_in_parallel"`
-	CDCSyncIntervalSeconds      int            `json:"cdc_sync_interval_seconds"`
-	CDCBatchSize                int            `json:"cdc_batch_size"`
-	DoInitialSnapshot           bool           `json:"do_initial_snapshot"`
-	ExistingDestinationRows     string         `json:"existing_destination_rows" enum:"refuse,truncate,keep" doc:"What a table's first copy does with rows its destination table already holds."`
-	SchemaChanges               string         `json:"schema_changes" enum:"apply,warn,stop" doc:"What CDC does when a mapped source table's columns change: apply, warn or stop (editable while paused with PATCH /v1/mirrors/{name})."`
-	PublicationName             string         `json:"publication_name"`
-	ReplicationSlotName         string         `json:"replication_slot_name"`
-	Sequences                   []sequenceRef  `json:"sequences" doc:"Source sequences listed at creation, kept in step on the destination; [] for none."`
-	CaptureDDL                  bool           `json:"capture_ddl" doc:"Schema changes of the mapped tables are captured by pgmirror's event trigger on the source and applied on the destination in order with the rows."`
-	Status                      string         `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped,completed"`
-	CreatedAt                   time.Time      `json:"created_at"`
+	Name                        string           `json:"name"`
+	SourcePeer                  string           `json:"source_peer"`
+	DestinationPeer             string           `json:"destination_peer"`
+	TableMappings               []tableMapping   `json:"table_mappings" doc:"The mappings as given: tables mapped by name, then schemas mapped as a whole (source_table and destination_table \"*\")."`
+	ExpandedTableMappings       []tableMapping   `json:"expanded_table_mappings" doc:"The tables that schemas mapped as a whole (source_table \"*\") cover now, each to the table of the same name in the destination schema, including tables created on the source since; [] without such mappings."`
+	SnapshotNumRowsPerPartition int              `json:"snapshot_num_rows_per_partition"`
+	SnapshotMaxParallelWorkers  int              `json:"snapshot_max_parallel_workers"`
+	SnapshotNumTablesInParallel int              `json:"snapshot_num_tables_in_parallel"`
+	CDCSyncIntervalSeconds      int              `json:"cdc_sync_interval_seconds"`
+	CDCBatchSize                int              `json:"cdc_batch_size"`
+	DoInitialSnapshot           bool             `json:"do_initial_snapshot"`
+	ExistingDestinationRows     db.ExistingRows  `json:"existing_destination_rows" doc:"What a table's first copy does with rows its destination table already holds."`
+	SchemaChanges               db.SchemaChanges `json:"schema_changes" doc:"What CDC does when a mapped source table's columns change: apply, warn or stop (editable while paused with PATCH /v1/mirrors/{name})."`
+	PublicationName             string           `json:"publication_name"`
+	ReplicationSlotName         string           `json:"replication_slot_name"`
+	Sequences                   []sequenceRef    `json:"sequences" doc:"Source sequences listed at creation, kept in step on the destination; [] for none."`
+	CaptureDDL                  bool             `json:"capture_ddl" doc:"Schema changes of the mapped tables are captured by pgmirror's event trigger on the source and applied on the destination in order with the rows."`
+	Status                      db.MirrorStatus  `json:"status"`
+	CreatedAt                   time.Time        `json:"created_at"`
 }
 
 func configResponse(m db.Mirror, tables []db.MirrorTable) MirrorConfig {
@@ -119,10 +119,10 @@ func configResponse(m db.Mirror, tables []db.MirrorTable) MirrorConfig {
 		TableMappings: givenMappings(tables, m.SchemaMappings), ExpandedTableMappings: expandedMappings(tables),
 		SnapshotNumRowsPerPartition: m.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: m.SnapshotMaxParallelWorkers,
 		SnapshotNumTablesInParallel: m.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: m.CDCSyncIntervalSeconds,
-		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot, ExistingDestinationRows: string(m.ExistingDestinationRows),
-		SchemaChanges:   string(m.SchemaChanges),
+		CDCBatchSize: m.CDCBatchSize, DoInitialSnapshot: m.DoInitialSnapshot, ExistingDestinationRows: m.ExistingDestinationRows,
+		SchemaChanges:   m.SchemaChanges,
 		PublicationName: m.PublicationName, ReplicationSlotName: m.ReplicationSlotName, Sequences: sequencesResponse(m.Sequences),
-		Status: string(m.Status), CreatedAt: m.CreatedAt, CaptureDDL: m.CaptureDDL,
+		Status: m.Status, CreatedAt: m.CreatedAt, CaptureDDL: m.CaptureDDL,
 	}
 }
 
@@ -131,14 +131,14 @@ type mirrorCreateOutput struct {
 }
 
 type mirrorSummary struct {
-	Name            string  `json:"name"`
-	SourcePeer      string  `json:"source_peer"`
-	DestinationPeer string  `json:"destination_peer"`
-	Status          string  `json:"status" enum:"initializing,snapshotting,running,paused,error,stopped,completed"`
-	LastLSN         *string `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
-	ErrorMessage    *string `json:"error_message" doc:"Set when status is error."`
-	ErrorCount      int     `json:"error_count" doc:"Consecutive errors."`
-	SchemaChanges   string  `json:"schema_changes" enum:"apply,warn,stop" doc:"What CDC does when a mapped source table's columns change."`
+	Name            string           `json:"name"`
+	SourcePeer      string           `json:"source_peer"`
+	DestinationPeer string           `json:"destination_peer"`
+	Status          db.MirrorStatus  `json:"status"`
+	LastLSN         *string          `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
+	ErrorMessage    *string          `json:"error_message" doc:"Set when status is error."`
+	ErrorCount      int              `json:"error_count" doc:"Consecutive errors."`
+	SchemaChanges   db.SchemaChanges `json:"schema_changes" doc:"What CDC does when a mapped source table's columns change."`
 	SlotHealth
 	WorkerInfo
 	PeerWarnings
@@ -153,7 +153,7 @@ type mirrorListOutput struct {
 
 type tableStatus struct {
 	TableName     string            `json:"table_name" doc:"Source table, schema.table."`
-	Status        string            `json:"status" enum:"pending,snapshotting,running,error,dropped" doc:"dropped: the source table no longer exists; it does not replicate any more and its destination table is kept (docs/status.md)."`
+	Status        db.TableStatus    `json:"status" doc:"dropped: the source table no longer exists; it does not replicate any more and its destination table is kept (docs/status.md)."`
 	RowsSynced    int64             `json:"rows_synced"`
 	RowsInserted  int64             `json:"rows_inserted"`
 	RowsUpdated   int64             `json:"rows_updated"`
@@ -188,7 +188,7 @@ func snapshotProgress(t db.MirrorTable) *float64 {
 type mirrorStatus struct {
 	MirrorConfig
 	Verification    mirrorVerification `json:"verification" doc:"The verification interval and the latest completed verification (docs/api.md, Verification)."`
-	DesiredState    string             `json:"desired_state" enum:"running,paused" doc:"What the last control request asked for."`
+	DesiredState    db.DesiredState    `json:"desired_state" doc:"What the last control request asked for."`
 	LastLSN         *string            `json:"last_lsn" doc:"Last replicated LSN (X/Y), null before the first."`
 	LastSyncBatchID int64              `json:"last_sync_batch_id"`
 	ErrorMessage    *string            `json:"error_message"`
@@ -276,7 +276,7 @@ func (h *handlers) listMirrors(ctx context.Context, _ *struct{}) (*mirrorListOut
 	out := &mirrorListOutput{Body: make([]mirrorSummary, 0, len(mirrors))}
 	for _, m := range mirrors {
 		sum := mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
-			Status: string(m.Status), LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount, SchemaChanges: string(m.SchemaChanges),
+			Status: m.Status, LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount, SchemaChanges: m.SchemaChanges,
 			SlotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
 		sum.LostChanges = lostChangesResponse(m)
 		sum.WorkerInfo = withWorker(m, workers, &sum.SlotHealth)
@@ -312,7 +312,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 		return nil, h.internal(ctx, "load the mirror's tables", err)
 	}
 	st := mirrorStatus{
-		MirrorConfig: configResponse(m, tables), DesiredState: string(m.DesiredState),
+		MirrorConfig: configResponse(m, tables), DesiredState: m.DesiredState,
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,
 		NextRetryAt: m.NextRetryAt, SequencesSyncedAt: m.SequencesSyncedAt, SlotHealth: slotHealthResponse(m), Cutover: cutoverResponse(m.Cutover), UpdatedAt: m.UpdatedAt, Tables: make([]tableStatus, 0, len(tables)),
 	}
@@ -332,7 +332,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 	}
 	for _, t := range tables {
 		st.Tables = append(st.Tables, tableStatus{
-			TableName: change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}.String(), Status: string(t.Status),
+			TableName: change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}.String(), Status: t.Status,
 			RowsSynced: t.RowsSynced, RowsInserted: t.RowsInserted, RowsUpdated: t.RowsUpdated, RowsDeleted: t.RowsDeleted, Truncates: t.Truncates,
 			LastSyncedAt: t.LastSyncedAt, RowsEstimated: t.RowsEstimated, Progress: snapshotProgress(t),
 			LostChanges: tableLostChangesResponse(t),
@@ -488,7 +488,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	b := in.Body
 	setAuditTarget(ctx, b.Name)
 	setAuditDetails(ctx, map[string]any{"source_peer": b.SourcePeer, "destination_peer": b.DestinationPeer, "tables": len(b.TableMappings),
-		"existing_destination_rows": string(existingRowsMode(b.ExistingDestinationRows))})
+		"existing_destination_rows": string(existingRowsMode(string(b.ExistingDestinationRows)))})
 	source, err := h.store.PeerGetByName(ctx, b.SourcePeer)
 	if errors.Is(err, db.ErrNotFound) {
 		return nil, errorf(http.StatusBadRequest, "Invalid request: source peer %q does not exist: create it with POST /v1/peers first", b.SourcePeer)
@@ -550,7 +550,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 	// A destination peer stored before the catalog check existed (or while
 	// it could not be reached) must not be the catalog either; its tables
 	// must not hold rows the first copy would replace unasked.
-	mode := existingRowsMode(b.ExistingDestinationRows)
+	mode := existingRowsMode(string(b.ExistingDestinationRows))
 	doSnapshot := b.DoInitialSnapshot == nil || *b.DoInitialSnapshot
 	if err := h.checkDestination(ctx, dest, mappings, mode, doSnapshot); err != nil {
 		return nil, err

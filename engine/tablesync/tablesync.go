@@ -22,17 +22,19 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/defaults"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
-// Defaults for the Config fields left zero; they match the API's defaults.
+// Defaults for the Config fields left zero: the mirror settings' defaults.
 const (
-	DefaultRowsPerPartition   = 500000
-	DefaultMaxParallelWorkers = 4
-	DefaultTablesInParallel   = 4
+	DefaultRowsPerPartition   = defaults.SnapshotRowsPerPartition
+	DefaultMaxParallelWorkers = defaults.SnapshotMaxParallelWorkers
+	DefaultTablesInParallel   = defaults.SnapshotTablesInParallel
 )
 
 // copyDataSize is the most COPY data pgconn's CopyFrom sends in one CopyData
@@ -380,7 +382,7 @@ func (r *run) beginSource(ctx context.Context, conn *pgx.Conn) (pgx.Tx, error) {
 		return nil, fmt.Errorf("begin source transaction: %w", err)
 	}
 	if r.cfg.SnapshotName != "" {
-		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+r.cfg.SnapshotName+"'"); err != nil {
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+sqlquote.Literal(r.cfg.SnapshotName)); err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("import snapshot %s: %w", r.cfg.SnapshotName, err)
 		}
@@ -655,7 +657,7 @@ func (r *run) copyStream(ctx context.Context, w *worker, job *tableJob, st strea
 	// connections the session settings.
 	begin := "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 	if r.cfg.SnapshotName != "" {
-		begin += "; SET TRANSACTION SNAPSHOT '" + r.cfg.SnapshotName + "'"
+		begin += "; SET TRANSACTION SNAPSHOT " + sqlquote.Literal(r.cfg.SnapshotName)
 	}
 	if w.borrowed {
 		begin += setLocal(r.srcSettings)

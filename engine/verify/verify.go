@@ -16,6 +16,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // Config configures one comparison.
@@ -172,7 +173,7 @@ func importSnapshot(ctx context.Context, conn *pgx.Conn, name string, overrides 
 	if err != nil {
 		return nil, fmt.Errorf("begin snapshot transaction: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+name+"'"); err != nil {
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+sqlquote.Literal(name)); err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, fmt.Errorf("import snapshot %s (it is valid only while the verification holds it): %w", name, err)
 	}
@@ -336,7 +337,7 @@ func plan(ctx context.Context, p *pair, cfg Config, sides sides, m change.Mappin
 		if !ok {
 			return nil, &skipError{reason: fmt.Sprintf("column %s is missing on the destination: run sync-schema first", c.Name)}
 		}
-		quoted = append(quoted, change.QuoteIdent(c.Name))
+		quoted = append(quoted, sqlquote.Ident(c.Name))
 		canonical = append(canonical, canonicalColumn(c, d))
 	}
 	if len(quoted) == 0 {
@@ -354,7 +355,7 @@ func plan(ctx context.Context, p *pair, cfg Config, sides sides, m change.Mappin
 	t.collate = sides.collate
 	for _, k := range src.PrimaryKey {
 		c, _ := src.Column(k)
-		expr := change.QuoteIdent(k)
+		expr := sqlquote.Ident(k)
 		if t.collate {
 			var collatable bool
 			if err := p.src.QueryRow(ctx, `SELECT typcollation OPERATOR(pg_catalog.<>) 0 FROM pg_catalog.pg_type WHERE oid OPERATOR(pg_catalog.=) $1::pg_catalog.oid`, c.TypeOID).Scan(&collatable); err != nil {
@@ -568,7 +569,7 @@ func (t *table) boundaries(ctx context.Context, tx pgx.Tx, rel string, lo, hi []
 func (t *table) keysBare() []string {
 	out := make([]string, len(t.names))
 	for i, n := range t.names {
-		out[i] = change.QuoteIdent(n)
+		out[i] = sqlquote.Ident(n)
 	}
 	return out
 }
