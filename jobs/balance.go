@@ -76,7 +76,7 @@ type balancer struct {
 	// departed: a replica that was live at the check before is gone (loop
 	// only); its mirrors are adopted at their first sighting.
 	departed bool
-	shedding bool                  // handing mirrors away, down to the share (loop only)
+	shedding bool                   // handing mirrors away, down to the share (loop only)
 	gone     map[string]goneReplica // replicas seen without lock connection (loop only)
 	// predecessors: River client ids of earlier processes of this
 	// replica's name whose jobs are still to be rescued (loop only).
