@@ -215,8 +215,10 @@ func (r RescuedJobs) Total() int64 { return r.Finished + r.Retried + r.Discarded
 // still as it was then (same lock_pid and seen_at: it did not connect
 // again meanwhile) and its lock connection is still gone, and rescues the
 // River jobs its process left running (RescueJobsOf), in one transaction.
-// It reports false when the row changed or another replica buried it first.
-func (s *Store) BuryReplica(ctx context.Context, g GoneReplica, finishKind string) (RescuedJobs, bool, error) {
+// Jobs of finishKind waiting on ownQueue (a queue only the dead replica
+// worked) are completed too: nobody would fetch them. It reports false
+// when the row changed or another replica buried it first.
+func (s *Store) BuryReplica(ctx context.Context, g GoneReplica, finishKind, ownQueue string) (RescuedJobs, bool, error) {
 	var out RescuedJobs
 	tx, err := s.q.Begin(ctx)
 	if err != nil {
@@ -233,11 +235,20 @@ func (s *Store) BuryReplica(ctx context.Context, g GoneReplica, finishKind strin
 	if err != nil {
 		return out, false, fmt.Errorf("remove replica %s: %w", g.Name, translate(err))
 	}
+	why := fmt.Sprintf("the process of replica %s died (its catalog lock connection is gone): job rescued by pgmirror", g.Name)
 	if client != nil {
-		if out, err = rescueJobsOf(ctx, tx, *client, finishKind,
-			fmt.Sprintf("the process of replica %s died (its catalog lock connection is gone): job rescued by pgmirror", g.Name)); err != nil {
+		if out, err = rescueJobsOf(ctx, tx, *client, finishKind, why); err != nil {
 			return out, false, err
 		}
+	}
+	if ownQueue != "" {
+		tag, err := tx.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now(),
+				errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', greatest(attempt, 0), 'error', $3::text, 'trace', ''))
+			WHERE queue = $1 AND kind = $2 AND state IN ('available', 'scheduled', 'retryable', 'pending')`, ownQueue, finishKind, why)
+		if err != nil {
+			return out, false, fmt.Errorf("finish the waiting jobs of replica %s: %w", g.Name, translate(err))
+		}
+		out.Finished += tag.RowsAffected()
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return out, false, fmt.Errorf("remove replica %s: %w", g.Name, translate(err))

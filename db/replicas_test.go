@@ -33,7 +33,8 @@ func jobState(t *testing.T, store *db.Store, id int64) (state string, errors int
 // gone (a live one is not); burying it removes its row and rescues the
 // River jobs its client left running (mirror runs completed, other jobs
 // available again or discarded without attempts left, each with an error
-// entry), and leaves other clients' jobs alone; a row that changed since
+// entry; run jobs waiting on its own queue completed), and leaves other
+// clients' jobs alone; a row that changed since
 // it was read is not buried. A replica that starts under the name of a
 // dead one reports the dead one's River client, whose jobs are rescued.
 func TestBuryReplica(t *testing.T) {
@@ -58,6 +59,9 @@ func TestBuryReplica(t *testing.T) {
 	verify := runningJob(t, store, "mirror_verify", "client-dead", 1, 2)
 	periodic := runningJob(t, store, "mirror_supervisor", "client-dead", 1, 1)
 	other := runningJob(t, store, "mirror_run", "client-live", 1, 1000)
+	var waiting int64
+	require.NoError(t, store.Pool().QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
+		VALUES ('{"mirror_id": 2}', 'mirror_run', 1000, 'dead-one-queue', 'available', now()) RETURNING id`).Scan(&waiting))
 
 	gone, err := store.GoneReplicas(ctx)
 	require.NoError(t, err)
@@ -66,15 +70,15 @@ func TestBuryReplica(t *testing.T) {
 
 	stale := gone[0]
 	stale.SeenAt = stale.SeenAt.Add(-time.Second)
-	_, buried, err := store.BuryReplica(ctx, stale, "mirror_run")
+	_, buried, err := store.BuryReplica(ctx, stale, "mirror_run", "dead-one-queue")
 	require.NoError(t, err)
 	require.False(t, buried, "a row that changed since it was read is left alone")
 
-	res, buried, err := store.BuryReplica(ctx, gone[0], "mirror_run")
+	res, buried, err := store.BuryReplica(ctx, gone[0], "mirror_run", "dead-one-queue")
 	require.NoError(t, err)
 	require.True(t, buried)
-	require.Equal(t, db.RescuedJobs{Finished: 1, Retried: 1, Discarded: 1}, res)
-	for id, want := range map[int64]string{run: "completed", verify: "available", periodic: "discarded"} {
+	require.Equal(t, db.RescuedJobs{Finished: 2, Retried: 1, Discarded: 1}, res)
+	for id, want := range map[int64]string{run: "completed", verify: "available", periodic: "discarded", waiting: "completed"} {
 		state, errs, finalized := jobState(t, store, id)
 		require.Equal(t, want, state)
 		require.Equal(t, 1, errs, "the rescue leaves an error entry")
@@ -82,7 +86,7 @@ func TestBuryReplica(t *testing.T) {
 	}
 	state, _, _ := jobState(t, store, other)
 	require.Equal(t, "running", state, "a live client's job is left alone")
-	_, buried, err = store.BuryReplica(ctx, gone[0], "mirror_run")
+	_, buried, err = store.BuryReplica(ctx, gone[0], "mirror_run", "dead-one-queue")
 	require.NoError(t, err)
 	require.False(t, buried, "buried once")
 	gone, err = store.GoneReplicas(ctx)

@@ -24,7 +24,8 @@ import (
 //     without a lock holder now, are adopted by the live replicas, see
 //     balance.go), other jobs are made available again at once, or
 //     discarded when they have no attempts left, each with an error entry
-//     saying why, as River's rescuer would;
+//     saying why, as River's rescuer would; run jobs waiting on its
+//     adoption queue, which nobody else works, are completed;
 //   - a replica that starts under the name of a dead one (a container
 //     restarted with the same host name and pid) finds the dead process's
 //     River client id in the row it takes over and rescues its jobs too.
@@ -76,7 +77,7 @@ func (b *balancer) buryDead(ctx context.Context) {
 		if now.Sub(prev.since) < deadAfter {
 			continue
 		}
-		res, buried, err := b.cfg.Store.BuryReplica(ctx, g, kind)
+		res, buried, err := b.cfg.Store.BuryReplica(ctx, g, kind, adoptQueue(g.Name))
 		if err != nil {
 			b.cfg.Logger.Debug("remove a dead replica", "replica", g.Name, "error", err)
 			continue
