@@ -227,7 +227,9 @@ func TestRollingRestart(t *testing.T) {
 	stopLoad()
 	<-loadDone
 	began = time.Now()
-	defer func() { t.Logf("every table equal %s after the load stopped", time.Since(began).Round(time.Millisecond)) }()
+	defer func() {
+		t.Logf("every table equal %s after the load stopped", time.Since(began).Round(time.Millisecond))
+	}()
 	for i := 1; i <= n; i++ {
 		table := fmt.Sprintf("public.t%d", i)
 		waitEqual(t, src, dst, table, table, "id, v", 30*time.Second)
