@@ -13,12 +13,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/pgmirror/pgmirror/db"
 )
 
 // Every replica, not only River's leader, looks for mirrors without a
 // worker and spreads the mirrors over the live replicas:
 //   - every orphanCheckEvery (every handoffCheckEvery while it hands
-//     mirrors away) it reads the live replicas (db.LiveReplicas, with the
+//     mirrors away, and at once when a run handed away has ended) it reads the live replicas (db.LiveReplicas, with the
 //     mirrors each runs now) and the mirrors that want to run
 //     (db.MirrorsWantingToRun), and decides (decideBalance, share.go): its
 //     share, whether it refuses new mirrors, how many mirrors without a
@@ -48,13 +50,14 @@ import (
 //     running are rescued at once.
 const (
 	orphanCheckEvery  = 2 * time.Second
-	handoffCheckEvery = 500 * time.Millisecond
+	handoffCheckEvery = 300 * time.Millisecond
 	// orphanGrace is how long a mirror is seen without a worker before it
 	// is adopted (unless a replica just went).
 	orphanGrace = 1500 * time.Millisecond
-	// handoffFresh is how long a mirror handed to a replica counts as on
-	// its way there (it usually takes it within a fraction of a second).
-	handoffFresh = 2 * time.Second
+	// handoffFresh is how long at most a mirror handed to a replica counts
+	// as on its way there: until the receiver holds its lock, which it
+	// usually does within a fraction of a second.
+	handoffFresh = 3 * time.Second
 )
 
 // balancer spreads mirrors over replicas and takes over those of dead
@@ -68,8 +71,9 @@ type balancer struct {
 	runs   map[int64]*mirrorRun // the runs of this replica that hold their lock
 	handed map[int64]handoff    // mirrors handed to another replica lately
 
-	refuse atomic.Bool  // leave new mirrors to replicas below their share
-	adopt  atomic.Int64 // mirrors without a worker it may adopt (loop only writes)
+	kick   chan struct{} // a hand-off is done: check again at once
+	refuse atomic.Bool   // leave new mirrors to replicas below their share
+	adopt  atomic.Int64  // mirrors without a worker it may adopt (loop only writes)
 
 	orphans map[int64]time.Time // mirrors without worker, since when (loop only)
 	live    map[string]bool     // the live replicas at the last check (loop only)
@@ -78,6 +82,10 @@ type balancer struct {
 	departed bool
 	shedding bool                   // handing mirrors away, down to the share (loop only)
 	gone     map[string]goneReplica // replicas seen without lock connection (loop only)
+
+	// loads: the other live replicas at the last check, with the mirrors
+	// handed to each on shutdown since (shutdownTarget).
+	loads []replicaLoad
 	// predecessors: River client ids of earlier processes of this
 	// replica's name whose jobs are still to be rescued (loop only).
 	predecessors []string
@@ -90,7 +98,8 @@ type handoff struct {
 }
 
 func newBalancer(cfg Config) *balancer {
-	return &balancer{cfg: cfg, queue: adoptQueue(cfg.Locks.Name()), runs: map[int64]*mirrorRun{}, handed: map[int64]handoff{}}
+	return &balancer{cfg: cfg, queue: adoptQueue(cfg.Locks.Name()), runs: map[int64]*mirrorRun{}, handed: map[int64]handoff{},
+		kick: make(chan struct{}, 1)}
 }
 
 // started records a run that holds its lock; the returned function forgets it.
@@ -113,6 +122,32 @@ func (b *balancer) handedOver(mirrorID int64, to string) {
 	b.mu.Lock()
 	b.handed[mirrorID] = handoff{to: to, at: time.Now()}
 	b.mu.Unlock()
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// shutdownTarget picks the live replica to hand a run to as this process
+// shuts down: the one with the most room left at the last check, counting
+// the runs handed to each since. "" when there is none.
+func (b *balancer) shutdownTarget() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	best := -1
+	for i, l := range b.loads {
+		if l.Running+l.Incoming >= l.Cap {
+			continue
+		}
+		if best < 0 || l.Cap-l.Running-l.Incoming > b.loads[best].Cap-b.loads[best].Running-b.loads[best].Incoming {
+			best = i
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	b.loads[best].Incoming++
+	return b.loads[best].Name
 }
 
 // refusing reports whether this replica leaves new mirrors to others now.
@@ -130,6 +165,7 @@ func (b *balancer) loop(done <-chan struct{}) {
 		case <-done:
 			return
 		case <-time.After(wait):
+		case <-b.kick:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		// Balance first: a replica that died no longer counts, so that
@@ -244,9 +280,19 @@ func (b *balancer) balance(ctx context.Context) {
 	b.live = live
 
 	b.mu.Lock()
+	pending := len(b.handed)
+	b.mu.Unlock()
+	var workers map[int64]db.MirrorWorker
+	if pending > 0 {
+		// Which handed mirrors their receiver holds by now.
+		if workers, err = b.cfg.Store.MirrorWorkers(ctx); err != nil {
+			b.cfg.Logger.Debug("read mirror workers", "error", err)
+		}
+	}
+	b.mu.Lock()
 	incoming := map[string]int{}
 	for id, h := range b.handed {
-		if time.Since(h.at) >= handoffFresh {
+		if _, taken := workers[id]; taken || time.Since(h.at) >= handoffFresh {
 			delete(b.handed, id)
 			continue
 		}
@@ -267,6 +313,15 @@ func (b *balancer) balance(ctx context.Context) {
 		}
 		loads = append(loads, l)
 	}
+	others := make([]replicaLoad, 0, len(loads))
+	for _, l := range loads {
+		if l.Name != me {
+			others = append(others, l)
+		}
+	}
+	b.mu.Lock()
+	b.loads = others
+	b.mu.Unlock()
 	d := decideBalance(balanceInput{Me: me, Replicas: loads, Wanted: wanted, Stopping: stopping, Shedding: b.shedding})
 	if d.Shares == nil {
 		// Not among the live replicas: adopt what it has room for.

@@ -29,7 +29,7 @@ import (
 //   - a replica that starts under the name of a dead one (a container
 //     restarted with the same host name and pid) finds the dead process's
 //     River client id in the row it takes over and rescues its jobs too.
-const deadAfter = 3 * time.Second
+const deadAfter = 5 * time.Second
 
 // goneReplica is a replica seen without lock connection, and since when.
 type goneReplica struct {

@@ -65,6 +65,12 @@ var errRunBudget = errors.New("run budget used up")
 func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs]) error {
 	handTo, err := w.run(ctx, job)
 	var snooze *rivertype.JobSnoozeError
+	if handTo == "" && ctx.Err() != nil && w.cfg.balance != nil && errors.As(err, &snooze) && snooze.Duration == 0 {
+		// Shutting down: straight to a live replica with room, which
+		// takes it at once, rather than to the mirrors queue, whose
+		// waiting jobs the others fetch at their next poll.
+		handTo = w.cfg.balance.shutdownTarget()
+	}
 	if handTo != "" && errors.As(err, &snooze) && snooze.Duration == 0 {
 		// Handed to a replica below its share: its adoption queue gets
 		// the run job, announced by notification, so that it takes the
@@ -120,13 +126,16 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		w.cfg.Logger.Debug("running as many mirrors as SERVICE_MIRROR_WORKERS allows; leaving the mirror to others", "mirror_id", id)
 		return "", nil
 	}
-	if w.cfg.balance != nil && w.cfg.balance.refusing() {
+	if w.cfg.balance != nil && job.Queue == QueueMirrors && w.cfg.balance.refusing() {
 		// This replica runs its share while another runs less: the job
 		// ends here, without a query, and the mirror is left to the
 		// others: the adoption loop of a replica below its share
 		// enqueues it again once it has no worker (balance.go). A job
 		// snoozed instead would come back every few seconds and cost the
-		// catalog a fetch, a read and a lock each time.
+		// catalog a fetch, a read and a lock each time. Jobs on this
+		// replica's own adoption queue were put there for it (by its
+		// adoption, or by a replica that handed it the mirror, deciding
+		// from the same shares): they run.
 		w.cfg.Logger.Debug("leaving the mirror to a replica below its share", "mirror_id", id)
 		return "", nil
 	}

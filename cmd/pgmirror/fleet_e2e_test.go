@@ -97,7 +97,7 @@ func (w *gapWatch) close() {
 	<-w.done
 }
 
-// TestRollingRestart runs 12 mirrors on two replicas under a small write
+// TestRollingRestart runs 10 mirrors on two replicas under a small write
 // load and kills one (kill -9), then starts it again:
 //   - the survivor takes the dead replica's mirrors over; the dead
 //     replica's row leaves the replicas table and the River jobs it left
@@ -110,7 +110,7 @@ func (w *gapWatch) close() {
 //   - every row written meanwhile arrives, once.
 func TestRollingRestart(t *testing.T) {
 	t.Parallel()
-	const n = 12
+	const n = 10
 	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
 	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
@@ -206,7 +206,7 @@ func TestRollingRestart(t *testing.T) {
 		return running == n && byWorker[r1Again] == n/2 && byWorker[r2Name] == n/2
 	})
 	spread := time.Since(restartedAt)
-	time.Sleep(3 * time.Second) // settled: no more hand-offs
+	time.Sleep(2 * time.Second) // settled: no more hand-offs
 	byWorker, running := workersOf(r2)
 	most, longest := gaps.result()
 	t.Logf("restart: spread %v %s after the start, at most %d mirrors without a worker at once, longest gap %s",
