@@ -70,6 +70,9 @@ type balancer struct {
 	mu     sync.Mutex
 	runs   map[int64]*mirrorRun // the runs of this replica that hold their lock
 	handed map[int64]handoff    // mirrors handed to another replica lately
+	// leaving: runs asked to hand their mirror away whose job has not been
+	// handed over yet (they may still hold their lock, or not any more).
+	leaving map[int64]bool
 
 	kick   chan struct{} // a hand-off is done: check again at once
 	refuse atomic.Bool   // leave new mirrors to replicas below their share
@@ -99,7 +102,7 @@ type handoff struct {
 
 func newBalancer(cfg Config) *balancer {
 	return &balancer{cfg: cfg, queue: adoptQueue(cfg.Locks.Name()), runs: map[int64]*mirrorRun{}, handed: map[int64]handoff{},
-		kick: make(chan struct{}, 1)}
+		leaving: map[int64]bool{}, kick: make(chan struct{}, 1)}
 }
 
 // started records a run that holds its lock; the returned function forgets it.
@@ -121,6 +124,7 @@ func (b *balancer) started(r *mirrorRun) func() {
 func (b *balancer) handedOver(mirrorID int64, to string) {
 	b.mu.Lock()
 	b.handed[mirrorID] = handoff{to: to, at: time.Now()}
+	delete(b.leaving, mirrorID)
 	b.mu.Unlock()
 	select {
 	case b.kick <- struct{}{}:
@@ -148,6 +152,14 @@ func (b *balancer) shutdownTarget() string {
 	}
 	b.loads[best].Incoming++
 	return b.loads[best].Name
+}
+
+// left forgets a run asked to hand its mirror away once its job ended
+// (handed over or not).
+func (b *balancer) left(mirrorID int64) {
+	b.mu.Lock()
+	delete(b.leaving, mirrorID)
+	b.mu.Unlock()
 }
 
 // refusing reports whether this replica leaves new mirrors to others now.
@@ -189,12 +201,7 @@ func (b *balancer) busy() bool {
 			return true
 		}
 	}
-	for _, r := range b.runs {
-		if r.stopping() {
-			return true
-		}
-	}
-	return false
+	return len(b.leaving) > 0
 }
 
 // enqueueOrphans enqueues a run job for mirrors without a worker, as many
@@ -298,12 +305,8 @@ func (b *balancer) balance(ctx context.Context) {
 		}
 		incoming[h.to]++
 	}
-	stopping := 0
-	for _, r := range b.runs {
-		if r.stopping() {
-			stopping++
-		}
-	}
+	stopping := len(b.leaving)
+	inTransit := stopping + len(b.handed)
 	b.mu.Unlock()
 	loads := make([]replicaLoad, 0, len(replicas))
 	for _, r := range replicas {
@@ -332,25 +335,31 @@ func (b *balancer) balance(ctx context.Context) {
 	}
 	b.refuse.Store(d.Refuse)
 	b.adopt.Store(int64(d.Adopt))
-	staying := b.cfg.Locks.Running() - stopping - len(d.Handoffs)
-	b.shedding = len(d.Handoffs) > 0 || (b.shedding && staying > d.Share)
+	switch {
+	case len(d.Handoffs) > 0:
+		b.shedding = true
+	case inTransit == 0:
+		// Only with no hand-off under way is the count of its own runs
+		// settled: it goes on down to its share.
+		b.shedding = b.shedding && b.cfg.Locks.Running() > d.Share
+	}
 	if len(d.Handoffs) == 0 {
 		return
 	}
 	b.mu.Lock()
-	var shed []*mirrorRun
+	defer b.mu.Unlock()
+	i := 0
 	for _, r := range b.runs {
-		if len(shed) == len(d.Handoffs) {
+		if i == len(d.Handoffs) {
 			break
 		}
-		if r.inCDC() && !r.stopping() {
-			shed = append(shed, r)
+		if !r.inCDC() || r.stopping() || b.leaving[r.mirrorID] {
+			continue
 		}
-	}
-	b.mu.Unlock()
-	for i, r := range shed {
 		to := d.Handoffs[i]
 		if r.handAway(to) {
+			b.leaving[r.mirrorID] = true
+			i++
 			r.logger.Info("handing the mirror to a replica below its share", "to", to, "share", d.Share,
 				"running_here", b.cfg.Locks.Running(), "mirrors_to_run", wanted)
 		}

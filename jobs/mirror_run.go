@@ -64,6 +64,9 @@ var errRunBudget = errors.New("run budget used up")
 // the adoption checks look).
 func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs]) error {
 	handTo, err := w.run(ctx, job)
+	if handTo != "" {
+		defer w.cfg.balance.left(job.Args.MirrorID)
+	}
 	var snooze *rivertype.JobSnoozeError
 	if handTo == "" && ctx.Err() != nil && w.cfg.balance != nil && errors.As(err, &snooze) && snooze.Duration == 0 {
 		// Shutting down: straight to a live replica with room, which

@@ -54,8 +54,9 @@ type balanceInput struct {
 	// running, not paused, stopped or completed, and not waiting for a
 	// retry after a failure.
 	Wanted int
-	// Stopping is how many of Me's runs were handed away and still finish
-	// their batch (they still hold their lock, so they are in Running).
+	// Stopping is how many of Me's runs were asked to hand their mirror
+	// away and are not handed over yet (finishing their batch, still in
+	// Running, or just released).
 	Stopping int
 	// Shedding: Me handed mirrors away at its previous check and is still
 	// above its share (it goes on down to its share).
