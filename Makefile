@@ -8,12 +8,21 @@ PORT ?= 8112
 run: deps
 	$(GO) run ./cmd/pgmirror serve
 
-## test: check that the repository holds only source, install what is missing (PostgreSQL server, Chromium) and run every test against real PostgreSQL; the run lifecycle, apply, CDC and catalog packages also run under the race detector
+## test: check that the repository holds only source, install what is missing (PostgreSQL server, Chromium), vet and staticcheck the code, and run every test against real PostgreSQL; the run lifecycle, apply, CDC and catalog packages run under the race detector
 RACE_PKGS = ./jobs ./engine/apply ./engine/cdc ./db
 test: check-files test-deps
 	$(GO) vet ./...
-	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/pgmirror/db')
-	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -race -count=1 -timeout 25m $(RACE_PKGS)
+	$(GO) tool staticcheck ./...
+	$(MAKE) --no-print-directory -j2 -Otarget test-packages test-race
+
+# The two test steps run side by side (make test): the end-to-end package
+# waits on the service most of its time, and the race step (one package at
+# a time) fills the gaps. Each prints its results when it is done.
+.PHONY: test-packages test-race
+test-packages:
+	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/engine/cdc' -e '.*/pgmirror/db')
+test-race:
+	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
 
 ## demo: on the embedded default, mirror a demo table under a small write load, print status and lag, explain how to look; Ctrl-C cleans up
 DEMO_DURATION ?= 60s
@@ -24,8 +33,10 @@ demo: deps
 build:
 	$(GO) build -o bin/pgmirror ./cmd/pgmirror
 
+## vet: go vet and staticcheck (its default checks), as make test runs them
 vet:
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 ## check-files: fail when a tracked file is an executable binary or larger than 1 MB (make test runs it first)
 check-files:

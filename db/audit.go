@@ -7,17 +7,24 @@ import (
 	"time"
 )
 
+// AuditResult is how an audited request ended (audit_log.result).
+type AuditResult string
+
 // Results of audited requests.
 const (
-	AuditSuccess = "success"
-	AuditFailure = "failure"
+	AuditSuccess AuditResult = "success"
+	AuditFailure AuditResult = "failure"
 )
+
+// AuditTargetType is the kind of object an audited request is about
+// (audit_log.target_type).
+type AuditTargetType string
 
 // Target types of audit entries.
 const (
-	AuditTargetUser   = "user"
-	AuditTargetPeer   = "peer"
-	AuditTargetMirror = "mirror"
+	AuditTargetUser   AuditTargetType = "user"
+	AuditTargetPeer   AuditTargetType = "peer"
+	AuditTargetMirror AuditTargetType = "mirror"
 )
 
 // AuditEntry is one change made (or refused) through the API. Details never
@@ -28,11 +35,11 @@ type AuditEntry struct {
 	UserID     int64
 	Username   string
 	Action     string
-	TargetType string
+	TargetType AuditTargetType
 	// TargetName is "" when the request was refused before its target was
 	// known.
 	TargetName string
-	Result     string
+	Result     AuditResult
 	Status     int
 	Details    json.RawMessage
 }
@@ -46,7 +53,7 @@ func (s *Store) AuditInsert(ctx context.Context, e AuditEntry) (int64, error) {
 // AuditSetOutcome corrects the result and HTTP status of an audit entry
 // written before the response was complete (inside the change's own
 // transaction), when the client received another status.
-func (s *Store) AuditSetOutcome(ctx context.Context, id int64, result string, status int) error {
+func (s *Store) AuditSetOutcome(ctx context.Context, id int64, result AuditResult, status int) error {
 	if _, err := s.q.Exec(ctx, `UPDATE audit_log SET result = $2, status = $3 WHERE id = $1`, id, result, status); err != nil {
 		return fmt.Errorf("correct the status of audit entry %d: %w", id, translate(err))
 	}
@@ -73,9 +80,9 @@ func auditInsert(ctx context.Context, q Executor, e AuditEntry) (int64, error) {
 type AuditQuery struct {
 	Username   string
 	Action     string
-	TargetType string
+	TargetType AuditTargetType
 	TargetName string
-	Result     string
+	Result     AuditResult
 	Limit      int
 	Offset     int
 }
@@ -86,8 +93,8 @@ func (s *Store) AuditList(ctx context.Context, q AuditQuery) ([]AuditEntry, int6
 	where := `TRUE`
 	var args []any
 	for _, f := range []struct{ column, value string }{
-		{"username", q.Username}, {"action", q.Action}, {"target_type", q.TargetType},
-		{"target_name", q.TargetName}, {"result", q.Result},
+		{"username", q.Username}, {"action", q.Action}, {"target_type", string(q.TargetType)},
+		{"target_name", q.TargetName}, {"result", string(q.Result)},
 	} {
 		if f.value != "" {
 			args = append(args, f.value)

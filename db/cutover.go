@@ -8,22 +8,31 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Cut-over states (Cutover.State) and step states (CutoverStep.State).
-const (
-	CutoverRequested = "requested"
-	CutoverRunning   = "running"
-	CutoverCompleted = "completed"
-	CutoverFailed    = "failed"
+// CutoverState is where a mirror's last cut-over stands (Cutover.State).
+type CutoverState string
 
-	StepRunning = "running"
-	StepDone    = "done"
-	StepFailed  = "failed"
+// Cut-over states.
+const (
+	CutoverRequested CutoverState = "requested"
+	CutoverRunning   CutoverState = "running"
+	CutoverCompleted CutoverState = "completed"
+	CutoverFailed    CutoverState = "failed"
+)
+
+// StepState is where one step of a cut-over stands (CutoverStep.State).
+type StepState string
+
+// Cut-over step states.
+const (
+	StepRunning StepState = "running"
+	StepDone    StepState = "done"
+	StepFailed  StepState = "failed"
 )
 
 // Cutover is a mirror's last cut-over (mirrors.cutover, JSON): what was
 // asked, how far it got, and how it ended.
 type Cutover struct {
-	State       string         `json:"state"`
+	State       CutoverState   `json:"state"`
 	RequestedAt time.Time      `json:"requested_at"`
 	RequestedBy string         `json:"requested_by,omitempty"`
 	StartedAt   *time.Time     `json:"started_at,omitempty"`
@@ -59,7 +68,7 @@ type CutoverOptions struct {
 	// mirrored tables (without LockSource).
 	QuietSeconds int `json:"quiet_seconds"`
 	// Verify: compare checksums of every table (true), of none (false), or
-	// of the tables up to a size limit (nil; see jobs.CutoverChecksumMaxBytes).
+	// of the tables up to a size limit (nil; see defaults.CutoverChecksumMaxBytes).
 	Verify *bool `json:"verify,omitempty"`
 	// ReverseMirrorName, when set, names the mirror created from the
 	// destination back to the source; its publication and slot names.
@@ -71,7 +80,7 @@ type CutoverOptions struct {
 // CutoverStep is one step of a cut-over with its time.
 type CutoverStep struct {
 	Name       string         `json:"name"`
-	State      string         `json:"state"`
+	State      StepState      `json:"state"`
 	StartedAt  time.Time      `json:"started_at"`
 	DurationMS int64          `json:"duration_ms"`
 	Detail     map[string]any `json:"detail,omitempty"`

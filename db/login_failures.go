@@ -6,16 +6,20 @@ import (
 	"time"
 )
 
+// LoginSubjectKind is what a count of failed logins is kept by
+// (login_failures.kind).
+type LoginSubjectKind string
+
 // Kinds of login failure subjects.
 const (
-	LoginSubjectUser    = "user"
-	LoginSubjectAddress = "address"
+	LoginSubjectUser    LoginSubjectKind = "user"
+	LoginSubjectAddress LoginSubjectKind = "address"
 )
 
 // LoginSubject is what failed logins are counted by: a user name or a client
 // address.
 type LoginSubject struct {
-	Kind  string // LoginSubjectUser or LoginSubjectAddress
+	Kind  LoginSubjectKind
 	Value string
 }
 
@@ -80,7 +84,7 @@ func splitSubjects(subjects []LoginSubject) (kinds, values []string) {
 	kinds = make([]string, len(subjects))
 	values = make([]string, len(subjects))
 	for i, sub := range subjects {
-		kinds[i], values[i] = sub.Kind, sub.Value
+		kinds[i], values[i] = string(sub.Kind), sub.Value
 	}
 	return kinds, values
 }

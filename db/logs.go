@@ -8,12 +8,15 @@ import (
 	"time"
 )
 
+// LogLevel is the level of a mirror log entry (mirror_logs.level).
+type LogLevel string
+
 // Log levels of mirror log entries.
 const (
-	LevelInfo  = "INFO"
-	LevelWarn  = "WARN"
-	LevelError = "ERROR"
-	LevelDebug = "DEBUG"
+	LevelInfo  LogLevel = "INFO"
+	LevelWarn  LogLevel = "WARN"
+	LevelError LogLevel = "ERROR"
+	LevelDebug LogLevel = "DEBUG"
 )
 
 // The spec's log message catalogue. Log entries use these texts exactly so
@@ -107,17 +110,17 @@ type SchemaSyncDetails struct {
 
 // LogInsert appends a log entry to a mirror's log. details is marshalled to
 // JSON; nil gives {}.
-func (s *Store) LogInsert(ctx context.Context, mirrorID int64, level, message string, details any) error {
+func (s *Store) LogInsert(ctx context.Context, mirrorID int64, level LogLevel, message string, details any) error {
 	return logInsert(ctx, s.q, mirrorID, time.Time{}, level, message, details)
 }
 
 // LogInsertAt is LogInsert for an entry that happened at at (written late,
 // for example after a catalog outage); a zero at means now.
-func (s *Store) LogInsertAt(ctx context.Context, mirrorID int64, at time.Time, level, message string, details any) error {
+func (s *Store) LogInsertAt(ctx context.Context, mirrorID int64, at time.Time, level LogLevel, message string, details any) error {
 	return logInsert(ctx, s.q, mirrorID, at, level, message, details)
 }
 
-func logInsert(ctx context.Context, q Executor, mirrorID int64, at time.Time, level, message string, details any) error {
+func logInsert(ctx context.Context, q Executor, mirrorID int64, at time.Time, level LogLevel, message string, details any) error {
 	raw := []byte("{}")
 	if details != nil {
 		b, err := json.Marshal(details)
@@ -148,7 +151,7 @@ func logInsert(ctx context.Context, q Executor, mirrorID int64, at time.Time, le
 // names in details are not searched.
 type LogQuery struct {
 	MirrorID int64
-	Level    string
+	Level    LogLevel
 	Search   string
 	Limit    int
 	Offset   int

@@ -18,18 +18,22 @@ import (
 // or full resync) or a verification that finds it equal, either taken at
 // or after the position from which the slot delivers changes again.
 
-// Reasons recorded with lost changes (mirror_tables.lost_changes_reason).
+// LostReason says why a table's changes may be lost
+// (mirror_tables.lost_changes_reason).
+type LostReason string
+
+// Reasons recorded with lost changes.
 const (
 	// LostSlotMissing: the slot monitor found the mirror's slot gone.
-	LostSlotMissing = "slot_missing"
+	LostSlotMissing LostReason = "slot_missing"
 	// LostSlotRecreated: a run found the slot gone and created it again.
-	LostSlotRecreated = "slot_recreated"
+	LostSlotRecreated LostReason = "slot_recreated"
 	// LostSlotInvalidated: the source removed WAL the slot still needed
 	// (wal_status lost, or invalidated on newer servers).
-	LostSlotInvalidated = "slot_invalidated"
+	LostSlotInvalidated LostReason = "slot_invalidated"
 	// LostSlotBehind: the slot's confirmed position lies past everything
 	// pgmirror applied or confirmed (someone recreated or advanced it).
-	LostSlotBehind = "slot_behind"
+	LostSlotBehind LostReason = "slot_behind"
 )
 
 // LostTable is a mirror table marked as possibly missing changes.
@@ -46,7 +50,7 @@ type LostTable struct {
 	// DetectedAt is when pgmirror found it.
 	DetectedAt time.Time `json:"detected_at"`
 	// Reason is one of the Lost* constants.
-	Reason string `json:"reason"`
+	Reason LostReason `json:"reason"`
 }
 
 // lostChangesColumn selects a mirror's marked tables (LostTable) as JSON,
@@ -64,7 +68,7 @@ type LostChanges struct {
 	// UntilLSN is the new slot's start ("" while there is none).
 	UntilLSN string
 	// Reason is one of the Lost* constants.
-	Reason string
+	Reason LostReason
 	// OnlyIfSettled records nothing unless the mirror is running, paused
 	// or in error with no control action pending (the slot monitor: a slot
 	// dropped by a full resync or a cut-over is not a loss).

@@ -8,44 +8,44 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// mirrorColumns selects a mirror joined with its peers' names, in the order
-// scanMirror reads them.
-const mirrorColumns = `m.id, m.uid::text, m.name, m.source_peer_id, m.destination_peer_id, sp.name, dp.name,
+// mirrorColumns selects a mirror joined with its peers' names, each column
+// named as the Mirror field it fills (scanMirror matches them by name,
+// ignoring case and underscores).
+const mirrorColumns = `m.id, m.uid::text AS uid, m.name, m.source_peer_id, m.destination_peer_id,
+	sp.name AS source_peer, dp.name AS destination_peer,
 	coalesce((SELECT jsonb_agg(jsonb_build_object('source_schema', s.source_schema, 'destination_schema', s.destination_schema)
-		ORDER BY s.position, s.id) FROM mirror_schema_mappings s WHERE s.mirror_id = m.id), '[]'),
+		ORDER BY s.position, s.id) FROM mirror_schema_mappings s WHERE s.mirror_id = m.id), '[]') AS schema_mappings,
 	m.snapshot_num_rows_per_partition, m.snapshot_max_parallel_workers, m.snapshot_num_tables_in_parallel,
 	m.cdc_sync_interval_seconds, m.cdc_batch_size, m.do_initial_snapshot, m.existing_destination_rows, m.schema_changes,
 	m.publication_name, m.replication_slot_name, m.created_publication, m.created_slot,
 	m.status, m.desired_state, m.resume_status, m.pending_action, m.error_message,
-	m.error_count, m.next_retry_at, m.last_lsn::text, m.last_sync_batch_id,
+	m.error_count, m.next_retry_at, m.last_lsn::text AS last_lsn, m.last_sync_batch_id,
 	m.slot_lag_bytes, m.slot_wal_status, m.slot_checked_at,
 	m.deleted_at, m.created_at, m.updated_at, m.sequences_synced_at, m.cutover, m.sequences,
-	ml.lag_seconds, ml.measured_at, ml.applied_commit_at, m.capture_ddl,
-	` + lostChangesColumn
+	ml.lag_seconds, ml.measured_at AS lag_measured_at, ml.applied_commit_at, m.capture_ddl,
+	` + lostChangesColumn + ` AS lost_changes`
 
 const mirrorFrom = ` FROM mirrors m JOIN peers sp ON sp.id = m.source_peer_id JOIN peers dp ON dp.id = m.destination_peer_id
 	LEFT JOIN mirror_lag ml ON ml.mirror_id = m.id`
 
-func scanMirror(row pgx.Row) (Mirror, error) {
-	var m Mirror
-	err := row.Scan(&m.ID, &m.UID, &m.Name, &m.SourcePeerID, &m.DestinationPeerID, &m.SourcePeer, &m.DestinationPeer,
-		&m.SchemaMappings,
-		&m.SnapshotNumRowsPerPartition, &m.SnapshotMaxParallelWorkers, &m.SnapshotNumTablesInParallel,
-		&m.CDCSyncIntervalSeconds, &m.CDCBatchSize, &m.DoInitialSnapshot, &m.ExistingDestinationRows, &m.SchemaChanges,
-		&m.PublicationName, &m.ReplicationSlotName, &m.CreatedPublication, &m.CreatedSlot,
-		&m.Status, &m.DesiredState, &m.ResumeStatus, &m.PendingAction, &m.ErrorMessage,
-		&m.ErrorCount, &m.NextRetryAt, &m.LastLSN, &m.LastSyncBatchID,
-		&m.SlotLagBytes, &m.SlotWALStatus, &m.SlotCheckedAt,
-		&m.DeletedAt, &m.CreatedAt, &m.UpdatedAt, &m.SequencesSyncedAt, &m.Cutover, &m.Sequences,
-		&m.LagSeconds, &m.LagMeasuredAt, &m.AppliedCommitAt, &m.CaptureDDL,
-		&m.LostChanges)
-	return m, err
+func scanMirror(row pgx.CollectableRow) (Mirror, error) {
+	return pgx.RowToStructByName[Mirror](row)
+}
+
+// queryMirror returns the one mirror that sql (selecting mirrorColumns)
+// finds; pgx.ErrNoRows when it finds none.
+func queryMirror(ctx context.Context, q Executor, sql string, args ...any) (Mirror, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return Mirror{}, err
+	}
+	return pgx.CollectExactlyOneRow(rows, scanMirror)
 }
 
 // MirrorGetByID returns the mirror with the given id, including one that has
 // been deleted through the API (DeletedAt set) but not yet cleaned up.
 func (s *Store) MirrorGetByID(ctx context.Context, id int64) (Mirror, error) {
-	m, err := scanMirror(s.q.QueryRow(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id))
+	m, err := queryMirror(ctx, s.q, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id)
 	if err != nil {
 		return Mirror{}, fmt.Errorf("get mirror %d: %w", id, translate(err))
 	}
@@ -70,7 +70,7 @@ func mirrorGetByName(ctx context.Context, q Executor, name string, forUpdate boo
 	if forUpdate {
 		sql += ` FOR UPDATE OF m`
 	}
-	m, err := scanMirror(q.QueryRow(ctx, sql, name))
+	m, err := queryMirror(ctx, q, sql, name)
 	if err != nil {
 		return Mirror{}, fmt.Errorf("get mirror %q: %w", name, translate(err))
 	}
@@ -83,17 +83,12 @@ func (s *Store) MirrorList(ctx context.Context) ([]Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list mirrors: %w", err)
 	}
-	defer rows.Close()
-	out := []Mirror{}
-	for rows.Next() {
-		m, err := scanMirror(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list mirrors: %w", err)
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := pgx.CollectRows(rows, scanMirror)
+	if err != nil {
 		return nil, fmt.Errorf("list mirrors: %w", err)
+	}
+	if out == nil {
+		out = []Mirror{}
 	}
 	return out, nil
 }
@@ -107,7 +102,7 @@ func scanMirrorTable(row pgx.Row) (MirrorTable, error) {
 	var t MirrorTable
 	var lost LostTable
 	var lostAt *time.Time
-	var lostReason *string
+	var lostReason *LostReason
 	err := row.Scan(&t.ID, &t.MirrorID, &t.Position, &t.SourceSchema, &t.SourceTable, &t.DestinationSchema, &t.DestinationTable,
 		&t.ExcludeColumns, &t.Status, &t.ResyncRequestedAt, &t.RowsSynced, &t.RowsInserted, &t.RowsUpdated, &t.RowsDeleted, &t.LastSyncedAt, &t.RowsEstimated,
 		&t.Truncates, &t.DestinationTakenAt, &t.FromSchemaMapping,

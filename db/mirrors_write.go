@@ -72,7 +72,7 @@ func (s *Store) MirrorCreate(ctx context.Context, p MirrorCreateParams) (Mirror,
 	if err := replaceSchemaMappings(ctx, s.q, id, p.SchemaMappings); err != nil {
 		return Mirror{}, fmt.Errorf("create mirror %q: %w", p.Name, err)
 	}
-	m, err := scanMirror(s.q.QueryRow(ctx, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id))
+	m, err := queryMirror(ctx, s.q, `SELECT `+mirrorColumns+mirrorFrom+` WHERE m.id = $1`, id)
 	if err != nil {
 		return Mirror{}, fmt.Errorf("create mirror %q: read back: %w", p.Name, translate(err))
 	}

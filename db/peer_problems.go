@@ -32,8 +32,7 @@ type PeerUse struct {
 	PeerID   int64
 	MirrorID int64
 	Mirror   string
-	// Role is "source" or "destination".
-	Role string
+	Role     PeerRole
 }
 
 // PeersInUse returns the peers of every live mirror that has not reached a

@@ -37,7 +37,7 @@ func (p Peer) ConnConfig() (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decrypt the password of peer %q: %w", p.Name, err)
 	}
-	query := url.Values{"sslmode": {p.SSLMode}, "connect_timeout": {strconv.Itoa(int(peerConnectTimeout / time.Second))}}
+	query := url.Values{"sslmode": {string(p.SSLMode)}, "connect_timeout": {strconv.Itoa(int(peerConnectTimeout / time.Second))}}
 	u := url.URL{Scheme: "postgres", User: url.User(p.User), Path: "/" + p.Database}
 	if strings.HasPrefix(p.Host, "/") {
 		// A Unix-socket directory (allowed by SERVICE_ALLOW_SOCKET_PEERS)
@@ -75,15 +75,15 @@ func (p Peer) ConnConfig() (*pgx.ConnConfig, error) {
 // checksCertificate reports whether an SSL mode verifies the server
 // certificate when a CA certificate is given. As in libpq, require with a
 // root certificate behaves like verify-ca.
-func checksCertificate(sslMode string) bool {
-	return sslMode == "require" || sslMode == "verify-ca" || sslMode == "verify-full"
+func checksCertificate(sslMode SSLMode) bool {
+	return sslMode == SSLRequire || sslMode == SSLVerifyCA || sslMode == SSLVerifyFull
 }
 
 // peerTLS is the TLS configuration that trusts only roots: verify-full checks
 // the chain and the host name, verify-ca (and require) the chain only.
-func peerTLS(sslMode, host string, roots *x509.CertPool) *tls.Config {
+func peerTLS(sslMode SSLMode, host string, roots *x509.CertPool) *tls.Config {
 	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	if sslMode == "verify-full" {
+	if sslMode == SSLVerifyFull {
 		cfg.ServerName = host
 		return cfg
 	}

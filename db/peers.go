@@ -75,7 +75,7 @@ type PeerCreateParams struct {
 	User       string
 	Password   string
 	Database   string
-	SSLMode    string
+	SSLMode    SSLMode
 	// SSLRootCert is PEM CA certificates for verify-ca / verify-full; ""
 	// means none. Check it with ParseRootCerts first.
 	SSLRootCert string
@@ -119,7 +119,9 @@ func (s *Store) DraftPeerUpdate(cur Peer, u PeerUpdateParams) (Peer, error) {
 	set(&cur.Host, u.Host)
 	set(&cur.User, u.User)
 	set(&cur.Database, u.Database)
-	set(&cur.SSLMode, u.SSLMode)
+	if u.SSLMode != nil {
+		cur.SSLMode = *u.SSLMode
+	}
 	if u.Port != nil {
 		cur.Port = *u.Port
 	}
@@ -151,7 +153,7 @@ type PeerUpdateParams struct {
 	User     *string
 	Password *string
 	Database *string
-	SSLMode  *string
+	SSLMode  *SSLMode
 	// SSLRootCert replaces the CA certificates; "" removes them.
 	SSLRootCert *string
 }

@@ -58,16 +58,21 @@ type User struct {
 	ID           int64
 	Username     string
 	PasswordHash string
-	Role         string
+	Role         UserRole
 	TokenVersion int64
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 }
 
+// UserRole is what an API user may do (users.role).
+type UserRole string
+
 // Roles of API users.
 const (
-	RoleAdmin  = "admin"
-	RoleViewer = "viewer"
+	// RoleAdmin may read and change everything.
+	RoleAdmin UserRole = "admin"
+	// RoleViewer may read.
+	RoleViewer UserRole = "viewer"
 )
 
 // Peer is a configured PostgreSQL database. Its password and CA
@@ -80,7 +85,7 @@ type Peer struct {
 	Port     int
 	User     string
 	Database string
-	SSLMode  string
+	SSLMode  SSLMode
 	// HasSSLRootCert reports whether a CA certificate is stored for the peer.
 	HasSSLRootCert bool
 	CreatedAt      time.Time
@@ -215,7 +220,7 @@ func (t MirrorTable) Destination() change.TableName {
 // LogEntry is one structured mirror log entry.
 type LogEntry struct {
 	ID        int64
-	Level     string
+	Level     LogLevel
 	Message   string
 	Details   json.RawMessage
 	CreatedAt time.Time

@@ -121,11 +121,11 @@ func (s *Store) ReconcileAdminPassword(ctx context.Context, username, configured
 
 // UserCreate creates a user with an already hashed password. A taken
 // username gives ErrConflict.
-func (s *Store) UserCreate(ctx context.Context, username, passwordHash, role string) (User, error) {
+func (s *Store) UserCreate(ctx context.Context, username, passwordHash string, role UserRole) (User, error) {
 	return userCreate(ctx, s.q, username, passwordHash, role)
 }
 
-func userCreate(ctx context.Context, q Executor, username, passwordHash, role string) (User, error) {
+func userCreate(ctx context.Context, q Executor, username, passwordHash string, role UserRole) (User, error) {
 	u, err := scanUser(q.QueryRow(ctx, `INSERT INTO users (username, password_hash, role) VALUES ($1, $2, $3) RETURNING `+userColumns,
 		username, passwordHash, role))
 	if err != nil {

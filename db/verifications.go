@@ -9,29 +9,35 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Verification states (Verification.State).
+// VerificationState is where a verification stands (verifications.state).
+type VerificationState string
+
+// Verification states.
 const (
-	VerifyRunning   = "running"
-	VerifyDone      = "done"
-	VerifyFailed    = "failed"
-	VerifyCancelled = "cancelled"
+	VerifyRunning   VerificationState = "running"
+	VerifyDone      VerificationState = "done"
+	VerifyFailed    VerificationState = "failed"
+	VerifyCancelled VerificationState = "cancelled"
 )
 
-// Hold states (verifications.hold_state): the hand-shake between a
-// verification job and the mirror's CDC run.
+// HoldState is a step of the hand-shake between a verification job and the
+// mirror's CDC run (verifications.hold_state).
+type HoldState string
+
+// Hold states.
 const (
-	HoldRequested = "requested"
-	HoldArmed     = "armed"
-	HoldHeld      = "held"
-	HoldReleased  = "released"
-	HoldExpired   = "expired"
+	HoldRequested HoldState = "requested"
+	HoldArmed     HoldState = "armed"
+	HoldHeld      HoldState = "held"
+	HoldReleased  HoldState = "released"
+	HoldExpired   HoldState = "expired"
 )
 
 // Verification is one comparison of a mirror's destination with its source.
 type Verification struct {
 	ID            int64
 	MirrorID      int64
-	State         string
+	State         VerificationState
 	RequestedBy   string
 	Tables        []string // requested tables; nil means all
 	LSN           string   // the source position compared at ("" before it is known)
@@ -43,7 +49,7 @@ type Verification struct {
 	// RepairOf, when set, is the verification whose differing key ranges
 	// this one repairs before it compares again.
 	RepairOf    *int64
-	HoldState   string
+	HoldState   HoldState
 	HoldFloor   string
 	HoldLSN     string
 	HeldApplied string
@@ -136,7 +142,7 @@ func (s *Store) VerificationCancel(ctx context.Context, mirrorID, id int64) (boo
 
 // VerificationFinish ends a running verification (done or failed) with its
 // result. It reports false when it was no longer running (cancelled).
-func (s *Store) VerificationFinish(ctx context.Context, id int64, state, errText string, result any, rowsDiffering *int64) (bool, error) {
+func (s *Store) VerificationFinish(ctx context.Context, id int64, state VerificationState, errText string, result any, rowsDiffering *int64) (bool, error) {
 	body, err := json.Marshal(result)
 	if err != nil {
 		return false, fmt.Errorf("encode verification result: %w", err)
@@ -167,7 +173,7 @@ func (s *Store) VerificationSetResult(ctx context.Context, id int64, lsn string,
 // VerificationSetHold moves a running verification's hold from one of the
 // states in from to the state to, with the positions given (empty leaves
 // one as it is; a new request clears the positions of an earlier hold). It reports whether the row was in one of those states.
-func (s *Store) VerificationSetHold(ctx context.Context, id int64, from []string, to, floor, at, applied string) (bool, error) {
+func (s *Store) VerificationSetHold(ctx context.Context, id int64, from []HoldState, to HoldState, floor, at, applied string) (bool, error) {
 	tag, err := s.q.Exec(ctx, `UPDATE verifications SET hold_state = $3,
 		hold_floor = coalesce(nullif($4, '')::pg_lsn, hold_floor),
 		hold_lsn = CASE WHEN $3 = 'requested' THEN NULL ELSE coalesce(nullif($5, '')::pg_lsn, hold_lsn) END,
@@ -204,8 +210,8 @@ func (s *Store) VerificationsRunning(ctx context.Context, mirrorID int64) (int, 
 
 // VerificationTouch records that the verification's job is alive and
 // returns its state (a cancelled verification's job stops).
-func (s *Store) VerificationTouch(ctx context.Context, id int64) (string, error) {
-	var state string
+func (s *Store) VerificationTouch(ctx context.Context, id int64) (VerificationState, error) {
+	var state VerificationState
 	err := s.q.QueryRow(ctx, `UPDATE verifications SET updated_at = now() WHERE id = $1 RETURNING state`, id).Scan(&state)
 	if err != nil {
 		return "", fmt.Errorf("touch verification %d: %w", id, translate(err))

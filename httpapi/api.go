@@ -132,6 +132,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerLogs(api)
 	h.registerAudit(api)
 	foldPatternDescriptions(api.OpenAPI())
+	documentVocabulary(api.OpenAPI())
 	registerDocs(mux)
 	ui.Register(mux)
 	if cfg.Metrics != nil {
@@ -512,6 +513,7 @@ func register[I, O any](api huma.API, perm permission, op huma.Operation, handle
 	op.Description = strings.TrimSpace(op.Description)
 	checkAudited(op)
 	huma.Register(api, op, handler)
+	documentParameterVocabulary[I](api.OpenAPI(), op)
 }
 
 // internal turns an error the handler did not expect into the API's answer.

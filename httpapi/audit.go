@@ -21,7 +21,7 @@ import (
 // whether it succeeds or is refused. register panics on a write operation
 // that is in neither this map nor notAudited, so a new endpoint cannot be
 // forgotten.
-var auditedOperations = map[string]string{
+var auditedOperations = map[string]db.AuditTargetType{
 	"create-user":         db.AuditTargetUser,
 	"delete-user":         db.AuditTargetUser,
 	"change-password":     db.AuditTargetUser,
@@ -151,7 +151,7 @@ func (h *handlers) startAudit(ctx huma.Context, u db.User) (huma.Context, func()
 		rec.entry.Status, rec.entry.Result = status, result
 		if _, err := h.store.AuditInsert(wctx, rec.complete()); err != nil {
 			h.logger.ErrorContext(wctx, "write audit entry", slog.String("action", rec.entry.Action),
-				slog.String("user", rec.entry.Username), slog.String("target_type", rec.entry.TargetType),
+				slog.String("user", rec.entry.Username), slog.String("target_type", string(rec.entry.TargetType)),
 				slog.String("target", rec.entry.TargetName), slog.Int("status", status), slog.Any("error", err))
 		}
 	}
@@ -204,26 +204,26 @@ func actor(ctx context.Context, extra map[string]string) map[string]string {
 }
 
 type auditInput struct {
-	Limit      int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"Number of entries returned."`
-	Offset     int    `query:"offset" minimum:"0" default:"0" doc:"Number of entries skipped."`
-	Username   string `query:"username" maxLength:"128" doc:"Only entries of this acting user."`
-	Action     string `query:"action" maxLength:"64" doc:"Only entries of this action (an operation id such as delete-peer or pause-mirror)."`
-	TargetType string `query:"target_type" enum:"user,peer,mirror" doc:"Only entries about this kind of target."`
-	TargetName string `query:"target_name" maxLength:"128" doc:"Only entries about the target of this name."`
-	Result     string `query:"result" enum:"success,failure" doc:"Only successful or only refused requests."`
+	Limit      int                `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"Number of entries returned."`
+	Offset     int                `query:"offset" minimum:"0" default:"0" doc:"Number of entries skipped."`
+	Username   string             `query:"username" maxLength:"128" doc:"Only entries of this acting user."`
+	Action     string             `query:"action" maxLength:"64" doc:"Only entries of this action (an operation id such as delete-peer or pause-mirror)."`
+	TargetType db.AuditTargetType `query:"target_type" doc:"Only entries about this kind of target."`
+	TargetName string             `query:"target_name" maxLength:"128" doc:"Only entries about the target of this name."`
+	Result     db.AuditResult     `query:"result" doc:"Only successful or only refused requests."`
 }
 
 type auditEntryBody struct {
-	ID         int64           `json:"id"`
-	CreatedAt  time.Time       `json:"created_at"`
-	UserID     int64           `json:"user_id" doc:"Id of the acting user."`
-	Username   string          `json:"username" doc:"Name of the acting user."`
-	Action     string          `json:"action" doc:"The operation id, for example create-peer or pause-mirror."`
-	TargetType string          `json:"target_type" enum:"user,peer,mirror"`
-	TargetName string          `json:"target_name,omitempty" doc:"Absent when the request was refused before its target was known."`
-	Result     string          `json:"result" enum:"success,failure"`
-	Status     int             `json:"status" doc:"HTTP status of the response."`
-	Details    json.RawMessage `json:"details" doc:"What changed: field names and other non-secret facts; never a password."`
+	ID         int64              `json:"id"`
+	CreatedAt  time.Time          `json:"created_at"`
+	UserID     int64              `json:"user_id" doc:"Id of the acting user."`
+	Username   string             `json:"username" doc:"Name of the acting user."`
+	Action     string             `json:"action" doc:"The operation id, for example create-peer or pause-mirror."`
+	TargetType db.AuditTargetType `json:"target_type"`
+	TargetName string             `json:"target_name,omitempty" doc:"Absent when the request was refused before its target was known."`
+	Result     db.AuditResult     `json:"result"`
+	Status     int                `json:"status" doc:"HTTP status of the response."`
+	Details    json.RawMessage    `json:"details" doc:"What changed: field names and other non-secret facts; never a password."`
 }
 
 type auditOutput struct {

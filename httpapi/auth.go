@@ -186,7 +186,7 @@ func (h *handlers) authMiddleware(api huma.API) func(huma.Context, func(huma.Con
 		setAccessUser(ctx.Context(), u.Username)
 		ctx, finish := h.startAudit(ctx, u)
 		if perm == adminOnly && u.Role != db.RoleAdmin {
-			_ = huma.WriteErr(api, ctx, http.StatusForbidden, "Forbidden: this operation needs the admin role, and user "+strconv.Quote(u.Username)+" is a "+u.Role)
+			_ = huma.WriteErr(api, ctx, http.StatusForbidden, "Forbidden: this operation needs the admin role, and user "+strconv.Quote(u.Username)+" is a "+string(u.Role))
 			finish()
 			return
 		}
@@ -230,18 +230,18 @@ const noStore = "no-store"
 type loginOutput struct {
 	CacheControl string `header:"Cache-Control" doc:"no-store: the answer holds a token."`
 	Body         struct {
-		Token     string     `json:"token" doc:"Bearer token (JWT) for the Authorization header. By default it does not expire and stays valid until the JWT signing secret is rotated; see expires_at."`
-		Username  string     `json:"username"`
-		Role      string     `json:"role" enum:"admin,viewer"`
-		ExpiresAt *time.Time `json:"expires_at,omitempty" doc:"When the token expires; present only when the service sets a token lifetime (SERVICE_TOKEN_TTL). Absent: the token does not expire."`
-		ExpiresIn *int64     `json:"expires_in,omitempty" doc:"Seconds until the token expires; present only with expires_at."`
+		Token     string      `json:"token" doc:"Bearer token (JWT) for the Authorization header. By default it does not expire and stays valid until the JWT signing secret is rotated; see expires_at."`
+		Username  string      `json:"username"`
+		Role      db.UserRole `json:"role"`
+		ExpiresAt *time.Time  `json:"expires_at,omitempty" doc:"When the token expires; present only when the service sets a token lifetime (SERVICE_TOKEN_TTL). Absent: the token does not expire."`
+		ExpiresIn *int64      `json:"expires_in,omitempty" doc:"Seconds until the token expires; present only with expires_at."`
 	}
 }
 
 type meOutput struct {
 	Body struct {
-		Username string `json:"username"`
-		Role     string `json:"role" enum:"admin,viewer"`
+		Username string      `json:"username"`
+		Role     db.UserRole `json:"role"`
 	}
 }
 

@@ -17,8 +17,8 @@ import (
 
 type statusMessageOutput struct {
 	Body struct {
-		Message string `json:"message"`
-		Status  string `json:"status" enum:"paused,running"`
+		Message string          `json:"message"`
+		Status  db.DesiredState `json:"status"`
 	}
 }
 
@@ -37,8 +37,8 @@ type tableResyncInput struct {
 type tablesPutInput struct {
 	Name string `path:"name" doc:"Mirror name."`
 	Body struct {
-		TableMappings           []tableMapping `json:"table_mappings" minItems:"1" maxItems:"1000" doc:"The complete desired set of mappings (at most 1000)."`
-		ExistingDestinationRows string         `json:"existing_destination_rows,omitempty" enum:"refuse,truncate,keep" doc:"Changes the mirror's existing_destination_rows (absent: unchanged). What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
+		TableMappings           []tableMapping  `json:"table_mappings" minItems:"1" maxItems:"1000" doc:"The complete desired set of mappings (at most 1000)."`
+		ExistingDestinationRows db.ExistingRows `json:"existing_destination_rows,omitempty" doc:"Changes the mirror's existing_destination_rows (absent: unchanged). What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
 	}
 }
 
@@ -151,7 +151,7 @@ func (h *handlers) pause(ctx context.Context, in *mirrorPath) (*statusMessageOut
 	}
 	out := &statusMessageOutput{}
 	out.Body.Message = fmt.Sprintf("Mirror %q paused; its replication slot keeps its position", in.Name)
-	out.Body.Status = string(db.StatusPaused)
+	out.Body.Status = db.DesiredPaused
 	return out, nil
 }
 
@@ -208,7 +208,7 @@ func (h *handlers) resume(ctx context.Context, in *mirrorPath) (*statusMessageOu
 	}
 	out := &statusMessageOutput{}
 	out.Body.Message = fmt.Sprintf("Mirror %q resumed; CDC continues from the last replicated LSN", in.Name)
-	out.Body.Status = string(db.StatusRunning)
+	out.Body.Status = db.DesiredRunning
 	return out, nil
 }
 

@@ -12,16 +12,16 @@ import (
 )
 
 type logsInput struct {
-	Name   string `path:"name" doc:"Mirror name."`
-	Limit  int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"Number of entries returned."`
-	Offset int    `query:"offset" minimum:"0" default:"0" doc:"Number of entries skipped."`
-	Search string `query:"search" maxLength:"1000" doc:"Case-insensitive text searched in messages and details."`
-	Level  string `query:"level" enum:"INFO,WARN,ERROR,DEBUG" doc:"Only entries of this level."`
+	Name   string      `path:"name" doc:"Mirror name."`
+	Limit  int         `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"Number of entries returned."`
+	Offset int         `query:"offset" minimum:"0" default:"0" doc:"Number of entries skipped."`
+	Search string      `query:"search" maxLength:"1000" doc:"Case-insensitive text searched in messages and details."`
+	Level  db.LogLevel `query:"level" doc:"Only entries of this level."`
 }
 
 type logEntry struct {
 	ID        int64           `json:"id"`
-	Level     string          `json:"level" enum:"INFO,WARN,ERROR,DEBUG"`
+	Level     db.LogLevel     `json:"level"`
 	Message   string          `json:"message"`
 	Details   json.RawMessage `json:"details" doc:"Structured data that depends on the entry's type."`
 	CreatedAt time.Time       `json:"created_at"`

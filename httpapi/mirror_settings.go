@@ -18,8 +18,8 @@ import (
 type mirrorPatchInput struct {
 	Name string `path:"name" doc:"Mirror name."`
 	Body struct {
-		SchemaChanges *string `json:"schema_changes,omitempty" enum:"apply,warn,stop" doc:"Changes schema_changes (absent: unchanged). What CDC does when a mapped source table's columns change (renamed, dropped, added, retyped): apply (default: the change is applied to the destination at its position in the stream and logged as Schema change applied; a type change that may have changed stored values resyncs that table beside running CDC), warn (a WARN is logged and the destination's schema is left as it is: dropped and renamed columns are kept and made nullable), or stop (the mirror is paused before the first change that would alter the destination's schema; switch the setting with PATCH /v1/mirrors/{name} or change the destination yourself, then resume). See docs/consistency.md, Schema changes."`
-		CaptureDDL    *bool   `json:"capture_ddl,omitempty" doc:"Changes capture_ddl (absent: unchanged). true installs pgmirror's DDL capture event trigger on the source database now (400 when the source peer is not a superuser or the source is older than PostgreSQL 14); false stops applying captured DDL and removes the trigger unless another mirror of that source database captures DDL. See docs/consistency.md, DDL captured by the event trigger."`
+		SchemaChanges *db.SchemaChanges `json:"schema_changes,omitempty" doc:"Changes schema_changes (absent: unchanged). What CDC does when a mapped source table's columns change (renamed, dropped, added, retyped): apply (default: the change is applied to the destination at its position in the stream and logged as Schema change applied; a type change that may have changed stored values resyncs that table beside running CDC), warn (a WARN is logged and the destination's schema is left as it is: dropped and renamed columns are kept and made nullable), or stop (the mirror is paused before the first change that would alter the destination's schema; switch the setting with PATCH /v1/mirrors/{name} or change the destination yourself, then resume). See docs/consistency.md, Schema changes."`
+		CaptureDDL    *bool             `json:"capture_ddl,omitempty" doc:"Changes capture_ddl (absent: unchanged). true installs pgmirror's DDL capture event trigger on the source database now (400 when the source peer is not a superuser or the source is older than PostgreSQL 14); false stops applying captured DDL and removes the trigger unless another mirror of that source database captures DDL. See docs/consistency.md, DDL captured by the event trigger."`
 	}
 }
 
@@ -30,7 +30,7 @@ func (in *mirrorPatchInput) settings() (set db.MirrorSettings, details map[strin
 	if v := in.Body.SchemaChanges; v != nil {
 		sc := db.SchemaChanges(*v)
 		set.SchemaChanges = &sc
-		details["schema_changes"] = *v
+		details["schema_changes"] = string(*v)
 	}
 	if v := in.Body.CaptureDDL; v != nil {
 		set.CaptureDDL = v

@@ -15,11 +15,11 @@ type PeerWarnings struct {
 }
 
 type peerWarning struct {
-	Peer      string    `json:"peer" doc:"Peer name."`
-	Role      string    `json:"role" enum:"source,destination" doc:"The peer's role in this mirror."`
-	Message   string    `json:"message" doc:"The database's error message, with its SQLSTATE."`
-	Since     time.Time `json:"since" doc:"When the refusals began."`
-	CheckedAt time.Time `json:"checked_at" doc:"The last attempt."`
+	Peer      string      `json:"peer" doc:"Peer name."`
+	Role      db.PeerRole `json:"role" doc:"The peer's role in this mirror."`
+	Message   string      `json:"message" doc:"The database's error message, with its SQLSTATE."`
+	Since     time.Time   `json:"since" doc:"When the refusals began."`
+	CheckedAt time.Time   `json:"checked_at" doc:"The last attempt."`
 }
 
 // peerWarningsOf returns the warnings of mirror m's peers among problems.
@@ -34,7 +34,7 @@ func peerWarningsOf(m db.Mirror, problems map[int64]db.PeerProblem) PeerWarnings
 		if p.SQLState != "" {
 			msg += " (SQLSTATE " + p.SQLState + ")"
 		}
-		out.PeerWarnings = append(out.PeerWarnings, peerWarning{Peer: name, Role: role, Message: msg, Since: p.Since, CheckedAt: p.CheckedAt})
+		out.PeerWarnings = append(out.PeerWarnings, peerWarning{Peer: name, Role: db.PeerRole(role), Message: msg, Since: p.Since, CheckedAt: p.CheckedAt})
 	}
 	add(m.SourcePeerID, m.SourcePeer, "source")
 	if m.DestinationPeerID != m.SourcePeerID {

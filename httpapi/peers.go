@@ -26,12 +26,12 @@ import (
 const connectTimeout = 10 * time.Second
 
 type peerBody struct {
-	Name     string `json:"name"`
-	Host     string `json:"host"`
-	Port     int    `json:"port"`
-	User     string `json:"user"`
-	Database string `json:"database"`
-	SSLMode  string `json:"ssl_mode" enum:"disable,require,verify-ca,verify-full,prefer"`
+	Name     string     `json:"name"`
+	Host     string     `json:"host"`
+	Port     int        `json:"port"`
+	User     string     `json:"user"`
+	Database string     `json:"database"`
+	SSLMode  db.SSLMode `json:"ssl_mode"`
 	// HasSSLRootCert tells whether a CA certificate is set; the certificate
 	// itself is write-only.
 	HasSSLRootCert bool      `json:"has_ssl_root_cert" doc:"Whether a CA certificate (ssl_root_cert) is set for the peer."`
@@ -71,27 +71,27 @@ type peerListOutput struct {
 
 type peerCreateInput struct {
 	Body struct {
-		Name        string `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique peer name, used in paths."`
-		Host        string `json:"host" minLength:"1" maxLength:"255" doc:"One host name or IP address, without a port (a Unix-socket directory only when the service allows it)."`
-		Port        int    `json:"port" minimum:"1" maximum:"65535"`
-		User        string `json:"user" minLength:"1" maxLength:"128"`
-		Password    string `json:"password" maxLength:"1024" doc:"Write-only: never returned."`
-		Database    string `json:"database" minLength:"1" maxLength:"128"`
-		SSLMode     string `json:"ssl_mode,omitempty" enum:"disable,require,verify-ca,verify-full,prefer" default:"prefer"`
-		SSLRootCert string `json:"ssl_root_cert,omitempty" maxLength:"65536" doc:"PEM CA certificate(s); see the description of create-peer."`
+		Name        string     `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique peer name, used in paths."`
+		Host        string     `json:"host" minLength:"1" maxLength:"255" doc:"One host name or IP address, without a port (a Unix-socket directory only when the service allows it)."`
+		Port        int        `json:"port" minimum:"1" maximum:"65535"`
+		User        string     `json:"user" minLength:"1" maxLength:"128"`
+		Password    string     `json:"password" maxLength:"1024" doc:"Write-only: never returned."`
+		Database    string     `json:"database" minLength:"1" maxLength:"128"`
+		SSLMode     db.SSLMode `json:"ssl_mode,omitempty" default:"prefer"`
+		SSLRootCert string     `json:"ssl_root_cert,omitempty" maxLength:"65536" doc:"PEM CA certificate(s); see the description of create-peer."`
 	}
 }
 
 type peerUpdateInput struct {
 	Name string `path:"name"`
 	Body struct {
-		Host        *string `json:"host,omitempty" minLength:"1" maxLength:"255"`
-		Port        *int    `json:"port,omitempty" minimum:"1" maximum:"65535"`
-		User        *string `json:"user,omitempty" minLength:"1" maxLength:"128"`
-		Password    *string `json:"password,omitempty" maxLength:"1024" doc:"Write-only: never returned."`
-		Database    *string `json:"database,omitempty" minLength:"1" maxLength:"128"`
-		SSLMode     *string `json:"ssl_mode,omitempty" enum:"disable,require,verify-ca,verify-full,prefer"`
-		SSLRootCert *string `json:"ssl_root_cert,omitempty" maxLength:"65536" doc:"PEM CA certificate(s); an empty string removes them."`
+		Host        *string     `json:"host,omitempty" minLength:"1" maxLength:"255"`
+		Port        *int        `json:"port,omitempty" minimum:"1" maximum:"65535"`
+		User        *string     `json:"user,omitempty" minLength:"1" maxLength:"128"`
+		Password    *string     `json:"password,omitempty" maxLength:"1024" doc:"Write-only: never returned."`
+		Database    *string     `json:"database,omitempty" minLength:"1" maxLength:"128"`
+		SSLMode     *db.SSLMode `json:"ssl_mode,omitempty"`
+		SSLRootCert *string     `json:"ssl_root_cert,omitempty" maxLength:"65536" doc:"PEM CA certificate(s); an empty string removes them."`
 	}
 }
 

@@ -13,10 +13,10 @@ import (
 )
 
 type userBody struct {
-	ID        int64     `json:"id"`
-	Username  string    `json:"username"`
-	Role      string    `json:"role" enum:"admin,viewer"`
-	CreatedAt time.Time `json:"created_at"`
+	ID        int64       `json:"id"`
+	Username  string      `json:"username"`
+	Role      db.UserRole `json:"role"`
+	CreatedAt time.Time   `json:"created_at"`
 }
 
 type userListOutput struct {
@@ -25,17 +25,17 @@ type userListOutput struct {
 
 type userCreateInput struct {
 	Body struct {
-		Username string `json:"username" minLength:"1" maxLength:"128"`
-		Password string `json:"password" minLength:"1" doc:"At most 72 bytes."`
-		Role     string `json:"role" enum:"admin,viewer"`
+		Username string      `json:"username" minLength:"1" maxLength:"128"`
+		Password string      `json:"password" minLength:"1" doc:"At most 72 bytes."`
+		Role     db.UserRole `json:"role"`
 	}
 }
 
 type userCreateOutput struct {
 	Body struct {
-		ID       int64  `json:"id"`
-		Username string `json:"username"`
-		Role     string `json:"role" enum:"admin,viewer"`
+		ID       int64       `json:"id"`
+		Username string      `json:"username"`
+		Role     db.UserRole `json:"role"`
 	}
 }
 

@@ -53,17 +53,17 @@ type verificationTable struct {
 
 // verification is a verification as the API shows it.
 type verification struct {
-	ID            int64               `json:"id"`
-	RepairOf      *int64              `json:"repair_of" doc:"The verification whose differences this one repaired first (null for a plain verification)."`
-	Mirror        string              `json:"mirror"`
-	State         string              `json:"state" enum:"running,done,failed,cancelled"`
-	LSN           *string             `json:"lsn" doc:"The source position both sides were compared at (null until known)."`
-	RequestedBy   string              `json:"requested_by,omitempty"`
-	StartedAt     time.Time           `json:"started_at"`
-	FinishedAt    *time.Time          `json:"finished_at"`
-	Error         *string             `json:"error"`
-	RowsDiffering *int64              `json:"rows_differing" doc:"Rows differing over all tables, once done."`
-	Tables        []verificationTable `json:"tables"`
+	ID            int64                `json:"id"`
+	RepairOf      *int64               `json:"repair_of" doc:"The verification whose differences this one repaired first (null for a plain verification)."`
+	Mirror        string               `json:"mirror"`
+	State         db.VerificationState `json:"state"`
+	LSN           *string              `json:"lsn" doc:"The source position both sides were compared at (null until known)."`
+	RequestedBy   string               `json:"requested_by,omitempty"`
+	StartedAt     time.Time            `json:"started_at"`
+	FinishedAt    *time.Time           `json:"finished_at"`
+	Error         *string              `json:"error"`
+	RowsDiffering *int64               `json:"rows_differing" doc:"Rows differing over all tables, once done."`
+	Tables        []verificationTable  `json:"tables"`
 	// ReverseMirrorProblems is a pointer so that "not checked" is null.
 	ReverseMirrorProblems *[]string `json:"reverse_mirror_problems" doc:"What would keep a cut-over from creating a reverse mirror (reverse_mirror_name) from the destination back to the source, checked with every verification: wal_level, the destination user's REPLICATION and rights to publish the tables, free slots and WAL senders, tables that identify their rows, and the source user's right to write into read-only tables. [] when a reverse mirror can be created; null until checked (or when the check could not run)."`
 }

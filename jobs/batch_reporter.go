@@ -40,7 +40,6 @@ type batchReporter struct {
 
 	logSum      db.CDCBatchDetails
 	logTables   map[change.TableName]bool
-	logFetched  int64
 	logBatches  int
 	lastLogAt   time.Time
 	lastBatchAt time.Time

@@ -31,7 +31,7 @@ const (
 // pendingLog is a mirror log entry that could not be written yet.
 type pendingLog struct {
 	at      time.Time
-	level   string
+	level   db.LogLevel
 	message string
 	details any
 }
@@ -45,7 +45,7 @@ type logKeeper struct {
 }
 
 // log writes an entry (after any kept ones, so the order stays), or keeps it.
-func (r *mirrorRun) log(ctx context.Context, level, message string, details any) {
+func (r *mirrorRun) log(ctx context.Context, level db.LogLevel, message string, details any) {
 	entry := pendingLog{at: time.Now(), level: level, message: message, details: details}
 	k := &r.logs
 	k.mu.Lock()

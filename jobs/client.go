@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/defaults"
 	"github.com/pgmirror/pgmirror/metrics"
 )
 
@@ -61,7 +62,7 @@ type Config struct {
 	// CutoverChecksumMax is the largest source table in bytes (pg_table_size)
 	// whose checksums a cut-over compares when the request does not say
 	// (verify unset); larger ones get row counts only, named in the
-	// cut-over's warnings. Default CutoverChecksumMaxBytes (1 GiB); 0 also
+	// cut-over's warnings. Default defaults.CutoverChecksumMaxBytes (1 GiB); 0 also
 	// means the default.
 	CutoverChecksumMax int64
 	// SchemaCheckInterval is how often a running mirror that maps whole
@@ -82,16 +83,16 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Logger = cmp.Or(c.Logger, slog.Default())
-	c.MirrorWorkers = cmp.Or(c.MirrorWorkers, 200)
-	c.LogRetention = cmp.Or(c.LogRetention, 7*24*time.Hour)
-	c.SupervisorInterval = cmp.Or(c.SupervisorInterval, 30*time.Second)
-	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, 2*time.Minute)
-	c.RunBudget = cmp.Or(c.RunBudget, 10*time.Minute)
-	c.MaxFailures = cmp.Or(c.MaxFailures, 2016)
-	c.SlotMonitorInterval = cmp.Or(c.SlotMonitorInterval, 15*time.Second)
-	c.CutoverChecksumMax = cmp.Or(c.CutoverChecksumMax, CutoverChecksumMaxBytes)
-	c.SequenceSyncInterval = cmp.Or(c.SequenceSyncInterval, 30*time.Second)
-	c.SchemaCheckInterval = cmp.Or(c.SchemaCheckInterval, 5*time.Second)
+	c.MirrorWorkers = cmp.Or(c.MirrorWorkers, defaults.MirrorWorkers)
+	c.LogRetention = cmp.Or(c.LogRetention, defaults.LogRetention)
+	c.SupervisorInterval = cmp.Or(c.SupervisorInterval, defaults.SupervisorInterval)
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, defaults.HeartbeatTimeout)
+	c.RunBudget = cmp.Or(c.RunBudget, defaults.RunBudget)
+	c.MaxFailures = cmp.Or(c.MaxFailures, defaults.MaxFailures)
+	c.SlotMonitorInterval = cmp.Or(c.SlotMonitorInterval, defaults.SlotMonitorInterval)
+	c.CutoverChecksumMax = cmp.Or(c.CutoverChecksumMax, defaults.CutoverChecksumMaxBytes)
+	c.SequenceSyncInterval = cmp.Or(c.SequenceSyncInterval, defaults.SequenceSyncInterval)
+	c.SchemaCheckInterval = cmp.Or(c.SchemaCheckInterval, defaults.SchemaCheckInterval)
 	return c
 }
 

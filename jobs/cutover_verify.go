@@ -14,12 +14,6 @@ import (
 // stepChecksums compares checksums of the tables at the cut-over position.
 const stepChecksums = "verify_checksums"
 
-// CutoverChecksumMaxBytes is the default of Config.CutoverChecksumMax: the
-// largest source table (pg_table_size) whose checksums a cut-over compares
-// when the request does not say (verify unset), since a comparison reads
-// every row of both sides.
-const CutoverChecksumMaxBytes = 1 << 30
-
 // checksumTables returns the tables whose checksums the cut-over compares:
 // all with verify true, none with verify false, and otherwise those of at
 // most Config.CutoverChecksumMax on the source. The others get row

@@ -29,7 +29,7 @@ func LostChangesAction(mirror string, tables []string) string {
 }
 
 // lostMessages are the log messages (level ERROR) of each reason.
-var lostMessages = map[string]string{
+var lostMessages = map[db.LostReason]string{
 	db.LostSlotMissing:     "Replication slot missing: changes were lost",
 	db.LostSlotRecreated:   "Replication slot recreated: changes were lost",
 	db.LostSlotInvalidated: "Replication slot invalidated: changes were lost",
@@ -50,7 +50,7 @@ type lostRecord struct {
 // what to do (through logEntry: the run's own log keeper, or the catalog).
 func recordLostChanges(ctx context.Context, store *db.Store, logger interface {
 	Error(msg string, args ...any)
-}, logEntry func(ctx context.Context, level, message string, details any), rec lostRecord) ([]string, error) {
+}, logEntry func(ctx context.Context, level db.LogLevel, message string, details any), rec lostRecord) ([]string, error) {
 	tables, added, err := store.MirrorRecordLostChanges(ctx, rec.mirrorID, rec.lost)
 	if err != nil {
 		return nil, err

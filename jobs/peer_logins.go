@@ -159,7 +159,7 @@ func (w *SlotMonitorWorker) recordLogin(ctx context.Context, peerID int64, err e
 
 // mirrorLog writes an entry to the log of u's mirror; details get the
 // peer's name.
-func (w *SlotMonitorWorker) mirrorLog(ctx context.Context, u db.PeerUse, level, msg string, details map[string]any) {
+func (w *SlotMonitorWorker) mirrorLog(ctx context.Context, u db.PeerUse, level db.LogLevel, msg string, details map[string]any) {
 	if peer, err := w.cfg.Store.PeerGetByID(ctx, u.PeerID); err == nil {
 		details["peer"] = peer.Name
 	}

@@ -178,7 +178,7 @@ func (w *SlotMonitorWorker) recordIfLost(ctx context.Context, sw db.SlotWatch, r
 	if sw.LastLSN != nil {
 		lost.SinceLSN = *sw.LastLSN
 	}
-	logEntry := func(ctx context.Context, level, message string, details any) {
+	logEntry := func(ctx context.Context, level db.LogLevel, message string, details any) {
 		if err := w.cfg.Store.LogInsert(ctx, sw.MirrorID, level, message, details); err != nil {
 			w.cfg.Logger.Warn("write mirror log entry", "mirror", sw.Name, "error", err)
 		}

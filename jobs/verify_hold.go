@@ -57,7 +57,7 @@ func (h *runHold) refresh(ctx context.Context) {
 	}
 	h.mu.Unlock()
 	if v.HoldState == db.HoldRequested {
-		_, _ = h.store.VerificationSetHold(ctx, v.ID, []string{db.HoldRequested}, db.HoldArmed, "", "", "")
+		_, _ = h.store.VerificationSetHold(ctx, v.ID, []db.HoldState{db.HoldRequested}, db.HoldArmed, "", "", "")
 	}
 }
 
@@ -87,10 +87,10 @@ func (h *runHold) end(id int64) {
 }
 
 // expire gives the hold up: the verification's attempt fails, CDC goes on.
-func (h *runHold) expire(id int64, from string) {
+func (h *runHold) expire(id int64, from db.HoldState) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_, _ = h.store.VerificationSetHold(ctx, id, []string{from}, db.HoldExpired, "", "", "")
+	_, _ = h.store.VerificationSetHold(ctx, id, []db.HoldState{from}, db.HoldExpired, "", "", "")
 	h.end(id)
 }
 
@@ -138,7 +138,7 @@ func (h *runHold) Hold(ctx context.Context, next, applied change.LSN) {
 		return // committed before the position: apply it
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Second)
-	ok, err := h.store.VerificationSetHold(wctx, id, []string{db.HoldArmed}, db.HoldHeld, "", "", applied.String())
+	ok, err := h.store.VerificationSetHold(wctx, id, []db.HoldState{db.HoldArmed}, db.HoldHeld, "", "", applied.String())
 	cancel()
 	if err != nil || !ok {
 		h.end(id)
@@ -169,7 +169,7 @@ var _ verify.HoldControl = (*catalogHold)(nil)
 const armWait = 10 * time.Second
 
 func (c *catalogHold) Arm(ctx context.Context, floor change.LSN) error {
-	ok, err := c.store.VerificationSetHold(ctx, c.id, []string{"", db.HoldExpired, db.HoldReleased}, db.HoldRequested, floor.String(), "", "")
+	ok, err := c.store.VerificationSetHold(ctx, c.id, []db.HoldState{"", db.HoldExpired, db.HoldReleased}, db.HoldRequested, floor.String(), "", "")
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func (c *catalogHold) Arm(ctx context.Context, floor change.LSN) error {
 }
 
 func (c *catalogHold) HoldAt(ctx context.Context, at change.LSN) error {
-	ok, err := c.store.VerificationSetHold(ctx, c.id, []string{db.HoldArmed}, db.HoldArmed, "", at.String(), "")
+	ok, err := c.store.VerificationSetHold(ctx, c.id, []db.HoldState{db.HoldArmed}, db.HoldArmed, "", at.String(), "")
 	if err != nil {
 		return err
 	}
@@ -214,13 +214,13 @@ func (c *catalogHold) WaitHeld(ctx context.Context) (change.LSN, error) {
 }
 
 func (c *catalogHold) Release(ctx context.Context) error {
-	_, err := c.store.VerificationSetHold(ctx, c.id, []string{db.HoldRequested, db.HoldArmed, db.HoldHeld}, db.HoldReleased, "", "", "")
+	_, err := c.store.VerificationSetHold(ctx, c.id, []db.HoldState{db.HoldRequested, db.HoldArmed, db.HoldHeld}, db.HoldReleased, "", "", "")
 	return err
 }
 
 // wait polls the hold until it leaves state from or d passes, and returns
 // the state it found.
-func (c *catalogHold) wait(ctx context.Context, d time.Duration, from string) (string, error) {
+func (c *catalogHold) wait(ctx context.Context, d time.Duration, from db.HoldState) (db.HoldState, error) {
 	deadline := time.Now().Add(d)
 	for {
 		v, err := c.store.VerificationByID(ctx, c.id)

@@ -98,12 +98,6 @@ func tableDigest(ctx context.Context, url string) (digest, error) {
 	return d, nil
 }
 
-func tableCount(ctx context.Context, url string) (int64, error) {
-	var n int64
-	err := queryRow(ctx, url, `SELECT count(*) FROM public.bench`, &n)
-	return n, err
-}
-
 // waitEqual waits until the destination's bench table has the source's
 // rows (count and checksum), then vacuums and analyzes it, as autovacuum
 // would have by the next measurement (it is off on the bench tables, see

@@ -231,7 +231,6 @@ func TestTokenContract(t *testing.T) {
 	// Tokens survive a restart (same secret).
 	s.kill()
 	s = startService(t, catalog, "SERVICE_JWT_SECRET="+secret, "SERVICE_TOKEN_TTL=0", "SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE=false")
-	admin = s.token
 	s.requireStatus(vic, "GET", "/v1/auth/me", nil, 200)
 
 	// Hardened: tokens expire and a password change revokes them.

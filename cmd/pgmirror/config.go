@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pgmirror/pgmirror/engine/defaults"
 )
 
 // config is the service configuration read from the environment. Every
@@ -80,25 +82,25 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.EmbeddedPort, err = intVar(getenv, "SERVICE_EMBEDDED_PG_PORT", 55432, 1, 65535); err != nil {
 		return cfg, err
 	}
-	if cfg.MirrorWorkers, err = intVar(getenv, "SERVICE_MIRROR_WORKERS", 200, 1, 10000); err != nil {
+	if cfg.MirrorWorkers, err = intVar(getenv, "SERVICE_MIRROR_WORKERS", defaults.MirrorWorkers, 1, 10000); err != nil {
 		return cfg, err
 	}
-	if cfg.LogRetention, err = durationVar(getenv, "SERVICE_LOG_RETENTION", 7*24*time.Hour); err != nil {
+	if cfg.LogRetention, err = durationVar(getenv, "SERVICE_LOG_RETENTION", defaults.LogRetention); err != nil {
 		return cfg, err
 	}
-	if cfg.ShutdownTimeout, err = durationVar(getenv, "SERVICE_SHUTDOWN_TIMEOUT", 30*time.Second); err != nil {
+	if cfg.ShutdownTimeout, err = durationVar(getenv, "SERVICE_SHUTDOWN_TIMEOUT", defaults.ShutdownTimeout); err != nil {
 		return cfg, err
 	}
-	if cfg.SlotMonitorInterval, err = boundedDurationVar(getenv, "SERVICE_SLOT_MONITOR_INTERVAL", 15*time.Second, time.Second, time.Hour); err != nil {
+	if cfg.SlotMonitorInterval, err = boundedDurationVar(getenv, "SERVICE_SLOT_MONITOR_INTERVAL", defaults.SlotMonitorInterval, time.Second, time.Hour); err != nil {
 		return cfg, err
 	}
-	if cfg.VerifyScheduleInterval, err = boundedDurationVar(getenv, "SERVICE_VERIFY_SCHEDULE_INTERVAL", 30*time.Second, time.Second, time.Hour); err != nil {
+	if cfg.VerifyScheduleInterval, err = boundedDurationVar(getenv, "SERVICE_VERIFY_SCHEDULE_INTERVAL", defaults.VerifyScheduleInterval, time.Second, time.Hour); err != nil {
 		return cfg, err
 	}
-	if cfg.CutoverChecksumMaxBytes, err = intVar(getenv, "SERVICE_CUTOVER_CHECKSUM_MAX_BYTES", 1<<30, 1, 1<<50); err != nil {
+	if cfg.CutoverChecksumMaxBytes, err = intVar(getenv, "SERVICE_CUTOVER_CHECKSUM_MAX_BYTES", defaults.CutoverChecksumMaxBytes, 1, 1<<50); err != nil {
 		return cfg, err
 	}
-	if cfg.SequenceSyncInterval, err = boundedDurationVar(getenv, "SERVICE_SEQUENCE_SYNC_INTERVAL", 30*time.Second, time.Second, time.Hour); err != nil {
+	if cfg.SequenceSyncInterval, err = boundedDurationVar(getenv, "SERVICE_SEQUENCE_SYNC_INTERVAL", defaults.SequenceSyncInterval, time.Second, time.Hour); err != nil {
 		return cfg, err
 	}
 	if cfg.TokenTTL, err = tokenTTLVar(getenv, "SERVICE_TOKEN_TTL"); err != nil {
@@ -107,13 +109,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.RevokeTokensOnPasswordChange, err = boolVar(getenv, "SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE"); err != nil {
 		return cfg, err
 	}
-	if cfg.LoginUserFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES", 5, 1, 1000); err != nil {
+	if cfg.LoginUserFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES", defaults.LoginMaxFailures, 1, 1000); err != nil {
 		return cfg, err
 	}
-	if cfg.LoginAddressFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, 1, 100000); err != nil {
+	if cfg.LoginAddressFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES_PER_ADDRESS", defaults.LoginMaxFailuresPerAddr, 1, 100000); err != nil {
 		return cfg, err
 	}
-	if cfg.LoginFailureWindow, err = boundedDurationVar(getenv, "SERVICE_LOGIN_FAILURE_WINDOW", 15*time.Minute, time.Second, 24*time.Hour); err != nil {
+	if cfg.LoginFailureWindow, err = boundedDurationVar(getenv, "SERVICE_LOGIN_FAILURE_WINDOW", defaults.LoginFailureWindow, time.Second, 24*time.Hour); err != nil {
 		return cfg, err
 	}
 	if cfg.HTTP, err = loadHTTPConfig(getenv); err != nil {

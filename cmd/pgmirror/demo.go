@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/db/localpg"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // The demo's names: two databases in the embedded cluster, their peers and
@@ -184,7 +185,7 @@ func (c demoCluster) exec(ctx context.Context, database, sql string, args ...any
 // peers and the mirror.
 func demoSetup(ctx context.Context, api *demoAPI, pg demoCluster) error {
 	for _, name := range []string{demoSourceDB, demoDestinationDB} {
-		if err := pg.exec(ctx, "postgres", "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		if err := pg.exec(ctx, "postgres", "CREATE DATABASE "+sqlquote.Ident(name)); err != nil {
 			return fmt.Errorf("create database: %w", err)
 		}
 	}
@@ -359,7 +360,7 @@ func demoCleanup(ctx context.Context, api *demoAPI, pg demoCluster) error {
 		}
 	}
 	for _, name := range []string{demoSourceDB, demoDestinationDB} {
-		if err := pg.exec(ctx, "postgres", "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		if err := pg.exec(ctx, "postgres", "DROP DATABASE IF EXISTS "+sqlquote.Ident(name)+" WITH (FORCE)"); err != nil {
 			return fmt.Errorf("drop database: %w", err)
 		}
 	}

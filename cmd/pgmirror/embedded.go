@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/db/localpg"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // embeddedPasswordFile is the file in SERVICE_DATA_DIR that keeps the
@@ -70,7 +71,7 @@ func ensureDatabase(ctx context.Context, adminURL, name string) error {
 	if exists {
 		return nil
 	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+sqlquote.Ident(name)); err != nil {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil

@@ -95,6 +95,7 @@ func launchService(t *testing.T, catalogURL string, env ...string) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dropOriginsAtEnd(t, catalogURL)
 	cmd := exec.Command(binary, "serve")
 	cmd.Env = append(os.Environ(),
 		"SERVICE_DATABASE_URL="+catalogURL,
@@ -121,6 +122,41 @@ func launchService(t *testing.T, catalogURL string, env ...string) *service {
 		}
 	})
 	return s
+}
+
+// originCleanups records the catalogs whose mirrors' replication origins
+// a test drops when it ends.
+var originCleanups sync.Map
+
+// dropOriginsAtEnd drops, once the test's services have stopped, the
+// replication origins its mirrors left in the shared clusters: a mirror
+// the test did not delete keeps its origins, and a suite's worth of them
+// would use up the destination's replication states. Registered before
+// the first service of catalogURL starts, so it runs after every one of
+// them is killed.
+func dropOriginsAtEnd(t *testing.T, catalogURL string) {
+	if _, loaded := originCleanups.LoadOrStore(catalogURL, true); loaded {
+		return
+	}
+	t.Cleanup(func() {
+		defer originCleanups.Delete(catalogURL)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, catalogURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, `SELECT 'pgmirror_' || uid::text FROM mirrors`)
+		if err != nil {
+			return
+		}
+		prefixes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return
+		}
+		pgtest.DropReplicationOrigins(t, prefixes...)
+	})
 }
 
 // waitReady waits until the service answers /health and logs in as admin.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // legacyPassword is the superuser password of every cluster that versions
@@ -124,7 +126,7 @@ func (c *Cluster) replaceLegacyPassword(ctx context.Context) error {
 		}
 		if current != next {
 			// ALTER ROLE takes no parameters; the password is URL-safe base64.
-			_, err = conn.Exec(ctx, "ALTER ROLE postgres PASSWORD '"+next+"'")
+			_, err = conn.Exec(ctx, "ALTER ROLE postgres PASSWORD "+sqlquote.Literal(next))
 		}
 		conn.Close(context.WithoutCancel(ctx))
 		if err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/db/localpg"
 	"github.com/pgmirror/pgmirror/db/secretbox"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 var (
@@ -225,6 +226,43 @@ func CatalogCluster(tb testing.TB) *localpg.Cluster {
 	return sharedBin(tb, "catalog", BinDir(tb, 0))
 }
 
+// DropReplicationOrigins drops, on every shared cluster started so far,
+// the replication origins whose names start with one of prefixes and that
+// no session has set up. An origin belongs to a cluster, not to a
+// database, so dropping a test's databases leaves its mirrors' origins
+// behind, and every origin that recorded progress keeps one of the
+// cluster's max_replication_slots replication states until it is dropped.
+func DropReplicationOrigins(tb testing.TB, prefixes ...string) {
+	tb.Helper()
+	if len(prefixes) == 0 {
+		return
+	}
+	mu.Lock()
+	var all []*localpg.Cluster
+	for _, c := range clusters {
+		all = append(all, c)
+	}
+	mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range all {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err != nil {
+			tb.Logf("pgtest: drop replication origins: %v", err)
+			continue
+		}
+		_, err = conn.Exec(ctx, `SELECT pg_catalog.pg_replication_origin_drop(o.roname)
+			FROM pg_catalog.pg_replication_origin o
+			WHERE EXISTS (SELECT FROM pg_catalog.unnest($1::text[]) p WHERE pg_catalog.starts_with(o.roname, p))
+			  AND NOT EXISTS (SELECT FROM pg_catalog.pg_replication_origin_status s
+			                  WHERE s.local_id = o.roident AND s.acquired_by <> 0)`, prefixes)
+		if err != nil {
+			tb.Logf("pgtest: drop replication origins: %v", err)
+		}
+		conn.Close(ctx)
+	}
+}
+
 // NewDatabase creates a fresh database on c and returns its URL. The
 // database is dropped when the test ends (replication slots in it first).
 func NewDatabase(tb testing.TB, c *localpg.Cluster) string {
@@ -244,7 +282,7 @@ func NewDatabaseWith(tb testing.TB, c *localpg.Cluster, options string) string {
 		tb.Fatalf("pgtest: connect to cluster: %v", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+options); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+sqlquote.Ident(name)+" "+options); err != nil {
 		tb.Fatalf("pgtest: create database %s: %v", name, err)
 	}
 	tb.Cleanup(func() { dropDatabase(c, name) })
@@ -268,11 +306,11 @@ func dropDatabase(c *localpg.Cluster, name string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+sqlquote.Ident(name)+" WITH (FORCE)"); err != nil {
 		// PostgreSQL 12 has no FORCE: end the sessions, then drop.
 		_, _ = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
 		time.Sleep(100 * time.Millisecond)
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+sqlquote.Ident(name))
 	}
 }
 
@@ -341,7 +379,7 @@ func FindText(tb testing.TB, pool *pgxpool.Pool, needle string) []string {
 	for _, c := range cols {
 		var hit bool
 		q := fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE strpos(%s::text, $1) > 0)`,
-			pgx.Identifier{"public", c.table}.Sanitize(), pgx.Identifier{c.name}.Sanitize())
+			sqlquote.Qualified("public", c.table), sqlquote.Ident(c.name))
 		if err := pool.QueryRow(ctx, q, needle).Scan(&hit); err != nil {
 			tb.Fatalf("pgtest: search %s.%s: %v", c.table, c.name, err)
 		}

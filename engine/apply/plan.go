@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // This file holds what the applier knows of each table: the destination
@@ -107,7 +108,7 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 			return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 		}
 		if collName != nil {
-			stageType += " COLLATE " + change.QuoteIdent(*collSchema) + "." + change.QuoteIdent(*collName)
+			stageType += " COLLATE " + sqlquote.Ident(*collSchema) + "." + sqlquote.Ident(*collName)
 		}
 		t.columns[col] = destColumn{typ: typ, typeOID: oid, stage: stageType, hasDefault: hasDefault}
 		if pk {

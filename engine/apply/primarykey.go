@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // KeyCatalog is a SourceCatalog that also reads a source table's primary
@@ -97,7 +98,7 @@ func (a *Applier) followKey(ctx context.Context, m *change.Mapping, rel *change.
 	}
 	quoted := make([]string, len(key))
 	for i, k := range key {
-		quoted[i] = change.QuoteIdent(k)
+		quoted[i] = sqlquote.Ident(k)
 	}
 	what := fmt.Sprintf("primary key changed to (%s)", strings.Join(quoted, ", "))
 	switch a.cfg.SchemaChanges {
@@ -116,7 +117,7 @@ func (a *Applier) followKey(ctx context.Context, m *change.Mapping, rel *change.
 	}
 	name := m.Destination.Quoted()
 	for _, stmt := range []string{
-		fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s", name, change.QuoteIdent(*constraint)),
+		fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s", name, sqlquote.Ident(*constraint)),
 		fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (%s)", name, strings.Join(quoted, ", ")),
 	} {
 		if err := a.execStep(ctx, rel.Table, schemaStep{sql: stmt}); err != nil {

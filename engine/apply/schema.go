@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/positions"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // This file handles a mapped table's columns changing on the source while
@@ -558,13 +559,13 @@ func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *dest
 		if err != nil {
 			return err
 		}
-		col := change.QuoteIdent(c.name)
+		col := sqlquote.Ident(c.name)
 		sc, fromCatalog := cat.byAttnum[c.attnum]
 		fromCatalog = fromCatalog && !sc.Dropped && sc.Name == c.name
 		def := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", name, col, typ)
 		switch {
 		case fromCatalog && sc.Missing != nil:
-			def += " DEFAULT " + quoteLiteral(*sc.Missing) + "::" + typ
+			def += " DEFAULT " + sqlquote.Literal(*sc.Missing) + "::" + typ
 			if sc.NotNull {
 				def += " NOT NULL"
 			}
@@ -588,7 +589,7 @@ func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *dest
 		switch c.kind {
 		case "drop":
 			if !oldEx && has(c.oldName) {
-				steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", name, change.QuoteIdent(c.oldName))})
+				steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", name, sqlquote.Ident(c.oldName))})
 			}
 		case "rename":
 			switch {
@@ -601,14 +602,14 @@ func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *dest
 				}
 			case newEx:
 				if has(c.oldName) {
-					steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", name, change.QuoteIdent(c.oldName))})
+					steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", name, sqlquote.Ident(c.oldName))})
 				}
 			case has(c.oldName) && !has(c.name):
-				steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, change.QuoteIdent(c.oldName), change.QuoteIdent(c.name))})
+				steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(c.oldName), sqlquote.Ident(c.name))})
 			case has(c.oldName) && renameSources[c.name]:
 				tmp := fmt.Sprintf("_pgmirror_renaming_%d", c.attnum)
-				steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, change.QuoteIdent(c.oldName), change.QuoteIdent(tmp))})
-				finals = append(finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, change.QuoteIdent(tmp), change.QuoteIdent(c.name))})
+				steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(c.oldName), sqlquote.Ident(tmp))})
+				finals = append(finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(tmp), sqlquote.Ident(c.name))})
 			}
 		case "type":
 			if newEx {
@@ -618,7 +619,7 @@ func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *dest
 			if err != nil {
 				return nil, err
 			}
-			col := change.QuoteIdent(c.name)
+			col := sqlquote.Ident(c.name)
 			current, ok := dest.columns[c.name]
 			if !ok {
 				current, ok = dest.columns[c.oldName]
@@ -845,13 +846,4 @@ func noRewrite(oldOID uint32, oldMod int32, newOID uint32, newMod int32) bool {
 		return (newMod-4)&0xffff == (oldMod-4)&0xffff && (newMod-4)>>16 >= (oldMod-4)>>16
 	}
 	return false
-}
-
-// quoteLiteral quotes s as an SQL string literal.
-func quoteLiteral(s string) string {
-	s = strings.ReplaceAll(strings.ReplaceAll(s, "\x00", ""), "'", "''")
-	if strings.Contains(s, `\`) {
-		return "E'" + strings.ReplaceAll(s, `\`, `\\`) + "'"
-	}
-	return "'" + s + "'"
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // This file builds the SQL the applier sends, as pure functions of table
@@ -17,7 +18,7 @@ import (
 const stagePrefix = "pg_temp."
 
 // stageRef returns the quoted, schema-qualified name of staging table stage.
-func stageRef(stage string) string { return stagePrefix + change.QuoteIdent(stage) }
+func stageRef(stage string) string { return stagePrefix + sqlquote.Ident(stage) }
 
 // createStageSQL creates staging table stage: op and mask, then a column
 // c<i> per applied column, defined by stageTypes[i] (the destination type),
@@ -29,7 +30,7 @@ func createStageSQL(stage string, stageTypes []string) string {
 	for i, t := range stageTypes {
 		cols = append(cols, fmt.Sprintf("c%d %s", i, t))
 	}
-	return "CREATE TEMP TABLE " + change.QuoteIdent(stage) + " (" + strings.Join(cols, ", ") + ") ON COMMIT DELETE ROWS"
+	return "CREATE TEMP TABLE " + sqlquote.Ident(stage) + " (" + strings.Join(cols, ", ") + ") ON COMMIT DELETE ROWS"
 }
 
 // truncateStageSQL empties staging table stage.
@@ -64,7 +65,7 @@ func stageValue(i int) string { return fmt.Sprintf("s.c%d", i) }
 func keyMatch(names []string, keyPos []int) string {
 	match := make([]string, len(keyPos))
 	for j, k := range keyPos {
-		match[j] = "t." + change.QuoteIdent(names[k]) + " = " + stageValue(k)
+		match[j] = "t." + sqlquote.Ident(names[k]) + " = " + stageValue(k)
 	}
 	return strings.Join(match, " AND ")
 }
@@ -83,7 +84,7 @@ func insertSQL(target change.TableName, stage string, names []string, keyPos []i
 	isKey := flagsAt(len(names), keyPos)
 	var sel, keys, sets []string
 	for i, n := range names {
-		q := change.QuoteIdent(n)
+		q := sqlquote.Ident(n)
 		sel = append(sel, stageValue(i))
 		if isKey[i] {
 			keys = append(keys, q)
@@ -119,7 +120,7 @@ func updateSQL(target change.TableName, stage string, names []string, keyPos []i
 	var sets []string
 	for i, n := range names {
 		if !skip[i] {
-			sets = append(sets, change.QuoteIdent(n)+" = "+stageValue(i))
+			sets = append(sets, sqlquote.Ident(n)+" = "+stageValue(i))
 		}
 	}
 	if len(sets) == 0 {
@@ -149,7 +150,7 @@ func moveSQL(target change.TableName, names, types []string, set, keyPos []int) 
 func paramTerms(format string, names, types []string, cols []int, first int) []string {
 	terms := make([]string, len(cols))
 	for j, i := range cols {
-		terms[j] = fmt.Sprintf(format, change.QuoteIdent(names[i]), first+j, types[i])
+		terms[j] = fmt.Sprintf(format, sqlquote.Ident(names[i]), first+j, types[i])
 	}
 	return terms
 }
@@ -200,14 +201,14 @@ func truncateSQL(tables []change.TableName, restartIdentity, cascade bool) strin
 
 // dropNotNullSQL lets column of table be NULL.
 func dropNotNullSQL(table change.TableName, column string) string {
-	return "ALTER TABLE " + table.Quoted() + " ALTER COLUMN " + change.QuoteIdent(column) + " DROP NOT NULL"
+	return "ALTER TABLE " + table.Quoted() + " ALTER COLUMN " + sqlquote.Ident(column) + " DROP NOT NULL"
 }
 
 // quoteAll quotes each name.
 func quoteAll(names []string) []string {
 	out := make([]string, len(names))
 	for i, n := range names {
-		out[i] = change.QuoteIdent(n)
+		out[i] = sqlquote.Ident(n)
 	}
 	return out
 }
@@ -236,7 +237,7 @@ func insertRowSQL(target change.TableName, names, types []string, keyPos []int, 
 	vals := make([]string, len(names))
 	var keys, sets []string
 	for i, n := range names {
-		q := change.QuoteIdent(n)
+		q := sqlquote.Ident(n)
 		vals[i] = fmt.Sprintf("$%d::%s", i+1, types[i])
 		if isKey[i] {
 			keys = append(keys, q)

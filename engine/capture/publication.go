@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // ErrInvalidName is returned for a slot or publication name that is not
@@ -59,7 +60,7 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		if err != nil {
 			return false, fmt.Errorf("create publication %s: %w", name, err)
 		}
-		sql := "CREATE PUBLICATION " + change.QuoteIdent(name) + " FOR TABLE " + tableList(tables)
+		sql := "CREATE PUBLICATION " + sqlquote.Ident(name) + " FOR TABLE " + tableList(tables)
 		if srv.PartitionRoot() {
 			sql += " WITH (publish_via_partition_root = true)"
 		}
@@ -118,7 +119,7 @@ func checkGeneratedColumns(ctx context.Context, conn *pgx.Conn, name string) err
 	}
 	if gencols != "n" {
 		return fmt.Errorf("publication %s publishes generated columns (publish_generated_columns = stored), which pgmirror does not write (the destination computes them): "+
-			"run ALTER PUBLICATION %s SET (publish_generated_columns = none) on the source, or let pgmirror create its own publication", name, change.QuoteIdent(name))
+			"run ALTER PUBLICATION %s SET (publish_generated_columns = none) on the source, or let pgmirror create its own publication", name, sqlquote.Ident(name))
 	}
 	return nil
 }
@@ -131,7 +132,7 @@ func AlterPublicationTables(ctx context.Context, conn *pgx.Conn, name string, ta
 	if len(tables) == 0 {
 		return fmt.Errorf("alter publication %s: no tables", name)
 	}
-	if _, err := conn.Exec(ctx, "ALTER PUBLICATION "+change.QuoteIdent(name)+" SET TABLE "+tableList(tables)); err != nil {
+	if _, err := conn.Exec(ctx, "ALTER PUBLICATION "+sqlquote.Ident(name)+" SET TABLE "+tableList(tables)); err != nil {
 		return fmt.Errorf("alter publication %s: %w", name, err)
 	}
 	return nil
@@ -142,7 +143,7 @@ func DropPublication(ctx context.Context, conn *pgx.Conn, name string) error {
 	if err := ValidateName(name); err != nil {
 		return fmt.Errorf("drop publication: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+change.QuoteIdent(name)); err != nil {
+	if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+sqlquote.Ident(name)); err != nil {
 		return fmt.Errorf("drop publication %s: %w", name, err)
 	}
 	return nil

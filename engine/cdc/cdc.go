@@ -17,6 +17,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/defaults"
 	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/positions"
@@ -226,8 +227,8 @@ type SchemaReporter interface {
 // fails (returns a wrapped error; see the Err variables). See the package
 // documentation for the pipeline and its guarantees.
 func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) error {
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, 10000)
-	cfg.SyncInterval = cmp.Or(cfg.SyncInterval, 60*time.Second)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, defaults.CDCBatchSize)
+	cfg.SyncInterval = cmp.Or(cfg.SyncInterval, defaults.CDCSyncInterval)
 	cfg.HeartbeatTimeout = cmp.Or(cfg.HeartbeatTimeout, 120*time.Second)
 	logger := cfg.Logger
 	if logger == nil {

@@ -176,8 +176,7 @@ func (d *sharedDest) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		some, urgent, _, _ := d.pending(flushed)
-		if !some {
+		if some, _, _, _ := d.pending(flushed); !some {
 			select {
 			case <-ctx.Done():
 				return
@@ -215,7 +214,8 @@ func (d *sharedDest) run(ctx context.Context) {
 			continue
 		}
 		d.publish(flushed)
-		if some, urgent, _, _ = d.pending(flushed); !some {
+		some, urgent, _, _ := d.pending(flushed)
+		if !some {
 			continue
 		}
 		// Wait for the next poll. Newer targets only merge in: a batch per

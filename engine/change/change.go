@@ -1,11 +1,13 @@
 // Package change holds the plain types that the engine's packages share:
-// log sequence numbers, table names and table mappings. It depends on the
-// standard library only.
+// log sequence numbers, table names and table mappings. Besides the
+// standard library it uses only sqlquote, to quote table names.
 package change
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // LSN is a PostgreSQL log sequence number.
@@ -40,12 +42,7 @@ type TableName struct {
 func (t TableName) String() string { return t.Schema + "." + t.Name }
 
 // Quoted returns "schema"."table" with every identifier quoted for SQL.
-func (t TableName) Quoted() string { return QuoteIdent(t.Schema) + "." + QuoteIdent(t.Name) }
-
-// QuoteIdent quotes an SQL identifier, doubling embedded quotes.
-func QuoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, "\x00", ""), `"`, `""`) + `"`
-}
+func (t TableName) Quoted() string { return sqlquote.Qualified(t.Schema, t.Name) }
 
 // Mapping says which source table is replicated into which destination
 // table, and which columns are left out.

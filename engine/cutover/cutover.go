@@ -66,6 +66,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/ownership"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // triggerRows and triggerTruncate name the triggers MakeReadOnly creates.
@@ -259,11 +260,11 @@ func lockReadOnly(ctx context.Context, conn *pgx.Conn, t change.TableName, note 
 	var stmts []string
 	if !slices.Contains(have, triggerRows) {
 		stmts = append(stmts, create+triggerRows+` BEFORE INSERT OR UPDATE OR DELETE ON `+t.Quoted()+
-			` FOR EACH ROW EXECUTE FUNCTION _pgmirror.refuse_writes(`+quoteLiteral(note)+`)`)
+			` FOR EACH ROW EXECUTE FUNCTION _pgmirror.refuse_writes(`+sqlquote.Literal(note)+`)`)
 	}
 	if !slices.Contains(have, triggerTruncate) {
 		stmts = append(stmts, create+triggerTruncate+` BEFORE TRUNCATE ON `+t.Quoted()+
-			` FOR EACH STATEMENT EXECUTE FUNCTION _pgmirror.refuse_writes(`+quoteLiteral(note)+`)`)
+			` FOR EACH STATEMENT EXECUTE FUNCTION _pgmirror.refuse_writes(`+sqlquote.Literal(note)+`)`)
 	}
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
@@ -294,7 +295,7 @@ func MakeWritable(ctx context.Context, conn *pgx.Conn, tables []change.TableName
 			return fmt.Errorf("look up the read-only triggers of source table %s: %w", t, err)
 		}
 		for _, trigger := range have {
-			if _, err := conn.Exec(ctx, `DROP TRIGGER IF EXISTS `+change.QuoteIdent(trigger)+` ON `+t.Quoted()); err != nil {
+			if _, err := conn.Exec(ctx, `DROP TRIGGER IF EXISTS `+sqlquote.Ident(trigger)+` ON `+t.Quoted()); err != nil {
 				return fmt.Errorf("make source table %s writable again: %w", t, err)
 			}
 		}
@@ -320,20 +321,4 @@ func CountRows(ctx context.Context, conn *pgx.Conn, table change.TableName) (int
 		return 0, fmt.Errorf("count the rows of %s: %w", table, err)
 	}
 	return n, nil
-}
-
-// quoteLiteral quotes s as an SQL string literal (trigger arguments cannot
-// be parameters).
-func quoteLiteral(s string) string {
-	out := []byte{'\''}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\'' {
-			out = append(out, '\'')
-		}
-		if s[i] == 0 {
-			continue
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '\''))
 }

@@ -12,12 +12,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // ForeignKey is a source foreign key between two mirrored tables, as it is
@@ -40,12 +40,12 @@ type ForeignKey struct {
 
 // AddSQL is the statement that creates the foreign key, NOT VALID.
 func (fk ForeignKey) AddSQL() string {
-	return "ALTER TABLE " + fk.Table.Quoted() + " ADD CONSTRAINT " + change.QuoteIdent(fk.Name) + " " + fk.Clause + " NOT VALID"
+	return "ALTER TABLE " + fk.Table.Quoted() + " ADD CONSTRAINT " + sqlquote.Ident(fk.Name) + " " + fk.Clause + " NOT VALID"
 }
 
 // ValidateSQL is the statement that checks the existing rows.
 func (fk ForeignKey) ValidateSQL() string {
-	return "ALTER TABLE " + fk.Table.Quoted() + " VALIDATE CONSTRAINT " + change.QuoteIdent(fk.Name)
+	return "ALTER TABLE " + fk.Table.Quoted() + " VALIDATE CONSTRAINT " + sqlquote.Ident(fk.Name)
 }
 
 // String names the foreign key for users: name on table, referencing what.
@@ -109,7 +109,7 @@ func SourceForeignKeys(ctx context.Context, src *pgx.Conn, mappings []change.Map
 			continue
 		}
 		fk.Table, fk.Ref = m.Destination, ref.Destination
-		fk.Clause = "FOREIGN KEY (" + quoteList(cols) + ") REFERENCES " + fk.Ref.Quoted() + " (" + quoteList(refCols) + ")" +
+		fk.Clause = "FOREIGN KEY (" + sqlquote.Idents(cols) + ") REFERENCES " + fk.Ref.Quoted() + " (" + sqlquote.Idents(refCols) + ")" +
 			matchClause(match) + " ON UPDATE " + action(onUpdate) + " ON DELETE " + action(onDelete)
 		if deferrable {
 			fk.Clause += " DEFERRABLE"
@@ -134,14 +134,6 @@ func excluded(m change.Mapping, cols []string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func quoteList(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = change.QuoteIdent(n)
-	}
-	return strings.Join(q, ", ")
 }
 
 func matchClause(t string) string {
@@ -209,7 +201,7 @@ func CreateForeignKey(ctx context.Context, dst *pgx.Conn, fk ForeignKey) (bool, 
 
 // DropForeignKey drops fk from the destination when it is there.
 func DropForeignKey(ctx context.Context, dst *pgx.Conn, fk ForeignKey) error {
-	if _, err := dst.Exec(ctx, "ALTER TABLE "+fk.Table.Quoted()+" DROP CONSTRAINT IF EXISTS "+change.QuoteIdent(fk.Name)); err != nil {
+	if _, err := dst.Exec(ctx, "ALTER TABLE "+fk.Table.Quoted()+" DROP CONSTRAINT IF EXISTS "+sqlquote.Ident(fk.Name)); err != nil {
 		return fmt.Errorf("drop foreign key %s on the destination: %w", fk, err)
 	}
 	return nil

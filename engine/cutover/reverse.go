@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/preflight"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // reverseDestSQL reads what a reverse mirror needs of the destination
@@ -72,7 +73,7 @@ func ReverseProblems(ctx context.Context, src, dst *pgx.Conn, dstTables []change
 		problems = append(problems, fmt.Sprintf("the destination runs with wal_level=%s, but a reverse mirror reads its changes: set wal_level = logical there (ALTER SYSTEM SET wal_level = logical, and restart it)", walLevel))
 	}
 	if !super && !replication {
-		problems = append(problems, fmt.Sprintf("the destination peer's user %s lacks the REPLICATION attribute that a reverse mirror's replication slot needs: ALTER ROLE %s REPLICATION on the destination", user, change.QuoteIdent(user)))
+		problems = append(problems, fmt.Sprintf("the destination peer's user %s lacks the REPLICATION attribute that a reverse mirror's replication slot needs: ALTER ROLE %s REPLICATION on the destination", user, sqlquote.Ident(user)))
 	}
 	if freeSlots <= 0 {
 		problems = append(problems, "the destination has no free replication slot (max_replication_slots) for a reverse mirror: raise max_replication_slots there (a restart) or drop an unused slot")
@@ -81,7 +82,7 @@ func ReverseProblems(ctx context.Context, src, dst *pgx.Conn, dstTables []change
 		problems = append(problems, "the destination has no free WAL sender (max_wal_senders) for a reverse mirror: raise max_wal_senders there (a restart)")
 	}
 	if !super && !create {
-		problems = append(problems, fmt.Sprintf("the destination peer's user %s may not create the reverse mirror's publication: GRANT CREATE ON DATABASE ... TO %s on the destination", user, change.QuoteIdent(user)))
+		problems = append(problems, fmt.Sprintf("the destination peer's user %s may not create the reverse mirror's publication: GRANT CREATE ON DATABASE ... TO %s on the destination", user, sqlquote.Ident(user)))
 	}
 	for _, check := range []func(context.Context, preflight.Queryer, []change.TableName, string) error{preflight.TablesExist, preflight.ReplicaIdentity} {
 		err := check(ctx, dst, dstTables, "destination")
@@ -127,7 +128,7 @@ func ReverseProblems(ctx context.Context, src, dst *pgx.Conn, dstTables []change
 	if !mayReplica {
 		hint := "make it a superuser"
 		if version >= 150000 {
-			hint = fmt.Sprintf("GRANT SET ON PARAMETER session_replication_role TO %s on the source", change.QuoteIdent(srcUser))
+			hint = fmt.Sprintf("GRANT SET ON PARAMETER session_replication_role TO %s on the source", sqlquote.Ident(srcUser))
 		}
 		problems = append(problems, fmt.Sprintf("the source peer's user %s may not set session_replication_role, so a reverse mirror cannot write into source tables that a cut-over with lock_source made read-only: %s, or drop the read-only triggers before the reverse mirror carries writes back",
 			srcUser, hint))

@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // Message is the decoded payload of a schema change message (the content
@@ -216,7 +217,7 @@ func (msg *Message) Screen(ctx context.Context, source change.TableName, check C
 		}
 		if reason != "" {
 			ix.NotCarried = reason
-			warnings = append(warnings, fmt.Sprintf("index %s of %s is not carried to the destination: %s", change.QuoteIdent(ix.Name), source, reason))
+			warnings = append(warnings, fmt.Sprintf("index %s of %s is not carried to the destination: %s", sqlquote.Ident(ix.Name), source, reason))
 		}
 	}
 	for i := range msg.Constraints {
@@ -227,7 +228,7 @@ func (msg *Message) Screen(ctx context.Context, source change.TableName, check C
 		}
 		if reason != "" {
 			c.NotCarried = reason
-			warnings = append(warnings, fmt.Sprintf("constraint %s of %s is not carried to the destination: %s", change.QuoteIdent(c.Name), source, reason))
+			warnings = append(warnings, fmt.Sprintf("constraint %s of %s is not carried to the destination: %s", sqlquote.Ident(c.Name), source, reason))
 		}
 	}
 	for i := range msg.Columns {
@@ -245,7 +246,7 @@ func (msg *Message) Screen(ctx context.Context, source change.TableName, check C
 		}
 		if reason != "" {
 			c.NotCarried = reason
-			warnings = append(warnings, fmt.Sprintf("default of column %s of %s is not carried to the destination: %s", change.QuoteIdent(c.Name), source, reason))
+			warnings = append(warnings, fmt.Sprintf("default of column %s of %s is not carried to the destination: %s", sqlquote.Ident(c.Name), source, reason))
 		}
 	}
 	return warnings, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // Querier runs statements on the destination (a connection inside the
@@ -238,7 +239,7 @@ func (p *planner) warn(format string, args ...any) {
 
 // qualified returns the destination schema-qualified name of relation name.
 func (p *planner) qualified(name string) string {
-	return change.QuoteIdent(p.m.Destination.Schema) + "." + change.QuoteIdent(name)
+	return sqlquote.Ident(p.m.Destination.Schema) + "." + sqlquote.Ident(name)
 }
 
 // drop plans the drop of an index or constraint the source dropped, when
@@ -252,7 +253,7 @@ func (p *planner) drop(d Drop) {
 		}
 	case "constraint":
 		if _, ok := p.conByName[d.Name]; ok {
-			p.add("ALTER TABLE %s DROP CONSTRAINT %s", p.m.Destination.Quoted(), change.QuoteIdent(d.Name))
+			p.add("ALTER TABLE %s DROP CONSTRAINT %s", p.m.Destination.Quoted(), sqlquote.Ident(d.Name))
 		}
 	}
 }
@@ -272,14 +273,14 @@ func (p *planner) indexes(src []Index) {
 		}
 		rest, ok := strings.CutPrefix(ix.Def, ix.Prefix)
 		if !ok {
-			p.warn("index %s of %s is not created on %s: its definition %q has an unexpected form", change.QuoteIdent(ix.Name), p.m.Source, p.m.Destination, ix.Def)
+			p.warn("index %s of %s is not created on %s: its definition %q has an unexpected form", sqlquote.Ident(ix.Name), p.m.Source, p.m.Destination, ix.Def)
 			continue
 		}
 		unique := ""
 		if ix.Unique {
 			unique = "UNIQUE "
 		}
-		create := fmt.Sprintf("CREATE %sINDEX %s ON %s USING %s", unique, change.QuoteIdent(ix.Name), p.m.Destination.Quoted(), rest)
+		create := fmt.Sprintf("CREATE %sINDEX %s ON %s USING %s", unique, sqlquote.Ident(ix.Name), p.m.Destination.Quoted(), rest)
 		if have, ok := p.indexByName[ix.Name]; ok {
 			if have.owned || (have.rest() == rest && have.unique == ix.Unique) {
 				continue
@@ -290,12 +291,12 @@ func (p *planner) indexes(src []Index) {
 		}
 		if old := p.renameCandidate(rest, ix.Unique, want, renamed); old != "" {
 			renamed[old] = true
-			p.add("ALTER INDEX %s RENAME TO %s", p.qualified(old), change.QuoteIdent(ix.Name))
+			p.add("ALTER INDEX %s RENAME TO %s", p.qualified(old), sqlquote.Ident(ix.Name))
 			continue
 		}
 		if p.relations[ix.Name] {
 			p.warn("index %s of %s is not created on %s: schema %s already has a relation of that name",
-				change.QuoteIdent(ix.Name), p.m.Source, p.m.Destination, change.QuoteIdent(p.m.Destination.Schema))
+				sqlquote.Ident(ix.Name), p.m.Source, p.m.Destination, sqlquote.Ident(p.m.Destination.Schema))
 			continue
 		}
 		p.stmts = append(p.stmts, create)
@@ -335,7 +336,7 @@ func (p *planner) constraints(src []Constraint) {
 			for name, d := range p.conByName {
 				if !want[name] && !renamed[name] && d.typ == c.Type && constraintBody(d.def) == constraintBody(c.Def) {
 					renamed[name] = true
-					p.add("ALTER TABLE %s RENAME CONSTRAINT %s TO %s", table, change.QuoteIdent(name), change.QuoteIdent(c.Name))
+					p.add("ALTER TABLE %s RENAME CONSTRAINT %s TO %s", table, sqlquote.Ident(name), sqlquote.Ident(c.Name))
 					have, ok = d, true
 					break
 				}
@@ -343,12 +344,12 @@ func (p *planner) constraints(src []Constraint) {
 		}
 		switch {
 		case !ok:
-			p.add("ALTER TABLE %s ADD CONSTRAINT %s %s", table, change.QuoteIdent(c.Name), c.Def)
+			p.add("ALTER TABLE %s ADD CONSTRAINT %s %s", table, sqlquote.Ident(c.Name), c.Def)
 		case constraintBody(have.def) != constraintBody(c.Def) || have.typ != c.Type:
-			p.add("ALTER TABLE %s DROP CONSTRAINT %s", table, change.QuoteIdent(c.Name))
-			p.add("ALTER TABLE %s ADD CONSTRAINT %s %s", table, change.QuoteIdent(c.Name), c.Def)
+			p.add("ALTER TABLE %s DROP CONSTRAINT %s", table, sqlquote.Ident(c.Name))
+			p.add("ALTER TABLE %s ADD CONSTRAINT %s %s", table, sqlquote.Ident(c.Name), c.Def)
 		case c.Validated && !have.validated:
-			p.add("ALTER TABLE %s VALIDATE CONSTRAINT %s", table, change.QuoteIdent(c.Name))
+			p.add("ALTER TABLE %s VALIDATE CONSTRAINT %s", table, sqlquote.Ident(c.Name))
 		}
 	}
 }
@@ -363,7 +364,7 @@ func (p *planner) columns(src []Column) {
 		if !ok || c.Generated || have.generated || p.m.Excluded(c.Name) {
 			continue
 		}
-		col := change.QuoteIdent(c.Name)
+		col := sqlquote.Ident(c.Name)
 		switch {
 		case c.NotNull && !have.notNull:
 			p.add("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", table, col)

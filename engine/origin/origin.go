@@ -40,6 +40,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // Prefix starts the name of every replication origin pgmirror creates.
@@ -217,7 +219,7 @@ func Setup(ctx context.Context, conn *pgx.Conn, name string) error {
 	if !validName(name) {
 		return fmt.Errorf("use replication origin %q: not a name pgmirror gives origins", name)
 	}
-	_, err := setup(ctx, conn, name, "'"+name+"'", "1..1", "true", "NULL")
+	_, err := setup(ctx, conn, name, sqlquote.Literal(name), "1..1", "true", "NULL")
 	return err
 }
 
@@ -236,7 +238,7 @@ func SetupCopy(ctx context.Context, conn *pgx.Conn, mirrorUID string) (string, e
 	}
 	base := Name(mirrorUID)
 	lock := fmt.Sprintf("%d, pg_catalog.hashtext(n)", lockClass)
-	name, err := setup(ctx, conn, base+"_c*", fmt.Sprintf("pg_catalog.concat('%s_c', i)", base), fmt.Sprintf("1..%d", maxCopyOrigins),
+	name, err := setup(ctx, conn, base+"_c*", "pg_catalog.concat("+sqlquote.Literal(base+"_c")+", i)", fmt.Sprintf("1..%d", maxCopyOrigins),
 		"pg_catalog.pg_try_advisory_lock("+lock+")", "PERFORM pg_catalog.pg_advisory_unlock("+lock+")")
 	if errors.Is(err, ErrInUse) {
 		return "", fmt.Errorf("no free replication origin among %d for the copies of mirror %s", maxCopyOrigins, mirrorUID)
@@ -251,7 +253,7 @@ func Release(ctx context.Context, conn *pgx.Conn, name string) error {
 	if !validName(name) {
 		return fmt.Errorf("drop replication origin %q: not a name pgmirror gives origins", name)
 	}
-	lit := "'" + name + "'"
+	lit := sqlquote.Literal(name)
 	// The lock is let go only once the drop is committed: a session that
 	// takes it next must not find the origin still there and use it. The
 	// commit does not wait for the WAL flush: a drop lost in a crash leaves

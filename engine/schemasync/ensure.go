@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -13,6 +12,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // lockKey serialises schemasync's DDL on one destination database, so that
@@ -219,15 +219,15 @@ func checkExclusions(t Table, m change.Mapping, strict bool) error {
 	for _, name := range m.ExcludeColumns {
 		if _, ok := t.Column(name); !ok {
 			if strict {
-				return fmt.Errorf("excluded column %s does not exist in source table %s", change.QuoteIdent(name), m.Source)
+				return fmt.Errorf("excluded column %s does not exist in source table %s", sqlquote.Ident(name), m.Source)
 			}
 			continue
 		}
 		if slices.Contains(t.PrimaryKey, name) {
-			return fmt.Errorf("column %s of %s is part of the primary key and cannot be excluded", change.QuoteIdent(name), m.Source)
+			return fmt.Errorf("column %s of %s is part of the primary key and cannot be excluded", sqlquote.Ident(name), m.Source)
 		}
 		if slices.Contains(t.IdentityColumns, name) {
-			return fmt.Errorf("column %s of %s is part of the replica identity and cannot be excluded", change.QuoteIdent(name), m.Source)
+			return fmt.Errorf("column %s of %s is part of the replica identity and cannot be excluded", sqlquote.Ident(name), m.Source)
 		}
 	}
 	return nil
@@ -302,20 +302,12 @@ func inDestination(ctx context.Context, dst Conn, fn func(tx pgx.Tx, log *ddlLog
 func ensureSchema(ctx context.Context, tx Execer, schema string, log *ddlLog) error {
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
-		return fmt.Errorf("look up schema %s: %w", change.QuoteIdent(schema), err)
+		return fmt.Errorf("look up schema %s: %w", sqlquote.Ident(schema), err)
 	}
 	if exists {
 		return nil
 	}
-	return log.exec(ctx, tx, "CREATE SCHEMA IF NOT EXISTS "+change.QuoteIdent(schema))
-}
-
-func quoteIdents(names []string) string {
-	quoted := make([]string, len(names))
-	for i, n := range names {
-		quoted[i] = change.QuoteIdent(n)
-	}
-	return strings.Join(quoted, ", ")
+	return log.exec(ctx, tx, "CREATE SCHEMA IF NOT EXISTS "+sqlquote.Ident(schema))
 }
 
 // checkExisting checks that existing destination table dt can take the rows
@@ -329,19 +321,19 @@ func checkExisting(s source, dt Table) error {
 		switch {
 		case !ok:
 			problems = append(problems, fmt.Errorf("column %s (source type %s) is missing; sync-schema adds it",
-				change.QuoteIdent(sc.Name), sc.Type))
+				sqlquote.Ident(sc.Name), sc.Type))
 		case dc.Generated:
 			problems = append(problems, fmt.Errorf("column %s is a generated column on the destination but a replicated column (type %s) on the source",
-				change.QuoteIdent(sc.Name), sc.Type))
+				sqlquote.Ident(sc.Name), sc.Type))
 		case !Compatible(sc.Type, dc.Type):
 			problems = append(problems, fmt.Errorf("column %s has type %s on the destination, which cannot hold source type %s",
-				change.QuoteIdent(sc.Name), dc.Type, sc.Type))
+				sqlquote.Ident(sc.Name), dc.Type, sc.Type))
 		}
 	}
 	for _, dc := range dt.Columns {
 		if !replicated[dc.Name] && dc.NotNull && !dc.HasDefault && !dc.Generated {
 			problems = append(problems, fmt.Errorf("column %s (type %s) is not replicated from the source but is NOT NULL without a default",
-				change.QuoteIdent(dc.Name), dc.Type))
+				sqlquote.Ident(dc.Name), dc.Type))
 		}
 	}
 	if len(problems) > 0 {
@@ -369,11 +361,11 @@ func addColumn(ctx context.Context, tx pgx.Tx, table change.TableName, c Column,
 	}
 	srv, err := pgversion.Read(ctx, tx)
 	if err != nil {
-		return nil, fmt.Errorf("add column %s to %s: %w", change.QuoteIdent(c.Name), name, err)
+		return nil, fmt.Errorf("add column %s to %s: %w", sqlquote.Ident(c.Name), name, err)
 	}
 	def := addColumnDef(c, srv.VirtualGenerated())
 	if c.Missing != nil && !c.Generated {
-		def += " DEFAULT " + quoteLiteral(*c.Missing) + "::" + c.Type
+		def += " DEFAULT " + sqlquote.Literal(*c.Missing) + "::" + c.Type
 	}
 	if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s", name, def)); err != nil {
 		return nil, err
@@ -381,7 +373,7 @@ func addColumn(ctx context.Context, tx pgx.Tx, table change.TableName, c Column,
 	if c.Generated {
 		return warnings, nil
 	}
-	col := change.QuoteIdent(c.Name)
+	col := sqlquote.Ident(c.Name)
 	defaultSet := false
 	if c.Default != "" && c.Sequence == nil {
 		err := tryExec(ctx, tx, log, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", name, col, c.Default))
@@ -428,7 +420,7 @@ func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog, 
 		case sc.Generated || dc.Generated:
 			// Generated on either side: nothing is copied into it.
 		case !Compatible(sc.Type, dc.Type):
-			col := change.QuoteIdent(sc.Name)
+			col := sqlquote.Ident(sc.Name)
 			// A default of the old type may not cast to the new one (the
 			// source changed its default along): drop it first and set
 			// the source's after.
@@ -462,13 +454,13 @@ func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog, 
 			continue
 		}
 		w := fmt.Sprintf("column %s of %s no longer exists on source table %s; it is kept on the destination",
-			change.QuoteIdent(dc.Name), s.m.Destination, s.m.Source)
+			sqlquote.Ident(dc.Name), s.m.Destination, s.m.Source)
 		if dc.NotNull && !dc.HasDefault && !dc.Generated {
 			if slices.Contains(dt.PrimaryKey, dc.Name) {
 				w += ", but it is part of the destination's primary key, so new rows will fail until the key is changed"
 			} else {
 				// New rows leave it NULL: it must allow that.
-				stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", name, change.QuoteIdent(dc.Name))
+				stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", name, sqlquote.Ident(dc.Name))
 				if err := log.exec(ctx, tx, stmt); err != nil {
 					return nil, err
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // sourceConstraintsSQL lists the check, unique and exclusion constraints of
@@ -124,10 +125,10 @@ func AddIndexesAndConstraints(ctx context.Context, src, dst Conn, m change.Mappi
 		case o.unique && set != AtCutover:
 			return true
 		case o.usesExcluded:
-			log.warn("%s %s of %s is not created on %s: it uses an excluded column", what, change.QuoteIdent(o.name), m.Source, m.Destination)
+			log.warn("%s %s of %s is not created on %s: it uses an excluded column", what, sqlquote.Ident(o.name), m.Source, m.Destination)
 			return true
 		case o.notCarried != "":
-			log.warn("%s %s of %s is not carried to the destination: it %s", what, change.QuoteIdent(o.name), m.Source, o.notCarried)
+			log.warn("%s %s of %s is not carried to the destination: it %s", what, sqlquote.Ident(o.name), m.Source, o.notCarried)
 			return true
 		case o.replicaIdentity && len(srcTable.PrimaryKey) == 0:
 			return true // the destination's UNIQUE constraint on the replica identity stands for it
@@ -141,12 +142,12 @@ func AddIndexesAndConstraints(ctx context.Context, src, dst Conn, m change.Mappi
 		var exists bool
 		if err := dst.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = $1 AND conname = $2)`,
 			dstOID, c.name).Scan(&exists); err != nil {
-			return nil, nil, fmt.Errorf("destination: look up constraint %s of %s: %w", change.QuoteIdent(c.name), m.Destination, err)
+			return nil, nil, fmt.Errorf("destination: look up constraint %s of %s: %w", sqlquote.Ident(c.name), m.Destination, err)
 		}
 		if exists {
 			continue
 		}
-		stmt := fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s", m.Destination.Quoted(), change.QuoteIdent(c.name), c.def)
+		stmt := fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s", m.Destination.Quoted(), sqlquote.Ident(c.name), c.def)
 		if err := execDeferred(ctx, dst, log, stmt); err != nil {
 			return nil, nil, err
 		}
@@ -155,28 +156,7 @@ func AddIndexesAndConstraints(ctx context.Context, src, dst Conn, m change.Mappi
 		if skip(ix, "index") {
 			continue
 		}
-		stmt, ok := rewriteIndexDef(ix, m.Destination)
-		if !ok {
-			log.warn("index %s of %s is not created on %s: its definition %q has an unexpected form", change.QuoteIdent(ix.name), m.Source, m.Destination, ix.def)
-			continue
-		}
-		var onTable *uint32
-		err := dst.QueryRow(ctx, `SELECT i.indrelid FROM pg_catalog.pg_class c
-JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-LEFT JOIN pg_catalog.pg_index i ON i.indexrelid = c.oid
-WHERE n.nspname = $1 AND c.relname = $2`, m.Destination.Schema, ix.name).Scan(&onTable)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return nil, nil, fmt.Errorf("destination: look up index %s of %s: %w", change.QuoteIdent(ix.name), m.Destination, err)
-		case onTable == nil || *onTable != dstOID:
-			log.warn("index %s of %s is not created on %s: schema %s already has a relation of that name; create the index under another name",
-				change.QuoteIdent(ix.name), m.Source, m.Destination, change.QuoteIdent(m.Destination.Schema))
-			continue
-		default:
-			continue // already there
-		}
-		if err := execDeferred(ctx, dst, log, stmt); err != nil {
+		if err := addIndex(ctx, dst, m, dstOID, ix, log); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -196,6 +176,35 @@ WHERE n.nspname = $1 AND c.relname = $2`, m.Destination.Schema, ix.name).Scan(&o
 	return log.statements, log.warnings, nil
 }
 
+// addIndex creates source index ix on destination table m.Destination
+// (oid dstOID) unless it is there already; an index whose name another
+// relation of the schema has, or whose definition has an unexpected form,
+// is left out with a warning.
+func addIndex(ctx context.Context, dst Conn, m change.Mapping, dstOID uint32, ix deferredObject, log *ddlLog) error {
+	stmt, ok := rewriteIndexDef(ix, m.Destination)
+	if !ok {
+		log.warn("index %s of %s is not created on %s: its definition %q has an unexpected form", sqlquote.Ident(ix.name), m.Source, m.Destination, ix.def)
+		return nil
+	}
+	var onTable *uint32
+	err := dst.QueryRow(ctx, `SELECT i.indrelid FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_index i ON i.indexrelid = c.oid
+WHERE n.nspname = $1 AND c.relname = $2`, m.Destination.Schema, ix.name).Scan(&onTable)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("destination: look up index %s of %s: %w", sqlquote.Ident(ix.name), m.Destination, err)
+	case onTable == nil || *onTable != dstOID:
+		log.warn("index %s of %s is not created on %s: schema %s already has a relation of that name; create the index under another name",
+			sqlquote.Ident(ix.name), m.Source, m.Destination, sqlquote.Ident(m.Destination.Schema))
+		return nil
+	default:
+		return nil // already there
+	}
+	return execDeferred(ctx, dst, log, stmt)
+}
+
 // addNotNull makes the columns of destination table m.Destination NOT
 // NULL where the source's are and the destination's are not (a column added
 // before a copy, which could not be NOT NULL while the table still held its
@@ -213,7 +222,7 @@ func addNotNull(ctx context.Context, dst Conn, m change.Mapping, srcTable Table,
 		if dc, ok := dt.Column(sc.Name); !ok || dc.NotNull {
 			continue
 		}
-		stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", m.Destination.Quoted(), change.QuoteIdent(sc.Name))
+		stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", m.Destination.Quoted(), sqlquote.Ident(sc.Name))
 		if err := execDeferred(ctx, dst, log, stmt); err != nil {
 			return err
 		}
@@ -303,7 +312,7 @@ func rewriteIndexDef(ix deferredObject, dst change.TableName) (string, bool) {
 	if strings.HasPrefix(ix.prefix, "CREATE UNIQUE ") {
 		unique = "UNIQUE "
 	}
-	return fmt.Sprintf("CREATE %sINDEX IF NOT EXISTS %s ON %s USING %s", unique, change.QuoteIdent(ix.name), dst.Quoted(), rest), true
+	return fmt.Sprintf("CREATE %sINDEX IF NOT EXISTS %s ON %s USING %s", unique, sqlquote.Ident(ix.name), dst.Quoted(), rest), true
 }
 
 // execDeferred runs stmt in a transaction of its own with only pg_catalog
@@ -362,12 +371,12 @@ func RestoreIdentityAlways(ctx context.Context, src, dst Conn, m change.Mapping)
 			continue
 		}
 		if err != nil {
-			return ddl, fmt.Errorf("destination: identity of %s.%s: %w", m.Destination, change.QuoteIdent(c.Name), err)
+			return ddl, fmt.Errorf("destination: identity of %s.%s: %w", m.Destination, sqlquote.Ident(c.Name), err)
 		}
 		if identity != "d" {
 			continue
 		}
-		stmt := "ALTER TABLE " + m.Destination.Quoted() + " ALTER COLUMN " + change.QuoteIdent(c.Name) + " SET GENERATED ALWAYS"
+		stmt := "ALTER TABLE " + m.Destination.Quoted() + " ALTER COLUMN " + sqlquote.Ident(c.Name) + " SET GENERATED ALWAYS"
 		if _, err := dst.Exec(ctx, stmt); err != nil {
 			return ddl, fmt.Errorf("destination: %s: %w", stmt, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // destIdentitySQL reads the replica identity of destination table $1.$2:
@@ -87,7 +88,7 @@ func replicaIdentityDDL(ctx context.Context, q Execer, m change.Mapping, src Tab
 			want = "d"
 			if missing {
 				warning = fmt.Sprintf("%s keeps its primary key as replica identity: source table %s has REPLICA IDENTITY USING INDEX over (%s), and the destination has no such unique index; create one and run ALTER TABLE %s REPLICA IDENTITY USING INDEX ... there if a mirror reading the destination needs that identity",
-					dest, m.Source, quoteIdents(src.IdentityColumns), dest.Quoted())
+					dest, m.Source, sqlquote.Idents(src.IdentityColumns), dest.Quoted())
 			}
 		default:
 			want = "f"
@@ -103,6 +104,6 @@ func replicaIdentityDDL(ctx context.Context, q Execer, m change.Mapping, src Tab
 	if want == have && (want != "i" || wantIndex == haveIndex) {
 		return "", warning, nil
 	}
-	clause := map[string]string{"f": "FULL", "d": "DEFAULT", "i": "USING INDEX " + change.QuoteIdent(wantIndex)}[want]
+	clause := map[string]string{"f": "FULL", "d": "DEFAULT", "i": "USING INDEX " + sqlquote.Ident(wantIndex)}[want]
 	return "ALTER TABLE " + dest.Quoted() + " REPLICA IDENTITY " + clause, warning, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // KnownColumns maps a source table's column attnums to the names its
@@ -97,7 +98,7 @@ func reshapeColumns(ctx context.Context, tx pgx.Tx, s source, dt Table, known Kn
 		if !gone {
 			continue
 		}
-		if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", name, change.QuoteIdent(dc.Name))); err != nil {
+		if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", name, sqlquote.Ident(dc.Name))); err != nil {
 			return dt, err
 		}
 	}
@@ -124,7 +125,7 @@ func reshapeColumns(ctx context.Context, tx pgx.Tx, s source, dt Table, known Kn
 	if collides {
 		for i, r := range renames {
 			tmp := fmt.Sprintf("pgmirror_rename_%d", i)
-			if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, change.QuoteIdent(r.from), change.QuoteIdent(tmp))); err != nil {
+			if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(r.from), sqlquote.Ident(tmp))); err != nil {
 				return dt, err
 			}
 			renames[i].from = tmp
@@ -139,7 +140,7 @@ func reshapeColumns(ctx context.Context, tx pgx.Tx, s source, dt Table, known Kn
 			// it is, and the source's column is added by its name.
 			continue
 		}
-		if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, change.QuoteIdent(r.from), change.QuoteIdent(r.to))); err != nil {
+		if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(r.from), sqlquote.Ident(r.to))); err != nil {
 			return dt, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // ErrSequenceNotFound: no sequence of that name.
@@ -42,7 +43,7 @@ func CreateSequence(ctx context.Context, conn Conn, name change.TableName, s Seq
 		return nil, err
 	}
 	stmts := []string{
-		"CREATE SCHEMA IF NOT EXISTS " + change.QuoteIdent(name.Schema),
+		"CREATE SCHEMA IF NOT EXISTS " + sqlquote.Ident(name.Schema),
 		fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s AS %s %s", name.Quoted(), s.Type, sequenceOptions(&s)),
 	}
 	for _, stmt := range stmts {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // This file decides which expressions of the source reach the
@@ -68,9 +69,9 @@ func (g *typeGraph) checkDomains(ctx context.Context, chk *exprcheck.Checker) er
 func notCarriedColumn(c Column, table change.TableName) string {
 	if c.Generated {
 		return fmt.Sprintf("generated column %s of %s is not carried to the destination as generated: its expression %s; the destination's column is a plain column that stays NULL",
-			change.QuoteIdent(c.Name), table, c.NotCarried)
+			sqlquote.Ident(c.Name), table, c.NotCarried)
 	}
-	return fmt.Sprintf("default of column %s of %s is not carried to the destination: it %s", change.QuoteIdent(c.Name), table, c.NotCarried)
+	return fmt.Sprintf("default of column %s of %s is not carried to the destination: it %s", sqlquote.Ident(c.Name), table, c.NotCarried)
 }
 
 // ExpressionsNotCarried lists, for the cut-over's report, the expressions
@@ -101,9 +102,9 @@ func ExpressionsNotCarried(ctx context.Context, src, dst Conn, mappings []change
 			dc, ok := dt.Column(c.Name)
 			switch {
 			case c.Generated && (!ok || !dc.Generated):
-				out = append(out, fmt.Sprintf("generated column %s on %s (%s)", change.QuoteIdent(c.Name), m.Destination, c.NotCarried))
+				out = append(out, fmt.Sprintf("generated column %s on %s (%s)", sqlquote.Ident(c.Name), m.Destination, c.NotCarried))
 			case !c.Generated && c.Default != "" && (!ok || dc.Default == ""):
-				out = append(out, fmt.Sprintf("default of column %s on %s (%s)", change.QuoteIdent(c.Name), m.Destination, c.NotCarried))
+				out = append(out, fmt.Sprintf("default of column %s on %s (%s)", sqlquote.Ident(c.Name), m.Destination, c.NotCarried))
 			}
 		}
 		for _, o := range constraints {
@@ -112,10 +113,10 @@ func ExpressionsNotCarried(ctx context.Context, src, dst Conn, mappings []change
 			}
 			var has bool
 			if err := dst.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = $1 AND conname = $2)`, dt.OID, o.name).Scan(&has); err != nil {
-				return nil, fmt.Errorf("destination: look up constraint %s of %s: %w", change.QuoteIdent(o.name), m.Destination, err)
+				return nil, fmt.Errorf("destination: look up constraint %s of %s: %w", sqlquote.Ident(o.name), m.Destination, err)
 			}
 			if !has {
-				out = append(out, fmt.Sprintf("constraint %s on %s (%s)", change.QuoteIdent(o.name), m.Destination, o.notCarried))
+				out = append(out, fmt.Sprintf("constraint %s on %s (%s)", sqlquote.Ident(o.name), m.Destination, o.notCarried))
 			}
 		}
 		for _, o := range indexes {
@@ -125,10 +126,10 @@ func ExpressionsNotCarried(ctx context.Context, src, dst Conn, mappings []change
 			var has bool
 			if err := dst.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index WHERE indrelid = $1 AND indexrelid::pg_catalog.regclass::text IN ($2, $3))`,
 				dt.OID, o.name, change.TableName{Schema: m.Destination.Schema, Name: o.name}.Quoted()).Scan(&has); err != nil {
-				return nil, fmt.Errorf("destination: look up index %s of %s: %w", change.QuoteIdent(o.name), m.Destination, err)
+				return nil, fmt.Errorf("destination: look up index %s of %s: %w", sqlquote.Ident(o.name), m.Destination, err)
 			}
 			if !has {
-				out = append(out, fmt.Sprintf("index %s on %s (%s)", change.QuoteIdent(o.name), m.Destination, o.notCarried))
+				out = append(out, fmt.Sprintf("index %s on %s (%s)", sqlquote.Ident(o.name), m.Destination, o.notCarried))
 			}
 		}
 		for _, t := range graph.creationOrder(typeRoots(sources)) {
@@ -139,10 +140,10 @@ func ExpressionsNotCarried(ctx context.Context, src, dst Conn, mappings []change
 				var has bool
 				if err := dst.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_type t ON t.oid = k.contypid
 JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = $1 AND t.typname = $2 AND k.conname = $3)`, t.Schema, t.Name, c.Name).Scan(&has); err != nil {
-					return nil, fmt.Errorf("destination: look up constraint %s of domain %s: %w", change.QuoteIdent(c.Name), t.Expr, err)
+					return nil, fmt.Errorf("destination: look up constraint %s of domain %s: %w", sqlquote.Ident(c.Name), t.Expr, err)
 				}
 				if !has {
-					item := fmt.Sprintf("CHECK constraint %s of domain %s (%s)", change.QuoteIdent(c.Name), t.Expr, c.NotCarried)
+					item := fmt.Sprintf("CHECK constraint %s of domain %s (%s)", sqlquote.Ident(c.Name), t.Expr, c.NotCarried)
 					if !slices.Contains(out, item) {
 						out = append(out, item)
 					}

@@ -11,6 +11,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // firstNormalOID is FirstNormalObjectId: OIDs below it belong to objects
@@ -274,7 +275,7 @@ func createTypeSQL(t *pgType) (string, error) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(quoteLiteral(l))
+			b.WriteString(sqlquote.Literal(l))
 		}
 		b.WriteString(")")
 	case 'c':
@@ -283,7 +284,7 @@ func createTypeSQL(t *pgType) (string, error) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			fmt.Fprintf(&b, "%s %s", change.QuoteIdent(a.Name), a.Expr)
+			fmt.Fprintf(&b, "%s %s", sqlquote.Ident(a.Name), a.Expr)
 		}
 		b.WriteString(")")
 	case 'd':
@@ -296,7 +297,7 @@ func createTypeSQL(t *pgType) (string, error) {
 		}
 		for _, c := range t.Constraints {
 			if c.NotCarried == "" {
-				fmt.Fprintf(&b, " CONSTRAINT %s %s", change.QuoteIdent(c.Name), c.Def)
+				fmt.Fprintf(&b, " CONSTRAINT %s %s", sqlquote.Ident(c.Name), c.Def)
 			}
 		}
 	case 'r':
@@ -332,7 +333,7 @@ WHERE n.nspname = $1 AND t.typname = $2`, t.Schema, t.Name).Scan(&dstOID, &dstKi
 			for _, c := range t.Constraints {
 				if c.NotCarried != "" {
 					log.warn("CHECK constraint %s of domain %s is not carried to the destination: it %s; the domain was created without it",
-						change.QuoteIdent(c.Name), t.Expr, c.NotCarried)
+						sqlquote.Ident(c.Name), t.Expr, c.NotCarried)
 				}
 			}
 			if t.Default != "" && t.DefaultNotCarried != "" {
@@ -412,12 +413,12 @@ func addEnumLabels(ctx context.Context, tx Execer, t *pgType, dstOID uint32, log
 		if have[l] {
 			continue
 		}
-		stmt := fmt.Sprintf("ALTER TYPE %s ADD VALUE %s", t.qualified(), quoteLiteral(l))
+		stmt := fmt.Sprintf("ALTER TYPE %s ADD VALUE %s", t.qualified(), sqlquote.Literal(l))
 		switch {
 		case i > 0:
-			stmt += " AFTER " + quoteLiteral(t.Labels[i-1])
+			stmt += " AFTER " + sqlquote.Literal(t.Labels[i-1])
 		case len(labels) > 0:
-			stmt += " BEFORE " + quoteLiteral(labels[0])
+			stmt += " BEFORE " + sqlquote.Literal(labels[0])
 		}
 		if err := log.exec(ctx, tx, stmt); err != nil {
 			return err
@@ -425,15 +426,4 @@ func addEnumLabels(ctx context.Context, tx Execer, t *pgType, dstOID uint32, log
 		have[l] = true
 	}
 	return nil
-}
-
-// quoteLiteral quotes s as an SQL string literal. A string with a backslash
-// becomes an escape string (E'...'), so the result does not depend on
-// standard_conforming_strings.
-func quoteLiteral(s string) string {
-	s = strings.ReplaceAll(strings.ReplaceAll(s, "\x00", ""), "'", "''")
-	if strings.Contains(s, `\`) {
-		return "E'" + strings.ReplaceAll(s, `\`, `\\`) + "'"
-	}
-	return "'" + s + "'"
 }

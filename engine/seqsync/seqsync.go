@@ -23,6 +23,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // Pair is one sequence kept in step: the source sequence owned by Column of
@@ -56,11 +57,11 @@ FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamesp
 WHERE c.oid = pg_catalog.pg_get_serial_sequence($1, $2)::pg_catalog.regclass`,
 				m.Destination.Quoted(), c.Name).Scan(&schema, &name)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return nil, nil, fmt.Errorf("sequence of %s.%s on the destination: %w", m.Destination, change.QuoteIdent(c.Name), err)
+				return nil, nil, fmt.Errorf("sequence of %s.%s on the destination: %w", m.Destination, sqlquote.Ident(c.Name), err)
 			}
 			if schema == nil || name == nil {
 				warnings = append(warnings, fmt.Sprintf("column %s of %s owns no sequence on the destination: its source sequence %s.%s is not kept in step",
-					change.QuoteIdent(c.Name), m.Destination, change.QuoteIdent(c.Sequence.Schema), change.QuoteIdent(c.Sequence.Name)))
+					sqlquote.Ident(c.Name), m.Destination, sqlquote.Ident(c.Sequence.Schema), sqlquote.Ident(c.Sequence.Name)))
 				continue
 			}
 			pairs = append(pairs, Pair{Table: m, Column: c.Name,

@@ -38,6 +38,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // ApplicationName is the application_name of pgmirror's sessions.
@@ -81,11 +83,11 @@ func SetLocal(name, value string) string {
 	if strings.EqualFold(name, "search_path") {
 		names := strings.Split(value, ",")
 		for i, n := range names {
-			names[i] = pgx.Identifier{strings.TrimSpace(n)}.Sanitize()
+			names[i] = sqlquote.Ident(strings.TrimSpace(n))
 		}
 		return "SET LOCAL search_path = " + strings.Join(names, ", ")
 	}
-	return "SET LOCAL " + pgx.Identifier{name}.Sanitize() + " = '" + strings.ReplaceAll(value, "'", "''") + "'"
+	return "SET LOCAL " + sqlquote.Ident(name) + " = " + sqlquote.Literal(value)
 }
 
 // Configure returns a copy of cfg with the session settings, the

@@ -11,6 +11,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/positions"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // ExistingRows is what Run does with the rows a destination table holds
@@ -221,7 +222,7 @@ const stagingTable = "pg_temp.pgmirror_staging"
 // KeepRows partition, copy into it, and move its rows into the destination
 // table.
 func (j *tableJob) upsertSQL() (create, copyIn, upsert string) {
-	cols := quoteIdents(j.columns)
+	cols := sqlquote.Idents(j.columns)
 	dest := j.m.Destination.Quoted()
 	create = fmt.Sprintf("CREATE TEMPORARY TABLE pgmirror_staging ON COMMIT DROP AS SELECT %s FROM %s WITH NO DATA", cols, dest)
 	copyIn = fmt.Sprintf("COPY %s (%s) FROM STDIN", stagingTable, cols)
@@ -235,7 +236,7 @@ func (j *tableJob) upsertSQL() (create, copyIn, upsert string) {
 	var set []string
 	for _, c := range j.columns {
 		if !key[c] {
-			q := change.QuoteIdent(c)
+			q := sqlquote.Ident(c)
 			set = append(set, q+" = EXCLUDED."+q)
 		}
 	}
@@ -244,6 +245,6 @@ func (j *tableJob) upsertSQL() (create, copyIn, upsert string) {
 		action = "DO UPDATE SET " + strings.Join(set, ", ")
 	}
 	upsert = fmt.Sprintf("INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM %s ON CONFLICT (%s) %s",
-		dest, cols, cols, stagingTable, quoteIdents(j.upsertKey), action)
+		dest, cols, cols, stagingTable, sqlquote.Idents(j.upsertKey), action)
 	return create, copyIn, upsert
 }

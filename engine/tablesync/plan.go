@@ -11,6 +11,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/positions"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // defaultRowsPerPage is the density assumed for a table whose statistics and
@@ -128,7 +129,7 @@ func makeJobs(mappings []change.Mapping, srcs []sourceTable, dsts []schemasync.T
 		for _, c := range src.desc.Replicated(m) {
 			if _, ok := dt.Column(c.Name); !ok {
 				return nil, fmt.Errorf("plan %s: destination table %s has no column %s: create or sync the destination schema first",
-					m.Source, m.Destination, change.QuoteIdent(c.Name))
+					m.Source, m.Destination, sqlquote.Ident(c.Name))
 			}
 			job.columns = append(job.columns, c.Name)
 		}
@@ -247,7 +248,7 @@ func wholeLeaf(l leaf, rowsPerPartition int) stream {
 
 // copyOutSQL is the source side of a stream's COPY.
 func (j *tableJob) copyOutSQL(p stream) string {
-	cols := quoteIdents(j.columns)
+	cols := sqlquote.Idents(j.columns)
 	var b strings.Builder
 	if !p.ctid && !p.foreign {
 		fmt.Fprintf(&b, "COPY %s (%s) TO STDOUT", p.leaf.Quoted(), cols)
@@ -275,17 +276,9 @@ func (j *tableJob) copyOutSQL(p stream) string {
 
 // copyInSQL is the destination side of the table's COPY.
 func (j *tableJob) copyInSQL() string {
-	s := fmt.Sprintf("COPY %s (%s) FROM STDIN", j.m.Destination.Quoted(), quoteIdents(j.columns))
+	s := fmt.Sprintf("COPY %s (%s) FROM STDIN", j.m.Destination.Quoted(), sqlquote.Idents(j.columns))
 	if j.binary {
 		s += " (FORMAT binary)"
 	}
 	return s
-}
-
-func quoteIdents(names []string) string {
-	quoted := make([]string, len(names))
-	for i, n := range names {
-		quoted[i] = change.QuoteIdent(n)
-	}
-	return strings.Join(quoted, ", ")
 }

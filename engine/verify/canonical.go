@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // Canonical text forms. The hashes compare the text form of every row as
@@ -50,8 +50,6 @@ func pinSettings(ctx context.Context, tx pgx.Tx, settings map[string]string) err
 	return nil
 }
 
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
 // floatSend maps the floating-point types to their binary send function and
 // the bits of the NaN their input function returns.
 var floatSend = map[string][2]string{
@@ -63,7 +61,7 @@ var floatSend = map[string][2]string{
 // column col in the row text: the column itself, or for floating-point
 // columns (the same type on both sides) their bits.
 func canonicalColumn(col, dstCol schemasync.Column) string {
-	q := change.QuoteIdent(col.Name)
+	q := sqlquote.Ident(col.Name)
 	if col.Type != dstCol.Type {
 		return q // different types: compared by text, as they are
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/schemasync"
 	"github.com/pgmirror/pgmirror/engine/session"
+	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // TableRepair names the key ranges of one table to copy again.
@@ -179,13 +180,13 @@ func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair, stop 
 	texts := make([]string, len(cols))
 	ph := make([]string, len(cols))
 	for i, c := range cols {
-		names[i] = change.QuoteIdent(c.Name)
+		names[i] = sqlquote.Ident(c.Name)
 		texts[i] = "(" + names[i] + ")::pg_catalog.text"
 		ph[i] = fmt.Sprintf("$%d", i+1)
 	}
 	t := &table{names: tr.Ranges.KeyColumns, types: tr.Ranges.KeyTypes}
 	for _, k := range tr.Ranges.KeyColumns {
-		expr := change.QuoteIdent(k)
+		expr := sqlquote.Ident(k)
 		if tr.Ranges.Collate {
 			c, _ := desc.Column(k)
 			var collatable bool

@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -64,7 +65,10 @@ func setupOn(t *testing.T, src, dst, srcDDL, dstDDL string, maps ...change.Mappi
 	_, err = capture.CreateSlot(ctx, repl, slot, false)
 	require.NoError(t, err)
 	require.NoError(t, repl.Close(ctx))
-	b := &bundle{src: src, dst: dst, hold: &verify.Local{}, maps: maps}
+	// A logical slot's creation waits for every transaction open in the
+	// shared source cluster; on a loaded machine that takes longer than
+	// the product's default wait, so the run waits longer here.
+	b := &bundle{src: src, dst: dst, hold: &verify.Local{Wait: 15 * time.Second}, maps: maps}
 	b.cfg = cdc.Config{
 		MirrorUID: fmt.Sprintf("mirror-%d", n), Source: pgtest.ConnConfig(t, src), Dest: pgtest.ConnConfig(t, dst),
 		SlotName: slot, PublicationName: slot + "_pub", Tables: maps,
@@ -90,10 +94,18 @@ func (b *bundle) verifyOnce(t *testing.T, opts ...func(verify.Config) verify.Con
 	for _, m := range b.maps {
 		tables = append(tables, m.Source)
 	}
-	snaps, err := verify.OpenSnapshots(ctx, verify.SnapshotConfig{
-		Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
-		SlotName: fmt.Sprintf("pgmirror_verify_t%d", nameSeq.Add(1)), Note: "test", Tables: tables,
-	}, b.hold)
+	// Like the verification job, a hold that timed out is tried again.
+	var snaps *verify.Snapshots
+	var err error
+	for attempt := 1; ; attempt++ {
+		snaps, err = verify.OpenSnapshots(ctx, verify.SnapshotConfig{
+			Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
+			SlotName: fmt.Sprintf("pgmirror_verify_t%d", nameSeq.Add(1)), Note: "test", Tables: tables,
+		}, b.hold)
+		if !errors.Is(err, verify.ErrHoldTimeout) || attempt == 3 {
+			break
+		}
+	}
 	require.NoError(t, err)
 	defer snaps.Close()
 	compare, skipped := snaps.Comparable(b.maps)
@@ -303,7 +315,8 @@ func TestRepair(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rep, _, err := verify.RepairChunks(ctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
-		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true}, b.opener())
+		// A budget no loaded machine reaches: 24 rows are one chunk.
+		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true, Budget: 30 * time.Second}, b.opener())
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, rep.Written, int64(23))
 	require.Equal(t, 1, rep.Chunks)
