@@ -189,7 +189,7 @@ func TestRollingRestart(t *testing.T) {
 	// names its connections, takes its share, paced.
 	gaps.reset()
 	restartedAt := time.Now()
-	r1 = startService(t, catalog)
+	startService(t, catalog)
 	var r1Again string
 	queryOne(t, catalog, &r1Again, `SELECT name FROM replicas WHERE name <> $1`, r2Name)
 	for _, role := range []string{"serve", "river", "locks"} {
