@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -69,4 +70,33 @@ func TestSuiteMajor(t *testing.T) {
 	if major != 13 {
 		t.Fatalf("PGMIRROR_TEST_PG_MAJOR=13 gives binaries of PostgreSQL %d (%s)", major, dir)
 	}
+}
+
+// The replication origins of a test's mirrors, which outlive its
+// databases, are dropped by prefix, and only those.
+func TestDropReplicationOrigins(t *testing.T) {
+	url := NewDatabase(t, DestCluster(t))
+	prefix := fmt.Sprintf("pgmirror_droptest_%d", os.Getpid())
+	Exec(t, url, `SELECT pg_replication_origin_create($1 || '_a'), pg_replication_origin_create($1 || '_a_c1'),
+		pg_replication_origin_create($1 || '_b')`, prefix)
+	// One with progress: it holds a replication state.
+	Exec(t, url, `SELECT pg_replication_origin_advance($1 || '_a', '0/10')`, prefix)
+	DropReplicationOrigins(t, prefix+"_a")
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `SELECT roname FROM pg_replication_origin WHERE roname LIKE $1 || '%' ORDER BY 1`, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != prefix+"_b" {
+		t.Fatalf("origins left: %v, want only %s_b", left, prefix)
+	}
+	DropReplicationOrigins(t, prefix)
 }
