@@ -520,7 +520,7 @@ func TestConsoleViewer(t *testing.T) {
 		t.Fatalf("cut-over: done %v, %+v", done, cut)
 	}
 	b.do("the mirror after its cut-over", chromedp.Navigate(s.baseURL+"/ui#/mirrors/viewed"))
-	b.wait("the cut-over's steps", fmt.Sprintf(`(() => { const rows = [...document.querySelectorAll('#cutover tbody tr')];
+	b.wait("the cut-over's steps", fmt.Sprintf(`(() => { const rows = [...document.querySelectorAll('#cutover-steps tbody tr')];
 		return document.querySelector('h1[data-status="completed"]') !== null && rows.length === %d
 			&& rows[0].querySelector('td').textContent === %s && rows.every((r) => r.querySelector('.status-done') !== null); })()`,
 		len(cut.Cutover.Steps), jsString(cut.Cutover.Steps[0].Name)))
