@@ -213,7 +213,7 @@ func TestConsoleCutoverAndNarrow(t *testing.T) {
 		t.Fatalf("the page does not say why the controls are gone: %q", why)
 	}
 	evalIn[bool](b, `(document.getElementById('cutover').scrollIntoView(), true)`)
-	b.screenshot("cutover-completed")
+	b.screenshot("cutover")
 	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)
 
 	// The link opens the reverse mirror's page.

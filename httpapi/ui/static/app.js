@@ -649,7 +649,7 @@
       return [
         el('dl', { class: 'config' }, dt('State', c.state), dt('Requested', fmtTime(c.requested_at) + (c.requested_by ? ' by ' + c.requested_by : '')),
           dt('Finished', fmtTime(c.finished_at)), dt('Target LSN', c.target_lsn || '—'),
-          dt('Source made read-only', o.lock_source ? 'yes' : 'no'), dt('Slot dropped after', o.drop_slot ? 'yes' : 'no')),
+          dt('Source made read-only', o.lock_source ? 'yes' : 'no'), dt('Replication slot dropped', o.drop_slot ? 'yes' : 'no')),
         c.error ? el('p', { class: 'error', text: c.error }) : null,
         c.reverse_mirror ? el('p', { class: 'reverse-mirror', id: 'reverse-mirror' }, 'Reverse mirror ',
           el('a', { href: '#/mirrors/' + enc(c.reverse_mirror), id: 'reverse-mirror-link', class: 'name', text: c.reverse_mirror }),
