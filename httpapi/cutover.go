@@ -92,10 +92,10 @@ func cutoverResponse(c *db.Cutover) *cutoverRecord {
 type cutoverOutput struct {
 	Status int
 	Body   struct {
-		Message  string         `json:"message"`
-		Status   string         `json:"status" doc:"The mirror's status: completed once the cut-over completed."`
-		Warnings []string       `json:"warnings" doc:"What the cut-over did not check or carry to the destination (cutover.warnings): tables with row counts only (checksums not compared, with the reason), and what the application needs created there. [] when there is nothing, or while the cut-over runs."`
-		Cutover  *cutoverRecord `json:"cutover"`
+		Message  string          `json:"message"`
+		Status   db.MirrorStatus `json:"status" doc:"The mirror's status: completed once the cut-over completed."`
+		Warnings []string        `json:"warnings" doc:"What the cut-over did not check or carry to the destination (cutover.warnings): tables with row counts only (checksums not compared, with the reason), and what the application needs created there. [] when there is nothing, or while the cut-over runs."`
+		Cutover  *cutoverRecord  `json:"cutover"`
 	}
 }
 
@@ -118,6 +118,35 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 	if in.Body != nil {
 		req = *in.Body
 	}
+	opts, wait := cutoverSettings(req)
+	if opts.ReverseMirrorName == in.Name {
+		return nil, errorf(http.StatusBadRequest, "Invalid request: reverse_mirror_name %q is the mirror's own name: choose another", opts.ReverseMirrorName)
+	}
+	setAuditDetails(ctx, map[string]any{"lock_source": opts.LockSource, "drop_slot": opts.DropSlot, "reverse_mirror_name": opts.ReverseMirrorName})
+	if opts.ReverseMirrorName != "" {
+		if _, err := h.store.MirrorGetByName(ctx, opts.ReverseMirrorName); err == nil {
+			return nil, errorf(http.StatusConflict, "Mirror %q already exists: choose another reverse_mirror_name", opts.ReverseMirrorName)
+		} else if !errors.Is(err, db.ErrNotFound) {
+			return nil, h.internal(ctx, "check the reverse mirror's name", err)
+		}
+	}
+	requested := time.Now().UTC().Truncate(time.Millisecond)
+	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
+		return h.requestCutover(ctx, tx, m, opts, requested)
+	})
+	if err != nil {
+		return nil, err
+	}
+	m, err := h.waitCutover(ctx, in.Name, requested, time.Duration(wait)*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return cutoverAnswer(in.Name, m, requested)
+}
+
+// cutoverSettings are the options of a cut-over request with the defaults
+// filled in, and how long the request waits for the cut-over (seconds).
+func cutoverSettings(req cutoverRequest) (db.CutoverOptions, int) {
 	opts := db.CutoverOptions{
 		LockSource: req.LockSource != nil && *req.LockSource, DropSlot: req.DropSlot == nil || *req.DropSlot,
 		TimeoutSeconds: cutoverDefaultTimeout, QuietSeconds: cutoverDefaultQuiet, ReverseMirrorName: req.ReverseMirrorName,
@@ -133,89 +162,82 @@ func (h *handlers) cutover(ctx context.Context, in *cutoverInput) (*cutoverOutpu
 	if req.WaitSeconds != nil {
 		wait = min(*req.WaitSeconds, cutoverMaxWait)
 	}
-	if opts.ReverseMirrorName == in.Name {
-		return nil, errorf(http.StatusBadRequest, "Invalid request: reverse_mirror_name %q is the mirror's own name: choose another", opts.ReverseMirrorName)
+	return opts, wait
+}
+
+// requestCutover records a cut-over request on mirror m (locked in tx) and
+// enqueues the run that carries it out, or refuses it: the mirror must be
+// running with every table running, nothing else in progress and no
+// changes lost. The reverse mirror's names are chosen here, under the
+// names lock.
+func (h *handlers) requestCutover(ctx context.Context, tx pgx.Tx, m db.Mirror, opts db.CutoverOptions, requested time.Time) error {
+	if m.Status != db.StatusRunning || m.DesiredState != db.DesiredRunning {
+		return errorf(http.StatusConflict, "Cannot cut over mirror %q: its status is %s; a cut-over needs a running mirror", m.Name, m.Status)
 	}
-	setAuditDetails(ctx, map[string]any{"lock_source": opts.LockSource, "drop_slot": opts.DropSlot, "reverse_mirror_name": opts.ReverseMirrorName})
+	tables, err := h.store.With(tx).MirrorTables(ctx, m.ID)
+	if err != nil {
+		return err
+	}
+	if err := busy(m, tables, "cut over"); err != nil {
+		return err
+	}
+	for _, t := range tables {
+		if t.Status != db.TableStatusRunning {
+			return errorf(http.StatusConflict, "Cannot cut over mirror %q: table %s.%s is %s; wait until every table is running", m.Name, t.SourceSchema, t.SourceTable, t.Status)
+		}
+	}
+	if lost := lostChangesResponse(m); lost != nil {
+		// Whatever verify says: nothing the cut-over checks proves
+		// these tables equal.
+		return errorf(http.StatusConflict, "Cannot cut over mirror %q: changes were lost (its replication slot: %s): %s", m.Name, lost.Reason, lost.Action)
+	}
 	if opts.ReverseMirrorName != "" {
-		if _, err := h.store.MirrorGetByName(ctx, opts.ReverseMirrorName); err == nil {
-			return nil, errorf(http.StatusConflict, "Mirror %q already exists: choose another reverse_mirror_name", opts.ReverseMirrorName)
-		} else if !errors.Is(err, db.ErrNotFound) {
-			return nil, h.internal(ctx, "check the reverse mirror's name", err)
+		if err := h.store.With(tx).LockMirrorNames(ctx); err != nil {
+			return err
 		}
-	}
-	requested := time.Now().UTC().Truncate(time.Millisecond)
-	err := h.controlTx(ctx, in.Name, func(tx pgx.Tx, m db.Mirror) error {
-		if m.Status != db.StatusRunning || m.DesiredState != db.DesiredRunning {
-			return errorf(http.StatusConflict, "Cannot cut over mirror %q: its status is %s; a cut-over needs a running mirror", m.Name, m.Status)
-		}
-		tables, err := h.store.With(tx).MirrorTables(ctx, m.ID)
+		pub, slot, err := chooseNames(ctx, func(ctx context.Context, slot, pub string) (string, error) {
+			return h.store.With(tx).MirrorUsingSlotOrPublication(ctx, slot, pub)
+		}, opts.ReverseMirrorName, "", "")
 		if err != nil {
 			return err
 		}
-		if err := busy(m, tables, "cut over"); err != nil {
-			return err
-		}
-		for _, t := range tables {
-			if t.Status != db.TableStatusRunning {
-				return errorf(http.StatusConflict, "Cannot cut over mirror %q: table %s.%s is %s; wait until every table is running", m.Name, t.SourceSchema, t.SourceTable, t.Status)
-			}
-		}
-		if lost := lostChangesResponse(m); lost != nil {
-			// Whatever verify says: nothing the cut-over checks proves
-			// these tables equal.
-			return errorf(http.StatusConflict, "Cannot cut over mirror %q: changes were lost (its replication slot: %s): %s", m.Name, lost.Reason, lost.Action)
-		}
-		if opts.ReverseMirrorName != "" {
-			if err := h.store.With(tx).LockMirrorNames(ctx); err != nil {
-				return err
-			}
-			pub, slot, err := chooseNames(ctx, func(ctx context.Context, slot, pub string) (string, error) {
-				return h.store.With(tx).MirrorUsingSlotOrPublication(ctx, slot, pub)
-			}, opts.ReverseMirrorName, "", "")
-			if err != nil {
-				return err
-			}
-			opts.ReversePublicationName, opts.ReverseReplicationSlotName = pub, slot
-		}
-		record := db.Cutover{State: db.CutoverRequested, RequestedAt: requested, RequestedBy: currentUser(ctx).Username,
-			Options: opts, Steps: []db.CutoverStep{}}
-		if err := h.store.With(tx).MirrorRequestCutover(ctx, m.ID, record); err != nil {
-			return err
-		}
-		if err := h.store.With(tx).LogInsert(ctx, m.ID, db.LevelInfo, "Cut-over requested", map[string]any{
-			"user": currentUser(ctx).Username, "lock_source": opts.LockSource, "drop_slot": opts.DropSlot,
-			"reverse_mirror_name": opts.ReverseMirrorName}); err != nil {
-			return err
-		}
-		return h.enqueueRun(ctx, tx, m.ID)
-	})
-	if err != nil {
-		return nil, err
+		opts.ReversePublicationName, opts.ReverseReplicationSlotName = pub, slot
 	}
-	m, err := h.waitCutover(ctx, in.Name, requested, time.Duration(wait)*time.Second)
-	if err != nil {
-		return nil, err
+	record := db.Cutover{State: db.CutoverRequested, RequestedAt: requested, RequestedBy: currentUser(ctx).Username,
+		Options: opts, Steps: []db.CutoverStep{}}
+	if err := h.store.With(tx).MirrorRequestCutover(ctx, m.ID, record); err != nil {
+		return err
 	}
+	if err := h.store.With(tx).LogInsert(ctx, m.ID, db.LevelInfo, "Cut-over requested", map[string]any{
+		"user": currentUser(ctx).Username, "lock_source": opts.LockSource, "drop_slot": opts.DropSlot,
+		"reverse_mirror_name": opts.ReverseMirrorName}); err != nil {
+		return err
+	}
+	return h.enqueueRun(ctx, tx, m.ID)
+}
+
+// cutoverAnswer is the answer to the cut-over requested at requested, as
+// far as it got: 200 completed, 202 still running, 409 failed or replaced.
+func cutoverAnswer(name string, m db.Mirror, requested time.Time) (*cutoverOutput, error) {
 	out := &cutoverOutput{}
-	out.Body.Status, out.Body.Cutover, out.Body.Warnings = string(m.Status), cutoverResponse(m.Cutover), []string{}
+	out.Body.Status, out.Body.Cutover, out.Body.Warnings = m.Status, cutoverResponse(m.Cutover), []string{}
 	if out.Body.Cutover != nil && m.Cutover.RequestedAt.Equal(requested) {
 		out.Body.Warnings = out.Body.Cutover.Warnings
 	}
 	switch {
 	case m.Cutover == nil || !m.Cutover.RequestedAt.Equal(requested):
-		return nil, errorf(http.StatusConflict, "The cut-over of mirror %q was replaced or withdrawn while it ran: see GET /v1/mirrors/%s", in.Name, in.Name)
+		return nil, errorf(http.StatusConflict, "The cut-over of mirror %q was replaced or withdrawn while it ran: see GET /v1/mirrors/%s", name, name)
 	case m.Cutover.State == db.CutoverFailed:
-		return nil, errorf(http.StatusConflict, "%s. Its steps are in GET /v1/mirrors/%s (cutover)", m.Cutover.Error, in.Name)
+		return nil, errorf(http.StatusConflict, "%s. Its steps are in GET /v1/mirrors/%s (cutover)", m.Cutover.Error, name)
 	case m.Cutover.State == db.CutoverCompleted:
 		out.Status = http.StatusOK
-		out.Body.Message = completedMessage(in.Name, m.Cutover)
+		out.Body.Message = completedMessage(name, m.Cutover)
 		if m.Cutover.ReverseMirror != "" {
 			out.Body.Message += fmt.Sprintf("; mirror %q carries the destination's changes back to the source", m.Cutover.ReverseMirror)
 		}
 	default:
 		out.Status = http.StatusAccepted
-		out.Body.Message = fmt.Sprintf("Cut-over of mirror %q is in progress: follow it with GET /v1/mirrors/%s (cutover)", in.Name, in.Name)
+		out.Body.Message = fmt.Sprintf("Cut-over of mirror %q is in progress: follow it with GET /v1/mirrors/%s (cutover)", name, name)
 	}
 	return out, nil
 }

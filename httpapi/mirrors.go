@@ -68,24 +68,27 @@ func mappingResponse(t db.MirrorTable) tableMapping {
 }
 
 type mirrorCreateInput struct {
-	Body struct {
-		Name                        string           `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique mirror name, used in paths."`
-		SourcePeer                  string           `json:"source_peer" minLength:"1" maxLength:"128" doc:"Name of an existing peer to read from."`
-		DestinationPeer             string           `json:"destination_peer" minLength:"1" maxLength:"128" doc:"Name of an existing peer to write to."`
-		TableMappings               []tableMapping   `json:"table_mappings" minItems:"1" maxItems:"1000"`
-		SnapshotNumRowsPerPartition int              `json:"snapshot_num_rows_per_partition,omitempty" minimum:"1" maximum:"100000000" default:"500000"`
-		SnapshotMaxParallelWorkers  int              `json:"snapshot_max_parallel_workers,omitempty" minimum:"1" maximum:"64" default:"4"`
-		SnapshotNumTablesInParallel int              `json:"snapshot_num_tables_in_parallel,omitempty" minimum:"1" maximum:"64" default:"4"`
-		CDCSyncIntervalSeconds      int              `json:"cdc_sync_interval_seconds,omitempty" minimum:"1" maximum:"86400" default:"60"`
-		CDCBatchSize                int              `json:"cdc_batch_size,omitempty" minimum:"1" maximum:"1000000" default:"10000"`
-		DoInitialSnapshot           *bool            `json:"do_initial_snapshot,omitempty" default:"true" doc:"When false, only changes made after creation are replicated."`
-		PublicationName             string           `json:"publication_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_pub_<name>."`
-		ReplicationSlotName         string           `json:"replication_slot_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_slot_<name>."`
-		ExistingDestinationRows     db.ExistingRows  `json:"existing_destination_rows,omitempty" default:"refuse" doc:"What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
-		CaptureDDL                  bool             `json:"capture_ddl,omitempty" default:"false" doc:"Capture schema changes of the mapped tables with an event trigger that pgmirror installs on the source database (needs a superuser source peer, PostgreSQL 14 or later): CREATE INDEX, DROP INDEX, ALTER INDEX ... RENAME, check/unique/exclusion constraints added or dropped, column defaults and NOT NULL are then applied on the destination in order with the rows. Without it, added, renamed and dropped columns still replicate from the stream. The trigger is shared by the mirrors of the source database and removed with the last of them."`
-		SchemaChanges               db.SchemaChanges `json:"schema_changes,omitempty" default:"apply" doc:"What CDC does when a mapped source table's columns change (renamed, dropped, added, retyped): apply (default: the change is applied to the destination at its position in the stream and logged as Schema change applied; a type change that may have changed stored values resyncs that table beside running CDC), warn (a WARN is logged and the destination's schema is left as it is: dropped and renamed columns are kept and made nullable), or stop (the mirror is paused before the first change that would alter the destination's schema; switch the setting with PATCH /v1/mirrors/{name} or change the destination yourself, then resume). See docs/consistency.md, Schema changes."`
-		Sequences                   []sequenceRef    `json:"sequences,omitempty" maxItems:"1000" doc:"Source sequences to keep in step on the destination besides those the mapped tables' columns own (serial, identity): for example one that several tables draw ids from through DEFAULT nextval(...). Each is created on the destination under the same name when missing, set after the snapshot, every SERVICE_SEQUENCE_SYNC_INTERVAL and exactly at a cut-over."`
-	}
+	Body mirrorCreateBody
+}
+
+// mirrorCreateBody is the body of POST /v1/mirrors.
+type mirrorCreateBody struct {
+	Name                        string           `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" patternDescription:"letters, digits, '_', '.' and '-', starting with a letter or digit" doc:"Unique mirror name, used in paths."`
+	SourcePeer                  string           `json:"source_peer" minLength:"1" maxLength:"128" doc:"Name of an existing peer to read from."`
+	DestinationPeer             string           `json:"destination_peer" minLength:"1" maxLength:"128" doc:"Name of an existing peer to write to."`
+	TableMappings               []tableMapping   `json:"table_mappings" minItems:"1" maxItems:"1000"`
+	SnapshotNumRowsPerPartition int              `json:"snapshot_num_rows_per_partition,omitempty" minimum:"1" maximum:"100000000" default:"500000"`
+	SnapshotMaxParallelWorkers  int              `json:"snapshot_max_parallel_workers,omitempty" minimum:"1" maximum:"64" default:"4"`
+	SnapshotNumTablesInParallel int              `json:"snapshot_num_tables_in_parallel,omitempty" minimum:"1" maximum:"64" default:"4"`
+	CDCSyncIntervalSeconds      int              `json:"cdc_sync_interval_seconds,omitempty" minimum:"1" maximum:"86400" default:"60"`
+	CDCBatchSize                int              `json:"cdc_batch_size,omitempty" minimum:"1" maximum:"1000000" default:"10000"`
+	DoInitialSnapshot           *bool            `json:"do_initial_snapshot,omitempty" default:"true" doc:"When false, only changes made after creation are replicated."`
+	PublicationName             string           `json:"publication_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_pub_<name>."`
+	ReplicationSlotName         string           `json:"replication_slot_name,omitempty" pattern:"^[a-z_][a-z0-9_]{0,62}$" patternDescription:"a PostgreSQL identifier of lowercase letters, digits and '_', at most 63 characters, not starting with a digit" doc:"Default: pgmirror_slot_<name>."`
+	ExistingDestinationRows     db.ExistingRows  `json:"existing_destination_rows,omitempty" default:"refuse" doc:"What a table's first copy does with rows its destination table already holds: refuse (default: the request is refused with 409 naming the tables, and a worker that finds rows there before copying fails the mirror instead of copying), truncate (the table is emptied first), or keep (the rows stay and the source's rows are copied over them with upserts by primary key, for a destination that holds an older copy; 409 for a table with rows but no primary key). Later copies (resync, a restarted copy) always truncate. Without an initial snapshot nothing is copied and the rows stay."`
+	CaptureDDL                  bool             `json:"capture_ddl,omitempty" default:"false" doc:"Capture schema changes of the mapped tables with an event trigger that pgmirror installs on the source database (needs a superuser source peer, PostgreSQL 14 or later): CREATE INDEX, DROP INDEX, ALTER INDEX ... RENAME, check/unique/exclusion constraints added or dropped, column defaults and NOT NULL are then applied on the destination in order with the rows. Without it, added, renamed and dropped columns still replicate from the stream. The trigger is shared by the mirrors of the source database and removed with the last of them."`
+	SchemaChanges               db.SchemaChanges `json:"schema_changes,omitempty" default:"apply" doc:"What CDC does when a mapped source table's columns change (renamed, dropped, added, retyped): apply (default: the change is applied to the destination at its position in the stream and logged as Schema change applied; a type change that may have changed stored values resyncs that table beside running CDC), warn (a WARN is logged and the destination's schema is left as it is: dropped and renamed columns are kept and made nullable), or stop (the mirror is paused before the first change that would alter the destination's schema; switch the setting with PATCH /v1/mirrors/{name} or change the destination yourself, then resume). See docs/consistency.md, Schema changes."`
+	Sequences                   []sequenceRef    `json:"sequences,omitempty" maxItems:"1000" doc:"Source sequences to keep in step on the destination besides those the mapped tables' columns own (serial, identity): for example one that several tables draw ids from through DEFAULT nextval(...). Each is created on the destination under the same name when missing, set after the snapshot, every SERVICE_SEQUENCE_SYNC_INTERVAL and exactly at a cut-over."`
 }
 
 // MirrorConfig is a mirror's configuration as the API returns it. It is
@@ -485,86 +488,136 @@ func generatedName(prefix, mirror string) string {
 }
 
 func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mirrorCreateOutput, error) {
-	b := in.Body
+	b := &in.Body
 	setAuditTarget(ctx, b.Name)
 	setAuditDetails(ctx, map[string]any{"source_peer": b.SourcePeer, "destination_peer": b.DestinationPeer, "tables": len(b.TableMappings),
 		"existing_destination_rows": string(existingRowsMode(string(b.ExistingDestinationRows)))})
-	source, err := h.store.PeerGetByName(ctx, b.SourcePeer)
-	if errors.Is(err, db.ErrNotFound) {
-		return nil, errorf(http.StatusBadRequest, "Invalid request: source peer %q does not exist: create it with POST /v1/peers first", b.SourcePeer)
-	}
-	if err != nil {
-		return nil, h.internal(ctx, "load the source peer", err)
-	}
-	dest, err := h.store.PeerGetByName(ctx, b.DestinationPeer)
-	if errors.Is(err, db.ErrNotFound) {
-		return nil, errorf(http.StatusBadRequest, "Invalid request: destination peer %q does not exist: create it with POST /v1/peers first", b.DestinationPeer)
-	}
-	if err != nil {
-		return nil, h.internal(ctx, "load the destination peer", err)
-	}
-	mappings, err := validateMappings(b.TableMappings, samePeer(source, dest))
+	plan, err := h.planMirror(ctx, b)
 	if err != nil {
 		return nil, err
 	}
-	schemas, err := validateSchemaMappings(b.TableMappings, samePeer(source, dest))
-	if err != nil {
+	if err := h.checkMirrorPeers(ctx, b, &plan); err != nil {
 		return nil, err
 	}
-	sequences, err := validateSequences(b.Sequences)
-	if err != nil {
-		return nil, err
+	m, tables, err := h.insertMirror(ctx, b, plan)
+	var apiErr *apiError
+	switch {
+	case errors.As(err, &apiErr):
+		return nil, apiErr
+	case db.Violates(err, db.ConstraintMirrorName):
+		return nil, errorf(http.StatusConflict, "Mirror %q already exists: choose another name", b.Name)
+	case err != nil:
+		return nil, h.internal(ctx, "create the mirror", err)
+	}
+	h.logger.InfoContext(ctx, "mirror created", "mirror", m.Name, "slot", m.ReplicationSlotName, "publication", m.PublicationName,
+		"user", currentUser(ctx).Username)
+	return &mirrorCreateOutput{Body: configResponse(m, tables)}, nil
+}
+
+// mirrorPlan is a validated mirror creation request: its peers and what it
+// maps, with whole schemas expanded into tables.
+type mirrorPlan struct {
+	source, dest db.Peer
+	mappings     []change.Mapping
+	fromSchema   map[change.TableName]bool
+	schemas      []db.SchemaMapping
+	sequences    []db.SequenceName
+	mode         db.ExistingRows
+	doSnapshot   bool
+}
+
+// planMirror validates a creation request without connecting to a peer:
+// the peers exist, the mappings, schemas and sequences are well formed,
+// and the mirror's name and its custom slot and publication names are free.
+func (h *handlers) planMirror(ctx context.Context, b *mirrorCreateBody) (mirrorPlan, error) {
+	var p mirrorPlan
+	var err error
+	if p.source, err = h.peerForMirror(ctx, "source", b.SourcePeer); err != nil {
+		return p, err
+	}
+	if p.dest, err = h.peerForMirror(ctx, "destination", b.DestinationPeer); err != nil {
+		return p, err
+	}
+	if p.mappings, err = validateMappings(b.TableMappings, samePeer(p.source, p.dest)); err != nil {
+		return p, err
+	}
+	if p.schemas, err = validateSchemaMappings(b.TableMappings, samePeer(p.source, p.dest)); err != nil {
+		return p, err
+	}
+	if p.sequences, err = validateSequences(b.Sequences); err != nil {
+		return p, err
 	}
 	if _, err := h.store.MirrorGetByName(ctx, b.Name); err == nil {
-		return nil, errorf(http.StatusConflict, "Mirror %q already exists: choose another name", b.Name)
+		return p, errorf(http.StatusConflict, "Mirror %q already exists: choose another name", b.Name)
 	} else if !errors.Is(err, db.ErrNotFound) {
-		return nil, h.internal(ctx, "check the mirror name", err)
+		return p, h.internal(ctx, "check the mirror name", err)
 	}
-
 	// Fail fast on taken custom names, before connecting to the source; the
-	// names are chosen for good under a lock in the transaction below.
+	// names are chosen for good under a lock in insertMirror.
 	if _, _, err := chooseNames(ctx, h.store.MirrorUsingSlotOrPublication, b.Name, b.PublicationName, b.ReplicationSlotName); err != nil {
 		var apiErr *apiError
 		if errors.As(err, &apiErr) {
-			return nil, apiErr
+			return p, apiErr
 		}
-		return nil, h.internal(ctx, "check the slot and publication names", err)
+		return p, h.internal(ctx, "check the slot and publication names", err)
 	}
+	p.mode = existingRowsMode(string(b.ExistingDestinationRows))
+	p.doSnapshot = b.DoInitialSnapshot == nil || *b.DoInitialSnapshot
+	return p, nil
+}
 
-	mappings, fromSchema, err := h.expandSchemas(ctx, source, mappings, schemas)
-	if err != nil {
-		return nil, err
+// peerForMirror loads the peer a creation request names in role.
+func (h *handlers) peerForMirror(ctx context.Context, role, name string) (db.Peer, error) {
+	peer, err := h.store.PeerGetByName(ctx, name)
+	if errors.Is(err, db.ErrNotFound) {
+		return peer, errorf(http.StatusBadRequest, "Invalid request: %s peer %q does not exist: create it with POST /v1/peers first", role, name)
 	}
-	if err := h.checkSource(ctx, source, mappings, sequences); err != nil {
-		return nil, err
+	if err != nil {
+		return peer, h.internal(ctx, "load the "+role+" peer", err)
+	}
+	return peer, nil
+}
+
+// checkMirrorPeers checks a planned mirror against its peers: whole
+// schemas expanded, the source's tables and settings, the DDL capture
+// (installed last, so that no change made after the slot is missed), no
+// loop with another mirror, and a destination that can take the copy.
+func (h *handlers) checkMirrorPeers(ctx context.Context, b *mirrorCreateBody, p *mirrorPlan) error {
+	var err error
+	if p.mappings, p.fromSchema, err = h.expandSchemas(ctx, p.source, p.mappings, p.schemas); err != nil {
+		return err
+	}
+	if err := h.checkSource(ctx, p.source, p.mappings, p.sequences); err != nil {
+		return err
 	}
 	if b.CaptureDDL {
-		if err := h.ddlCapture(ctx, source, false); err != nil {
-			return nil, err
+		if err := h.ddlCapture(ctx, p.source, false); err != nil {
+			return err
 		}
 	}
 	// A loop with another mirror is refused whatever the destination holds.
-	if err := h.refuseCycle(ctx, 0, source, dest, mappings); err != nil {
-		return nil, err
+	if err := h.refuseCycle(ctx, 0, p.source, p.dest, p.mappings); err != nil {
+		return err
 	}
 	// A destination peer stored before the catalog check existed (or while
 	// it could not be reached) must not be the catalog either; its tables
 	// must not hold rows the first copy would replace unasked.
-	mode := existingRowsMode(string(b.ExistingDestinationRows))
-	doSnapshot := b.DoInitialSnapshot == nil || *b.DoInitialSnapshot
-	if err := h.checkDestination(ctx, dest, mappings, mode, doSnapshot); err != nil {
-		return nil, err
+	if err := h.checkDestination(ctx, p.dest, p.mappings, p.mode, p.doSnapshot); err != nil {
+		return err
 	}
 	if b.CaptureDDL {
 		// Installed before the mirror exists, so that no change made on
 		// the source after its slot is missed.
-		if err := h.ddlCapture(ctx, source, true); err != nil {
-			return nil, err
+		if err := h.ddlCapture(ctx, p.source, true); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	var m db.Mirror
-	var tables []db.MirrorTable
+// insertMirror writes the planned mirror and its tables to the catalog and
+// enqueues its first run, in one audited transaction.
+func (h *handlers) insertMirror(ctx context.Context, b *mirrorCreateBody, p mirrorPlan) (m db.Mirror, tables []db.MirrorTable, err error) {
 	err = h.auditedTx(ctx, func(tx pgx.Tx) error {
 		// Under this lock no other mirror can take the names between the
 		// check and the insert.
@@ -578,14 +631,14 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 			return err
 		}
 		m, err = h.store.With(tx).MirrorCreate(ctx, db.MirrorCreateParams{
-			SchemaMappings: schemas, FromSchema: fromSchema,
-			Name: b.Name, SourcePeerID: source.ID, DestinationPeerID: dest.ID,
+			SchemaMappings: p.schemas, FromSchema: p.fromSchema,
+			Name: b.Name, SourcePeerID: p.source.ID, DestinationPeerID: p.dest.ID,
 			SnapshotNumRowsPerPartition: b.SnapshotNumRowsPerPartition, SnapshotMaxParallelWorkers: b.SnapshotMaxParallelWorkers,
 			SnapshotNumTablesInParallel: b.SnapshotNumTablesInParallel, CDCSyncIntervalSeconds: b.CDCSyncIntervalSeconds,
-			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: doSnapshot, ExistingDestinationRows: mode,
-			PublicationName: pub, ReplicationSlotName: slot, Tables: mappings, Sequences: sequences,
+			CDCBatchSize: b.CDCBatchSize, DoInitialSnapshot: p.doSnapshot, ExistingDestinationRows: p.mode,
+			PublicationName: pub, ReplicationSlotName: slot, Tables: p.mappings, Sequences: p.sequences,
 			CaptureDDL:    b.CaptureDDL,
-			SchemaChanges: db.SchemaChanges(b.SchemaChanges),
+			SchemaChanges: b.SchemaChanges,
 		})
 		if err != nil {
 			return err
@@ -595,18 +648,7 @@ func (h *handlers) createMirror(ctx context.Context, in *mirrorCreateInput) (*mi
 		}
 		return h.enqueueRun(ctx, tx, m.ID)
 	})
-	var apiErr *apiError
-	switch {
-	case errors.As(err, &apiErr):
-		return nil, apiErr
-	case db.Violates(err, db.ConstraintMirrorName):
-		return nil, errorf(http.StatusConflict, "Mirror %q already exists: choose another name", b.Name)
-	case err != nil:
-		return nil, h.internal(ctx, "create the mirror", err)
-	}
-	h.logger.InfoContext(ctx, "mirror created", "mirror", m.Name, "slot", m.ReplicationSlotName, "publication", m.PublicationName,
-		"user", currentUser(ctx).Username)
-	return &mirrorCreateOutput{Body: configResponse(m, tables)}, nil
+	return m, tables, err
 }
 
 // chooseNames returns the publication and replication slot names of a new

@@ -156,28 +156,7 @@ func AddIndexesAndConstraints(ctx context.Context, src, dst Conn, m change.Mappi
 		if skip(ix, "index") {
 			continue
 		}
-		stmt, ok := rewriteIndexDef(ix, m.Destination)
-		if !ok {
-			log.warn("index %s of %s is not created on %s: its definition %q has an unexpected form", sqlquote.Ident(ix.name), m.Source, m.Destination, ix.def)
-			continue
-		}
-		var onTable *uint32
-		err := dst.QueryRow(ctx, `SELECT i.indrelid FROM pg_catalog.pg_class c
-JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-LEFT JOIN pg_catalog.pg_index i ON i.indexrelid = c.oid
-WHERE n.nspname = $1 AND c.relname = $2`, m.Destination.Schema, ix.name).Scan(&onTable)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return nil, nil, fmt.Errorf("destination: look up index %s of %s: %w", sqlquote.Ident(ix.name), m.Destination, err)
-		case onTable == nil || *onTable != dstOID:
-			log.warn("index %s of %s is not created on %s: schema %s already has a relation of that name; create the index under another name",
-				sqlquote.Ident(ix.name), m.Source, m.Destination, sqlquote.Ident(m.Destination.Schema))
-			continue
-		default:
-			continue // already there
-		}
-		if err := execDeferred(ctx, dst, log, stmt); err != nil {
+		if err := addIndex(ctx, dst, m, dstOID, ix, log); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -195,6 +174,35 @@ WHERE n.nspname = $1 AND c.relname = $2`, m.Destination.Schema, ix.name).Scan(&o
 		}
 	}
 	return log.statements, log.warnings, nil
+}
+
+// addIndex creates source index ix on destination table m.Destination
+// (oid dstOID) unless it is there already; an index whose name another
+// relation of the schema has, or whose definition has an unexpected form,
+// is left out with a warning.
+func addIndex(ctx context.Context, dst Conn, m change.Mapping, dstOID uint32, ix deferredObject, log *ddlLog) error {
+	stmt, ok := rewriteIndexDef(ix, m.Destination)
+	if !ok {
+		log.warn("index %s of %s is not created on %s: its definition %q has an unexpected form", sqlquote.Ident(ix.name), m.Source, m.Destination, ix.def)
+		return nil
+	}
+	var onTable *uint32
+	err := dst.QueryRow(ctx, `SELECT i.indrelid FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_index i ON i.indexrelid = c.oid
+WHERE n.nspname = $1 AND c.relname = $2`, m.Destination.Schema, ix.name).Scan(&onTable)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("destination: look up index %s of %s: %w", sqlquote.Ident(ix.name), m.Destination, err)
+	case onTable == nil || *onTable != dstOID:
+		log.warn("index %s of %s is not created on %s: schema %s already has a relation of that name; create the index under another name",
+			sqlquote.Ident(ix.name), m.Source, m.Destination, sqlquote.Ident(m.Destination.Schema))
+		return nil
+	default:
+		return nil // already there
+	}
+	return execDeferred(ctx, dst, log, stmt)
 }
 
 // addNotNull makes the columns of destination table m.Destination NOT

@@ -426,29 +426,8 @@ func (r *run) copyTable(ctx context.Context, job *tableJob, workers chan *worker
 	r.log.InfoContext(ctx, "snapshot of table started", "table", job.m.Source.String(), "partitions", total,
 		"streams", len(job.streams), "writers", job.writers)
 	var rows atomic.Int64
-	endProgress := func() {}
-	if pr, ok := r.rep.(ProgressReporter); ok {
-		stopProgress := make(chan struct{})
-		progressDone := make(chan struct{})
-		var once sync.Once
-		endProgress = func() { once.Do(func() { close(stopProgress); <-progressDone }) }
-		defer endProgress()
-		go func() {
-			defer close(progressDone)
-			tick := time.NewTicker(progressEvery)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stopProgress:
-					return
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					pr.RowsStreamed(ctx, job.m, job.streamed.Load())
-				}
-			}
-		}()
-	}
+	endProgress := r.reportProgress(ctx, job)
+	defer endProgress()
 	g, gctx := errgroup.WithContext(ctx)
 	writers := make(chan struct{}, max(job.writers, 1))
 	next := 1 // the number of the next stream's first partition
@@ -507,6 +486,35 @@ func (r *run) copyTable(ctx context.Context, job *tableJob, workers chan *worker
 		return fmt.Errorf("table %s: report done: %w", job.m.Source, err)
 	}
 	return nil
+}
+
+// reportProgress reports the rows streamed of job every progressEvery,
+// when the reporter takes progress, until the function it returns is
+// called (any number of times) or ctx ends.
+func (r *run) reportProgress(ctx context.Context, job *tableJob) (end func()) {
+	pr, ok := r.rep.(ProgressReporter)
+	if !ok {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(progressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				pr.RowsStreamed(ctx, job.m, job.streamed.Load())
+			}
+		}
+	}()
+	return func() { once.Do(func() { close(stop); <-done }) }
 }
 
 // addIndexes creates the source's check constraints and non-unique indexes
@@ -686,36 +694,15 @@ func (r *run) copyStream(ctx context.Context, w *worker, job *tableJob, st strea
 		},
 		func(in io.Reader) (int64, error) {
 			start := time.Now()
-			if _, err := w.dst.Exec(ctx, beginDst); err != nil {
-				return 0, fmt.Errorf("begin destination transaction: %w", err)
-			}
-			if job.foreignOwner != "" {
-				replica := r.dstSettings["session_replication_role"] == "replica"
-				if err := exprcheck.GuardWrites(ctx, w.dst, job.m.Destination.Quoted(), job.foreignOwner, replica); err != nil {
-					return 0, err
-				}
-			}
-			tag, err := w.dst.PgConn().CopyFrom(ctx, in, inSQL)
+			rows, err := r.writePartition(ctx, w, job, in, beginDst, inSQL, upsertSQL)
 			if err != nil {
-				return 0, fmt.Errorf("copy into destination (%s): %w", inSQL, err)
+				return 0, err
 			}
-			if upsertSQL != "" {
-				if _, err := w.dst.Exec(ctx, upsertSQL); err != nil {
-					return 0, fmt.Errorf("upsert into destination (%s): %w", upsertSQL, err)
-				}
-			}
-			commit, err := w.dst.Exec(ctx, "COMMIT")
-			if err == nil && commit.String() != "COMMIT" {
-				err = errors.New(commit.String()) // a failed transaction "commits" as ROLLBACK
-			}
-			if err != nil {
-				return 0, fmt.Errorf("commit on destination: %w", err)
-			}
-			if err := done(n, tag.RowsAffected(), time.Since(start)); err != nil {
+			if err := done(n, rows, time.Since(start)); err != nil {
 				return 0, err
 			}
 			n++
-			return tag.RowsAffected(), nil
+			return rows, nil
 		})
 	switch {
 	case outErr != nil && !errors.Is(outErr, errDestinationFailed):
@@ -734,6 +721,40 @@ func (r *run) copyStream(ctx context.Context, w *worker, job *tableJob, st strea
 		}
 	}
 	return nil
+}
+
+// writePartition writes one partition's rows, read from in, into job's
+// destination table in one transaction of w's destination connection:
+// beginDst opens it (with a staging table for kept rows), inSQL is the
+// COPY FROM, upsertSQL (when kept rows) moves the staged rows over. It
+// returns the rows copied.
+func (r *run) writePartition(ctx context.Context, w *worker, job *tableJob, in io.Reader, beginDst, inSQL, upsertSQL string) (int64, error) {
+	if _, err := w.dst.Exec(ctx, beginDst); err != nil {
+		return 0, fmt.Errorf("begin destination transaction: %w", err)
+	}
+	if job.foreignOwner != "" {
+		replica := r.dstSettings["session_replication_role"] == "replica"
+		if err := exprcheck.GuardWrites(ctx, w.dst, job.m.Destination.Quoted(), job.foreignOwner, replica); err != nil {
+			return 0, err
+		}
+	}
+	tag, err := w.dst.PgConn().CopyFrom(ctx, in, inSQL)
+	if err != nil {
+		return 0, fmt.Errorf("copy into destination (%s): %w", inSQL, err)
+	}
+	if upsertSQL != "" {
+		if _, err := w.dst.Exec(ctx, upsertSQL); err != nil {
+			return 0, fmt.Errorf("upsert into destination (%s): %w", upsertSQL, err)
+		}
+	}
+	commit, err := w.dst.Exec(ctx, "COMMIT")
+	if err == nil && commit.String() != "COMMIT" {
+		err = errors.New(commit.String()) // a failed transaction "commits" as ROLLBACK
+	}
+	if err != nil {
+		return 0, fmt.Errorf("commit on destination: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // pipeCopy runs copyTo (the source's COPY TO STDOUT, which writes one

@@ -133,15 +133,7 @@ func OpenSnapshots(ctx context.Context, cfg SnapshotConfig, hc HoldControl) (_ *
 		_ = src.Close(cctx)
 		cancel()
 	}()
-	var version int
-	var floorText string
-	if err := src.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version_num'::pg_catalog.text)::pg_catalog.int4, pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text`).Scan(&version, &floorText); err != nil {
-		return nil, fmt.Errorf("read the source's WAL position: %w", err)
-	}
-	if srv := pgversion.Of(version); !srv.Supported() || !srv.Markers() {
-		return nil, ErrHoldUnsupported
-	}
-	floor, err := change.ParseLSN(floorText)
+	floor, err := holdFloor(ctx, src)
 	if err != nil {
 		return nil, err
 	}
@@ -174,21 +166,9 @@ func OpenSnapshots(ctx context.Context, cfg SnapshotConfig, hc HoldControl) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("wait for the mirror to hold at %s: %w", s.LSN, err)
 	}
-	s.tx, err = s.dst.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return nil, fmt.Errorf("begin the destination snapshot: %w", err)
+	if err := s.exportDest(ctx, cfg.MirrorUID, held); err != nil {
+		return nil, err
 	}
-	if err := s.tx.QueryRow(ctx, `SELECT pg_catalog.pg_export_snapshot()`).Scan(&s.Dest); err != nil {
-		return nil, fmt.Errorf("export the destination snapshot: %w", err)
-	}
-	applied, _, found, err := positions.Applied(ctx, s.tx, cfg.MirrorUID)
-	if err != nil {
-		return nil, fmt.Errorf("read the applied position in the destination snapshot: %w", err)
-	}
-	if !found || applied != held {
-		return nil, fmt.Errorf("the destination snapshot stands at %s, not at the position the mirror held at (%s; the hold ended too early): %w", applied, held, ErrHoldTimeout)
-	}
-	s.Applied = applied
 	if cfg.WhileHeld != nil {
 		if err := cfg.WhileHeld(ctx, s); err != nil {
 			return nil, err
@@ -202,6 +182,44 @@ func OpenSnapshots(ctx context.Context, cfg SnapshotConfig, hc HoldControl) (_ *
 		return nil, fmt.Errorf("read table positions in the destination snapshot: %w", err)
 	}
 	return s, nil
+}
+
+// holdFloor checks that the source can take a hold (a supported version
+// that writes logical messages) and returns its current WAL insert
+// position: every change the hold waits for lies after it.
+func holdFloor(ctx context.Context, src *pgx.Conn) (change.LSN, error) {
+	var version int
+	var floorText string
+	if err := src.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version_num'::pg_catalog.text)::pg_catalog.int4, pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text`).Scan(&version, &floorText); err != nil {
+		return 0, fmt.Errorf("read the source's WAL position: %w", err)
+	}
+	if srv := pgversion.Of(version); !srv.Supported() || !srv.Markers() {
+		return 0, ErrHoldUnsupported
+	}
+	return change.ParseLSN(floorText)
+}
+
+// exportDest opens the destination's read-only snapshot while the mirror
+// holds and checks that it stands exactly at the position held: the
+// applied position it shows must be held.
+func (s *Snapshots) exportDest(ctx context.Context, mirrorUID string, held change.LSN) error {
+	var err error
+	s.tx, err = s.dst.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin the destination snapshot: %w", err)
+	}
+	if err := s.tx.QueryRow(ctx, `SELECT pg_catalog.pg_export_snapshot()`).Scan(&s.Dest); err != nil {
+		return fmt.Errorf("export the destination snapshot: %w", err)
+	}
+	applied, _, found, err := positions.Applied(ctx, s.tx, mirrorUID)
+	if err != nil {
+		return fmt.Errorf("read the applied position in the destination snapshot: %w", err)
+	}
+	if !found || applied != held {
+		return fmt.Errorf("the destination snapshot stands at %s, not at the position the mirror held at (%s; the hold ended too early): %w", applied, held, ErrHoldTimeout)
+	}
+	s.Applied = applied
+	return nil
 }
 
 // Comparable splits tables into those that stand at the snapshots' position

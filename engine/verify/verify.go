@@ -204,42 +204,24 @@ func Compare(ctx context.Context, cfg Config, rep Reporter) ([]TableResult, erro
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	pairs := make([]*pair, 0, cfg.Workers)
+	// The first pair plans each table (columns, boundaries); the others
+	// compare ranges.
+	pairs, err := openPairs(ctx, cfg, cfg.Workers+1)
 	defer func() {
 		for _, p := range pairs {
 			p.close()
 		}
 	}()
-	for range cfg.Workers + 1 { // the first plans tables, the others compare
-		p, err := openPair(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		pairs = append(pairs, p)
+	if err != nil {
+		return nil, err
 	}
-	// Tables are spread over the workers: the first pair plans each table
-	// (columns, boundaries) and every pair compares ranges.
-	tasks := make(chan func(p *pair) error)
-	var wg sync.WaitGroup
-	var errOnce sync.Once
-	var firstErr error
-	for _, p := range pairs[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for task := range tasks {
-				if err := task(p); err != nil {
-					errOnce.Do(func() { firstErr = err; cancel(err) })
-				}
-			}
-		}()
-	}
+	workers := startWorkers(pairs[1:], cancel)
 	results := make([]TableResult, len(cfg.Tables))
 	var tablesWG sync.WaitGroup
 	planner := pairs[0]
 	sides, err := compareSides(ctx, planner)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, workers.wait())
 	}
 	sides.fastHash = sides.fastHash && !cfg.portableHash
 	for i, m := range cfg.Tables {
@@ -248,20 +230,20 @@ func Compare(ctx context.Context, cfg Config, rep Reporter) ([]TableResult, erro
 		}
 		started := time.Now()
 		t, err := plan(ctx, planner, cfg, sides, m)
+		var skip *skipError
+		switch {
+		case err != nil && ctx.Err() != nil:
+		case errors.As(err, &skip):
+			results[i] = TableResult{Table: m.Source.String(), Destination: m.Destination.String(), Skipped: skip.reason,
+				Missing: []string{}, Extra: []string{}, Different: []string{}}
+			if rep != nil {
+				rep.TableCompared(ctx, results[i])
+			}
+			continue
+		case err != nil:
+			workers.fail(err)
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			var skip *skipError
-			if errors.As(err, &skip) {
-				results[i] = TableResult{Table: m.Source.String(), Destination: m.Destination.String(), Skipped: skip.reason,
-					Missing: []string{}, Extra: []string{}, Different: []string{}}
-				if rep != nil {
-					rep.TableCompared(ctx, results[i])
-				}
-				continue
-			}
-			errOnce.Do(func() { firstErr = err; cancel(err) })
 			break
 		}
 		tablesWG.Add(1)
@@ -274,21 +256,73 @@ func Compare(ctx context.Context, cfg Config, rep Reporter) ([]TableResult, erro
 				rep.TableCompared(ctx, res)
 			}
 		}
-		if err := t.submit(ctx, planner, tasks); err != nil {
-			errOnce.Do(func() { firstErr = err; cancel(err) })
+		if err := t.submit(ctx, planner, workers.tasks); err != nil {
+			workers.fail(err)
 			break
 		}
 	}
 	tablesWG.Wait()
-	close(tasks)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+	if err := workers.wait(); err != nil {
+		return nil, err
 	}
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
 	return results, nil
+}
+
+// openPairs opens n pairs of snapshot connections; on an error it returns
+// those it opened, for the caller to close.
+func openPairs(ctx context.Context, cfg Config, n int) ([]*pair, error) {
+	pairs := make([]*pair, 0, n)
+	for range n {
+		p, err := openPair(ctx, cfg)
+		if err != nil {
+			return pairs, err
+		}
+		pairs = append(pairs, p)
+	}
+	return pairs, nil
+}
+
+// comparers run range comparisons on their pairs; the first failure
+// cancels the comparison.
+type comparers struct {
+	tasks  chan func(p *pair) error
+	wg     sync.WaitGroup
+	once   sync.Once
+	err    error
+	cancel context.CancelCauseFunc
+}
+
+// startWorkers starts one comparer per pair.
+func startWorkers(pairs []*pair, cancel context.CancelCauseFunc) *comparers {
+	w := &comparers{tasks: make(chan func(p *pair) error), cancel: cancel}
+	for _, p := range pairs {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for task := range w.tasks {
+				if err := task(p); err != nil {
+					w.fail(err)
+				}
+			}
+		}()
+	}
+	return w
+}
+
+// fail records the first failure and cancels the comparison.
+func (w *comparers) fail(err error) {
+	w.once.Do(func() { w.err = err; w.cancel(err) })
+}
+
+// wait lets the comparers finish their tasks and returns the first
+// failure.
+func (w *comparers) wait() error {
+	close(w.tasks)
+	w.wg.Wait()
+	return w.err
 }
 
 // skipError marks a table that cannot be compared.

@@ -315,7 +315,8 @@ func TestRepair(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rep, _, err := verify.RepairChunks(ctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
-		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true}, b.opener())
+		// A budget no loaded machine reaches: 24 rows are one chunk.
+		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true, Budget: 30 * time.Second}, b.opener())
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, rep.Written, int64(23))
 	require.Equal(t, 1, rep.Chunks)
