@@ -269,7 +269,7 @@ func TestConsoleAdmin(t *testing.T) {
 
 	// Create a mirror with the form; first without a table: the API's
 	// error shows on the form and next to the tables.
-	b.do("open the mirror form", chromedp.Click(chromedp.CSS("#new-mirror button"), chromedp.NodeVisible),
+	b.do("open the mirror form", chromedp.Click(chromedp.CSS("#new-mirror"), chromedp.NodeVisible),
 		chromedp.WaitVisible(chromedp.CSS("#mirror-form")),
 		chromedp.SendKeys(chromedp.CSS("#f-name"), "webmirror"))
 	b.wait("the peers in the form", `document.querySelectorAll('#f-source_peer option').length === 3`)
@@ -422,7 +422,7 @@ func TestConsoleAdmin(t *testing.T) {
 
 	// Create a peer with the form: a name the API refuses shows its error
 	// next to the name; then a good one lands in the list.
-	b.do("open the peer form", chromedp.Click(chromedp.CSS("#new-peer button")), chromedp.WaitVisible(chromedp.CSS("#peer-form")),
+	b.do("open the peer form", chromedp.Click(chromedp.CSS("#new-peer")), chromedp.WaitVisible(chromedp.CSS("#peer-form")),
 		chromedp.SendKeys(chromedp.CSS("#f-name"), "bad name"), chromedp.SendKeys(chromedp.CSS("#f-host"), "127.0.0.1"),
 		chromedp.SendKeys(chromedp.CSS("#f-user"), "someone"), chromedp.SendKeys(chromedp.CSS("#f-password"), "peer-secret"),
 		chromedp.SendKeys(chromedp.CSS("#f-database"), "somedb"), chromedp.Click(chromedp.CSS("#peer-submit")))

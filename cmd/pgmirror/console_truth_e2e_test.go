@@ -212,6 +212,15 @@ func TestConsoleCutoverAndNarrow(t *testing.T) {
 	if why := evalIn[string](b, `document.getElementById('control-blocked').textContent`); !strings.Contains(why, "cut over") {
 		t.Fatalf("the page does not say why the controls are gone: %q", why)
 	}
+	// Delete asks first, with the focus on Cancel, and gives the focus back.
+	b.do("delete, then cancel", chromedp.Click(chromedp.CSS("#delete"), chromedp.NodeEnabled), chromedp.WaitVisible(chromedp.CSS("#confirm-no")))
+	if id := evalIn[string](b, `document.activeElement.id`); id != "confirm-no" {
+		t.Fatalf("the confirmation opened with the focus on %q, want its Cancel", id)
+	}
+	b.do("cancel", chromedp.Click(chromedp.CSS("#confirm-no")), chromedp.WaitVisible(chromedp.CSS("#delete")))
+	if id := evalIn[string](b, `document.activeElement.id`); id != "delete" {
+		t.Fatalf("after Cancel the focus is on %q, want the Delete button", id)
+	}
 	evalIn[bool](b, `(document.getElementById('cutover').scrollIntoView(), true)`)
 	b.screenshot("cutover")
 	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)

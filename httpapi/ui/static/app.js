@@ -192,6 +192,7 @@
     for (const c of view.querySelectorAll('button, input, select, textarea')) {
       if (!c.disabled) { c.disabled = true; c.dataset.staleDisabled = '1'; }
     }
+    for (const a of view.querySelectorAll('a.button')) a.setAttribute('aria-disabled', 'true');
   }
 
   // markUp records an answer of the API (good is a successful read) and
@@ -207,6 +208,7 @@
       c.disabled = false;
       delete c.dataset.staleDisabled;
     }
+    for (const a of view.querySelectorAll('a.button')) a.removeAttribute('aria-disabled');
   }
 
   // ---- API ---------------------------------------------------------------
@@ -390,7 +392,7 @@
     const err = el('p', { class: 'error', role: 'alert' });
     replace(view,
       el('div', { class: 'toolbar' }, el('h1', { text: 'Mirrors' }),
-        isAdmin() ? el('a', { href: '#/new-mirror', id: 'new-mirror' }, el('button', { type: 'button', text: 'Create mirror' })) : null),
+        isAdmin() ? el('a', { href: '#/new-mirror', id: 'new-mirror', class: 'button', text: 'Create mirror' }) : null),
       err,
       scroller(el('table', { id: 'mirrors', class: 'stack' },
         el('thead', {}, el('tr', {},
@@ -510,20 +512,29 @@
       b.refusal = refusal;
       buttons.push(b);
     };
+    let opener = null; // the button whose confirmation is open
     const showButtons = () => {
       delete controls.dataset.confirming;
       replace(controls, buttons);
       updateControls(current);
+      // Focus goes back to the button that asked, when it is still there.
+      if (opener && opener.isConnected && !opener.disabled) opener.focus();
+      opener = null;
     };
 
-    // confirmThen shows an inline confirmation before a destructive action.
+    // confirmThen shows an inline confirmation before a destructive action,
+    // with the focus on its Cancel.
     const confirmThen = (question, label, action) => {
+      const from = document.activeElement;
       controls.dataset.confirming = '1';
+      const no = el('button', { type: 'button', id: 'confirm-no', text: 'Cancel', onclick: showButtons });
       replace(controls,
-        el('span', { class: 'error', text: question }),
+        el('span', { class: 'error', id: 'confirm-question', text: question }),
         el('button', { type: 'button', class: 'danger', id: 'confirm-yes', text: label, onclick: () => { showButtons(); action(); } }),
-        el('button', { type: 'button', id: 'confirm-no', text: 'Cancel', onclick: showButtons }));
+        no);
+      opener = from instanceof HTMLButtonElement ? from : null;
       controls.scrollIntoView({ block: 'nearest' });
+      no.focus();
     };
 
     // updateControls offers what the API would accept now: a button it
@@ -995,7 +1006,7 @@
     const err = el('p', { class: 'error', role: 'alert' });
     replace(view,
       el('div', { class: 'toolbar' }, el('h1', { text: 'Peers' }),
-        isAdmin() ? el('a', { href: '#/new-peer', id: 'new-peer' }, el('button', { type: 'button', text: 'Create peer' })) : null),
+        isAdmin() ? el('a', { href: '#/new-peer', id: 'new-peer', class: 'button', text: 'Create peer' }) : null),
       err,
       scroller(el('table', { id: 'peers', class: 'stack' }, el('thead', {}, el('tr', {},
         ['Name', 'Host', 'Port', 'Database', 'User', 'SSL mode', 'Updated'].map((h) => el('th', { text: h })),
@@ -1062,11 +1073,15 @@
         replace(body, users.map((u) => {
           const cell = el('td');
           if (u.username !== me.username) {
-            const del = el('button', { type: 'button', class: 'danger', text: 'Delete', onclick: () => replace(cell,
-              `Delete ${u.username}? `,
-              el('button', { type: 'button', class: 'danger', text: 'Yes, delete', onclick: async () => {
-                try { await api('DELETE', '/v1/users/' + enc(u.username)); shown = null; load(); } catch (e) { err.textContent = e.message; }
-              } }), ' ', el('button', { type: 'button', text: 'Cancel', onclick: () => replace(cell, del) })) });
+            // The confirmation takes the focus (on Cancel) and gives it back.
+            const del = el('button', { type: 'button', class: 'danger', text: 'Delete', onclick: () => {
+              const no = el('button', { type: 'button', text: 'Cancel', onclick: () => { replace(cell, del); del.focus(); } });
+              replace(cell, `Delete ${u.username}? `,
+                el('button', { type: 'button', class: 'danger', text: 'Yes, delete', onclick: async () => {
+                  try { await api('DELETE', '/v1/users/' + enc(u.username)); shown = null; load(); } catch (e) { err.textContent = e.message; }
+                } }), ' ', no);
+              no.focus();
+            } });
             cell.append(del);
           }
           return el('tr', { 'data-user': u.username }, el('td', { class: 'name', text: u.username }), el('td', { text: u.role }),
@@ -1097,6 +1112,9 @@
 
   // ---- start -------------------------------------------------------------
 
+  // The skip link moves the focus to the page's content (its href would
+  // change the route).
+  document.getElementById('skip').addEventListener('click', (ev) => { ev.preventDefault(); view.focus(); });
   document.getElementById('logout').addEventListener('click', () => { location.hash = '#/mirrors'; logout(); });
   window.addEventListener('hashchange', route);
   route();
