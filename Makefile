@@ -13,8 +13,16 @@ RACE_PKGS = ./jobs ./engine/apply ./engine/cdc ./db
 test: check-files test-deps
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+	$(MAKE) --no-print-directory -j2 -Otarget test-packages test-race
+
+# The two test steps run side by side (make test): the end-to-end package
+# waits on the service most of its time, and the race step (one package at
+# a time) fills the gaps. Each prints its results when it is done.
+.PHONY: test-packages test-race
+test-packages:
 	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/engine/cdc' -e '.*/pgmirror/db')
-	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -race -count=1 -timeout 25m $(RACE_PKGS)
+test-race:
+	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
 
 ## demo: on the embedded default, mirror a demo table under a small write load, print status and lag, explain how to look; Ctrl-C cleans up
 DEMO_DURATION ?= 60s
