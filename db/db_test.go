@@ -59,23 +59,6 @@ func TestMigrateConcurrently(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM mirrors`).Scan(&n))
 }
 
-func TestMigrationsUpDownUp(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.CatalogCluster(t)))
-	provider := migrationProvider(t, pool)
-	_, err := provider.Up(ctx)
-	require.NoError(t, err)
-	_, err = provider.DownTo(ctx, 0)
-	require.NoError(t, err)
-	var tables int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`).Scan(&tables))
-	require.Zero(t, tables, "down must remove every catalog table")
-	_, err = provider.Up(ctx)
-	require.NoError(t, err)
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM mirrors`).Scan(&tables))
-}
-
 func TestEnsureAdminNeverOverwrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -65,7 +65,8 @@ func (s *Store) MirrorRecordLag(ctx context.Context, mirrorID int64, lagSeconds 
 	_, err := s.q.Exec(ctx, `INSERT INTO mirror_lag (mirror_id, lag_seconds, measured_at, applied_commit_at)
 		VALUES ($1, $2, $3, $4)
 		ON CONFLICT (mirror_id) DO UPDATE SET lag_seconds = EXCLUDED.lag_seconds, measured_at = EXCLUDED.measured_at,
-			applied_commit_at = coalesce(EXCLUDED.applied_commit_at, mirror_lag.applied_commit_at)`,
+			applied_commit_at = coalesce(EXCLUDED.applied_commit_at, mirror_lag.applied_commit_at)
+		WHERE mirror_lag.measured_at <= EXCLUDED.measured_at`,
 		mirrorID, max(0, lagSeconds), measuredAt, applied)
 	if err != nil {
 		return fmt.Errorf("record lag of mirror %d: %w", mirrorID, translate(err))

@@ -38,6 +38,9 @@ type LockHolder struct {
 	subs    map[int64]map[chan struct{}]struct{}
 	stopped chan struct{}
 	retired atomic.Bool // shutting down: no longer reported as a replica
+
+	jobClient    string   // the replica's River client id (SetJobClientID)
+	predecessors []string // River client ids of earlier processes of the same name (TakePredecessors)
 }
 
 // holderReq is a statement to run on the holder's connection.
@@ -64,6 +67,23 @@ var errHolderDown = errors.New("the catalog connection that holds mirror locks i
 func NewLockHolder(name string, workers int, cfg *pgx.ConnConfig, logger *slog.Logger) *LockHolder {
 	return &LockHolder{name: name, workers: max(1, workers), cfg: cfg, logger: logger, reqs: make(chan holderReq),
 		held: map[int64]bool{}, trying: map[int64]bool{}, subs: map[int64]map[chan struct{}]struct{}{}, stopped: make(chan struct{})}
+}
+
+// SetJobClientID records the replica's River client id in its row of the
+// replicas table, so that the jobs it leaves running when it dies can be
+// told and rescued (Store.BuryReplica). Call it before Run.
+func (h *LockHolder) SetJobClientID(id string) { h.jobClient = id }
+
+// TakePredecessors returns, once, the River client ids found in the
+// replica's row from an earlier process of the same name (a container
+// restarted with the same host name and pid): that process is dead, and
+// the jobs it left running are to be rescued (Store.RescueJobsOf).
+func (h *LockHolder) TakePredecessors() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.predecessors
+	h.predecessors = nil
+	return out
 }
 
 // Name is the replica's name, shown as the worker of the mirrors it runs.
@@ -186,10 +206,20 @@ func (h *LockHolder) report(ctx context.Context, conn *pgx.Conn) error {
 	h.mu.Lock()
 	running := len(h.held)
 	h.mu.Unlock()
-	_, err := conn.Exec(ctx, `INSERT INTO replicas (name, lock_pid, mirror_workers, running, seen_at)
-		VALUES ($1, pg_backend_pid(), $2, $3, now())
+	// The row's previous job client id comes back (the CTE reads the row
+	// as it was): another one is an earlier, dead process of this name.
+	var previous *string
+	err := conn.QueryRow(ctx, `WITH old AS (SELECT job_client_id FROM replicas WHERE name = $1)
+		INSERT INTO replicas (name, lock_pid, mirror_workers, running, seen_at, job_client_id)
+		VALUES ($1, pg_backend_pid(), $2, $3, now(), nullif($4, ''))
 		ON CONFLICT (name) DO UPDATE SET lock_pid = EXCLUDED.lock_pid, mirror_workers = EXCLUDED.mirror_workers,
-			running = EXCLUDED.running, seen_at = EXCLUDED.seen_at`, h.name, h.workers, running)
+			running = EXCLUDED.running, seen_at = EXCLUDED.seen_at, job_client_id = EXCLUDED.job_client_id
+		RETURNING (SELECT job_client_id FROM old)`, h.name, h.workers, running, h.jobClient).Scan(&previous)
+	if err == nil && h.jobClient != "" && previous != nil && *previous != h.jobClient {
+		h.mu.Lock()
+		h.predecessors = append(h.predecessors, *previous)
+		h.mu.Unlock()
+	}
 	return err
 }
 

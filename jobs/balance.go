@@ -1,9 +1,12 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,33 +19,46 @@ import (
 
 // Every replica, not only River's leader, looks for mirrors without a
 // worker and spreads the mirrors over the live replicas:
-//   - every orphanCheckEvery it adopts each mirror that wants to run and
-//     has neither a lock holder nor a waiting job on the mirrors queue (a
+//   - every orphanCheckEvery (every handoffCheckEvery while it hands
+//     mirrors away, and at once when a run handed away has ended) it reads the live replicas (db.LiveReplicas, with the
+//     mirrors each runs now) and the mirrors that want to run
+//     (db.MirrorsWantingToRun), and decides (decideBalance, share.go): its
+//     share, whether it refuses new mirrors, how many mirrors without a
+//     worker it may adopt, and which of its runs to hand to which replica.
+//     A refused run job ends at once, without touching the catalog (it is
+//     not snoozed: snoozed jobs would be fetched again every few seconds
+//     for as long as the replica refuses). A run handed away stops at its
+//     next batch boundary, releases its lock, and its job is replaced by a
+//     run job on the receiving replica's adoption queue (adoptQueue): River
+//     announces the insert by notification, so the receiver takes the
+//     mirror at once instead of at its next check;
+//   - at the same checks it adopts mirrors that want to run and have
+//     neither a lock holder nor a waiting job on the mirrors queue (a
 //     replica died, or a replica at its share or its SERVICE_MIRROR_WORKERS
-//     left the mirror to others) at two checks in a row (a run handing its
-//     mirror back is briefly in neither state; right after a replica went
-//     from the live ones, at the first: a handover caught in between
-//     only makes a second job, which finds the lock taken and ends), as
-//     long as it has room: it
-//     enqueues a run job on its own adoption queue (adoptQueue), which only
-//     it works, so the mirror goes to the replica that found it. A
-//     takeover does not wait for River to elect a new leader when the dead
-//     replica was the leader;
-//   - as often, it reads the live replicas (db.LiveReplicas, with the
-//     mirrors each runs now) and the fair share: the running mirrors
-//     divided by the live replicas, rounded up. While this replica runs
-//     its share or more and another live replica runs less than its share
-//     (and has room under its SERVICE_MIRROR_WORKERS), it refuses: a run
-//     job it fetches ends at once, without touching the catalog, and it
-//     enqueues no orphans, so that the mirror is left to the replicas
-//     below their share, whose adoption checks enqueue it again. A refused
-//     job is not snoozed: snoozed jobs would be fetched again every few
-//     seconds for as long as the replica refuses, each time a few catalog
-//     transactions per mirror. More than one above its share (so that
-//     mirrors between runs do not make replicas shed back and forth) a
-//     replica hands the extra mirrors back at their next batch boundary, as
-//     a run budget does.
-const orphanCheckEvery = 2 * time.Second
+//     left the mirror to others), seen so for orphanGrace (a run handing
+//     its mirror back is briefly in neither state; right after a replica
+//     went from the live ones, at once: a handover caught in between only
+//     makes a second job, which finds the lock taken and ends), as many as
+//     the decision allows: it enqueues a run job on its own adoption queue,
+//     which only it works, so the mirror goes to the replica that found it.
+//     A takeover does not wait for River to elect a new leader when the
+//     dead replica was the leader. Replicas take the mirrors they find in
+//     different orders, so that two survivors do not both go for the same
+//     ones;
+//   - it buries replicas whose lock connection is gone for good (fleet.go):
+//     their row leaves the replicas table and their River jobs still marked
+//     running are rescued at once.
+const (
+	orphanCheckEvery  = 2 * time.Second
+	handoffCheckEvery = 300 * time.Millisecond
+	// orphanGrace is how long a mirror is seen without a worker before it
+	// is adopted (unless a replica just went).
+	orphanGrace = 1500 * time.Millisecond
+	// handoffFresh is how long at most a mirror handed to a replica counts
+	// as on its way there: until the receiver holds its lock, which it
+	// usually does within a fraction of a second.
+	handoffFresh = 3 * time.Second
+)
 
 // balancer spreads mirrors over replicas and takes over those of dead
 // replicas (see above).
@@ -51,20 +67,42 @@ type balancer struct {
 	client atomic.Pointer[river.Client[pgx.Tx]]
 	queue  string // this replica's adoption queue (adoptQueue)
 
-	mu   sync.Mutex
-	runs map[int64]*mirrorRun // the runs of this replica that hold their lock
+	mu     sync.Mutex
+	runs   map[int64]*mirrorRun // the runs of this replica that hold their lock
+	handed map[int64]handoff    // mirrors handed to another replica lately
+	// leaving: runs asked to hand their mirror away whose job has not been
+	// handed over yet (they may still hold their lock, or not any more).
+	leaving map[int64]bool
 
-	refuse atomic.Bool // leave new mirrors to replicas below their share
+	kick   chan struct{} // a hand-off is done: check again at once
+	refuse atomic.Bool   // leave new mirrors to replicas below their share
+	adopt  atomic.Int64  // mirrors without a worker it may adopt (loop only writes)
 
-	orphans map[int64]bool  // mirrors without worker at the last check (loop only)
-	live    map[string]bool // the live replicas at the last check (loop only)
+	orphans map[int64]time.Time // mirrors without worker, since when (loop only)
+	live    map[string]bool     // the live replicas at the last check (loop only)
 	// departed: a replica that was live at the check before is gone (loop
 	// only); its mirrors are adopted at their first sighting.
 	departed bool
+	shedding bool                   // handing mirrors away, down to the share (loop only)
+	gone     map[string]goneReplica // replicas seen without lock connection (loop only)
+
+	// loads: the other live replicas at the last check, with the mirrors
+	// handed to each on shutdown since (shutdownTarget).
+	loads []replicaLoad
+	// predecessors: River client ids of earlier processes of this
+	// replica's name whose jobs are still to be rescued (loop only).
+	predecessors []string
+}
+
+// handoff is a mirror handed to another replica.
+type handoff struct {
+	to string
+	at time.Time
 }
 
 func newBalancer(cfg Config) *balancer {
-	return &balancer{cfg: cfg, queue: adoptQueue(cfg.Locks.Name()), runs: map[int64]*mirrorRun{}}
+	return &balancer{cfg: cfg, queue: adoptQueue(cfg.Locks.Name()), runs: map[int64]*mirrorRun{}, handed: map[int64]handoff{},
+		leaving: map[int64]bool{}, kick: make(chan struct{}, 1)}
 }
 
 // started records a run that holds its lock; the returned function forgets it.
@@ -81,6 +119,49 @@ func (b *balancer) started(r *mirrorRun) func() {
 	}
 }
 
+// handedOver records that the mirror's run job was replaced by one on
+// replica to's adoption queue.
+func (b *balancer) handedOver(mirrorID int64, to string) {
+	b.mu.Lock()
+	b.handed[mirrorID] = handoff{to: to, at: time.Now()}
+	delete(b.leaving, mirrorID)
+	b.mu.Unlock()
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// shutdownTarget picks the live replica to hand a run to as this process
+// shuts down: the one with the most room left at the last check, counting
+// the runs handed to each since. "" when there is none.
+func (b *balancer) shutdownTarget() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	best := -1
+	for i, l := range b.loads {
+		if l.Running+l.Incoming >= l.Cap {
+			continue
+		}
+		if best < 0 || l.Cap-l.Running-l.Incoming > b.loads[best].Cap-b.loads[best].Running-b.loads[best].Incoming {
+			best = i
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	b.loads[best].Incoming++
+	return b.loads[best].Name
+}
+
+// left forgets a run asked to hand its mirror away once its job ended
+// (handed over or not).
+func (b *balancer) left(mirrorID int64) {
+	b.mu.Lock()
+	delete(b.leaving, mirrorID)
+	b.mu.Unlock()
+}
+
 // refusing reports whether this replica leaves new mirrors to others now.
 func (b *balancer) refusing() bool { return b.refuse.Load() }
 
@@ -89,21 +170,42 @@ func (b *balancer) loop(done <-chan struct{}) {
 	for {
 		// Some jitter, so that replicas started together do not query in step.
 		wait := orphanCheckEvery + time.Duration(rand.Int64N(int64(orphanCheckEvery/4)))
+		if b.busy() {
+			wait = handoffCheckEvery
+		}
 		select {
 		case <-done:
 			return
 		case <-time.After(wait):
+		case <-b.kick:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		// Balance first: a replica that died no longer counts, so that
 		// the orphans' jobs are not refused here.
 		b.balance(ctx)
 		b.enqueueOrphans(ctx)
+		b.buryDead(ctx)
 		cancel()
 	}
 }
 
-// enqueueOrphans enqueues a run job for every mirror without a worker.
+// busy reports whether hand-offs of this replica are under way or to come.
+func (b *balancer) busy() bool {
+	if b.shedding {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range b.handed {
+		if time.Since(h.at) < handoffFresh {
+			return true
+		}
+	}
+	return len(b.leaving) > 0
+}
+
+// enqueueOrphans enqueues a run job for mirrors without a worker, as many
+// as the last decision allows.
 func (b *balancer) enqueueOrphans(ctx context.Context) {
 	client := b.client.Load()
 	if client == nil {
@@ -115,20 +217,30 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 		return
 	}
 	seen := b.orphans
-	b.orphans = make(map[int64]bool, len(ids))
-	refusing := b.refusing()
-	room := b.cfg.MirrorWorkers - b.cfg.Locks.Running()
+	now := time.Now()
+	b.orphans = make(map[int64]time.Time, len(ids))
+	var due []int64
+	for _, id := range ids {
+		since, ok := seen[id]
+		if !ok {
+			since = now
+		}
+		b.orphans[id] = since
+		if b.departed || now.Sub(since) >= orphanGrace {
+			due = append(due, id)
+		}
+	}
+	room := min(int(b.adopt.Load()), b.cfg.MirrorWorkers-b.cfg.Locks.Running())
+	if b.refusing() || room <= 0 || len(due) == 0 {
+		return // left to the replicas below their share, or with room
+	}
+	// Each replica takes them in an order of its own, so that two that
+	// adopt at once mostly take different mirrors.
+	me := b.cfg.Locks.Name()
+	slices.SortFunc(due, func(x, y int64) int { return cmp.Compare(adoptRank(me, x), adoptRank(me, y)) })
 	opts := MirrorRunArgs{}.InsertOpts()
 	opts.Queue = b.queue
-	for _, id := range ids {
-		b.orphans[id] = true
-		if !seen[id] && !b.departed {
-			continue // maybe between two runs: adopt at the next check
-		}
-		if refusing || room <= 0 {
-			continue // left to the replicas below their share, or with room
-		}
-		room--
+	for _, id := range due[:min(room, len(due))] {
 		b.cfg.Logger.Info("mirror has no worker: adopting it", "mirror_id", id)
 		if _, err := client.Insert(ctx, MirrorRunArgs{MirrorID: id}, &opts); err != nil {
 			b.cfg.Logger.Debug("enqueue run of mirror without worker", "mirror_id", id, "error", err)
@@ -137,12 +249,27 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 	}
 }
 
-// balance computes the fair share and hands extra mirrors back.
+// adoptRank orders the mirrors a replica adopts (a hash of both).
+func adoptRank(replica string, mirrorID int64) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(replica))
+	_, _ = h.Write([]byte(strconv.FormatInt(mirrorID, 10)))
+	return h.Sum64()
+}
+
+// balance reads the live replicas and the mirrors that want to run,
+// decides (decideBalance) and hands runs away as decided.
 func (b *balancer) balance(ctx context.Context) {
 	b.departed = false
+	me := b.cfg.Locks.Name()
 	replicas, err := b.cfg.Store.LiveReplicas(ctx)
 	if err != nil {
 		b.cfg.Logger.Debug("read live replicas", "error", err)
+		return
+	}
+	wanted, err := b.cfg.Store.MirrorsWantingToRun(ctx)
+	if err != nil {
+		b.cfg.Logger.Debug("count mirrors that want to run", "error", err)
 		return
 	}
 	live := make(map[string]bool, len(replicas))
@@ -152,56 +279,89 @@ func (b *balancer) balance(ctx context.Context) {
 	for name := range b.live {
 		// Not this replica: its lock connection may be down for a moment,
 		// and its own runs take their locks back (catalog_outage.go).
-		if !live[name] && name != b.cfg.Locks.Name() {
+		if !live[name] && name != me {
 			b.departed = true
 			b.cfg.Logger.Info("a replica is gone: adopting mirrors without a worker at once", "replica", name)
 		}
 	}
 	b.live = live
-	me := b.cfg.Locks.Name()
-	mine := b.cfg.Locks.Running()
-	total, others, found := 0, []db.Replica{}, false
-	for _, r := range replicas {
-		if r.Name == me {
-			found = true
-			total += r.Running
-			mine = r.Running
+
+	b.mu.Lock()
+	pending := len(b.handed)
+	b.mu.Unlock()
+	var workers map[int64]db.MirrorWorker
+	if pending > 0 {
+		// Which handed mirrors their receiver holds by now.
+		if workers, err = b.cfg.Store.MirrorWorkers(ctx); err != nil {
+			b.cfg.Logger.Debug("read mirror workers", "error", err)
+		}
+	}
+	b.mu.Lock()
+	incoming := map[string]int{}
+	for id, h := range b.handed {
+		if _, taken := workers[id]; taken || time.Since(h.at) >= handoffFresh {
+			delete(b.handed, id)
 			continue
 		}
-		total += r.Running
-		others = append(others, r)
+		incoming[h.to]++
 	}
-	if !found || len(others) == 0 {
-		b.refuse.Store(false)
-		return
+	stopping := len(b.leaving)
+	inTransit := stopping + len(b.handed)
+	b.mu.Unlock()
+	loads := make([]replicaLoad, 0, len(replicas))
+	for _, r := range replicas {
+		l := replicaLoad{Name: r.Name, Running: r.Running, Cap: r.MirrorWorkers, Incoming: incoming[r.Name]}
+		if r.Name == me {
+			l.Running = b.cfg.Locks.Running() // this replica's own count is exact
+		}
+		loads = append(loads, l)
 	}
-	share := (total + len(replicas) - 1) / len(replicas)
-	share = max(share, 1)
-	// Another replica below its share with room for more?
-	below := slices.ContainsFunc(others, func(r db.Replica) bool { return r.Running < share && r.Running < r.MirrorWorkers })
-	b.refuse.Store(below && mine >= share)
-	if !below || mine <= share+1 {
-		return
-	}
-	extra := mine - share
-	b.mu.Lock()
-	var shed []*mirrorRun
-	for _, r := range b.runs {
-		if r.stopping() {
-			extra-- // handed back already, still finishing its batch
+	others := make([]replicaLoad, 0, len(loads))
+	for _, l := range loads {
+		if l.Name != me {
+			others = append(others, l)
 		}
 	}
+	b.mu.Lock()
+	b.loads = others
+	b.mu.Unlock()
+	d := decideBalance(balanceInput{Me: me, Replicas: loads, Wanted: wanted, Stopping: stopping, Shedding: b.shedding})
+	if d.Shares == nil {
+		// Not among the live replicas: adopt what it has room for.
+		b.refuse.Store(false)
+		b.adopt.Store(int64(b.cfg.MirrorWorkers))
+		b.shedding = false
+		return
+	}
+	b.refuse.Store(d.Refuse)
+	b.adopt.Store(int64(d.Adopt))
+	switch {
+	case len(d.Handoffs) > 0:
+		b.shedding = true
+	case inTransit == 0:
+		// Only with no hand-off under way is the count of its own runs
+		// settled: it goes on down to its share.
+		b.shedding = b.shedding && b.cfg.Locks.Running() > d.Share
+	}
+	if len(d.Handoffs) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := 0
 	for _, r := range b.runs {
-		if len(shed) >= extra {
+		if i == len(d.Handoffs) {
 			break
 		}
-		if r.inCDC() && !r.stopping() {
-			shed = append(shed, r)
+		if !r.inCDC() || r.stopping() || b.leaving[r.mirrorID] {
+			continue
 		}
-	}
-	b.mu.Unlock()
-	for _, r := range shed {
-		r.logger.Info("handing the mirror to a replica below its share", "share", share, "running_here", mine)
-		r.stopCDC(reasonBudget)
+		to := d.Handoffs[i]
+		if r.handAway(to) {
+			b.leaving[r.mirrorID] = true
+			i++
+			r.logger.Info("handing the mirror to a replica below its share", "to", to, "share", d.Share,
+				"running_here", b.cfg.Locks.Running(), "mirrors_to_run", wanted)
+		}
 	}
 }

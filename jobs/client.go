@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,6 +69,11 @@ type Config struct {
 	// schemas looks for tables created or dropped in them on the source.
 	// Default 5 s.
 	SchemaCheckInterval time.Duration
+	// ClientID is the River client id (ClientID makes one from the
+	// replica's name); Locks records it in the replica's row so that the
+	// jobs the process leaves running when it dies are rescued at once
+	// (fleet.go). Empty: River's own.
+	ClientID string
 
 	lags    *lagWriter       // set by NewClient
 	balance *balancer        // set by NewClient
@@ -113,6 +119,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	river.AddWorker(workers, &VerifyScheduleWorker{cfg: cfg})
 
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ID:      cfg.ClientID,
 		Logger:  riverLogger(cfg.Logger),
 		Workers: workers,
 		Queues: map[string]river.QueueConfig{
@@ -126,8 +133,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		// New jobs arrive by notification at once; the poll only backs
 		// that up, and costs the catalog a query per queue each time.
 		FetchPollInterval: 2 * time.Second,
-		// The mirror run job bounds itself (RunBudget); a job whose process
-		// died is taken over by the supervisor long before this rescue.
+		// The mirror run job bounds itself (RunBudget); the jobs of a
+		// process that died are rescued by the replicas within seconds of
+		// its lock connection's end (fleet.go), long before this.
 		RescueStuckJobsAfter: cfg.RunBudget + 30*time.Minute,
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.SupervisorInterval),
@@ -159,3 +167,21 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 }
 
 type pgxTx = pgx.Tx
+
+// ClientID is the River client id of a replica named replica started at
+// started: the name with characters other than letters, digits, '-' and
+// '_' replaced by '_', and the start time, as River's own ids are made
+// (unique among the processes that share the catalog, also when a
+// restarted container has the same host name and pid).
+func ClientID(replica string, started time.Time) string {
+	b := []byte(replica)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 60 {
+		b = b[:60]
+	}
+	return string(b) + "_" + strings.NewReplacer(".", "_", ":", "_").Replace(started.UTC().Format("2006_01_02T15:04:05.000000"))
+}

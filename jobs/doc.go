@@ -18,8 +18,10 @@
 //
 // MirrorRunWorker.Work returns at once, without touching the catalog, while
 // the replica runs SERVICE_MIRROR_WORKERS mirrors or leaves new mirrors to
-// replicas below their fair share (balance.go: a replica with room adopts
-// the mirror on its own queue), and unless the mirror wants to run
+// replicas below their fair share (a job of the mirrors queue only; the
+// rules are in share.go, balance.go carries them out: a replica with room
+// adopts the mirror on its own queue, and a replica above its share hands
+// runs to a replica below it by a job on that replica's queue), and unless the mirror wants to run
 // (db.Mirror.WantsToRun: live, desired state running, status not paused, stopped or
 // completed) and its session advisory lock is free; holding the lock, the
 // run snoozes until next_retry_at for a mirror in error, starts the control

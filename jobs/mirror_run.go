@@ -63,35 +63,63 @@ var errRunBudget = errors.New("run budget used up")
 // jobs waiting for a mirror are always on the mirrors queue (which is where
 // the adoption checks look).
 func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs]) error {
-	err := w.run(ctx, job)
+	handTo, err := w.run(ctx, job)
+	if handTo != "" {
+		defer w.cfg.balance.left(job.Args.MirrorID)
+	}
+	var snooze *rivertype.JobSnoozeError
+	if handTo == "" && ctx.Err() != nil && w.cfg.balance != nil && errors.As(err, &snooze) && snooze.Duration == 0 {
+		// Shutting down: straight to a live replica with room, which
+		// takes it at once, rather than to the mirrors queue, whose
+		// waiting jobs the others fetch at their next poll.
+		handTo = w.cfg.balance.shutdownTarget()
+	}
+	if handTo != "" && errors.As(err, &snooze) && snooze.Duration == 0 {
+		// Handed to a replica below its share: its adoption queue gets
+		// the run job, announced by notification, so that it takes the
+		// mirror at once (the lock is released by now).
+		if w.requeue(ctx, job, adoptQueue(handTo), 0) {
+			w.cfg.balance.handedOver(job.Args.MirrorID, handTo)
+			return nil
+		}
+	}
 	if err == nil || job.Queue == QueueMirrors {
 		return err
 	}
 	delay := 5 * time.Second
-	var snooze *rivertype.JobSnoozeError
 	if errors.As(err, &snooze) {
 		delay = snooze.Duration
 	}
+	if w.requeue(ctx, job, QueueMirrors, delay) {
+		return nil
+	}
+	return err
+}
+
+// requeue replaces the job by a run job of the same mirror on queue, due
+// after delay, and reports whether it could.
+func (w *MirrorRunWorker) requeue(ctx context.Context, job *river.Job[MirrorRunArgs], queue string, delay time.Duration) bool {
 	client, cerr := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if cerr != nil {
-		return err
+		return false
 	}
 	// Also while shutting down: the mirror is handed back at once.
 	insertCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	opts := MirrorRunArgs{}.InsertOpts()
+	opts.Queue = queue
 	if delay > 0 {
 		opts.ScheduledAt = time.Now().Add(delay)
 	}
-	if _, ierr := client.Insert(insertCtx, job.Args, &opts); ierr != nil {
-		w.cfg.Logger.Debug("move the run job to the mirrors queue", "mirror_id", job.Args.MirrorID, "error", ierr)
-		return err
+	if _, err := client.Insert(insertCtx, job.Args, &opts); err != nil {
+		w.cfg.Logger.Debug("move the run job to another queue", "mirror_id", job.Args.MirrorID, "queue", queue, "error", err)
+		return false
 	}
-	return nil
+	return true
 }
 
 // run is Work on the job as it comes.
-func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]) error {
+func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]) (handTo string, err error) {
 	store := w.cfg.Store
 	id := job.Args.MirrorID
 	if w.cfg.Locks.Running() >= w.cfg.MirrorWorkers {
@@ -99,37 +127,40 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		// both its queues count): the job ends, and a replica with room
 		// adopts the mirror (balance.go).
 		w.cfg.Logger.Debug("running as many mirrors as SERVICE_MIRROR_WORKERS allows; leaving the mirror to others", "mirror_id", id)
-		return nil
+		return "", nil
 	}
-	if w.cfg.balance != nil && w.cfg.balance.refusing() {
+	if w.cfg.balance != nil && job.Queue == QueueMirrors && w.cfg.balance.refusing() {
 		// This replica runs its share while another runs less: the job
 		// ends here, without a query, and the mirror is left to the
 		// others: the adoption loop of a replica below its share
 		// enqueues it again once it has no worker (balance.go). A job
 		// snoozed instead would come back every few seconds and cost the
-		// catalog a fetch, a read and a lock each time.
+		// catalog a fetch, a read and a lock each time. Jobs on this
+		// replica's own adoption queue were put there for it (by its
+		// adoption, or by a replica that handed it the mirror, deciding
+		// from the same shares): they run.
 		w.cfg.Logger.Debug("leaving the mirror to a replica below its share", "mirror_id", id)
-		return nil
+		return "", nil
 	}
 	m, err := store.MirrorGetByID(ctx, id)
 	if errors.Is(err, db.ErrNotFound) {
-		return nil
+		return "", nil
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !m.WantsToRun() {
 		w.cfg.Logger.Debug("mirror does not want to run; the job ends", "mirror", m.Name, "status", m.Status, "desired_state", m.DesiredState)
-		return nil
+		return "", nil
 	}
 	lock, err := w.cfg.Locks.TryLock(ctx, id)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if lock == nil {
 		// A duplicate job: the mirror's worker runs it. The job ends.
 		w.cfg.Logger.Debug("mirror is run by another worker", "mirror", m.Name)
-		return nil
+		return "", nil
 	}
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock, cdcBegun: make(chan struct{}, 1),
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id),
@@ -138,7 +169,8 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 	if w.cfg.balance != nil {
 		defer w.cfg.balance.started(r)()
 	}
-	return r.work(ctx)
+	err = r.work(ctx)
+	return r.handedTo(), err
 }
 
 // mirrorRun is one run of one mirror by the worker holding its lock.
@@ -163,6 +195,7 @@ type mirrorRun struct {
 	cdcBegun   chan struct{} // signalled when a CDC phase begins: control is checked then
 	cdcStop    chan struct{} // non-nil while the CDC phase runs
 	stopReason stopReason
+	handoffTo  string         // the replica the run was handed to (handAway)
 	copying    map[int64]bool // mirror tables being copied beside CDC
 
 	// markWrites says that the destination user may use replication
@@ -294,6 +327,28 @@ func (r *mirrorRun) endCDC() stopReason {
 	defer r.stopMu.Unlock()
 	r.cdcStop = nil
 	return r.stopReason
+}
+
+// handAway asks the running CDC phase to stop at a batch boundary so that
+// the replica named to takes the mirror over (balance.go): the run ends as
+// with a used-up budget, and its job is replaced by one on to's adoption
+// queue. It reports false when no CDC phase runs or it is stopping already.
+func (r *mirrorRun) handAway(to string) bool {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	if r.cdcStop == nil || r.stopReason != "" {
+		return false
+	}
+	r.stopReason, r.handoffTo = reasonBudget, to
+	close(r.cdcStop)
+	return true
+}
+
+// handedTo is the replica the run was handed to, if any.
+func (r *mirrorRun) handedTo() string {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	return r.handoffTo
 }
 
 // stopCDC asks the running CDC phase to stop at a batch boundary. It

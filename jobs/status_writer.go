@@ -46,16 +46,27 @@ func (w *lagWriter) add(m db.LagMeasure) {
 	w.latest[m.MirrorID] = m
 }
 
+// lagRetryEvery is how often the lag writer tries again while the catalog
+// does not take its writes (an outage): the measures are kept, the newest
+// of each mirror, and written within this of the catalog's return, so
+// that the lag read then is the streams' and not the age of the last
+// measure written before the outage.
+const lagRetryEvery = 500 * time.Millisecond
+
 // loop writes the measures every lagWriteBatchEvery until done closes. A
-// failed write is dropped: newer measures come within seconds.
+// failed write keeps the measures (newer ones replace them) and is tried
+// again every lagRetryEvery.
 func (w *lagWriter) loop(done <-chan struct{}) {
-	tick := time.NewTicker(lagWriteBatchEvery)
-	defer tick.Stop()
+	failing := false
 	for {
+		wait := lagWriteBatchEvery
+		if failing {
+			wait = lagRetryEvery
+		}
 		select {
 		case <-done:
 			return
-		case <-tick.C:
+		case <-time.After(wait):
 		}
 		w.mu.Lock()
 		measures := make([]db.LagMeasure, 0, len(w.latest))
@@ -67,13 +78,36 @@ func (w *lagWriter) loop(done <-chan struct{}) {
 		w.seqSynced = map[int64]time.Time{}
 		w.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := w.store.MirrorRecordLags(ctx, measures); err != nil {
+		err := w.store.MirrorRecordLags(ctx, measures)
+		if err != nil {
 			w.logger.Debug("record lag", "mirrors", len(measures), "error", err)
-		}
-		if err := w.store.MirrorsSequencesSynced(ctx, synced); err != nil {
+			w.keep(measures, nil)
+		} else if err = w.store.MirrorsSequencesSynced(ctx, synced); err != nil {
 			w.logger.Debug("record sequence syncs", "mirrors", len(synced), "error", err)
+			w.keep(nil, synced)
 		}
 		cancel()
+		failing = err != nil
+	}
+}
+
+// keep puts back measures and sequence syncs that could not be written,
+// unless newer ones came meanwhile.
+func (w *lagWriter) keep(measures []db.LagMeasure, synced map[int64]time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range measures {
+		if newer, ok := w.latest[m.MirrorID]; !ok {
+			w.latest[m.MirrorID] = m
+		} else if newer.AppliedCommit.IsZero() {
+			newer.AppliedCommit = m.AppliedCommit
+			w.latest[m.MirrorID] = newer
+		}
+	}
+	for id, at := range synced {
+		if _, ok := w.seqSynced[id]; !ok {
+			w.seqSynced[id] = at
+		}
 	}
 }
 

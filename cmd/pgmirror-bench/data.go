@@ -177,6 +177,15 @@ func workloads(o options) []workload {
 	}
 }
 
+// catchupWorkloads are the workloads the catch-up measurements run: none
+// with -large-only.
+func (b *bench) catchupWorkloads() []workload {
+	if b.opts.largeOnly {
+		return nil
+	}
+	return workloads(b.opts)
+}
+
 // statements returns the statements of the workload's next transaction.
 func (w workload) statements(c *cursor) []string {
 	if w.oneInsert {

@@ -125,6 +125,11 @@ type options struct {
 	// 0 to leave it out; scaleOnly runs only it.
 	scaleMirrors int
 	scaleOnly    bool
+	// largeRows is the size of the live large transactions (largetx.go),
+	// 0 to leave them out; largeOnly measures only them (and the initial
+	// syncs they need).
+	largeRows int64
+	largeOnly bool
 	// srcMajor and dstMajor are the PostgreSQL majors of the source and
 	// destination clusters (0: the default binaries, see localpg); srcBin
 	// and dstBin their binaries' directories.
@@ -155,6 +160,8 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.profileDir, "profile-dir", ".", "where -pgmirror-pprof profiles go (file names start with the mode)")
 	fs.IntVar(&o.scaleMirrors, "scale-mirrors", 100, "mirrors in the scale measurement (two pgmirror replicas on one catalog, a kill -9 of one); 0 leaves it out")
 	fs.BoolVar(&o.scaleOnly, "scale-only", false, "run only the scale measurement")
+	fs.Int64Var(&o.largeRows, "large-rows", 1_000_000, "rows of the live large transactions (one INSERT, one UPDATE, each timed from its commit until the destination shows it, native with streaming); 0 leaves them out")
+	fs.BoolVar(&o.largeOnly, "large-only", false, "measure only the live large transactions (after each system's initial sync)")
 	var pgMajor int
 	if v := os.Getenv("PGMIRROR_BENCH_PG_MAJOR"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -220,6 +227,12 @@ func parseOptions(args []string) (options, error) {
 		return o, errors.New("-scale-mirrors: use 0 to 999")
 	case o.scaleOnly && o.scaleMirrors < 2:
 		return o, errors.New("-scale-only needs -scale-mirrors of at least 2")
+	case o.largeRows < 0 || o.largeRows > 100_000_000:
+		return o, errors.New("-large-rows: use 0 to 100000000")
+	case o.largeOnly && o.largeRows == 0:
+		return o, errors.New("-large-only needs -large-rows above 0")
+	case o.largeOnly && o.scaleOnly:
+		return o, errors.New("-large-only and -scale-only: use one of them")
 	}
 	// Deletes take ids from the lower half of the original rows, each once;
 	// updates cycle through the upper half.
@@ -280,7 +293,7 @@ func run(ctx context.Context, args []string) error {
 	if len(done) > 0 {
 		report(o.out, o, done)
 	}
-	if runErr == nil && o.scaleMirrors > 0 {
+	if runErr == nil && o.scaleMirrors > 0 && !o.largeOnly {
 		sr, err := runScale(ctx, o, start, bin, root)
 		if err != nil {
 			return fmt.Errorf("scale: %w", err)
@@ -298,8 +311,10 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.setup(ctx); err != nil {
 		return err
 	}
-	if err := b.measureCopyPipe(ctx); err != nil {
-		return fmt.Errorf("COPY pipe: %w", err)
+	if !b.opts.largeOnly {
+		if err := b.measureCopyPipe(ctx); err != nil {
+			return fmt.Errorf("COPY pipe: %w", err)
+		}
 	}
 	if err := b.measureNative(ctx); err != nil {
 		return fmt.Errorf("native logical replication: %w", err)

@@ -51,6 +51,8 @@ type systemResults struct {
 	verify  measurement
 	catchup []measurement
 	lag     lagResult
+	// live are the live large transactions (largetx.go).
+	live []liveTx
 }
 
 // results are everything one run measured.

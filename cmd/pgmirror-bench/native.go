@@ -82,7 +82,7 @@ func (b *bench) measureNative(ctx context.Context) error {
 		return reported, applied, err
 	}
 	cur := newCursor(b.opts.rows)
-	for _, w := range workloads(b.opts) {
+	for _, w := range b.catchupWorkloads() {
 		if _, err := dst.Exec(ctx, "ALTER SUBSCRIPTION "+nativeSub+" DISABLE"); err != nil {
 			return fmt.Errorf("disable subscription: %w", err)
 		}
@@ -121,15 +121,35 @@ func (b *bench) measureNative(ctx context.Context) error {
 		b.results.native.catchup = append(b.results.native.catchup, m)
 	}
 
-	if err := b.checkpoint(ctx); err != nil {
-		return err
+	if !b.opts.largeOnly {
+		if err := b.checkpoint(ctx); err != nil {
+			return err
+		}
+		b.logf("native: lag under %d tx/s for %s", b.opts.lagRate, b.opts.lagDuration)
+		if b.results.native.lag, err = b.measureLag(ctx, srcURL, dstURL); err != nil {
+			return err
+		}
+		l := b.results.native.lag
+		b.logf("native: lag p50 %s p99 %s max %s at %.0f tx/s", ms(l.p50), ms(l.p99), ms(l.max), l.rate)
 	}
-	b.logf("native: lag under %d tx/s for %s", b.opts.lagRate, b.opts.lagDuration)
-	if b.results.native.lag, err = b.measureLag(ctx, srcURL, dstURL); err != nil {
-		return err
+
+	if b.opts.largeRows > 0 {
+		// Streaming as PostgreSQL offers it: parallel apply on 16+ (18's
+		// default), on for a 14 or 15 destination.
+		streaming := b.nativeStreaming()
+		if _, err := dst.Exec(ctx, "ALTER SUBSCRIPTION "+nativeSub+" SET (streaming = "+streaming+")"); err != nil {
+			return fmt.Errorf("set the subscription's streaming: %w", err)
+		}
+		// The apply worker restarts with the new setting (the launcher
+		// starts it again within its throttle).
+		if err := sleep(ctx, launcherThrottle); err != nil {
+			return err
+		}
+		b.logf("native: live large transactions, streaming = %s", streaming)
+		if b.results.native.live, err = b.measureLiveTx(ctx, "native", srcURL, srcNative, dstURL, 0); err != nil {
+			return err
+		}
 	}
-	l := b.results.native.lag
-	b.logf("native: lag p50 %s p99 %s max %s at %.0f tx/s", ms(l.p50), ms(l.p99), ms(l.max), l.rate)
 
 	// Drop the subscription (and its slot) so that nothing of it runs
 	// while pgmirror is measured.

@@ -337,8 +337,10 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 	if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
 		return err
 	}
-	if err := b.measureVerify(ctx, svc); err != nil {
-		return err
+	if !b.opts.largeOnly {
+		if err := b.measureVerify(ctx, svc); err != nil {
+			return err
+		}
 	}
 
 	pos := func(ctx context.Context) (reported, applied lsn, err error) {
@@ -358,7 +360,7 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 		return reported, applied, err
 	}
 	cur := newCursor(b.opts.rows)
-	for _, w := range workloads(b.opts) {
+	for _, w := range b.catchupWorkloads() {
 		if err := svc.call(ctx, "POST", "/v1/mirrors/"+mirrorName+"/pause", nil, nil); err != nil {
 			return err
 		}
@@ -400,18 +402,29 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 		b.results.pgmirror.catchup = append(b.results.pgmirror.catchup, m)
 	}
 
-	if err := b.checkpoint(ctx); err != nil {
-		return err
+	if !b.opts.largeOnly {
+		if err := b.checkpoint(ctx); err != nil {
+			return err
+		}
+		b.logf("pgmirror: lag under %d tx/s for %s", b.opts.lagRate, b.opts.lagDuration)
+		profiled = b.profile(ctx, "lag")
+		b.results.pgmirror.lag, err = b.measureLag(ctx, srcURL, dstURL)
+		profiled()
+		if err != nil {
+			return err
+		}
+		l := b.results.pgmirror.lag
+		b.logf("pgmirror: lag p50 %s p99 %s max %s at %.0f tx/s", ms(l.p50), ms(l.p99), ms(l.max), l.rate)
 	}
-	b.logf("pgmirror: lag under %d tx/s for %s", b.opts.lagRate, b.opts.lagDuration)
-	profiled = b.profile(ctx, "lag")
-	b.results.pgmirror.lag, err = b.measureLag(ctx, srcURL, dstURL)
-	profiled()
-	if err != nil {
-		return err
+	if b.opts.largeRows > 0 {
+		b.logf("pgmirror: live large transactions")
+		profiled = b.profile(ctx, "live-large")
+		b.results.pgmirror.live, err = b.measureLiveTx(ctx, "pgmirror", srcURL, srcPgmirror, dstURL, svc.cmd.Process.Pid)
+		profiled()
+		if err != nil {
+			return err
+		}
 	}
-	l := b.results.pgmirror.lag
-	b.logf("pgmirror: lag p50 %s p99 %s max %s at %.0f tx/s", ms(l.p50), ms(l.p99), ms(l.max), l.rate)
 	return nil
 }
 

@@ -119,6 +119,13 @@ func report(w io.Writer, o options, runs []*bench) {
 		fmt.Fprintf(w, " Source PostgreSQL %s, destination PostgreSQL %s.", runs[0].srcVersion, runs[0].dstVersion)
 	}
 	fmt.Fprintln(w)
+	if o.largeOnly {
+		for _, b := range runs {
+			fmt.Fprintf(w, "\n### %s mode: %s\n\n", strings.ToUpper(b.mode.name[:1])+b.mode.name[1:], b.mode.settingsText())
+			b.reportLiveTx(w)
+		}
+		return
+	}
 	for _, b := range runs {
 		b.reportMode(w)
 	}
@@ -176,6 +183,8 @@ func (b *bench) reportMode(w io.Writer) {
 			l.w.name, secs(n.dur), star(n.fallback), rate(n.units, n.dur, "rows"), secs(p.dur), star(p.fallback), rate(p.units, p.dur, "rows"),
 			ratio(n.dur, p.dur), mb(p.rss.start), mb(p.rss.peak), hwmNote(p.rss), mb(targetRSS), yes(p.rss.peak < targetRSS))
 	}
+
+	b.reportLiveTx(w)
 
 	fmt.Fprintln(w, "Catch-up until the destination itself committed the workload's last transaction (native: the subscription's replication origin; pgmirror: _pgmirror.applied):")
 	fmt.Fprintln(w)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,6 +54,8 @@ func (r *scaleReplica) pid() int { return r.svc.cmd.Process.Pid }
 
 // scaleRun is the state of the scale measurement.
 type scaleRun struct {
+	key      []byte // the replicas' encryption key and admin password
+	password string
 	opts     options
 	start    time.Time
 	bin      string
@@ -79,7 +82,17 @@ type scaleResult struct {
 	killedRan     int                      // mirrors it ran
 	takeoverRun   time.Duration            // kill until the survivor runs every mirror
 	takeoverRepl  time.Duration            // kill until every table has the rows written right after it
+	rolling       []rollingStep            // the killed replica's restart, then a rolling restart
 	tablesEqual   int                      // tables equal (count and md5) at the end
+}
+
+// rollingStep is one replica's restart under light writes.
+type rollingStep struct {
+	what    string        // what was done
+	down    time.Duration // SIGTERM until the other replica runs every mirror (0: no stop)
+	spread  time.Duration // the replica ready until the mirrors are spread again
+	most    int           // most running mirrors without a worker at once, stop to spread
+	longest time.Duration // longest a mirror went without a worker
 }
 
 // runScale runs the scale measurement with o.scaleMirrors mirrors in a
@@ -198,6 +211,9 @@ func (s *scaleRun) run(ctx context.Context) error {
 	if err := s.takeover(ctx); err != nil {
 		return err
 	}
+	if err := s.rollingRestart(ctx); err != nil {
+		return err
+	}
 	s.logf("checking every table (count and md5)")
 	if err := s.waitTablesEqual(ctx, 5*time.Minute); err != nil {
 		return err
@@ -213,6 +229,7 @@ func (s *scaleRun) startReplicas(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.key, s.password = key, password
 	for _, name := range []string{"pgmirror-r1", "pgmirror-r2"} {
 		dir := filepath.Join(s.dir, name)
 		if err := os.Mkdir(dir, 0o755); err != nil {
@@ -664,6 +681,14 @@ func reportScale(w io.Writer, r *scaleResult) {
 	}
 	fmt.Fprintf(w, "| kill -9 of %s (ran %d mirrors) until the survivor runs every mirror | %s |\n", r.killed, r.killedRan, secs(r.takeoverRun))
 	fmt.Fprintf(w, "| kill -9 until every table has the rows written right after it | %s |\n", secs(r.takeoverRepl))
+	for _, st := range r.rolling {
+		down := ""
+		if st.down > 0 {
+			down = fmt.Sprintf("the other runs every mirror %s after SIGTERM; ", secs(st.down))
+		}
+		fmt.Fprintf(w, "| %s | %sspread %s after it is ready; at most %d mirrors without a worker at once, longest gap %s |\n",
+			st.what, down, secs(st.spread), st.most, ms(st.longest))
+	}
 	fmt.Fprintf(w, "| Tables equal at the end (count and md5) | %d of %d |\n\n", r.tablesEqual, r.mirrors)
 	fmt.Fprintf(w, "Idle figures are over %s without writes, starting %s after every table was equal; CPU time is user + system; transactions are pg_stat_database's xact_commit + xact_rollback of each database.\n", secs(r.idle), secs(scaleSettle))
 }
@@ -684,4 +709,212 @@ func spreadText64(m map[string]int64) string {
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ", ")
+}
+
+// rollingRestart starts the replica killed by takeover again, then stops
+// (SIGTERM) and starts each replica in turn, as a rolling deploy does,
+// under a light write load (a round a second): for each step the time
+// until the other replica runs every mirror, the time from the replica's
+// start until the mirrors are spread again, and the most mirrors without a
+// worker at once and the longest a mirror went without one, sampled every
+// 100 ms from pg_locks.
+func (s *scaleRun) rollingRestart(ctx context.Context) (err error) {
+	src, err := connect(ctx, s.url(s.src, scaleSrcDB))
+	if err != nil {
+		return err
+	}
+	defer closeConn(src)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	loadDone := make(chan error, 1)
+	go func() {
+		round := scaleWriteRounds + 2
+		for loadCtx.Err() == nil {
+			if err := s.writeRound(loadCtx, src, round); err != nil && loadCtx.Err() == nil {
+				loadDone <- err
+				return
+			}
+			round++
+			_ = sleep(loadCtx, time.Second)
+		}
+		loadDone <- nil
+	}()
+	defer func() {
+		stopLoad()
+		if lerr := <-loadDone; err == nil {
+			err = lerr
+		}
+	}()
+	gaps, err := watchGaps(ctx, s.url(s.dst, scaleCatalogDB))
+	if err != nil {
+		return err
+	}
+	defer gaps.close()
+
+	restart := 0
+	start := func(r *scaleReplica) error {
+		restart++
+		dir := filepath.Join(s.dir, fmt.Sprintf("%s-restart-%d", r.name, restart))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("create directory: %w", err)
+		}
+		svc, err := startServiceWith(ctx, s.bin, s.dst.URL(scaleCatalogDB)+"&application_name="+r.name, dir, s.key, s.password)
+		if svc != nil {
+			r.svc = svc
+		}
+		if err != nil {
+			return fmt.Errorf("start replica %s again: %w", r.name, err)
+		}
+		return nil
+	}
+	// waitRuns waits until every mirror runs and cond holds of the
+	// running mirrors by replica.
+	waitRuns := func(what string, via *scaleReplica, cond func(map[string]int) bool) error {
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			byWorker, running, err := listRunning(ctx, via.svc)
+			if err != nil {
+				return err
+			}
+			if by := s.byReplica(byWorker); running == s.opts.scaleMirrors && by["(no worker)"] == 0 && cond(by) {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: not within 3 minutes (%s)", what, spreadText(s.byReplica(byWorker)))
+			}
+			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	}
+	spreadOut := func(by map[string]int) bool {
+		for _, r := range s.replicas {
+			if by[r.name] < s.opts.scaleMirrors/2-1 {
+				return false
+			}
+		}
+		return true
+	}
+	other := func(r *scaleReplica) *scaleReplica {
+		if s.replicas[0] == r {
+			return s.replicas[1]
+		}
+		return s.replicas[0]
+	}
+	step := func(st rollingStep, r *scaleReplica, stop bool) error {
+		gaps.reset()
+		if stop {
+			stoppedAt := time.Now()
+			r.svc.stop(time.Minute)
+			if err := waitRuns("the other replica to run every mirror", other(r), func(by map[string]int) bool {
+				return by[other(r).name] == s.opts.scaleMirrors
+			}); err != nil {
+				return err
+			}
+			st.down = time.Since(stoppedAt)
+		}
+		if err := start(r); err != nil {
+			return err
+		}
+		readyAt := time.Now()
+		if err := waitRuns("the mirrors spread again", other(r), spreadOut); err != nil {
+			return err
+		}
+		st.spread = time.Since(readyAt)
+		st.most, st.longest = gaps.result()
+		s.logf("%s: %sspread %s after it is ready; at most %d mirrors without a worker at once, longest gap %s",
+			st.what, map[bool]string{true: fmt.Sprintf("the other runs every mirror %s after SIGTERM; ", st.down.Round(time.Millisecond)), false: ""}[stop],
+			st.spread.Round(time.Millisecond), st.most, st.longest.Round(time.Millisecond))
+		s.res.rolling = append(s.res.rolling, st)
+		return nil
+	}
+	killed := s.replicas[0]
+	if s.replicas[1].name == s.res.killed {
+		killed = s.replicas[1]
+	}
+	if err := step(rollingStep{what: "Restart of " + killed.name + " after its kill -9"}, killed, false); err != nil {
+		return err
+	}
+	for _, r := range s.replicas {
+		if err := step(rollingStep{what: "Rolling restart: SIGTERM and start of " + r.name}, r, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gapWatch samples, every 100 ms, the running mirrors whose advisory lock
+// nobody holds, and keeps the most at once and the longest one went so.
+type gapWatch struct {
+	mu      sync.Mutex
+	since   map[int64]time.Time
+	most    int
+	longest time.Duration
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func watchGaps(ctx context.Context, catalogURL string) (*gapWatch, error) {
+	conn, err := connect(ctx, catalogURL)
+	if err != nil {
+		return nil, err
+	}
+	w := &gapWatch{since: map[int64]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer closeConn(conn)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			rows, err := conn.Query(qctx, `SELECT m.id FROM mirrors m
+				WHERE m.deleted_at IS NULL AND m.desired_state = 'running' AND m.status = 'running'
+				  AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+				    AND l.classid = x'70676d'::int::oid AND l.objid = m.id::oid AND l.objsubid = 2)`)
+			var ids []int64
+			if err == nil {
+				ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			}
+			cancel()
+			if err != nil {
+				continue
+			}
+			now := time.Now()
+			w.mu.Lock()
+			w.most = max(w.most, len(ids))
+			next := make(map[int64]time.Time, len(ids))
+			for _, id := range ids {
+				since, ok := w.since[id]
+				if !ok {
+					since = now
+				}
+				next[id] = since
+				w.longest = max(w.longest, now.Sub(since))
+			}
+			w.since = next
+			w.mu.Unlock()
+		}
+	}()
+	return w, nil
+}
+
+func (w *gapWatch) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.most, w.longest, w.since = 0, 0, map[int64]time.Time{}
+}
+
+func (w *gapWatch) result() (int, time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.most, w.longest
+}
+
+func (w *gapWatch) close() {
+	close(w.stop)
+	<-w.done
 }

@@ -41,6 +41,9 @@ type config struct {
 	// MetricsToken, when set, is the bearer token GET /metrics requires.
 	// Never log it.
 	MetricsToken string
+	// PGBin is where the embedded cluster's server binaries are (PGBIN);
+	// empty: the distribution's.
+	PGBin string
 	// SlotMonitorInterval is how often the slot monitor reads the slots.
 	SlotMonitorInterval time.Duration
 	// SequenceSyncInterval is how often running mirrors sync sequences.
@@ -73,6 +76,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LogFormat:         cmp.Or(getenv("SERVICE_LOG_FORMAT"), "text"),
 		DataDir:           cmp.Or(getenv("SERVICE_DATA_DIR"), ".pgmirror"),
 		MetricsToken:      getenv("SERVICE_METRICS_TOKEN"),
+		PGBin:             getenv("PGBIN"),
 	}
 	cfg.adminPasswordSet = getenv("SERVICE_ADMIN_PASSWORD") != ""
 	var err error

@@ -32,8 +32,12 @@ func startEmbedded(ctx context.Context, cfg config, logger *slog.Logger) (*local
 	}
 	dataDir := filepath.Join(dir, "data")
 	logger.Info("SERVICE_DATABASE_URL is unset: starting the embedded PostgreSQL cluster", "data_dir", dataDir, "port", cfg.EmbeddedPort)
+	binDir, err := localpg.FindBinDir(cfg.PGBin)
+	if err != nil {
+		return nil, "", err
+	}
 	cluster, err := localpg.Start(ctx, localpg.Config{
-		DataDir: dataDir, Port: cfg.EmbeddedPort, Logical: true, Durable: true,
+		DataDir: dataDir, Port: cfg.EmbeddedPort, Logical: true, Durable: true, BinDir: binDir,
 		PasswordFile: filepath.Join(dir, embeddedPasswordFile),
 	})
 	var taken *localpg.PortTakenError

@@ -78,7 +78,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		databaseURL = url
 	}
 
-	pool, err := openPool(ctx, databaseURL, cfg.MirrorWorkers)
+	replica := replicaName()
+	appName := catalogAppName(command, "")
+	if command == "serve" {
+		appName = catalogAppName(command, replica)
+	}
+	pool, err := openPool(ctx, databaseURL, cfg.MirrorWorkers, appName)
 	if err != nil {
 		return err
 	}
@@ -101,7 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			"reencrypted", res.Reencrypted, "encrypted", res.Encrypted)
 		return nil
 	}
-	return serve(ctx, cfg, store, logger)
+	return serve(ctx, cfg, store, logger, replica)
 }
 
 // replicaName names this process among the replicas: the host name and the
@@ -112,6 +117,23 @@ func replicaName() string {
 		host = "pgmirror"
 	}
 	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
+// catalogAppName is the application_name of the catalog connections of a
+// pgmirror process (pg_stat_activity shows it): "pgmirror <role>", and the
+// replica's name for those of pgmirror serve ("pgmirror serve host:pid" for
+// the shared pool, "pgmirror river host:pid" for River's pool, "pgmirror
+// locks host:pid" for the lock connection). PostgreSQL keeps its first 63
+// bytes. An application_name in SERVICE_DATABASE_URL (or PGAPPNAME) wins.
+func catalogAppName(role, replica string) string {
+	name := "pgmirror " + role
+	if replica != "" {
+		name += " " + replica
+	}
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	return name
 }
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
@@ -129,10 +151,14 @@ const catalogConnectTimeout = 5 * time.Second
 // openPool connects to the catalog, waiting up to a minute for it to accept
 // connections (a catalog that starts together with the service). The pool's
 // size comes from the URL's pool_max_conns or from workers (sizing.go).
-func openPool(ctx context.Context, url string, workers int) (*pgxpool.Pool, error) {
+// Its connections carry application_name appName unless the URL names one.
+func openPool(ctx context.Context, url string, workers int, appName string) (*pgxpool.Pool, error) {
 	poolCfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse SERVICE_DATABASE_URL: %w", redact(err))
+	}
+	if poolCfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		poolCfg.ConnConfig.RuntimeParams["application_name"] = appName
 	}
 	if poolCfg.MaxConns, err = catalogPoolSize(url, poolCfg.MaxConns, workers); err != nil {
 		return nil, err
@@ -205,7 +231,7 @@ func checkAdminPassword(ctx context.Context, store *db.Store, cfg config, logger
 	return nil
 }
 
-func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger) error {
+func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger, replica string) error {
 	pool := store.Pool()
 	if err := store.EnsureAdmin(ctx, cfg.AdminUser, cfg.AdminPassword); err != nil {
 		return fmt.Errorf("create default admin: %w", err)
@@ -225,6 +251,11 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	// never wait behind API requests or mirror runs.
 	riverCfg := pool.Config()
 	riverCfg.MaxConns, riverCfg.MinConns = riverPoolConns, 0
+	// Each catalog connection says what it is, unless the URL named them.
+	named := pool.Config().ConnConfig.RuntimeParams["application_name"] != catalogAppName("serve", replica)
+	if !named {
+		riverCfg.ConnConfig.RuntimeParams["application_name"] = catalogAppName("river", replica)
+	}
 	riverPool, err := pgxpool.NewWithConfig(ctx, riverCfg)
 	if err != nil {
 		return fmt.Errorf("open River's catalog pool: %w", redact(err))
@@ -233,7 +264,15 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 
 	// One connection holds the locks of every mirror this replica runs. It
 	// outlives the job client, whose runs release their locks as they stop.
-	locks := db.NewLockHolder(replicaName(), cfg.MirrorWorkers, pool.Config().ConnConfig, logger)
+	lockCfg := pool.Config().ConnConfig
+	if !named {
+		lockCfg.RuntimeParams["application_name"] = catalogAppName("locks", replica)
+	}
+	locks := db.NewLockHolder(replica, cfg.MirrorWorkers, lockCfg, logger)
+	// River's client id goes into the replica's row: the jobs this process
+	// leaves running if it dies are rescued at once (jobs/fleet.go).
+	clientID := jobs.ClientID(replica, time.Now())
+	locks.SetJobClientID(clientID)
 	locksCtx, stopLocks := context.WithCancel(context.Background())
 	go locks.Run(locksCtx)
 	defer func() {
@@ -243,6 +282,7 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 
 	registry := metrics.New()
 	riverClient, err := jobs.NewClient(riverPool, jobs.Config{
+		ClientID:               clientID,
 		Locks:                  locks,
 		Metrics:                registry,
 		SlotMonitorInterval:    cfg.SlotMonitorInterval,

@@ -43,8 +43,9 @@ type Config struct {
 	Logical bool
 	// Durable keeps fsync on. Test clusters turn it off for speed.
 	Durable bool
-	// BinDir holds initdb and pg_ctl. Empty means the first of PGBIN,
-	// /usr/lib/postgresql/15/bin, or the directory of pg_config --bindir.
+	// BinDir holds initdb and pg_ctl. Empty means what FindBinDir("")
+	// finds: /usr/lib/postgresql/15/bin, another installed major, or the
+	// directory of pg_config --bindir.
 	BinDir string
 	// Settings are extra postgresql.conf lines, name to value.
 	Settings map[string]string
@@ -70,10 +71,11 @@ type Cluster struct {
 	reused   bool
 }
 
-// FindBinDir returns the directory with initdb and pg_ctl, or an error that
-// says how to install them.
-func FindBinDir() (string, error) {
-	candidates := []string{os.Getenv("PGBIN")}
+// FindBinDir returns the directory with initdb and pg_ctl: preferred when
+// it has them (the service passes its PGBIN), else the distribution's, else
+// pg_config's; or an error that says how to install them.
+func FindBinDir(preferred string) (string, error) {
+	candidates := []string{preferred}
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Sort(sort.Reverse(sort.StringSlice(matches)))
 	candidates = append(candidates, "/usr/lib/postgresql/15/bin")
@@ -113,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	binDir := cfg.BinDir
 	if binDir == "" {
 		var err error
-		if binDir, err = FindBinDir(); err != nil {
+		if binDir, err = FindBinDir(""); err != nil {
 			return nil, err
 		}
 	}

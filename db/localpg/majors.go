@@ -42,7 +42,7 @@ var releaseDir = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)(?:-.*)?$`)
 // error says how to install it.
 func BinDirForMajor(major int) (string, error) {
 	if major <= 0 {
-		return FindBinDir()
+		return FindBinDir("")
 	}
 	dist := filepath.Join("/usr/lib/postgresql", strconv.Itoa(major), "bin")
 	if isFile(filepath.Join(dist, "initdb")) {

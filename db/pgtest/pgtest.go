@@ -111,6 +111,13 @@ func SuiteMajor(tb testing.TB) int {
 // packaged binaries exist for) and for the suite's own major.
 func BinDir(tb testing.TB, major int) string {
 	tb.Helper()
+	if pgbin := os.Getenv("PGBIN"); major == 0 && pgbin != "" {
+		dir, err := localpg.FindBinDir(pgbin)
+		if err != nil {
+			tb.Fatalf("pgtest: %v", err)
+		}
+		return dir
+	}
 	dir, err := localpg.BinDirForMajor(major)
 	if err == nil {
 		return dir

@@ -2,7 +2,10 @@ package capture
 
 // This file decodes pgoutput protocol version 1 messages (the logical
 // replication message formats of the PostgreSQL documentation) straight from
-// the received bytes. A row change costs three allocations: one copy of the
+// the received bytes. Protocol version 2 (streamed transactions, see
+// streamed.go) sends the same messages outside a stream; inside one they
+// carry the transaction id after their type byte, which streamed.go strips
+// before it stages them, so that they replay through this decoder. A row change costs three allocations: one copy of the
 // message (the receive buffer is reused by the next receive, so values point
 // into the copy), one slice of values (shared by the old and new image of an
 // update) and the *change.Change.
@@ -30,6 +33,12 @@ const (
 	msgDelete   = 'D'
 	msgTruncate = 'T'
 	msgMessage  = 'M'
+
+	// Protocol version 2: in-progress transactions streamed in blocks.
+	msgStreamStart  = 'S'
+	msgStreamStop   = 'E'
+	msgStreamCommit = 'c'
+	msgStreamAbort  = 'A'
 )
 
 // Tuple parts and column kinds of the TupleData submessage.
@@ -63,12 +72,19 @@ const microsecFromUnixEpochToY2K = 946684800 * 1000000
 
 // pluginArgs returns the pgoutput options for START_REPLICATION.
 func pluginArgs(cfg StreamConfig) []string {
-	args := []string{"proto_version '1'", "publication_names '" + cfg.Publication + "'"}
+	proto := "proto_version '1'"
+	if cfg.Streaming {
+		proto = "proto_version '2'"
+	}
+	args := []string{proto, "publication_names '" + cfg.Publication + "'"}
 	if cfg.Binary {
 		args = append(args, "binary 'true'")
 	}
 	if cfg.Messages || cfg.SchemaMessages {
 		args = append(args, "messages 'true'")
+	}
+	if cfg.Streaming {
+		args = append(args, "streaming 'on'")
 	}
 	return args
 }

@@ -380,6 +380,7 @@ func TestPluginArgs(t *testing.T) {
 	require.Equal(t, []string{"proto_version '1'", "publication_names 'p'"}, pluginArgs(StreamConfig{Publication: "p"}))
 	require.Equal(t, []string{"proto_version '1'", "publication_names 'p'", "binary 'true'"}, pluginArgs(StreamConfig{Publication: "p", Binary: true}))
 	require.Equal(t, []string{"proto_version '1'", "publication_names 'p'", "messages 'true'"}, pluginArgs(StreamConfig{Publication: "p", Messages: true}))
+	require.Equal(t, []string{"proto_version '2'", "publication_names 'p'", "binary 'true'", "streaming 'on'"}, pluginArgs(StreamConfig{Publication: "p", Binary: true, Streaming: true}))
 }
 
 // FuzzDecode checks that no input makes the decoder panic, and that what

@@ -23,6 +23,17 @@
 // and everything handed over has been confirmed, a keepalive's WAL end is
 // confirmed too, so the slot advances on a quiet source.
 //
+// With StreamConfig.Streaming (sources of PostgreSQL 14 or later) the
+// stream asks pgoutput for protocol version 2 and streaming: the source
+// sends a transaction that outgrows its logical_decoding_work_mem in blocks
+// while it runs. The stream stages each such transaction (in memory up to
+// StageMemory for all of them, then in an unlinked temporary file per
+// transaction), drops it on Stream Abort and drops a subtransaction's
+// changes when that one is rolled back, and hands a committed one over at
+// its Stream Commit as Begin, changes and Commit: the consumer sees the same
+// whole transactions, in commit order, as from a source that does not
+// stream. Stream.StreamedStats counts them.
+//
 // A transaction whose replication origin (pgoutput's Origin message) is
 // the origin of a mirror that closes a loop with this one (pgmirror applied
 // it on this database, coming from this mirror's destination; see

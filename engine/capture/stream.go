@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -102,6 +104,21 @@ type StreamConfig struct {
 	// (see engine/origin.Filter): those of the mirrors that close a loop
 	// with this one. Nil leaves out every pgmirror origin.
 	Origins *origin.Filter
+	// Streaming asks pgoutput to stream large in-progress transactions
+	// (proto_version '2', streaming 'on'; PostgreSQL 14+, see
+	// pgversion.Server.Streaming): the source sends a transaction that
+	// outgrows its logical_decoding_work_mem while it runs, instead of
+	// spilling it to its own disk and sending it at commit. The stream
+	// stages it (StageMemory, SpillDir) and hands it over at its commit as
+	// one whole transaction, like any other (see streamed.go).
+	Streaming bool
+	// StageMemory bounds the bytes of streamed transactions staged in
+	// memory, all together; past it the largest goes to a temporary file.
+	// Default 16 MiB.
+	StageMemory int
+	// SpillDir is where those temporary files go. Default os.TempDir()
+	// ($TMPDIR).
+	SpillDir string
 	// Logger receives debug messages. Default: discard.
 	Logger *slog.Logger
 }
@@ -130,6 +147,8 @@ type Stream struct {
 	buffered   atomic.Int64  // bytes handed over and not yet released
 	skippedTx  atomic.Int64  // transactions left out for their origin (a loop)
 	space      chan struct{} // signalled by Release
+	statsMu    sync.Mutex
+	stats      StreamStats // of streamed transactions
 
 	// Owned by the reader goroutine.
 	relations      map[uint32]*change.Relation
@@ -137,7 +156,11 @@ type Stream struct {
 	skipTx         bool            // the open transaction's origin closes a loop: its changes are left out
 	originSeen     map[string]bool // pgmirror origins met, and whether they were left out (logged when that changes)
 	lastCommitEnd  change.LSN      // end LSN of the last commit handed over
-	received       change.LSN      // highest position received
+	inStream       bool            // between Stream Start and Stream Stop
+	streamTx       *stagedTx       // the transaction of the open stream block
+	streamed       map[uint32]*stagedTx
+	stagedMem      int64      // bytes of streamed transactions staged in memory
+	received       change.LSN // highest position received
 	lastStatus     time.Time
 	lastHeard      time.Time
 	silenceAsked   bool
@@ -145,9 +168,9 @@ type Stream struct {
 }
 
 // StartStream starts replication on conn (a replication connection, see
-// ConnectReplication) at cfg.StartLSN with pgoutput protocol version 1 and
-// returns the running stream. From then on the stream owns conn until Close
-// returns; the caller closes conn afterwards.
+// ConnectReplication) at cfg.StartLSN with pgoutput protocol version 1 (2
+// with cfg.Streaming) and returns the running stream. From then on the
+// stream owns conn until Close returns; the caller closes conn afterwards.
 //
 // A missing slot gives an error matching ErrSlotMissing, a slot with another
 // consumer one matching ErrSlotInUse.
@@ -162,6 +185,8 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 	cfg.StatusInterval = cmp.Or(cfg.StatusInterval, 3*time.Second)
 	cfg.Buffer = cmp.Or(cfg.Buffer, 64)
 	cfg.MaxBufferedBytes = cmp.Or(cfg.MaxBufferedBytes, 64<<20)
+	cfg.StageMemory = cmp.Or(cfg.StageMemory, defaultStageMemory)
+	cfg.SpillDir = cmp.Or(cfg.SpillDir, os.TempDir())
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -200,6 +225,7 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 	go func() {
 		defer close(s.done)
 		defer close(s.events)
+		defer s.dropAllStaged()
 		s.err = s.run(runCtx)
 	}()
 	return s, nil
@@ -477,7 +503,7 @@ func (s *Stream) handleCopyData(ctx context.Context, ticker *time.Ticker, data [
 		walEnd := change.LSN(ka.ServerWALEnd)
 		// Idle: no transaction open and everything handed over is on the
 		// destination, so nothing of ours lies before the server's WAL end.
-		if !s.inTx && !s.cfg.HoldConfirmed && change.LSN(s.confirmed.Load()) >= s.lastCommitEnd && walEnd > s.lastCommitEnd {
+		if !s.inTx && !s.inStream && !s.cfg.HoldConfirmed && change.LSN(s.confirmed.Load()) >= s.lastCommitEnd && walEnd > s.lastCommitEnd {
 			s.Confirm(walEnd)
 			s.lastCommitEnd = walEnd
 			s.received = max(s.received, walEnd)
@@ -490,6 +516,15 @@ func (s *Stream) handleCopyData(ctx context.Context, ticker *time.Ticker, data [
 		xld, err := pglogrepl.ParseXLogData(data[1:])
 		if err != nil {
 			return fmt.Errorf("slot %s: parse XLogData: %w", s.cfg.Slot, err)
+		}
+		if len(xld.WALData) > 0 && (s.cfg.Streaming || s.inStream) {
+			handled, err := s.streamMessage(ctx, ticker, xld.WALData)
+			if err != nil {
+				return fmt.Errorf("slot %s at %s: %w", s.cfg.Slot, change.LSN(xld.WALStart), err)
+			}
+			if handled {
+				return nil
+			}
 		}
 		ev, ok, err := s.decode(xld.WALData)
 		if err != nil {

@@ -164,6 +164,15 @@ type Config struct {
 	// ConfirmCeiling, when set, bounds what the run confirms to the slot
 	// beyond the changes it applied (see ConfirmCeiling).
 	ConfirmCeiling *ConfirmCeiling
+	// StageMemory bounds the memory that staged streamed transactions hold
+	// (capture.StreamConfig.StageMemory; default 16 MiB). A source of
+	// PostgreSQL 14 or later streams a transaction that outgrows its
+	// logical_decoding_work_mem while it runs; the run stages it and
+	// applies it at its commit, as one transaction like any other.
+	StageMemory int
+	// SpillDir is where staged streamed transactions beyond StageMemory
+	// go, in temporary files (default $TMPDIR).
+	SpillDir string
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -413,7 +422,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
 		Binary: types != nil, Messages: heartbeatEvery > 0 && srv.Messages(), SchemaMessages: cfg.CaptureDDL && srv.SchemaMessages(), Origins: cfg.Origins,
-		ConfirmLimit: confirmLimit,
+		ConfirmLimit: confirmLimit, Streaming: srv.Streaming(), StageMemory: cfg.StageMemory, SpillDir: cfg.SpillDir,
 	})
 	if err != nil {
 		return netError(err)
@@ -431,7 +440,8 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	}
 	defer r.flush.stop()
 	logger.Info("CDC started", "lsn", applied.String(), "start_lsn", r.floor.String(), "batch_id", batchID,
-		"table_positions", len(positions), "skipped_tables", len(cfg.SkipTables), "binary", types != nil)
+		"table_positions", len(positions), "skipped_tables", len(cfg.SkipTables), "binary", types != nil,
+		"streaming", srv.Streaming())
 	return r.loop(ctx, stop)
 }
 

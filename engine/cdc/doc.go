@@ -48,6 +48,14 @@
 // (Stream.ConfirmNow), so the slot is confirmed within about a tenth of a
 // second of the commit, not at the next status interval.
 //
+// A source of PostgreSQL 14 or later streams a transaction that outgrows
+// its logical_decoding_work_mem while it runs (pgoutput protocol 2): the
+// stream stages it (Config.StageMemory in memory, the rest in a temporary
+// file in Config.SpillDir) and hands it to the loop at its commit, whole and
+// in commit order, so the loop and the applier treat it as any other
+// transaction (docs/consistency.md, "Large transactions streamed by the
+// source").
+//
 // With Config.Origin the apply connection's transactions carry the
 // mirror's replication origin (engine/origin), and the stream leaves out
 // source transactions that carry one of pgmirror's (engine/capture): two

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+)
+
+// gapWatch samples, every 100 ms, which running mirrors have no worker
+// (nobody holds their advisory lock) and keeps the most at once and the
+// longest time one mirror went without.
+type gapWatch struct {
+	mu      sync.Mutex
+	since   map[int64]time.Time // mirrors without a worker, since when
+	most    int
+	longest time.Duration
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func watchGaps(t *testing.T, catalogURL string) *gapWatch {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), catalogURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &gapWatch{since: map[int64]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer conn.Close(context.Background())
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			rows, err := conn.Query(ctx, `SELECT m.id FROM mirrors m
+				WHERE m.deleted_at IS NULL AND m.desired_state = 'running' AND m.status = 'running'
+				  AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+				    AND l.classid = x'70676d'::int::oid AND l.objid = m.id::oid AND l.objsubid = 2)`)
+			var ids []int64
+			if err == nil {
+				ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			}
+			cancel()
+			if err != nil {
+				continue
+			}
+			w.observe(ids, time.Now())
+		}
+	}()
+	return w
+}
+
+func (w *gapWatch) observe(ids []int64, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.most = max(w.most, len(ids))
+	next := make(map[int64]time.Time, len(ids))
+	for _, id := range ids {
+		since, ok := w.since[id]
+		if !ok {
+			since = now
+		}
+		next[id] = since
+		w.longest = max(w.longest, now.Sub(since))
+	}
+	w.since = next
+}
+
+// reset starts a new phase: counts from now on.
+func (w *gapWatch) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.most, w.longest, w.since = 0, 0, map[int64]time.Time{}
+}
+
+func (w *gapWatch) result() (most int, longest time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.most, w.longest
+}
+
+func (w *gapWatch) close() {
+	close(w.stop)
+	<-w.done
+}
+
+// TestRollingRestart runs 10 mirrors on two replicas under a small write
+// load and kills one (kill -9), then starts it again:
+//   - the survivor takes the dead replica's mirrors over; the dead
+//     replica's row leaves the replicas table and the River jobs it left
+//     running are rescued within seconds (not after River's 40 minutes);
+//   - the restarted replica names its catalog connections (application
+//     name "pgmirror serve|river|locks <replica>");
+//   - while it takes its share, at most a few mirrors are without a worker
+//     at any moment and none for more than 5 s, and the spread is reached
+//     within 20 s, with no mirror handed back and forth;
+//   - every row written meanwhile arrives, once.
+func TestRollingRestart(t *testing.T) {
+	t.Parallel()
+	const n = 10
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	var ddl strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&ddl, "CREATE TABLE public.t%d (id serial PRIMARY KEY, v text);\n", i)
+	}
+	exec1(t, src, ddl.String())
+
+	withApp := func(name string) string { return catalog + "&application_name=" + name }
+	started := time.Now()
+	r1, r2 := launchService(t, withApp("r1")), launchService(t, withApp("r2"))
+	r1.waitReady()
+	r2.waitReady()
+	t.Logf("two replicas ready %s after the start", time.Since(started).Round(time.Millisecond))
+	r1.createPeer("src", src)
+	r1.createPeer("dst", dst)
+	for i := 1; i <= n; i++ {
+		table := fmt.Sprintf("t%d", i)
+		[]*service{r1, r2}[i%2].mustDo("POST", "/v1/mirrors", map[string]any{
+			"name": fmt.Sprintf("m%02d", i), "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+			"table_mappings": []any{mapping("public", table, "public", table)},
+		}, 201, nil)
+	}
+	r1Name, r2Name := workerOf(t, catalog, "r1"), workerOf(t, catalog, "r2")
+	began := time.Now()
+	t.Logf("%d mirrors created %s after the start", n, time.Since(started).Round(time.Millisecond))
+	waitFor(t, "every mirror running, spread over both replicas", 90*time.Second, func() bool {
+		byWorker, running := workersOf(r2)
+		return running == n && byWorker[r1Name] >= n/2-1 && byWorker[r2Name] >= n/2-1
+	})
+	t.Logf("%d mirrors running on both replicas %s after they were created", n, time.Since(began).Round(time.Millisecond))
+
+	// A small write load over every table, until the end.
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		conn, err := pgx.Connect(loadCtx, src)
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		for i := 0; loadCtx.Err() == nil && i < 2000; i++ {
+			_, _ = conn.Exec(loadCtx, fmt.Sprintf("INSERT INTO public.t%d (v) VALUES ('load %d')", 1+rand.IntN(n), i))
+			select {
+			case <-loadCtx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { stopLoad(); <-loadDone }()
+	gaps := watchGaps(t, catalog)
+	defer gaps.close()
+
+	// kill -9 r1: r2 takes its mirrors over, and the catalog says so.
+	var deadClient string
+	queryOne(t, catalog, &deadClient, `SELECT job_client_id FROM replicas WHERE name = $1`, r1Name)
+	if queryInt64(t, catalog, `SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_by[array_upper(attempted_by, 1)] = $1`, deadClient) == 0 {
+		t.Fatalf("no running River job of r1 (River client %q) before the kill", deadClient)
+	}
+	killedAt := time.Now()
+	r1.kill()
+	waitFor(t, "r2 to run every mirror", 30*time.Second, func() bool {
+		byWorker, running := workersOf(r2)
+		return running == n && byWorker[r2Name] == n
+	})
+	t.Logf("takeover of r1's mirrors after kill -9: %s", time.Since(killedAt).Round(time.Millisecond))
+	waitFor(t, "r1's running River jobs rescued and its row removed", 20*time.Second, func() bool {
+		return queryInt64(t, catalog, `SELECT count(*) FROM river_job WHERE state = 'running' AND attempted_by[array_upper(attempted_by, 1)] = $1`, deadClient) == 0 &&
+			queryInt64(t, catalog, `SELECT count(*) FROM replicas WHERE name = $1`, r1Name) == 0
+	})
+	t.Logf("r1's jobs rescued and its row removed %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+
+	// r1 comes back (without an application_name of the test's): it
+	// names its connections, takes its share, paced.
+	gaps.reset()
+	restartedAt := time.Now()
+	startService(t, catalog)
+	var r1Again string
+	queryOne(t, catalog, &r1Again, `SELECT name FROM replicas WHERE name <> $1`, r2Name)
+	for _, role := range []string{"serve", "river", "locks"} {
+		app := catalogAppName(role, r1Again)
+		if queryInt64(t, catalog, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`, app) == 0 {
+			t.Errorf("no catalog connection with application_name %q", app)
+		}
+	}
+	if unnamed := queryInt64(t, catalog, `SELECT count(*) FROM pg_stat_activity a JOIN replicas r ON r.lock_pid = a.pid WHERE r.name = $1 AND a.application_name = ''`, r1Again); unnamed != 0 {
+		t.Errorf("the restarted replica's lock connection has no application_name")
+	}
+	waitFor(t, "the restarted replica to take its share", 30*time.Second, func() bool {
+		byWorker, running := workersOf(r2)
+		return running == n && byWorker[r1Again] >= n/2-1 && byWorker[r2Name] >= n/2-1
+	})
+	spread := time.Since(restartedAt)
+	time.Sleep(2 * time.Second) // settled: no more hand-offs
+	byWorker, running := workersOf(r2)
+	most, longest := gaps.result()
+	t.Logf("restart: spread %v %s after the start, at most %d mirrors without a worker at once, longest gap %s",
+		byWorker, spread.Round(time.Millisecond), most, longest.Round(time.Millisecond))
+	if running != n || byWorker[r1Again] < n/2-1 || byWorker[r2Name] < n/2-1 {
+		t.Errorf("after settling: %v, want %d on each replica, give or take one (no overshoot)", byWorker, n/2)
+	}
+	if most > 4 {
+		t.Errorf("%d mirrors without a worker at once during the restart, want at most 4", most)
+	}
+	if longest > 5*time.Second {
+		t.Errorf("a mirror went %s without a worker during the restart, want at most 5 s", longest)
+	}
+	if spread > 20*time.Second {
+		t.Errorf("spreading took %s after the start, want at most 20 s", spread)
+	}
+
+	stopLoad()
+	<-loadDone
+	began = time.Now()
+	defer func() {
+		t.Logf("every table equal %s after the load stopped", time.Since(began).Round(time.Millisecond))
+	}()
+	for i := 1; i <= n; i++ {
+		table := fmt.Sprintf("public.t%d", i)
+		waitEqual(t, src, dst, table, table, "id, v", 30*time.Second)
+	}
+}

@@ -1,0 +1,366 @@
+package capture
+
+// This file handles streamed in-progress transactions (pgoutput protocol
+// version 2, streaming 'on'). The source sends a large transaction in blocks
+// while it is still running: Stream Start (xid), changes each tagged with the
+// (sub)transaction id that made them, Stream Stop; blocks of several
+// transactions interleave, and transactions that are not streamed are sent
+// whole between blocks as usual. The transaction ends with Stream Commit
+// (its commit LSN, end LSN and time) or Stream Abort (of the whole
+// transaction, or of one subtransaction: the changes of that subtransaction
+// only are void).
+//
+// The stream stages each streamed transaction's messages as they arrive, as
+// the bytes pgoutput sent with the transaction id taken out: in memory up to
+// StreamConfig.StageMemory for all of them together, past that in a temporary
+// file per transaction (unlinked at once, so nothing is left behind by a
+// crash). At Stream Commit it replays the staged messages through the
+// ordinary decoder as one transaction: Begin (its commit LSN), its changes
+// (those of aborted subtransactions left out), Commit (its end LSN), exactly
+// the events a transaction that was not streamed gives. The consumer thus
+// sees whole transactions in commit order and never a change of a
+// transaction that has not committed. Stream Abort drops what was staged.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// defaultStageMemory is StreamConfig.StageMemory's default.
+const defaultStageMemory = 16 << 20
+
+// stagedTx is the staged part of one streamed transaction. Records are a
+// 4-byte subtransaction id, a 4-byte length and a pgoutput message without
+// its transaction id; the oldest are in the file, the newest in mem.
+type stagedTx struct {
+	xid       uint32
+	mem       []byte
+	file      *os.File
+	fileBytes int64
+	aborted   map[uint32]bool // subtransactions rolled back
+	records   int64
+}
+
+// StreamStats counts what the stream did with streamed transactions.
+type StreamStats struct {
+	// Committed and Aborted count the streamed transactions that ended.
+	Committed, Aborted int64
+	// SubAborted counts subtransactions rolled back within streamed
+	// transactions.
+	SubAborted int64
+	// StagedBytes counts the bytes staged, SpilledBytes those of them
+	// written to temporary files.
+	StagedBytes, SpilledBytes int64
+	// PeakMemory is the most staged bytes held in memory at once.
+	PeakMemory int64
+}
+
+// StreamedStats returns the counts of streamed transactions so far.
+func (s *Stream) StreamedStats() StreamStats {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	return s.stats
+}
+
+func (s *Stream) countStats(f func(*StreamStats)) {
+	s.statsMu.Lock()
+	f(&s.stats)
+	s.statsMu.Unlock()
+}
+
+// streamMessage handles data when it belongs to the streaming protocol: a
+// Stream Start, Stop, Commit or Abort, or any message inside a stream block.
+// It reports false for a message that the ordinary decoder handles.
+func (s *Stream) streamMessage(ctx context.Context, ticker *time.Ticker, data []byte) (bool, error) {
+	switch data[0] {
+	case msgStreamStart:
+		w := wire{b: data, off: 1}
+		xid := w.u32("xid")
+		first := w.u8("first segment")
+		if err := w.done(); err != nil {
+			return true, fmt.Errorf("decode stream start message: %w", err)
+		}
+		if s.inStream || s.inTx {
+			return true, fmt.Errorf("stream start of transaction %d inside another transaction", xid)
+		}
+		tx := s.streamed[xid]
+		switch {
+		case first == 1:
+			if tx != nil {
+				s.dropStaged(tx)
+			}
+			tx = &stagedTx{xid: xid}
+			if s.streamed == nil {
+				s.streamed = map[uint32]*stagedTx{}
+			}
+			s.streamed[xid] = tx
+		case tx == nil:
+			return true, fmt.Errorf("stream block of transaction %d whose first block was not received", xid)
+		}
+		s.inStream = true
+		s.streamTx = tx
+		return true, nil
+	case msgStreamStop:
+		if !s.inStream {
+			return true, errors.New("stream stop outside a stream block")
+		}
+		s.inStream = false
+		s.streamTx = nil
+		return true, nil
+	case msgStreamAbort:
+		w := wire{b: data, off: 1}
+		xid := w.u32("xid")
+		sub := w.u32("subtransaction xid")
+		// Protocol version 4 adds the abort LSN and time; version 2 has
+		// neither, but accept them.
+		if w.err == nil && len(data)-w.off == 16 {
+			w.u64("abort LSN")
+			w.u64("abort time")
+		}
+		if err := w.done(); err != nil {
+			return true, fmt.Errorf("decode stream abort message: %w", err)
+		}
+		if s.inStream {
+			return true, fmt.Errorf("stream abort of transaction %d inside a stream block", xid)
+		}
+		tx := s.streamed[xid]
+		if tx == nil {
+			return true, nil // nothing of it was staged
+		}
+		if sub == xid {
+			s.dropStaged(tx)
+			s.countStats(func(st *StreamStats) { st.Aborted++ })
+			s.log.Debug("streamed transaction aborted on the source; its staged changes are dropped", "xid", xid)
+			return true, nil
+		}
+		if tx.aborted == nil {
+			tx.aborted = map[uint32]bool{}
+		}
+		tx.aborted[sub] = true
+		s.countStats(func(st *StreamStats) { st.SubAborted++ })
+		return true, nil
+	case msgStreamCommit:
+		w := wire{b: data, off: 1}
+		xid := w.u32("xid")
+		w.u8("flags")
+		commitLSN := w.u64("commit LSN")
+		end := w.u64("end LSN")
+		at := w.u64("commit time")
+		if err := w.done(); err != nil {
+			return true, fmt.Errorf("decode stream commit message: %w", err)
+		}
+		if s.inStream || s.inTx {
+			return true, fmt.Errorf("stream commit of transaction %d inside another transaction", xid)
+		}
+		tx := s.streamed[xid]
+		if tx != nil {
+			delete(s.streamed, xid)
+		} else {
+			tx = &stagedTx{xid: xid} // nothing staged: an empty transaction
+		}
+		defer s.dropStaged(tx)
+		if err := s.replay(ctx, ticker, tx, commitLSN, end, at); err != nil {
+			return true, fmt.Errorf("streamed transaction %d: %w", xid, err)
+		}
+		s.countStats(func(st *StreamStats) { st.Committed++ })
+		return true, nil
+	}
+	if !s.inStream {
+		return false, nil
+	}
+	tx := s.streamTx
+	switch data[0] {
+	case msgInsert, msgUpdate, msgDelete, msgTruncate, msgRelation, msgType, msgMessage:
+		if len(data) < 5 {
+			return true, fmt.Errorf("decode streamed message %q: %w", data[0], errTruncated)
+		}
+		sub := binary.BigEndian.Uint32(data[1:5])
+		return true, s.stage(tx, sub, data[0], data[5:])
+	case msgOrigin:
+		return true, s.stage(tx, tx.xid, data[0], data[1:])
+	default:
+		s.log.Debug("ignoring pgoutput message in a stream block", "type", string(rune(data[0])))
+		return true, nil
+	}
+}
+
+// stage appends one record to tx, spilling staged transactions to their
+// files while the staged bytes in memory exceed StageMemory.
+func (s *Stream) stage(tx *stagedTx, sub uint32, typ byte, body []byte) error {
+	n := 9 + len(body)
+	tx.mem = binary.BigEndian.AppendUint32(tx.mem, sub)
+	tx.mem = binary.BigEndian.AppendUint32(tx.mem, uint32(1+len(body)))
+	tx.mem = append(tx.mem, typ)
+	tx.mem = append(tx.mem, body...)
+	tx.records++
+	s.stagedMem += int64(n)
+	s.countStats(func(st *StreamStats) {
+		st.StagedBytes += int64(n)
+		st.PeakMemory = max(st.PeakMemory, s.stagedMem)
+	})
+	for s.stagedMem > int64(s.cfg.StageMemory) {
+		var big *stagedTx
+		for _, t := range s.streamed {
+			if big == nil || len(t.mem) > len(big.mem) {
+				big = t
+			}
+		}
+		if big == nil || len(big.mem) == 0 {
+			break
+		}
+		if err := s.spill(big); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spill writes tx's records in memory to its file.
+func (s *Stream) spill(tx *stagedTx) error {
+	if tx.file == nil {
+		f, err := os.CreateTemp(s.cfg.SpillDir, "pgmirror-streamed-*")
+		if err != nil {
+			return fmt.Errorf("stage streamed transaction %d: %w (set TMPDIR to a directory with room)", tx.xid, err)
+		}
+		// Unlinked at once: the space is freed when the file is closed,
+		// also by a crash.
+		_ = os.Remove(f.Name())
+		tx.file = f
+	}
+	if _, err := tx.file.Write(tx.mem); err != nil {
+		return fmt.Errorf("stage streamed transaction %d: write temporary file: %w", tx.xid, err)
+	}
+	n := int64(len(tx.mem))
+	tx.fileBytes += n
+	s.stagedMem -= n
+	tx.mem = nil
+	s.countStats(func(st *StreamStats) { st.SpilledBytes += n })
+	return nil
+}
+
+// dropStaged forgets tx and frees what it holds.
+func (s *Stream) dropStaged(tx *stagedTx) {
+	if s.streamed[tx.xid] == tx {
+		delete(s.streamed, tx.xid)
+	}
+	s.stagedMem -= int64(len(tx.mem))
+	tx.mem = nil
+	if tx.file != nil {
+		_ = tx.file.Close()
+		tx.file = nil
+	}
+}
+
+// dropAllStaged frees every staged transaction (the stream ends).
+func (s *Stream) dropAllStaged() {
+	for _, tx := range s.streamed {
+		s.dropStaged(tx)
+	}
+}
+
+// replayStatusEvery is how many records the replay of a streamed
+// transaction handles between two checks whether a standby status update
+// is due (the replay does not read from the connection meanwhile).
+const replayStatusEvery = 4096
+
+// replay hands the staged transaction over as Begin, its changes and Commit.
+func (s *Stream) replay(ctx context.Context, ticker *time.Ticker, tx *stagedTx, commitLSN, end, at uint64) error {
+	s.log.Debug("streamed transaction committed on the source; handing it over", "xid", tx.xid,
+		"commit_lsn", change.LSN(commitLSN).String(), "records", tx.records, "spilled_bytes", tx.fileBytes)
+	begin := make([]byte, 0, 21)
+	begin = append(begin, msgBegin)
+	begin = binary.BigEndian.AppendUint64(begin, commitLSN)
+	begin = binary.BigEndian.AppendUint64(begin, at)
+	begin = binary.BigEndian.AppendUint32(begin, tx.xid)
+	if err := s.replayOne(ctx, ticker, begin); err != nil {
+		return err
+	}
+	n := 0
+	record := func(sub uint32, msg []byte) error {
+		n++
+		if n%replayStatusEvery == 0 {
+			if err := s.maybeSendStatus(); err != nil {
+				return err
+			}
+		}
+		if tx.aborted[sub] {
+			switch msg[0] {
+			case msgRelation, msgType, msgOrigin:
+				// Descriptions stay: the source does not send a relation
+				// again within the transaction once it sent it.
+			default:
+				return nil
+			}
+		}
+		return s.replayOne(ctx, ticker, msg)
+	}
+	if tx.file != nil {
+		if _, err := tx.file.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("read staged changes: %w", err)
+		}
+		r := bufio.NewReaderSize(io.LimitReader(tx.file, tx.fileBytes), 256<<10)
+		var head [8]byte
+		var buf []byte
+		for {
+			if _, err := io.ReadFull(r, head[:]); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return fmt.Errorf("read staged changes: %w", err)
+			}
+			size := int(binary.BigEndian.Uint32(head[4:]))
+			buf = slicesGrow(buf, size)
+			if _, err := io.ReadFull(r, buf); err != nil {
+				return fmt.Errorf("read staged changes: %w", err)
+			}
+			// The decoder copies what it keeps, so buf is reused.
+			if err := record(binary.BigEndian.Uint32(head[:4]), buf); err != nil {
+				return err
+			}
+		}
+	}
+	for off := 0; off < len(tx.mem); {
+		sub := binary.BigEndian.Uint32(tx.mem[off:])
+		size := int(binary.BigEndian.Uint32(tx.mem[off+4:]))
+		msg := tx.mem[off+8 : off+8+size]
+		off += 8 + size
+		if err := record(sub, msg); err != nil {
+			return err
+		}
+	}
+	commit := make([]byte, 0, 26)
+	commit = append(commit, msgCommit, 0)
+	commit = binary.BigEndian.AppendUint64(commit, commitLSN)
+	commit = binary.BigEndian.AppendUint64(commit, end)
+	commit = binary.BigEndian.AppendUint64(commit, at)
+	return s.replayOne(ctx, ticker, commit)
+}
+
+// replayOne decodes one message of a replayed transaction and queues its
+// event.
+func (s *Stream) replayOne(ctx context.Context, ticker *time.Ticker, msg []byte) error {
+	ev, ok, err := s.decode(msg)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return nil
+	}
+	return s.emit(ctx, ticker, ev)
+}
+
+// slicesGrow returns b resized to n bytes (its content is not kept).
+func slicesGrow(b []byte, n int) []byte {
+	if cap(b) >= n {
+		return b[:n]
+	}
+	return make([]byte, n, max(n, 2*cap(b)))
+}

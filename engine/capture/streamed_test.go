@@ -1,0 +1,233 @@
+package capture
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// streamingTestStream is a stream that takes protocol version 2 messages
+// through handleXLog, with stageMemory bytes of staging in memory.
+func streamingTestStream(t *testing.T, stageMemory int) *Stream {
+	t.Helper()
+	s := &Stream{
+		log: slog.New(slog.DiscardHandler), relations: map[uint32]*change.Relation{},
+		events: make(chan []Event, 1<<16), space: make(chan struct{}, 1),
+		cfg: StreamConfig{Streaming: true, StageMemory: stageMemory, SpillDir: t.TempDir(), MaxBufferedBytes: 1 << 30, StatusInterval: time.Hour},
+		// A status update is never due (lastStatus is now), so conn is
+		// not used.
+		lastStatus: time.Now(), statusInterval: time.Hour,
+	}
+	t.Cleanup(s.dropAllStaged)
+	return s
+}
+
+// feed passes messages to the stream as the reader goroutine does and
+// returns the events handed over.
+func (s *Stream) feed(t *testing.T, msgs ...[]byte) []Event {
+	t.Helper()
+	ticker := time.NewTicker(time.Hour)
+	defer ticker.Stop()
+	ctx := context.Background()
+	for _, m := range msgs {
+		handled, err := s.streamMessage(ctx, ticker, m)
+		require.NoError(t, err)
+		if handled {
+			continue
+		}
+		ev, ok, err := s.decode(m)
+		require.NoError(t, err)
+		if ok {
+			require.NoError(t, s.emit(ctx, ticker, ev))
+		}
+	}
+	require.NoError(t, s.handOver(ctx, ticker))
+	var out []Event
+	for len(s.events) > 0 {
+		out = append(out, <-s.events...)
+	}
+	return out
+}
+
+// inStream inserts m (a protocol version 1 message) with xid after its type
+// byte, as pgoutput sends it inside a stream block.
+func inStream(xid uint32, m []byte) []byte {
+	return msg{m[0]}.u32(xid).raw(m[1:])
+}
+
+func streamStart(xid uint32, first bool) []byte {
+	f := byte(0)
+	if first {
+		f = 1
+	}
+	return msg{'S'}.u32(xid).u8(f)
+}
+
+func streamStop() []byte { return []byte{'E'} }
+
+func streamCommit(xid uint32, commit, end uint64) []byte {
+	return msg{'c'}.u32(xid).u8(0).u64(commit).u64(end).u64(pgMicros(time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC)))
+}
+
+func streamAbort(xid, sub uint32) []byte { return msg{'A'}.u32(xid).u32(sub) }
+
+func insertID(id string) []byte {
+	return msg{'I'}.u32(relOrders).u8('N').u16(5).text(id).null().null().null().null()
+}
+
+// ids lists the ids of the inserts among evs, with "B" and "C" for the
+// transactions' bounds.
+func ids(evs []Event) []string {
+	var out []string
+	for _, ev := range evs {
+		switch ev.Kind {
+		case EventBegin:
+			out = append(out, "B")
+		case EventCommit:
+			out = append(out, "C")
+		case EventChange:
+			out = append(out, string(ev.Change.New[0].Text))
+		}
+	}
+	return out
+}
+
+// TestStreamedInterleaved: blocks of two streamed transactions interleave
+// with a transaction that is not streamed; each streamed one is handed over
+// whole at its Stream Commit, in commit order, without the changes of its
+// rolled back subtransaction, with its commit LSN on Begin and end LSN on
+// Commit; an aborted one gives nothing.
+func TestStreamedInterleaved(t *testing.T) {
+	t.Parallel()
+	s := streamingTestStream(t, 1<<20)
+	msgs := validMessages()
+	evs := s.feed(t,
+		streamStart(100, true), inStream(100, relationOrders()), inStream(100, insertID("a1")), streamStop(),
+		streamStart(200, true), inStream(200, relationOrders()), inStream(200, insertID("b1")), streamStop(),
+		streamStart(300, true), inStream(300, relationOrders()), inStream(300, insertID("x1")), streamStop(),
+		// A transaction sent whole between the blocks.
+		msgs["begin"], relationOrders(), insertID("plain"), msgs["commit"],
+		streamStart(100, false), inStream(101, insertID("a-sub")), inStream(102, insertID("a-sub2")), inStream(100, insertID("a2")), streamStop(),
+		streamAbort(100, 101),
+		streamStart(200, false), inStream(200, insertID("b2")), streamStop(),
+		streamAbort(300, 300),
+		streamCommit(200, 0x2_0000_0000, 0x2_0000_0010),
+		streamCommit(100, 0x2_0000_0100, 0x2_0000_0110),
+	)
+	require.Equal(t, []string{"B", "plain", "C", "B", "b1", "b2", "C", "B", "a1", "a-sub2", "a2", "C"}, ids(evs))
+	require.Equal(t, change.LSN(0x2_0000_0000), evs[3].LSN)
+	require.Equal(t, uint32(200), evs[3].Xid)
+	require.Equal(t, change.LSN(0x2_0000_0010), evs[6].LSN)
+	require.Equal(t, change.LSN(0x2_0000_0100), evs[7].LSN)
+	require.Equal(t, change.LSN(0x2_0000_0110), evs[11].LSN)
+	require.True(t, time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC).Equal(evs[11].CommitTime))
+	require.Equal(t, change.LSN(0x2_0000_0110), s.lastCommitEnd)
+	require.False(t, s.inTx)
+	require.Empty(t, s.streamed)
+	require.Zero(t, s.stagedMem)
+	st := s.StreamedStats()
+	require.EqualValues(t, 2, st.Committed)
+	require.EqualValues(t, 1, st.Aborted)
+	require.EqualValues(t, 1, st.SubAborted)
+	require.Zero(t, st.SpilledBytes)
+}
+
+// TestStreamedSpill: past StageMemory the staged changes go to a temporary
+// file and come back in order; memory stays within the bound.
+func TestStreamedSpill(t *testing.T) {
+	t.Parallel()
+	const limit = 4096
+	s := streamingTestStream(t, limit)
+	in := [][]byte{streamStart(7, true), inStream(7, relationOrders())}
+	var want []string
+	want = append(want, "B")
+	for i := range 2000 {
+		id := string(rune('a'+i%26)) + string(rune('0'+i%10))
+		if i%100 == 50 {
+			in = append(in, streamStop(), streamStart(7, false))
+		}
+		sub := uint32(7)
+		if i >= 1000 && i < 1100 {
+			sub = 8 // rolled back below
+		} else {
+			want = append(want, id)
+		}
+		in = append(in, inStream(sub, insertID(id)))
+	}
+	in = append(in, streamStop(), streamAbort(7, 8), streamCommit(7, 0x5_0000_0000, 0x5_0000_0100))
+	evs := s.feed(t, in...)
+	require.Equal(t, append(want, "C"), ids(evs))
+	st := s.StreamedStats()
+	require.Greater(t, st.SpilledBytes, int64(limit))
+	require.LessOrEqual(t, st.PeakMemory, int64(limit+200), "one record past the bound at most")
+	require.Zero(t, s.stagedMem)
+	require.Empty(t, s.streamed)
+}
+
+// TestStreamedTypes: truncates, logical decoding messages, relations sent
+// again with another shape and the origin inside a stream block are staged
+// and replayed as the decoder reads them outside one.
+func TestStreamedTypes(t *testing.T) {
+	t.Parallel()
+	s := streamingTestStream(t, 1<<20)
+	s.cfg.SchemaMessages = true
+	evs := s.feed(t,
+		streamStart(9, true), msg{'O'}.u64(0).str("pg_16400"), inStream(9, relationOrders()), inStream(9, relationPair()),
+		inStream(9, msg{'T'}.u32(1).u8(0).u32(relPair)),
+		inStream(9, msg{'Y'}.u32(70000).str("public").str("mood")),
+		inStream(9, msg{'M'}.u8(1).u64(0x1_0000_0000).str("other").u32(3).raw([]byte("abc"))),
+		inStream(9, insertID("1")), streamStop(),
+		streamCommit(9, 0x6_0000_0000, 0x6_0000_0100))
+	require.Len(t, evs, 4)
+	require.Equal(t, change.OpTruncate, evs[1].Change.Op)
+	require.Equal(t, "T x", evs[1].Change.Truncated[0].Table.Name)
+	require.Equal(t, "1", string(evs[2].Change.New[0].Text))
+	require.Equal(t, "T x", s.relations[relPair].Table.Name, "relations staged in a committed transaction are known after it")
+}
+
+// TestStreamedPgmirrorOrigin: a streamed transaction whose origin closes a
+// loop reaches the consumer as Begin and Commit only.
+func TestStreamedPgmirrorOrigin(t *testing.T) {
+	t.Parallel()
+	s := streamingTestStream(t, 1<<20)
+	evs := s.feed(t,
+		streamStart(9, true), msg{'O'}.u64(0).str("pgmirror_abc"), inStream(9, relationOrders()), inStream(9, insertID("1")), streamStop(),
+		streamCommit(9, 0x6_0000_0000, 0x6_0000_0100))
+	require.Equal(t, []string{"B", "C"}, ids(evs))
+	require.EqualValues(t, 1, s.SkippedTransactions())
+}
+
+// TestStreamedErrors: protocol violations end the stream with an error
+// instead of applying a part of a transaction.
+func TestStreamedErrors(t *testing.T) {
+	t.Parallel()
+	ticker := time.NewTicker(time.Hour)
+	defer ticker.Stop()
+	for name, seq := range map[string][][]byte{
+		"later block of an unknown transaction": {streamStart(5, false)},
+		"nested block":                          {streamStart(5, true), streamStart(6, true)},
+		"stop outside a block":                  {streamStop()},
+		"commit inside a block":                 {streamStart(5, true), streamCommit(5, 1, 2)},
+		"truncated start":                       {{'S', 0, 0}},
+		"truncated change":                      {streamStart(5, true), {'I', 0, 0}},
+		"truncated commit":                      {msg{'c'}.u32(5).u8(0)},
+	} {
+		s := streamingTestStream(t, 1<<20)
+		var err error
+		for _, m := range seq {
+			if _, err = s.streamMessage(context.Background(), ticker, m); err != nil {
+				break
+			}
+		}
+		require.Error(t, err, name)
+	}
+	// An abort of a transaction nothing was staged of is fine.
+	s := streamingTestStream(t, 1<<20)
+	_, err := s.streamMessage(context.Background(), ticker, streamAbort(5, 5))
+	require.NoError(t, err)
+}

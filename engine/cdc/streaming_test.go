@@ -1,0 +1,328 @@
+package cdc_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// streamSmall makes the source stream every transaction of more than 64 kB
+// of changes: the walsender of the mirror's slot connects to the source
+// database and takes the database's settings.
+func streamSmall(t *testing.T, b *testBundle) {
+	t.Helper()
+	pgtest.Exec(t, b.src, fmt.Sprintf(`ALTER DATABASE %s SET logical_decoding_work_mem = '64kB'`, pgx.Identifier{dbName(b.src)}.Sanitize()))
+}
+
+// slotStats are the slot's counters in pg_stat_replication_slots.
+type slotStats struct {
+	streamTxns, streamBytes, spillTxns, spillBytes int64
+}
+
+func readSlotStats(t *testing.T, url, slot string) slotStats {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var st slotStats
+	err = conn.QueryRow(ctx, `SELECT stream_txns, stream_bytes, spill_txns, spill_bytes FROM pg_stat_replication_slots WHERE slot_name = $1`, slot).
+		Scan(&st.streamTxns, &st.streamBytes, &st.spillTxns, &st.spillBytes)
+	require.NoError(t, err)
+	return st
+}
+
+// watchCounts samples query (a count) on the destination until stop and
+// fails the test if it ever returns a value not in allowed: a reader of
+// the destination sees the rows of whole source transactions only.
+func watchCounts(t *testing.T, url, query string, allowed func() []int64) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var bad []int64
+	var samples int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		for ctx.Err() == nil {
+			var n int64
+			if err := conn.QueryRow(ctx, query).Scan(&n); err != nil {
+				continue
+			}
+			samples++
+			if !slices.Contains(allowed(), n) {
+				bad = append(bad, n)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+		t.Logf("%d samples of the destination", samples)
+		require.Empty(t, bad, "the destination showed part of a source transaction")
+	}
+}
+
+// TestStreamedTransactions: on a source that streams (PostgreSQL 14+), a
+// streamed commit, a streamed rollback, a subtransaction rolled back inside
+// a streamed transaction, TOAST values (new and unchanged) in streamed
+// transactions, and two streamed transactions interleaved with a small one
+// all reach the destination exactly, and a reader of the destination never
+// sees part of one. The source streamed them and spilled nothing (but for
+// TOAST values).
+func TestStreamedTransactions(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.items (id int PRIMARY KEY, v text, body text); CREATE TABLE public.dup (id int, v text)`
+	b := setup(t, ddl+`; ALTER TABLE public.dup REPLICA IDENTITY FULL; ALTER TABLE public.items ALTER body SET STORAGE EXTERNAL`, ddl,
+		same("public", "items"), same("public", "dup"))
+	streamSmall(t, b)
+	b.cfg.StageMemory = 256 << 10 // some transactions go to files
+	ctx := context.Background()
+
+	// The row counts the destination may show: after each source commit.
+	var mu sync.Mutex
+	counts := []int64{0}
+	committed := func(delta int64) {
+		mu.Lock()
+		counts = append(counts, counts[len(counts)-1]+delta)
+		mu.Unlock()
+	}
+	allowed := func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(counts)
+	}
+	stop := watchCounts(t, b.dst, `SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM dup)`, allowed)
+	r := b.start(t)
+
+	// A streamed commit.
+	// (Each count is allowed before the commit that makes it.)
+	committed(20000)
+	pgtest.Exec(t, b.src, `INSERT INTO items SELECT g, 'v' || g, NULL FROM generate_series(1, 20000) g`)
+	// A streamed rollback.
+	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO items SELECT g, 'gone', NULL FROM generate_series(100001, 120000) g;
+		INSERT INTO dup SELECT 1, 'gone' FROM generate_series(1, 5000); ROLLBACK`)
+	// A subtransaction rolled back within a streamed transaction (nested
+	// savepoints, a released one kept), and duplicates in a table without
+	// a key.
+	committed(5001)
+	pgtest.Exec(t, b.src, `BEGIN;
+		INSERT INTO dup SELECT 1, 'kept' FROM generate_series(1, 3001);
+		SAVEPOINT a; INSERT INTO dup SELECT 2, 'rolled back' FROM generate_series(1, 4000);
+		SAVEPOINT b; UPDATE items SET v = 'rolled back' WHERE id <= 10000; RELEASE SAVEPOINT b;
+		ROLLBACK TO SAVEPOINT a;
+		SAVEPOINT c; INSERT INTO dup SELECT 3, 'released' FROM generate_series(1, 2000); RELEASE SAVEPOINT c;
+		UPDATE items SET v = 'updated' WHERE id > 15000;
+		COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
+	b.waitEqual(t, r, `SELECT * FROM dup`, `SELECT * FROM dup`)
+	first := readSlotStats(t, b.src, b.cfg.SlotName)
+	t.Logf("slot: %+v", first)
+	require.Positive(t, first.streamTxns, "the source streamed")
+	require.Zero(t, first.spillBytes, "the source spilled to disk")
+
+	// TOAST: values stored out of line, inserted in a streamed transaction,
+	// then kept unchanged by a streamed update of another column.
+	big := `(SELECT string_agg(md5(g::text || i), '') FROM generate_series(1, 100) i)`
+	committed(300)
+	pgtest.Exec(t, b.src, `INSERT INTO items SELECT g, 't', `+big+` FROM generate_series(20001, 20300) g`)
+	pgtest.Exec(t, b.src, `UPDATE items SET v = 'toast kept' WHERE id > 20000; UPDATE items SET v = 'toast kept 2' WHERE id > 20000`)
+	b.waitEqual(t, r, `SELECT id, v, md5(body) FROM items`, `SELECT id, v, md5(body) FROM items`)
+	// A transaction that reaches logical_decoding_work_mem in the middle
+	// of a TOASTed row cannot be streamed at that moment: the source
+	// spills that part, as for its own subscribers.
+	toast := readSlotStats(t, b.src, b.cfg.SlotName)
+	t.Logf("slot: %+v", toast)
+
+	// Two streamed transactions interleaved, and a small one committed
+	// while both are open: the small one, then the second, then the first.
+	ta, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer ta.Close(ctx)
+	tb, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer tb.Close(ctx)
+	_, err = ta.Exec(ctx, `BEGIN`)
+	require.NoError(t, err)
+	_, err = tb.Exec(ctx, `BEGIN`)
+	require.NoError(t, err)
+	for round := range 4 {
+		_, err = ta.Exec(ctx, fmt.Sprintf(`INSERT INTO items SELECT g, 'a', NULL FROM generate_series(%d, %d) g`, 30000+round*2000, 30000+round*2000+1999))
+		require.NoError(t, err)
+		_, err = tb.Exec(ctx, fmt.Sprintf(`INSERT INTO items SELECT g, 'b', NULL FROM generate_series(%d, %d) g`, 40000+round*1500, 40000+round*1500+1499))
+		require.NoError(t, err)
+		_, err = tb.Exec(ctx, `UPDATE items SET v = v || '+b' WHERE id BETWEEN 1 AND 500`)
+		require.NoError(t, err)
+	}
+	committed(1)
+	pgtest.Exec(t, b.src, `INSERT INTO dup VALUES (9, 'small')`)
+	// Let the blocks reach the run before the commits.
+	time.Sleep(500 * time.Millisecond)
+	committed(6000)
+	_, err = tb.Exec(ctx, `COMMIT`)
+	require.NoError(t, err)
+	committed(8000)
+	_, err = ta.Exec(ctx, `COMMIT`)
+	require.NoError(t, err)
+	b.waitEqual(t, r, `SELECT id, v, md5(body) FROM items`, `SELECT id, v, md5(body) FROM items`)
+	b.waitEqual(t, r, `SELECT * FROM dup`, `SELECT * FROM dup`)
+	require.NoError(t, r.halt(t))
+	stop()
+
+	require.Equal(t, change.Counts{Inserted: 20000 + 300 + 8000 + 6000, Updated: 5000 + 600 + 4*500}, b.rep.totals()["public.items"],
+		"each change applied once (updates of one row in one batch count once)")
+	st := readSlotStats(t, b.src, b.cfg.SlotName)
+	t.Logf("slot: %+v", st)
+	require.Greater(t, st.streamTxns, toast.streamTxns, "the source streamed")
+	require.Equal(t, toast.spillBytes, st.spillBytes, "the source spilled to disk")
+}
+
+// openTx begins a transaction on the source and returns its connection.
+func openTx(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	_, err = conn.Exec(ctx, `BEGIN`)
+	require.NoError(t, err)
+	return conn
+}
+
+func execOn(t *testing.T, conn *pgx.Conn, sql string) {
+	t.Helper()
+	_, err := conn.Exec(context.Background(), sql)
+	require.NoError(t, err)
+}
+
+// TestStreamedRestart: a run that ends in the middle of a streamed
+// transaction (its blocks staged, the source still writing it), and one
+// that ends while a streamed transaction is being applied, lose and double
+// nothing: the next run receives the transaction again from its start.
+func TestStreamedRestart(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.dup (id int, v text)`
+	b := setup(t, ddl+`; ALTER TABLE public.dup REPLICA IDENTITY FULL`, ddl, same("public", "dup"))
+	streamSmall(t, b)
+	b.cfg.ChunkSize = 500
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO dup VALUES (0, 'first')`)
+	b.waitEqual(t, r, `SELECT * FROM dup`, `SELECT * FROM dup`)
+
+	// The run ends (cancelled, as by a crash) while the source still writes
+	// a streamed transaction whose first blocks it received.
+	tx := openTx(t, b.src)
+	execOn(t, tx, `INSERT INTO dup SELECT g % 7, 'open' FROM generate_series(1, 20000) g`)
+	require.Eventually(t, func() bool { return readSlotStats(t, b.src, b.cfg.SlotName).streamBytes > 0 },
+		30*time.Second, 50*time.Millisecond, "the source never streamed")
+	r.cancel()
+	<-r.done
+	r.stopped = true
+	execOn(t, tx, `INSERT INTO dup SELECT g % 7, 'open, later' FROM generate_series(1, 20000) g`)
+	r = b.start(t)
+	execOn(t, tx, `UPDATE dup SET v = 'updated' WHERE v = 'first'`)
+	execOn(t, tx, `COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM dup`, `SELECT * FROM dup`)
+
+	// The run ends while it applies a streamed transaction.
+	dc, err := pgx.Connect(context.Background(), b.dst)
+	require.NoError(t, err)
+	defer dc.Close(context.Background())
+	pgtest.Exec(t, b.src, `INSERT INTO dup SELECT g % 7, 'applying' FROM generate_series(1, 100000) g`)
+	require.Eventually(t, func() bool {
+		var busy bool
+		err := dc.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE a.datname = current_database() AND a.application_name = 'pgmirror' AND l.locktype = 'relation'
+			AND l.relation = 'public.dup'::regclass AND l.mode = 'RowExclusiveLock')`).Scan(&busy)
+		return err == nil && busy
+	}, 60*time.Second, 2*time.Millisecond)
+	r.cancel()
+	<-r.done
+	r.stopped = true
+	var n int
+	require.NoError(t, dc.QueryRow(context.Background(), `SELECT count(*) FROM dup WHERE v = 'applying'`).Scan(&n))
+	require.True(t, n == 0 || n == 100000, "half a transaction is visible: %d rows", n)
+	r = b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM dup`, `SELECT * FROM dup`)
+	require.NoError(t, r.halt(t))
+	require.Equal(t, change.Counts{Inserted: 1 + 40000 + 100000, Updated: 1}, b.rep.totals()["public.dup"], "every change applied once")
+	// (A walsender that starts again decodes the open transaction from its
+	// beginning, before the slot's confirmed position, where it may not
+	// stream: the source spills that part, as for its own subscribers.)
+}
+
+// TestStreamedMemoryBounded applies a streamed transaction of 300,000 rows
+// with 1 MiB of staging in memory: the rest goes to a temporary file, the
+// heap stays bounded, and the source streams it without spilling.
+func TestStreamedMemoryBounded(t *testing.T) {
+	if testing.Short() || raceDetector {
+		t.Skip("slow: 300,000 rows, and a heap bound the race detector's overhead would break")
+	}
+	// Not parallel: the heap measurement must see this test alone.
+	ddl := `CREATE TABLE public.big (id bigint PRIMARY KEY, v text, n int)`
+	b := setup(t, ddl, ddl, same("public", "big"))
+	pgtest.Exec(t, b.src, fmt.Sprintf(`ALTER DATABASE %s SET logical_decoding_work_mem = '1MB'`, pgx.Identifier{dbName(b.src)}.Sanitize()))
+	b.cfg.StageMemory = 1 << 20
+	b.cfg.MaxBufferedBytes = 8 << 20
+	runtime.GC() // what earlier tests left does not count
+	peak := watchHeap(t)
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO big SELECT g, md5(g::text) || md5((g + 1)::text), g FROM generate_series(1, 300000) g`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+	pgtest.Exec(t, b.src, `UPDATE big SET n = n + 1`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+	require.NoError(t, r.halt(t))
+	t.Logf("peak heap in use: %d MB", peak.Load()>>20)
+	// Measured 21 MB alone; staged whole, the transactions' 125 MB of
+	// messages would be in memory (111 MB measured that way).
+	require.Less(t, peak.Load(), uint64(64<<20), "heap grew with the transaction")
+	require.Equal(t, change.Counts{Inserted: 300000, Updated: 300000}, b.rep.totals()["public.big"])
+	st := readSlotStats(t, b.src, b.cfg.SlotName)
+	t.Logf("slot: %+v", st)
+	require.Positive(t, st.streamBytes, "the source streamed")
+	require.Zero(t, st.spillBytes, "the source spilled to disk")
+}
+
+// TestStreamingVersions: PostgreSQL 14 (the first that streams) and 18
+// sources stream a transaction with a rolled back subtransaction; a
+// PostgreSQL 13 source, which cannot stream, sends it whole at its commit
+// as before, and the stream asks it for nothing it does not know.
+func TestStreamingVersions(t *testing.T) {
+	t.Parallel()
+	for _, major := range []int{13, 14, 18} {
+		t.Run(fmt.Sprint(major), func(t *testing.T) {
+			t.Parallel()
+			ddl := `CREATE TABLE public.dup (id int, v text)`
+			b := setupOn(t, pgtest.MajorCluster(t, major), pgtest.DestCluster(t), ddl+`; ALTER TABLE public.dup REPLICA IDENTITY FULL`, ddl, same("public", "dup"))
+			streamSmall(t, b)
+			r := b.start(t)
+			pgtest.Exec(t, b.src, `BEGIN; INSERT INTO dup SELECT g % 5, 'kept' FROM generate_series(1, 5000) g;
+				SAVEPOINT a; INSERT INTO dup SELECT 1, 'rolled back' FROM generate_series(1, 5000); ROLLBACK TO a;
+				INSERT INTO dup SELECT g % 5, 'after' FROM generate_series(1, 5000) g; COMMIT`)
+			b.waitEqual(t, r, `SELECT * FROM dup`, `SELECT * FROM dup`)
+			require.NoError(t, r.halt(t))
+			require.Equal(t, change.Counts{Inserted: 10000}, b.rep.totals()["public.dup"])
+			if major >= 14 {
+				st := readSlotStats(t, b.src, b.cfg.SlotName)
+				require.Positive(t, st.streamBytes, "the source streamed")
+				require.Zero(t, st.spillBytes, "the source spilled to disk")
+			}
+		})
+	}
+}
