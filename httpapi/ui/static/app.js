@@ -13,6 +13,7 @@
   const SVG_NS = 'http://www.w3.org/2000/svg';
 
   const view = document.getElementById('view');
+  const staleBanner = document.getElementById('stale');
   let me = null; // {username, role} from GET /v1/auth/me
   let routeGen = 0; // bumps on every navigation; stale renders check it
   let timers = [];
@@ -86,11 +87,49 @@
       el('span', { text: lost.action }));
   }
 
+  // peerBadge marks a mirror whose peers refuse pgmirror's connections
+  // (peer_warnings: a changed password, a role made NOLOGIN).
+  function peerBadge(warnings) {
+    if (!warnings || !warnings.length) return null;
+    return el('span', { class: 'status status-error peer-badge', title: warnings.map((w) => `${w.peer}: ${w.message}`).join('\n'),
+      text: 'login refused: ' + warnings.map((w) => w.peer).join(', ') });
+  }
+
+  // down reports an error that means the API did not answer (the stale
+  // banner says so; the page adds no line of its own).
+  const down = (e) => e.status === 0 || e.status >= 500;
+
+  // scroller wraps a table so that a wide one scrolls inside its own box
+  // instead of widening the page.
+  const scroller = (table) => el('div', { class: 'table-scroll' }, table);
+
+  // controlBlocked says why the API refuses pause, resync, schema sync and
+  // table resync now ('' when it accepts them): the same rules as the
+  // service's (a status being set up or final, a cut-over or a table copy
+  // under way).
+  function controlBlocked(m) {
+    switch (m.status) {
+      case 'initializing': return 'it is still initializing; wait until it is running';
+      case 'snapshotting': return 'its snapshot is in progress; wait until it is running';
+      case 'stopped': return 'it is stopped, which is final; delete it and create it again';
+      case 'completed': return 'it was cut over to its destination (status completed, which is final)';
+    }
+    if (m.cutover && (m.cutover.state === 'requested' || m.cutover.state === 'running')) return 'a cut-over is in progress; wait until it has finished';
+    const t = (m.tables || []).find((x) => x.status === 'snapshotting');
+    if (t) return `table ${t.table_name} is being copied; wait until it has finished`;
+    return '';
+  }
+
+  const isFinal = (s) => s === 'completed' || s === 'stopped';
+
   function fmtTime(iso) {
     if (!iso) return '—';
     const d = new Date(iso);
     return isNaN(d) ? String(iso) : d.toLocaleString();
   }
+
+  // fmtClock is a time of day with seconds, for the stale banner.
+  const fmtClock = (d) => d.toLocaleTimeString();
 
   function fmtAgo(iso) {
     if (!iso) return '—';
@@ -121,6 +160,57 @@
   const fmtNum = (n) => (n === null || n === undefined ? '—' : Number(n).toLocaleString());
   const fmtRate = (r) => (r === null || r === undefined ? '—' : (r < 10 ? r.toFixed(1) : Math.round(r).toLocaleString()) + ' rows/s');
 
+  // ---- stale data --------------------------------------------------------
+  // When the API does not answer (no connection, or a 5xx), what the page
+  // shows is the last good read: the page says so in a banner with that
+  // read's time, greys its badges and numbers (body.stale) and disables
+  // every control, and keeps polling; the first answer clears it all.
+
+  let lastGood = null; // Date of the last good read
+  let downSince = null; // Date of the first unanswered call; null when the API answers
+
+  const isStale = () => downSince !== null;
+
+  // markDown records an unanswered call and marks the page stale.
+  function markDown(reason) {
+    if (!downSince) downSince = new Date();
+    document.body.classList.add('stale');
+    staleBanner.hidden = false;
+    replace(staleBanner,
+      el('strong', { text: 'The service does not answer' }),
+      ` (since ${fmtClock(downSince)}: ${reason}). `,
+      lastGood ? `What this page shows was read at ${fmtClock(lastGood)} and may be out of date. `
+        : 'Nothing could be read yet. ',
+      'Controls are disabled; the page retries every few seconds.');
+    staleBanner.dataset.lastGood = lastGood ? lastGood.toISOString() : '';
+    disableControls();
+  }
+
+  // disableControls disables every enabled control of the page, marking
+  // them so that markUp enables them again.
+  function disableControls() {
+    for (const c of view.querySelectorAll('button, input, select, textarea')) {
+      if (!c.disabled) { c.disabled = true; c.dataset.staleDisabled = '1'; }
+    }
+    for (const a of view.querySelectorAll('a.button')) a.setAttribute('aria-disabled', 'true');
+  }
+
+  // markUp records an answer of the API (good is a successful read) and
+  // clears the stale state.
+  function markUp(good) {
+    if (good) lastGood = new Date();
+    if (!downSince) return;
+    downSince = null;
+    document.body.classList.remove('stale');
+    staleBanner.hidden = true;
+    staleBanner.replaceChildren();
+    for (const c of view.querySelectorAll('[data-stale-disabled]')) {
+      c.disabled = false;
+      delete c.dataset.staleDisabled;
+    }
+    for (const a of view.querySelectorAll('a.button')) a.removeAttribute('aria-disabled');
+  }
+
   // ---- API ---------------------------------------------------------------
 
   class APIError extends Error {
@@ -140,11 +230,20 @@
     try {
       resp = await fetch(path, opts);
     } catch (e) {
-      throw new APIError(0, 'The service does not answer (' + e.message + '); it retries on the next refresh');
+      markDown('no connection');
+      throw new APIError(0, 'The service does not answer (' + e.message + '); the page retries every few seconds');
     }
-    const text = await resp.text();
+    let text;
+    try {
+      text = await resp.text();
+    } catch (e) {
+      markDown('the answer broke off');
+      throw new APIError(0, 'The service\'s answer broke off (' + e.message + '); the page retries every few seconds');
+    }
     let data = null;
     if (text) { try { data = JSON.parse(text); } catch (_) { data = null; } }
+    if (resp.status >= 500) markDown(`HTTP ${resp.status}`);
+    else markUp(resp.ok && method === 'GET');
     if (!resp.ok) {
       const msg = (data && typeof data.error === 'string') ? data.error : `${method} ${path}: HTTP ${resp.status}`;
       if (resp.status === 401 && path !== '/v1/auth/login') {
@@ -186,7 +285,7 @@
   // ---- routing -----------------------------------------------------------
 
   function clearTimers() {
-    timers.forEach(clearInterval);
+    timers.forEach((t) => { clearInterval(t); clearTimeout(t); });
     timers = [];
   }
 
@@ -229,7 +328,10 @@
       try {
         me = await api('GET', '/v1/auth/me');
       } catch (e) {
-        if (e.status !== 401) replace(view, el('p', { class: 'error', text: e.message }));
+        if (e.status === 401 || !live()) return;
+        replace(view, el('p', { class: 'error', text: e.message }));
+        // Try again until the service answers.
+        timers.push(setTimeout(() => { if (live()) route(); }, REFRESH_MS));
         return;
       }
       if (!live()) return;
@@ -290,14 +392,14 @@
     const err = el('p', { class: 'error', role: 'alert' });
     replace(view,
       el('div', { class: 'toolbar' }, el('h1', { text: 'Mirrors' }),
-        isAdmin() ? el('a', { href: '#/new-mirror', id: 'new-mirror' }, el('button', { type: 'button', text: 'Create mirror' })) : null),
+        isAdmin() ? el('a', { href: '#/new-mirror', id: 'new-mirror', class: 'button', text: 'Create mirror' }) : null),
       err,
-      el('table', { id: 'mirrors' },
+      scroller(el('table', { id: 'mirrors', class: 'stack' },
         el('thead', {}, el('tr', {},
           el('th', { text: 'Name' }), el('th', { text: 'Status' }), el('th', { class: 'num', text: 'Lag' }),
           el('th', { class: 'num', text: 'Throughput' }), el('th', { class: 'num', text: 'Rows' }),
           el('th', { class: 'num', text: 'Errors' }), el('th', { text: 'Source → destination' }), el('th', { text: 'Updated' }))),
-        body),
+        body)),
       el('p', {}, stamp, ' · refreshes every few seconds'));
 
     every(REFRESH_MS, async () => {
@@ -308,24 +410,27 @@
           api('GET', '/v1/mirrors/' + enc(m.name)).catch(() => null)));
         if (!ctx.live()) return;
         err.textContent = '';
+        // data-label names each cell's column when a narrow screen stacks
+        // the rows (app.css).
         const rows = list.map((m, i) => {
           const d = details[i];
           const rate = d ? sample(d) : null;
           return el('tr', { 'data-mirror': m.name },
-            el('td', {}, el('a', { href: '#/mirrors/' + enc(m.name), text: m.name })),
-            el('td', {}, statusBadge(m.status), lostBadge(m.lost_changes)),
-            el('td', { class: 'num', text: fmtLag(m.lag_seconds) }),
-            el('td', { class: 'num', text: fmtRate(rate) }),
-            el('td', { class: 'num', text: d ? fmtNum(rowsTotal(d)) : '—' }),
-            el('td', { class: 'num', text: m.error_count, title: m.error_message || '' }),
-            el('td', { text: `${m.source_peer} → ${m.destination_peer}` }),
-            el('td', { title: fmtTime(m.updated_at), text: fmtAgo(m.updated_at) }));
+            el('td', { class: 'name', 'data-label': 'Name' }, el('a', { href: '#/mirrors/' + enc(m.name), text: m.name })),
+            el('td', { 'data-label': 'Status' }, statusBadge(m.status), lostBadge(m.lost_changes), peerBadge(m.peer_warnings),
+              m.error_message ? el('div', { class: 'row-error error', text: m.error_message }) : null),
+            el('td', { class: 'num', 'data-label': 'Lag', text: fmtLag(m.lag_seconds) }),
+            el('td', { class: 'num', 'data-label': 'Throughput', text: fmtRate(rate) }),
+            el('td', { class: 'num', 'data-label': 'Rows', text: d ? fmtNum(rowsTotal(d)) : '—' }),
+            el('td', { class: 'num', 'data-label': 'Errors', text: m.error_count }),
+            el('td', { class: 'name', 'data-label': 'Peers', text: `${m.source_peer} → ${m.destination_peer}` }),
+            el('td', { 'data-label': 'Updated', title: fmtTime(m.updated_at), text: fmtAgo(m.updated_at) }));
         });
         if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: 8, class: 'muted', text: 'No mirrors yet.' })));
         replace(body, rows);
         stamp.textContent = 'Refreshed ' + new Date().toLocaleTimeString();
       } catch (e) {
-        if (ctx.live()) err.textContent = e.message;
+        if (ctx.live()) err.textContent = down(e) ? '' : e.message;
       }
     });
   }
@@ -339,7 +444,9 @@
     const errBox = el('p', { class: 'error', id: 'mirror-error', role: 'alert' });
     const peerBox = el('div', { id: 'peer-warnings', role: 'status' });
     const lostBox = el('div', { id: 'lost-changes' });
+    const reverseBox = el('div', { id: 'reverse-problems' });
     const controls = el('div', { class: 'controls', id: 'controls' });
+    const blockedLine = el('p', { class: 'muted', id: 'control-blocked' });
     const summary = el('div', { id: 'summary' });
     const logsBox = el('section', { class: 'card', id: 'logs' });
     let current = null;
@@ -350,18 +457,20 @@
         if (!ctx.live()) return;
         current = m;
         const rate = sample(m);
-        replace(title, m.name, ' ', statusBadge(m.status));
+        replace(title, el('span', { class: 'name', text: m.name }), ' ', statusBadge(m.status));
         title.dataset.status = m.status;
         errBox.textContent = m.error_message ? 'Error: ' + m.error_message : '';
-        replace(peerBox, (m.peer_warnings || []).map((w) => el('p', { class: 'warning', 'data-peer': w.peer },
+        const warnings = m.peer_warnings || [];
+        replace(peerBox, warnings.length ? el('div', { class: 'card warn-banner' }, warnings.map((w) => el('p', { class: 'warning', 'data-peer': w.peer },
           `Warning: ${w.role} peer ${w.peer} refuses connections since ${fmtTime(w.since)}: ${w.message}. ` +
-          'Replication already running goes on; its next connection will fail. Fix the login or update the peer.')));
+          'Replication already running goes on; its next connection will fail. Fix the login or update the peer.'))) : null);
         replace(lostBox, lostBanner(m.lost_changes));
         updateControls(m);
         replace(summary, mirrorSummary(m, rate));
       } catch (e) {
         if (!ctx.live()) return;
-        errBox.textContent = e.status === 404 ? `Mirror ${name} does not exist (any more).` : e.message;
+        if (e.status === 404) errBox.textContent = `Mirror ${name} does not exist (any more).`;
+        else if (!down(e)) errBox.textContent = e.message;
       }
     };
 
@@ -396,43 +505,62 @@
     // The buttons are made once; each refresh only enables or disables
     // them, so that a click never lands on a button being replaced.
     const buttons = [];
-    const button = (id, label, enabled, onclick, cls) => {
+    // refusal(m, blocked) is why the API would refuse the button's request
+    // now ('' when it would accept it).
+    const button = (id, label, refusal, onclick, cls) => {
       const b = el('button', { type: 'button', id, class: cls || '', text: label, onclick });
-      b.enabledFor = enabled;
+      b.refusal = refusal;
       buttons.push(b);
     };
+    let opener = null; // the button whose confirmation is open
     const showButtons = () => {
       delete controls.dataset.confirming;
       replace(controls, buttons);
       updateControls(current);
+      // Focus goes back to the button that asked, when it is still there.
+      if (opener && opener.isConnected && !opener.disabled) opener.focus();
+      opener = null;
     };
 
-    // confirmThen shows an inline confirmation before a destructive action.
+    // confirmThen shows an inline confirmation before a destructive action,
+    // with the focus on its Cancel.
     const confirmThen = (question, label, action) => {
+      const from = document.activeElement;
       controls.dataset.confirming = '1';
+      const no = el('button', { type: 'button', id: 'confirm-no', text: 'Cancel', onclick: showButtons });
       replace(controls,
-        el('span', { class: 'error', text: question }),
+        el('span', { class: 'error', id: 'confirm-question', text: question }),
         el('button', { type: 'button', class: 'danger', id: 'confirm-yes', text: label, onclick: () => { showButtons(); action(); } }),
-        el('button', { type: 'button', id: 'confirm-no', text: 'Cancel', onclick: showButtons }));
+        no);
+      opener = from instanceof HTMLButtonElement ? from : null;
       controls.scrollIntoView({ block: 'nearest' });
+      no.focus();
     };
 
+    // updateControls offers what the API would accept now: a button it
+    // would refuse is disabled with the reason as its title, and in a final
+    // status only Delete is left.
     const updateControls = (m) => {
       if (!isAdmin()) { controls.hidden = true; return; }
-      const s = m ? m.status : '';
-      for (const b of buttons) b.disabled = busy || !m || !b.enabledFor(s);
+      const blocked = m ? controlBlocked(m) : '';
+      for (const b of buttons) {
+        const why = m ? b.refusal(m, blocked) : 'the mirror was not read yet';
+        b.disabled = busy || isStale() || why !== '';
+        b.title = why ? 'Not now: ' + why : '';
+        b.hidden = !!m && isFinal(m.status) && b.id !== 'delete';
+      }
+      blockedLine.textContent = blocked ? `Pause, resync and schema sync are not offered: ${blocked}.` : '';
     };
 
     if (isAdmin()) {
-      const notDone = (s) => s !== 'completed';
-      button('pause', 'Pause', (s) => ['running', 'snapshotting', 'initializing', 'error'].includes(s), () => control('Pause', 'POST', path + '/pause'));
-      button('resume', 'Resume', (s) => s === 'paused', () => control('Resume', 'POST', path + '/resume'));
-      button('retry', 'Retry now', notDone, () => control('Retry', 'POST', path + '/retry'));
-      button('sync-schema', 'Sync schema', notDone, () => control('Sync schema', 'POST', path + '/sync-schema'));
-      button('resync', 'Resync all tables', notDone, () => confirmThen(
+      button('pause', 'Pause', (m, blocked) => (m.status === 'paused' ? 'it is already paused' : blocked), () => control('Pause', 'POST', path + '/pause'));
+      button('resume', 'Resume', (m) => (m.status === 'paused' ? '' : 'only a paused mirror can be resumed'), () => control('Resume', 'POST', path + '/resume'));
+      button('retry', 'Retry now', (m) => (m.status === 'error' ? '' : 'retry is only for a mirror in error'), () => control('Retry', 'POST', path + '/retry'));
+      button('sync-schema', 'Sync schema', (m, blocked) => blocked, () => control('Sync schema', 'POST', path + '/sync-schema'));
+      button('resync', 'Resync all tables', (m, blocked) => blocked, () => confirmThen(
         `Resync ${name}? Every destination table is truncated and copied again.`, 'Yes, resync',
         () => control('Resync', 'POST', path + '/resync')), 'danger');
-      button('delete', 'Delete', () => true, () => confirmThen(
+      button('delete', 'Delete', () => '', () => confirmThen(
         `Delete ${name}? Its replication slot and publication are dropped; destination data stays. This cannot be undone.`,
         'Yes, delete', () => control('Delete', 'DELETE', path)), 'danger');
       showButtons();
@@ -467,25 +595,31 @@
         dt('Slot WAL kept', fmtBytes(m.slot_lag_bytes)), dt('Slot WAL status', m.slot_wal_status || '—'),
         dt('Sequences synced', fmtTime(m.sequences_synced_at)), dt('Updated', fmtTime(m.updated_at)));
       const out = [
+        m.cutover ? el('section', { class: 'card', id: 'cutover' }, el('h2', { text: 'Cut-over' }), cutoverView(m)) : null,
         el('div', { class: 'cols' },
           el('section', { class: 'card' }, el('h2', { text: 'Configuration' }), cfg),
           el('section', { class: 'card' }, el('h2', { text: 'Counters' }), counters)),
         el('section', { class: 'card' }, el('h2', { text: 'Lag, last 10 minutes' }), lagChart(lagSamples.get(m.name) || [])),
-        el('section', { class: 'card' }, el('h2', { text: 'Tables' }), tablesTable(m)),
+        el('section', { class: 'card' }, el('h2', { text: 'Tables' }), scroller(tablesTable(m))),
       ];
-      if (m.cutover) out.push(el('section', { class: 'card', id: 'cutover' }, el('h2', { text: 'Cut-over' }), cutoverView(m.cutover)));
       return out;
     }
 
+    // tableState is a table's state as the page shows it: after a completed
+    // cut-over a table that was replicating is final too (completed).
+    const tableState = (m, t) => (m.status === 'completed' && t.status === 'running' ? 'completed' : t.status);
+
     function tablesTable(m) {
+      const blocked = controlBlocked(m);
       const rows = (m.tables || []).map((t) => {
         const p = t.progress;
         const progress = (p === null || p === undefined)
           ? el('span', { class: 'muted', text: '—' })
           : el('span', {}, el('progress', { max: 1, value: p, 'aria-label': 'snapshot progress of ' + t.table_name }),
             ' ', el('span', { class: 'pct', text: Math.floor(p * 100) + '%' }));
-        return el('tr', { 'data-table': t.table_name },
-          el('td', { text: t.table_name }), el('td', {}, statusBadge(t.status)), el('td', { class: 'progress' }, progress),
+        const why = t.status === 'dropped' ? 'it was dropped on the source' : blocked;
+        return el('tr', { 'data-table': t.table_name, 'data-status': tableState(m, t) },
+          el('td', { class: 'name', text: t.table_name }), el('td', {}, statusBadge(tableState(m, t))), el('td', { class: 'progress' }, progress),
           el('td', { class: 'num', text: fmtNum(t.rows_synced) }),
           el('td', { class: 'num', text: fmtNum(t.rows_estimated) }),
           el('td', { class: 'num', text: fmtNum(t.rows_inserted) }),
@@ -493,37 +627,63 @@
           el('td', { class: 'num', text: fmtNum(t.rows_deleted) }),
           el('td', { class: 'num', text: fmtNum(t.truncates) }),
           el('td', { title: fmtTime(t.last_synced_at), text: fmtAgo(t.last_synced_at) }),
-          isAdmin() ? el('td', {}, el('button', { type: 'button', class: 'resync-table', text: 'Resync', onclick: () => resyncTable(t.table_name) })) : null);
+          isAdmin() && !isFinal(m.status) ? el('td', {}, el('button', { type: 'button', class: 'resync-table', text: 'Resync',
+            disabled: busy || isStale() || why !== '', title: why ? 'Not now: ' + why : null, onclick: () => resyncTable(t.table_name) })) : null);
       });
       return el('table', { id: 'tables' },
         el('thead', {}, el('tr', {},
           ['Table', 'Status', 'Snapshot progress'].map((h) => el('th', { text: h })),
           ['Rows synced', 'Estimated', 'Inserted', 'Updated', 'Deleted', 'Truncates'].map((h) => el('th', { class: 'num', text: h })),
-          el('th', { text: 'Last synced' }), isAdmin() ? el('th', {}) : null)),
+          el('th', { text: 'Last synced' }), isAdmin() && !isFinal(m.status) ? el('th', {}) : null)),
         el('tbody', {}, rows));
     }
 
-    function cutoverView(c) {
+    // cutoverView is the mirror's last cut-over: its state, the reverse
+    // mirror, what it did not check or carry (warnings), each table's final
+    // state and how it was compared, and the steps.
+    function cutoverView(m) {
+      const c = m.cutover;
       const steps = (c.steps || []).map((s) => el('tr', {},
         el('td', { text: s.name }), el('td', {}, statusBadge(s.state)),
         el('td', { class: 'num', text: s.duration_ms + ' ms' }),
         el('td', {}, s.error ? el('span', { class: 'error', text: s.error }) : null,
           s.detail ? el('pre', { class: 'details', text: JSON.stringify(s.detail) }) : null)));
+      const warnings = c.warnings || [];
+      const countsOnly = new Set(c.row_counts_only || []);
+      const checksums = (c.steps || []).some((s) => s.name === 'verify_checksums' && s.state === 'done');
+      const compared = (t) => (c.state !== 'completed' ? '—' : countsOnly.has(t.table_name) ? 'row counts only'
+        : checksums ? 'row counts and checksums' : 'row counts');
+      const tables = (m.tables || []).map((t) => el('tr', { 'data-table': t.table_name, 'data-status': tableState(m, t) },
+        el('td', { class: 'name', text: t.table_name }), el('td', {}, statusBadge(tableState(m, t))),
+        el('td', { class: 'num', text: fmtNum(t.rows_synced) }), el('td', { class: 'compared', text: compared(t) })));
+      const o = c.options || {};
       return [
         el('dl', { class: 'config' }, dt('State', c.state), dt('Requested', fmtTime(c.requested_at) + (c.requested_by ? ' by ' + c.requested_by : '')),
           dt('Finished', fmtTime(c.finished_at)), dt('Target LSN', c.target_lsn || '—'),
-          c.reverse_mirror ? dt('Reverse mirror', c.reverse_mirror) : null),
+          dt('Source made read-only', o.lock_source ? 'yes' : 'no'), dt('Replication slot dropped', o.drop_slot ? 'yes' : 'no')),
         c.error ? el('p', { class: 'error', text: c.error }) : null,
-        el('table', {}, el('thead', {}, el('tr', {}, ['Step', 'State', 'Duration', 'Detail'].map((h) => el('th', { text: h })))),
-          el('tbody', {}, steps)),
+        c.reverse_mirror ? el('p', { class: 'reverse-mirror', id: 'reverse-mirror' }, 'Reverse mirror ',
+          el('a', { href: '#/mirrors/' + enc(c.reverse_mirror), id: 'reverse-mirror-link', class: 'name', text: c.reverse_mirror }),
+          ': replicates the writes made on the destination back to the source from the cut-over position, so the switch can be rolled back without losing them.') : null,
+        warnings.length ? el('div', { class: 'cutover-warnings', id: 'cutover-warnings', role: 'note' },
+          el('h3', { text: `Not checked or not carried to the destination (${warnings.length})` }),
+          el('p', { class: 'muted', text: 'Create what the application needs on the destination yourself.' }),
+          el('ul', {}, warnings.map((w) => el('li', { text: w }))))
+          : (c.state === 'completed' ? el('p', { class: 'notice', id: 'cutover-warnings-none', text: 'Every check ran and nothing around the tables was left behind.' }) : null),
+        el('h3', { text: 'Tables' }),
+        scroller(el('table', { id: 'cutover-tables' }, el('thead', {}, el('tr', {}, el('th', { text: 'Table' }), el('th', { text: 'Final state' }),
+          el('th', { class: 'num', text: 'Rows synced' }), el('th', { text: 'Compared at the cut-over' }))), el('tbody', {}, tables))),
+        el('h3', { text: 'Steps' }),
+        scroller(el('table', { id: 'cutover-steps' }, el('thead', {}, el('tr', {}, ['Step', 'State', 'Duration', 'Detail'].map((h) => el('th', { text: h })))),
+          el('tbody', {}, steps))),
       ];
     }
 
     // ---- logs: search, level, paging (newest first) ----
     let logOffset = 0;
     let logSeq = 0; // only the answer to the latest request is shown
-    const search = el('input', { type: 'search', id: 'log-search', placeholder: 'Search messages and details' });
-    const level = el('select', { id: 'log-level' },
+    const search = el('input', { type: 'search', id: 'log-search', placeholder: 'Search messages and details', 'aria-label': 'Search the logs' });
+    const level = el('select', { id: 'log-level', 'aria-label': 'Log level' },
       ['', 'ERROR', 'WARN', 'INFO', 'DEBUG'].map((l) => el('option', { value: l, text: l || 'All levels' })));
     const logBody = el('tbody');
     const logInfo = el('span', { id: 'log-info', class: 'muted' });
@@ -543,14 +703,14 @@
         replace(logBody, res.logs.map((l) => el('tr', { class: 'log' },
           el('td', { class: 'time', text: fmtTime(l.created_at) }),
           el('td', { class: 'level-' + l.level, text: l.level }),
-          el('td', {}, el('span', { class: 'message', text: l.message }),
+          el('td', { class: 'log-message' }, el('span', { class: 'message', text: l.message }),
             l.details && Object.keys(l.details).length ? el('pre', { class: 'details', text: JSON.stringify(l.details) }) : null))));
         if (!res.logs.length) replace(logBody, el('tr', {}, el('td', { colspan: 3, class: 'muted', text: 'No log entries match.' })));
         logInfo.textContent = res.total ? `${res.offset + 1}–${res.offset + res.logs.length} of ${res.total}` : '0 entries';
         newer.disabled = logOffset === 0;
         older.disabled = logOffset + res.logs.length >= res.total;
       } catch (e) {
-        if (ctx.live()) logErr.textContent = e.message;
+        if (ctx.live()) logErr.textContent = down(e) ? '' : e.message;
       }
     };
 
@@ -560,7 +720,7 @@
         search, level, el('button', { type: 'submit', id: 'log-apply', text: 'Search' }),
         el('button', { type: 'button', id: 'log-refresh', text: 'Refresh', onclick: loadLogs })),
       logErr,
-      el('table', { id: 'log-table' }, el('thead', {}, el('tr', {}, ['Time', 'Level', 'Message'].map((h) => el('th', { text: h })))), logBody),
+      scroller(el('table', { id: 'log-table' }, el('thead', {}, el('tr', {}, ['Time', 'Level', 'Message'].map((h) => el('th', { text: h })))), logBody)),
       el('div', { class: 'pager' }, newer, logInfo, older));
     level.addEventListener('change', () => { logOffset = 0; loadLogs(); });
 
@@ -576,7 +736,7 @@
     let repaired = new Set(); // ids of the shown verifications that a shown repair repaired
     const verifyButton = isAdmin() ? el('button', { type: 'button', id: 'verify', text: 'Verify', onclick: () => startVerify('Verify', path + '/verify', {}) }) : null;
     const updateVerifyButton = () => {
-      if (verifyButton) verifyButton.disabled = verifyBusy || verifyRunning || !current || current.status !== 'running';
+      if (verifyButton) verifyButton.disabled = verifyBusy || verifyRunning || isStale() || !current || current.status !== 'running';
     };
 
     const startVerify = async (label, p, body) => {
@@ -623,9 +783,9 @@
         el('dl', { class: 'config' }, dt('LSN', v.lsn), dt('Requested', fmtTime(v.started_at) + (v.requested_by ? ' by ' + v.requested_by : '')),
           dt('Finished', fmtTime(v.finished_at)), v.repair_of ? dt('Repair of', 'verification ' + v.repair_of) : null),
         v.error ? el('p', { class: 'error', text: v.error }) : null,
-        tables.length ? el('table', {}, el('thead', {}, el('tr', {}, el('th', { text: 'Table' }), el('th', { text: 'Method' }),
+        tables.length ? scroller(el('table', {}, el('thead', {}, el('tr', {}, el('th', { text: 'Table' }), el('th', { text: 'Method' }),
           ['Rows source', 'Rows destination', 'Chunks differing', 'Rows differing'].map((h) => el('th', { class: 'num', text: h })),
-          el('th', { text: 'Skipped' }))), el('tbody', {}, tables)) : null,
+          el('th', { text: 'Skipped' }))), el('tbody', {}, tables))) : null,
         examples.length ? el('ul', { class: 'examples' }, examples) : null,
         (v.reverse_mirror_problems || []).length ? el('div', { class: 'reverse-problems' },
           el('p', { class: 'warning', text: 'A cut-over could not create a reverse mirror (reverse_mirror_name):' }),
@@ -645,8 +805,15 @@
         repaired = new Set(list.map((v) => v.repair_of).filter((id) => id));
         if (!list.length) replace(verifyList, el('p', { class: 'muted', text: 'Not verified yet.' }));
         else replace(verifyList, list.map(verificationView));
+        if (isStale()) disableControls();
+        // The newest check of a reverse mirror also shows at the top of the page.
+        const checked = list.find((v) => v.reverse_mirror_problems);
+        const problems = checked ? checked.reverse_mirror_problems : [];
+        replace(reverseBox, problems.length && current && !isFinal(current.status) ? el('div', { class: 'card warn-banner', role: 'status' },
+          el('p', { class: 'warning', text: `A cut-over with a reverse mirror would fail (verification ${checked.id}): ` }),
+          el('ul', {}, problems.map((p) => el('li', { text: p })))) : null);
       } catch (e) {
-        if (ctx.live()) verifyErr.textContent = e.message;
+        if (ctx.live()) verifyErr.textContent = down(e) ? '' : e.message;
       }
     };
 
@@ -654,7 +821,7 @@
       verifyButton ? el('div', { class: 'controls' }, verifyButton, verifyResult) : null,
       verifyErr, verifyList);
 
-    replace(view, el('p', {}, el('a', { href: '#/mirrors', text: '← Mirrors' })), title, errBox, peerBox, lostBox, controls, notice, summary, verifyBox, logsBox);
+    replace(view, el('p', {}, el('a', { href: '#/mirrors', text: '← Mirrors' })), title, errBox, peerBox, lostBox, reverseBox, controls, blockedLine, notice, summary, verifyBox, logsBox);
     if (!isAdmin()) controls.hidden = true;
     // The first page of logs follows the newest entries; older pages stay put.
     every(REFRESH_MS, () => { refresh().then(updateVerifyButton); loadVerifications(); if (logOffset === 0) loadLogs(); });
@@ -743,12 +910,27 @@
       }
     });
     replace(view, el('h1', { text: 'Create peer' }), el('div', { class: 'card' }, form));
+    heartbeat();
+  }
+
+  // heartbeat keeps a page without data of its own (a form) polling, so
+  // that it too shows when the service stops answering and when it is back.
+  function heartbeat() {
+    timers.push(setInterval(() => { api('GET', '/v1/auth/me').catch(() => {}); }, REFRESH_MS));
   }
 
   async function renderNewMirror(ctx) {
     if (!isAdmin()) { replace(view, el('p', { class: 'error', text: 'Only an admin can create mirrors.' })); return; }
     let peers = [];
-    try { peers = await api('GET', '/v1/peers'); } catch (e) { replace(view, el('p', { class: 'error', text: e.message })); return; }
+    try {
+      peers = await api('GET', '/v1/peers');
+    } catch (e) {
+      if (!ctx.live()) return;
+      replace(view, el('h1', { text: 'Create mirror' }), el('p', { class: 'error', text: e.message }));
+      // The form needs the peers: try again until they can be read.
+      timers.push(setTimeout(() => { if (ctx.live()) renderNewMirror(ctx); }, REFRESH_MS));
+      return;
+    }
     if (!ctx.live()) return;
     const peerSelect = (name) => el('select', { name }, el('option', { value: '', text: '— choose a peer —' }),
       peers.map((p) => el('option', { value: p.name, text: `${p.name} (${p.host}:${p.port}/${p.database})` })));
@@ -814,6 +996,7 @@
       }
     });
     replace(view, el('h1', { text: 'Create mirror' }), el('div', { class: 'card' }, form));
+    heartbeat();
   }
 
   // ---- peers -------------------------------------------------------------
@@ -823,15 +1006,22 @@
     const err = el('p', { class: 'error', role: 'alert' });
     replace(view,
       el('div', { class: 'toolbar' }, el('h1', { text: 'Peers' }),
-        isAdmin() ? el('a', { href: '#/new-peer', id: 'new-peer' }, el('button', { type: 'button', text: 'Create peer' })) : null),
+        isAdmin() ? el('a', { href: '#/new-peer', id: 'new-peer', class: 'button', text: 'Create peer' }) : null),
       err,
-      el('table', { id: 'peers' }, el('thead', {}, el('tr', {},
+      scroller(el('table', { id: 'peers', class: 'stack' }, el('thead', {}, el('tr', {},
         ['Name', 'Host', 'Port', 'Database', 'User', 'SSL mode', 'Updated'].map((h) => el('th', { text: h })),
-        isAdmin() ? el('th', { text: 'Connection' }) : null)), body));
-    (async () => {
+        isAdmin() ? el('th', { text: 'Connection' }) : null)), body)));
+    // The list refreshes like every page; its rows are only rebuilt when a
+    // peer changed, so that a connection test's answer stays.
+    let shown = null;
+    every(REFRESH_MS, async () => {
       try {
         const peers = await api('GET', '/v1/peers');
         if (!ctx.live()) return;
+        err.textContent = '';
+        const key = JSON.stringify(peers);
+        if (key === shown) return;
+        shown = key;
         replace(body, peers.length ? peers.map((p) => {
           const result = el('span', { class: 'test-result' });
           const test = async () => {
@@ -846,15 +1036,16 @@
               result.textContent = e.message;
             }
           };
+          const labels = ['Name', 'Host', 'Port', 'Database', 'User', 'SSL mode'];
           return el('tr', { 'data-peer': p.name },
-            [p.name, p.host, p.port, p.database, p.user, p.ssl_mode].map((v) => el('td', { text: v })),
-            el('td', { title: fmtTime(p.updated_at), text: fmtAgo(p.updated_at) }),
-            isAdmin() ? el('td', {}, el('button', { type: 'button', class: 'test-peer', text: 'Test connection', onclick: test }), ' ', result) : null);
+            [p.name, p.host, p.port, p.database, p.user, p.ssl_mode].map((v, i) => el('td', { class: i === 0 || i === 1 || i === 3 || i === 4 ? 'name' : null, 'data-label': labels[i], text: v })),
+            el('td', { 'data-label': 'Updated', title: fmtTime(p.updated_at), text: fmtAgo(p.updated_at) }),
+            isAdmin() ? el('td', { 'data-label': 'Connection' }, el('button', { type: 'button', class: 'test-peer', text: 'Test connection', onclick: test }), ' ', result) : null);
         }) : el('tr', {}, el('td', { colspan: 8, class: 'muted', text: 'No peers yet.' })));
       } catch (e) {
-        if (ctx.live()) err.textContent = e.message;
+        if (ctx.live()) err.textContent = down(e) ? '' : e.message;
       }
-    })();
+    });
   }
 
   // ---- users (admin) -----------------------------------------------------
@@ -870,25 +1061,34 @@
       formField('Role', role),
       el('p', { class: 'form-error actions', role: 'alert' }),
       el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'primary', id: 'user-submit', text: 'Add user' })));
+    let shown = null; // the rows are only rebuilt when a user changed
     const load = async () => {
       try {
         const users = await api('GET', '/v1/users');
         if (!ctx.live()) return;
+        err.textContent = '';
+        const key = JSON.stringify(users);
+        if (key === shown) return;
+        shown = key;
         replace(body, users.map((u) => {
           const cell = el('td');
           if (u.username !== me.username) {
-            const del = el('button', { type: 'button', class: 'danger', text: 'Delete', onclick: () => replace(cell,
-              `Delete ${u.username}? `,
-              el('button', { type: 'button', class: 'danger', text: 'Yes, delete', onclick: async () => {
-                try { await api('DELETE', '/v1/users/' + enc(u.username)); load(); } catch (e) { err.textContent = e.message; }
-              } }), ' ', el('button', { type: 'button', text: 'Cancel', onclick: () => replace(cell, del) })) });
+            // The confirmation takes the focus (on Cancel) and gives it back.
+            const del = el('button', { type: 'button', class: 'danger', text: 'Delete', onclick: () => {
+              const no = el('button', { type: 'button', text: 'Cancel', onclick: () => { replace(cell, del); del.focus(); } });
+              replace(cell, `Delete ${u.username}? `,
+                el('button', { type: 'button', class: 'danger', text: 'Yes, delete', onclick: async () => {
+                  try { await api('DELETE', '/v1/users/' + enc(u.username)); shown = null; load(); } catch (e) { err.textContent = e.message; }
+                } }), ' ', no);
+              no.focus();
+            } });
             cell.append(del);
           }
-          return el('tr', { 'data-user': u.username }, el('td', { text: u.username }), el('td', { text: u.role }),
+          return el('tr', { 'data-user': u.username }, el('td', { class: 'name', text: u.username }), el('td', { text: u.role }),
             el('td', { text: fmtTime(u.created_at) }), cell);
         }));
       } catch (e) {
-        if (ctx.live()) err.textContent = e.message;
+        if (ctx.live()) err.textContent = down(e) ? '' : e.message;
       }
     };
     form.addEventListener('submit', async (ev) => {
@@ -898,19 +1098,23 @@
         await api('POST', '/v1/users', { username: f.username.value, password: f.password.value, role: f.role.value });
         form.reset();
         showFormError(form, '');
+        shown = null;
         load();
       } catch (e) {
         if (ctx.live()) showFormError(form, e.message);
       }
     });
     replace(view, el('h1', { text: 'Users' }), err,
-      el('table', { id: 'users' }, el('thead', {}, el('tr', {}, ['User name', 'Role', 'Created', ''].map((h) => el('th', { text: h })))), body),
+      scroller(el('table', { id: 'users' }, el('thead', {}, el('tr', {}, ['User name', 'Role', 'Created', ''].map((h) => el('th', { text: h })))), body)),
       el('h2', { text: 'Add a user' }), el('div', { class: 'card' }, form));
-    load();
+    every(REFRESH_MS, load);
   }
 
   // ---- start -------------------------------------------------------------
 
+  // The skip link moves the focus to the page's content (its href would
+  // change the route).
+  document.getElementById('skip').addEventListener('click', (ev) => { ev.preventDefault(); view.focus(); });
   document.getElementById('logout').addEventListener('click', () => { location.hash = '#/mirrors'; logout(); });
   window.addEventListener('hashchange', route);
   route();
