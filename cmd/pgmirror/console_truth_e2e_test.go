@@ -134,7 +134,7 @@ func TestConsoleStale(t *testing.T) {
 	s.kill()
 	b.wait("the peers page stale", `document.body.classList.contains('stale') && document.querySelector('#peers tr[data-peer="src"] .test-peer').disabled
 		&& document.querySelector('#peers tr[data-peer="src"]') !== null`)
-	s = restartOnSamePort(t, catalog, s)
+	restartOnSamePort(t, catalog, s)
 	b.wait("the peers page live again", `!document.body.classList.contains('stale') && !document.querySelector('#peers tr[data-peer="src"] .test-peer').disabled`)
 	b.do("test src", chromedp.Click(chromedp.CSS(`#peers tr[data-peer="src"] .test-peer`)))
 	b.wait("the connection test's answer", `document.querySelector('#peers tr[data-peer="src"] .test-result').textContent.startsWith('OK: ')`)
