@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,13 +80,13 @@ func (s *service) changeCounts(name string) (ins, upd, del int64) {
 // and deleted rows.
 func (s *service) waitCounts(name string, want [3]int64, timeout time.Duration) {
 	s.t.Helper()
-	var got [3]int64
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if got[0], got[1], got[2] = s.changeCounts(name); got == want {
-			return
-		}
-	}
-	s.t.Fatalf("mirror %s counts %v inserted/updated/deleted rows, want %v", name, got, want)
+	waitUntil(s.t, timeout, func() ([3]int64, bool) {
+		var got [3]int64
+		got[0], got[1], got[2] = s.changeCounts(name)
+		return got, got == want
+	}, func(got [3]int64) string {
+		return fmt.Sprintf("mirror %s counts %v inserted/updated/deleted rows, want %v", name, got, want)
+	})
 }
 
 // TestChainTwoSteps: a mirror B -> C reads the database that a mirror

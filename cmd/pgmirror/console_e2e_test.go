@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -213,20 +214,11 @@ func getMirror(t *testing.T, api *client.Client, name string) *client.MirrorStat
 // waitLogIn waits until the mirror has a log entry with the message.
 func waitLogIn(t *testing.T, api *client.Client, name, message string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitUntil(t, 30*time.Second, func() (struct{}, bool) {
 		page, err := api.MirrorLogs(callCtx(t), name, client.LogQuery{Search: message})
 		must(t, err)
-		for _, e := range page.Logs {
-			if e.Message == message {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mirror %s: no log entry %q after 30s", name, message)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return struct{}{}, slices.ContainsFunc(page.Logs, func(e client.LogEntry) bool { return e.Message == message })
+	}, func(struct{}) string { return fmt.Sprintf("mirror %s: no log entry %q after 30s", name, message) })
 }
 
 // jsString quotes s as a JavaScript string literal.

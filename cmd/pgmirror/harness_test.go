@@ -314,17 +314,12 @@ func (s *service) mirror(name string) mirrorStatus {
 // waitStatus waits until the mirror has the given status.
 func (s *service) waitStatus(name, status string, timeout time.Duration) mirrorStatus {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	return waitUntil(s.t, timeout, func() (mirrorStatus, bool) {
 		m := s.mirror(name)
-		if m.Status == status {
-			return m
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("mirror %s: status %q (error %q), want %q after %s", name, m.Status, m.ErrorMessage, status, timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return m, m.Status == status
+	}, func(m mirrorStatus) string {
+		return fmt.Sprintf("mirror %s: status %q (error %q), want %q after %s", name, m.Status, m.ErrorMessage, status, timeout)
+	})
 }
 
 type logEntry struct {

@@ -49,22 +49,16 @@ func (s *service) lost(name string) lostStatus {
 // (none: null) with, when set, one of reasons and a known until_lsn.
 func (s *service) waitLost(name string, tables []string, timeout time.Duration, reasons ...string) lostStatus {
 	s.t.Helper()
-	var st lostStatus
-	deadline := time.Now().Add(timeout)
-	for {
-		st = s.lost(name)
+	return waitUntil(s.t, timeout, func() (lostStatus, bool) {
+		st := s.lost(name)
 		l := st.LostChanges
-		switch {
-		case len(tables) == 0 && l == nil:
-			return st
-		case len(tables) > 0 && l != nil && slices.Equal(l.Tables, tables) && (len(reasons) == 0 || slices.Contains(reasons, l.Reason)):
-			return st
+		if len(tables) == 0 {
+			return st, l == nil
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("mirror %s: lost_changes %+v (status %s), want tables %v reasons %v after %s", name, l, st.Status, tables, reasons, timeout)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return st, l != nil && slices.Equal(l.Tables, tables) && (len(reasons) == 0 || slices.Contains(reasons, l.Reason))
+	}, func(st lostStatus) string {
+		return fmt.Sprintf("mirror %s: lost_changes %+v (status %s), want tables %v reasons %v after %s", name, st.LostChanges, st.Status, tables, reasons, timeout)
+	})
 }
 
 // checkLost asserts everything a user sees of lost changes of tables: the
@@ -142,17 +136,16 @@ func checkLost(t *testing.T, s *service, name string, tables []string, message s
 // waitMetric waits until pgmirror_mirror_tables_lost_changes of the mirror is want.
 func waitMetric(t *testing.T, s *service, name string, want float64) {
 	t.Helper()
-	var got float64
-	var ok bool
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		got, ok = metricValue(s.scrape(""), "pgmirror_mirror_tables_lost_changes", map[string]string{"mirror": name})
-		if ok && got == want {
-			return
-		}
-		time.Sleep(500 * time.Millisecond)
+	type reading struct {
+		value    float64
+		reported bool
 	}
-	t.Errorf("pgmirror_mirror_tables_lost_changes{mirror=%q} = %v (reported %v), want %v", name, got, ok, want)
+	waitUntil(t, 30*time.Second, func() (reading, bool) {
+		got, ok := metricValue(s.scrape(""), "pgmirror_mirror_tables_lost_changes", map[string]string{"mirror": name})
+		return reading{got, ok}, ok && got == want
+	}, func(r reading) string {
+		return fmt.Sprintf("pgmirror_mirror_tables_lost_changes{mirror=%q} = %v (reported %v), want %v", name, r.value, r.reported, want)
+	})
 }
 
 // rowWriter inserts into public.a every few milliseconds until stopped (at

@@ -58,10 +58,24 @@ func publicationExists(t *testing.T, dbURL, pub string) bool {
 
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
+	waitUntil(t, timeout, func() (struct{}, bool) { return struct{}{}, cond() },
+		func(struct{}) string { return fmt.Sprintf("timed out after %s waiting for %s", timeout, what) })
+}
+
+// waitUntil is the one polling loop of these tests: it calls check every
+// 200 ms until check says done and returns its value, or fails the test
+// after timeout with what failure says of the last value.
+func waitUntil[T any](t testing.TB, timeout time.Duration, check func() (T, bool), failure func(last T) string) T {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for !cond() {
+	for {
+		v, done := check()
+		if done {
+			return v
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			t.Fatal(failure(v))
+			return v
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -44,18 +44,13 @@ func (s *service) full(name string) fullStatus {
 // waitMirror waits until cond holds for the mirror's status record.
 func (s *service) waitMirror(name, what string, timeout time.Duration, cond func(fullStatus) bool) fullStatus {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	return waitUntil(s.t, timeout, func() (fullStatus, bool) {
 		m := s.full(name)
-		if cond(m) {
-			return m
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("mirror %s: timed out after %s waiting for %s; last status %q error_count %d error %q lag %v wal %v",
-				name, timeout, what, m.Status, m.ErrorCount, m.ErrorMessage, deref(m.SlotLagBytes), derefS(m.SlotWALStatus))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return m, cond(m)
+	}, func(m fullStatus) string {
+		return fmt.Sprintf("mirror %s: timed out after %s waiting for %s; last status %q error_count %d error %q lag %v wal %v",
+			name, timeout, what, m.Status, m.ErrorCount, m.ErrorMessage, deref(m.SlotLagBytes), derefS(m.SlotWALStatus))
+	})
 }
 
 func deref(p *int64) any {
@@ -88,22 +83,20 @@ func (s *service) logsWith(name, message string) []logEntry {
 // (nil: any) and returns the newest such entry.
 func (s *service) waitLog(name, message string, timeout time.Duration, cond func(logEntry) bool) logEntry {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	return waitUntil(s.t, timeout, func() (logEntry, bool) {
 		for _, e := range s.logsWith(name, message) {
 			if cond == nil || cond(e) {
-				return e
+				return e, true
 			}
 		}
-		if time.Now().After(deadline) {
-			var msgs []string
-			for _, e := range s.logs(name, "") {
-				msgs = append(msgs, e.Level+" "+e.Message)
-			}
-			s.t.Fatalf("mirror %s: no log entry %q after %s; log has (newest first): %s", name, message, timeout, strings.Join(msgs, " | "))
+		return logEntry{}, false
+	}, func(logEntry) string {
+		var msgs []string
+		for _, e := range s.logs(name, "") {
+			msgs = append(msgs, e.Level+" "+e.Message)
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return fmt.Sprintf("mirror %s: no log entry %q after %s; log has (newest first): %s", name, message, timeout, strings.Join(msgs, " | "))
+	})
 }
 
 // countLogs counts the log entries with message.

@@ -44,15 +44,11 @@ func (s *service) runVerify(t *testing.T, name string, body any) verifyResult {
 
 func (s *service) waitVerify(t *testing.T, name string, id int64) verifyResult {
 	t.Helper()
-	var v verifyResult
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	return waitUntil(t, 90*time.Second, func() (verifyResult, bool) {
+		var v verifyResult
 		s.mustDo("GET", fmt.Sprintf("/v1/mirrors/%s/verifications/%d", name, id), nil, 200, &v)
-		if v.State != "running" {
-			return v
-		}
-	}
-	t.Fatalf("verification %d still running: %+v", id, v)
-	return v
+		return v, v.State != "running"
+	}, func(v verifyResult) string { return fmt.Sprintf("verification %d still running: %+v", id, v) })
 }
 
 func byName(v verifyResult) map[string]verifyTable {
