@@ -347,7 +347,7 @@ func TestRepairBounded(t *testing.T) {
 		CREATE TABLE public.tick (id int PRIMARY KEY, at timestamptz)`
 	b := setup(t, ddl, ddl, change.Mapping{Source: tn("public", "k"), Destination: tn("public", "k")},
 		change.Mapping{Source: tn("public", "tick"), Destination: tn("public", "tick")})
-	const rows = 150000
+	const rows = 60000
 	pgtest.Exec(t, b.src, fmt.Sprintf(`INSERT INTO k SELECT g, 'v' || g, repeat('p', 400) FROM generate_series(1, %d) g`, rows))
 	waitRows(t, b.dst, "k", rows)
 	pgtest.Exec(t, b.dst, `UPDATE k SET v = 'bad' WHERE id % 3 = 0`)
@@ -387,7 +387,7 @@ func TestRepairBounded(t *testing.T) {
 	})
 	time.Sleep(500 * time.Millisecond)
 
-	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	rctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	started := time.Now()
 	rep, _, err := verify.RepairChunks(rctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,

@@ -115,7 +115,7 @@ var schemaTypes = map[string]any{
 	"MeOutputBody":             client.Me{},
 	"MessageOutputBody":        client.Message{},
 	"MirrorConfig":             client.MirrorConfig{},
-	"MirrorCreateInputBody":    client.MirrorCreate{},
+	"MirrorCreateBody":         client.MirrorCreate{},
 	"MirrorStatus":             client.MirrorStatus{},
 	"MirrorSummary":            client.MirrorSummary{},
 	"MirrorPatchInputBody":     client.MirrorUpdate{},
