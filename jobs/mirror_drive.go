@@ -150,23 +150,15 @@ func (r *mirrorRun) syncMissingColumns(ctx context.Context, cause error) (bool, 
 	if err != nil {
 		return false, err
 	}
-	srcPeer, err := r.store.PeerGetByID(ctx, m.SourcePeerID)
+	srcPeer, dstPeer, err := mirrorPeers(ctx, r.store, m)
 	if err != nil {
-		return false, fmt.Errorf("load source peer: %w", err)
+		return false, err
 	}
-	dstPeer, err := r.store.PeerGetByID(ctx, m.DestinationPeerID)
-	if err != nil {
-		return false, fmt.Errorf("load destination peer: %w", err)
-	}
-	src, err := connectPeer(ctx, "source", srcPeer)
+	src, dst, err := connectPeers(ctx, srcPeer, dstPeer)
 	if err != nil {
 		return false, err
 	}
 	defer closeConn(src)
-	dst, err := connectPeer(ctx, "destination", dstPeer)
-	if err != nil {
-		return false, err
-	}
 	defer closeConn(dst)
 	started := time.Now()
 	tables = replicating(tables)
@@ -239,6 +231,30 @@ func connectPeer(ctx context.Context, role string, p db.Peer) (*pgx.Conn, error)
 		return nil, &peerConnectError{role: role, peer: p.Name, err: err}
 	}
 	return conn, nil
+}
+
+// mirrorPeers loads the source and destination peers of mirror m.
+func mirrorPeers(ctx context.Context, store *db.Store, m db.Mirror) (src, dst db.Peer, err error) {
+	if src, err = store.PeerGetByID(ctx, m.SourcePeerID); err != nil {
+		return src, dst, fmt.Errorf("load source peer: %w", err)
+	}
+	if dst, err = store.PeerGetByID(ctx, m.DestinationPeerID); err != nil {
+		return src, dst, fmt.Errorf("load destination peer: %w", err)
+	}
+	return src, dst, nil
+}
+
+// connectPeers opens a session on each of a mirror's peers; the caller
+// closes both (closeConn). When the second fails the first is closed.
+func connectPeers(ctx context.Context, srcPeer, dstPeer db.Peer) (src, dst *pgx.Conn, err error) {
+	if src, err = connectPeer(ctx, "source", srcPeer); err != nil {
+		return nil, nil, err
+	}
+	if dst, err = connectPeer(ctx, "destination", dstPeer); err != nil {
+		closeConn(src)
+		return nil, nil, err
+	}
+	return src, dst, nil
 }
 
 func closeConn(conn *pgx.Conn) {
@@ -335,13 +351,9 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if err != nil {
 		return nil, err
 	}
-	srcPeer, err := store.PeerGetByID(ctx, m.SourcePeerID)
+	srcPeer, dstPeer, err := mirrorPeers(ctx, store, m)
 	if err != nil {
-		return nil, fmt.Errorf("load source peer: %w", err)
-	}
-	dstPeer, err := store.PeerGetByID(ctx, m.DestinationPeerID)
-	if err != nil {
-		return nil, fmt.Errorf("load destination peer: %w", err)
+		return nil, err
 	}
 	in := &phaseInputs{m: m, srcPeer: srcPeer, dstPeer: dstPeer}
 	if in.src, err = connectPeer(ctx, "source", srcPeer); err != nil {

@@ -168,13 +168,9 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 		return nil, 0, err
 	}
 	tables = replicating(tables) // a dropped source table has nothing to compare
-	srcPeer, err := store.PeerGetByID(ctx, m.SourcePeerID)
+	srcPeer, dstPeer, err := mirrorPeers(ctx, store, m)
 	if err != nil {
-		return nil, 0, fmt.Errorf("load source peer: %w", err)
-	}
-	dstPeer, err := store.PeerGetByID(ctx, m.DestinationPeerID)
-	if err != nil {
-		return nil, 0, fmt.Errorf("load destination peer: %w", err)
+		return nil, 0, err
 	}
 	srcCfg, dstCfg, err := peerConfigs(srcPeer, dstPeer)
 	if err != nil {

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/pgmirror/pgmirror/db"
@@ -53,23 +52,15 @@ func (w *VerifyWorker) reverseProblems(ctx context.Context, m db.Mirror) ([]stri
 	for i, mp := range toMappings(tables) {
 		dstTables[i] = mp.Destination
 	}
-	srcPeer, err := store.PeerGetByID(ctx, m.SourcePeerID)
+	srcPeer, dstPeer, err := mirrorPeers(ctx, store, m)
 	if err != nil {
-		return nil, fmt.Errorf("load source peer: %w", err)
+		return nil, err
 	}
-	dstPeer, err := store.PeerGetByID(ctx, m.DestinationPeerID)
-	if err != nil {
-		return nil, fmt.Errorf("load destination peer: %w", err)
-	}
-	src, err := connectPeer(ctx, "source", srcPeer)
+	src, dst, err := connectPeers(ctx, srcPeer, dstPeer)
 	if err != nil {
 		return nil, err
 	}
 	defer closeConn(src)
-	dst, err := connectPeer(ctx, "destination", dstPeer)
-	if err != nil {
-		return nil, err
-	}
 	defer closeConn(dst)
 	return cutover.ReverseProblems(ctx, src, dst, dstTables)
 }
