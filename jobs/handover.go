@@ -6,29 +6,29 @@ import (
 )
 
 // A replica that shuts down (SIGTERM, a rolling deploy) hands its mirrors to
-// the live replicas in waves rather than all at once:
+// the live replicas a few at a time rather than all at once:
 //   - the process first leaves the replicas table (db.LockHolder.Retire),
 //     so the others stop counting it and leave it nothing more;
-//   - then Shutdown.HandOver asks shutdownWave runs at a time to stop at
-//     their next batch boundary, each handed to the live replica with the
-//     most room (balancer.shutdownTarget); a handed run's job goes to the
-//     receiver's adoption queue, announced by notification, and the next
-//     wave starts when the receiver holds every mirror of this one (or
-//     after shutdownWaveWait);
+//   - then Shutdown.HandOver asks runs to stop at their next batch
+//     boundary, each handed to the live replica with the most room
+//     (balancer.shutdownTarget), at most shutdownWave under way at once: a
+//     handed run's job goes to the receiver's adoption queue, announced by
+//     notification, and the next run is handed as soon as a receiver holds
+//     one (or shutdownWaveWait after it was handed);
 //   - meanwhile the replica takes no mirror: run jobs it fetches go on to a
 //     live replica, adoption stops;
 //   - what is left when the budget ends (runs copying tables, which stop
 //     only when cancelled) is cancelled with River's jobs and handed over
-//     in one go, as before.
+//     in one go.
 //
 // So a mirror goes without a worker only for the moment its receiver takes
-// to start it, and only a wave's worth at a time, instead of every mirror
+// to start it, and only shutdownWave at a time, instead of every mirror
 // of the replica at once waiting for the others to start them together.
 const (
 	shutdownWave     = 4
 	shutdownWaveWait = handoffFresh
 	// shutdownPoll is how often HandOver looks whether the receivers hold
-	// the mirrors of the current wave.
+	// the mirrors under way.
 	shutdownPoll = 100 * time.Millisecond
 )
 
@@ -39,8 +39,8 @@ type Shutdown struct {
 	b *balancer
 }
 
-// HandOver hands this replica's running mirrors to the live replicas in
-// waves of shutdownWave, each when the previous one is taken, and returns
+// HandOver hands this replica's running mirrors to the live replicas, at
+// most shutdownWave under way at once, and returns
 // when none is left to hand, no live replica has room or ctx ends. Call it
 // after db.LockHolder.Retire and before River's client stops: the runs left
 // then are cancelled and handed over together.
@@ -51,25 +51,57 @@ func (s *Shutdown) HandOver(ctx context.Context) {
 	s.b.drain(ctx)
 }
 
-// drain is Shutdown.HandOver.
+// drain is Shutdown.HandOver: it keeps up to shutdownWave hand-offs under
+// way, handing the next run as soon as a receiver holds one.
 func (b *balancer) drain(ctx context.Context) {
 	b.draining.Store(true)
 	started := time.Now()
 	handed := 0
+	transit := map[int64]time.Time{} // handed, not yet held by the receiver
 	for ctx.Err() == nil {
-		if !b.readLoads(ctx) {
-			break
+		if len(transit) > 0 {
+			b.settleTransit(ctx, transit)
 		}
-		wave := b.handWave()
-		if len(wave) == 0 {
-			break
+		if room := shutdownWave - len(transit); room > 0 && b.readLoads(ctx) {
+			now := time.Now()
+			more := b.handWave(room)
+			for _, id := range more {
+				transit[id] = now
+			}
+			handed += len(more)
+			if len(more) == 0 && len(transit) == 0 {
+				break // nothing left to hand, or nobody to hand it to
+			}
 		}
-		handed += len(wave)
-		b.awaitTaken(ctx, wave)
+		select {
+		case <-ctx.Done():
+		case <-time.After(shutdownPoll):
+		}
 	}
 	if handed > 0 {
 		b.cfg.Logger.Info("handed mirrors to the other replicas before stopping", "mirrors", handed,
 			"left_to_cancel", b.cfg.Locks.Running(), "duration", time.Since(started).Round(time.Millisecond))
+	}
+}
+
+// settleTransit removes from transit the mirrors their receiver holds, those
+// whose run ended without handing them over, and those handed longer than
+// shutdownWaveWait ago (the receiver is slow; the hand-off goes on).
+func (b *balancer) settleTransit(ctx context.Context, transit map[int64]time.Time) {
+	// This replica is out of the replicas table: the locks listed are the
+	// live replicas'.
+	workers, err := b.cfg.Store.MirrorWorkers(ctx)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, at := range transit {
+		_, taken := workers[id]
+		_, handed := b.handed[id]
+		if taken || !(handed || b.leaving[id]) || time.Since(at) >= shutdownWaveWait {
+			delete(transit, id)
+		}
 	}
 }
 
@@ -94,13 +126,13 @@ func (b *balancer) readLoads(ctx context.Context) bool {
 	return true
 }
 
-// handWave asks up to shutdownWave streaming runs to hand their mirror to a
-// live replica with room and returns their mirror ids.
-func (b *balancer) handWave() []int64 {
+// handWave asks up to n streaming runs to hand their mirror to a live
+// replica with room and returns their mirror ids.
+func (b *balancer) handWave(n int) []int64 {
 	b.mu.Lock()
 	var runs []*mirrorRun
 	for _, r := range b.runs {
-		if len(runs) == shutdownWave {
+		if len(runs) == n {
 			break
 		}
 		if r.inCDC() && !r.stopping() && !b.leaving[r.mirrorID] {
@@ -123,37 +155,4 @@ func (b *balancer) handWave() []int64 {
 		}
 	}
 	return wave
-}
-
-// awaitTaken waits until every mirror of the wave is held by its receiver
-// or its run ended without handing it over, for shutdownWaveWait at most.
-func (b *balancer) awaitTaken(ctx context.Context, wave []int64) {
-	ctx, cancel := context.WithTimeout(ctx, shutdownWaveWait)
-	defer cancel()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(shutdownPoll):
-		}
-		// This replica is out of the replicas table: the locks listed are
-		// the live replicas'.
-		workers, err := b.cfg.Store.MirrorWorkers(ctx)
-		if err != nil {
-			continue
-		}
-		b.mu.Lock()
-		waiting := 0
-		for _, id := range wave {
-			_, taken := workers[id]
-			_, handed := b.handed[id]
-			if !taken && (handed || b.leaving[id]) {
-				waiting++
-			}
-		}
-		b.mu.Unlock()
-		if waiting == 0 {
-			return
-		}
-	}
 }

@@ -109,7 +109,7 @@ func (w *gapWatch) close() {
 //   - while it takes its share, at most a few mirrors are without a worker
 //     at any moment and none for more than 5 s, and the spread is reached
 //     within 20 s, with no mirror handed back and forth;
-//   - a replica stopped with SIGTERM hands its mirrors over in waves: at
+//   - a replica stopped with SIGTERM hands its mirrors over a few at a time: at
 //     most 4 without a worker at once, none for more than 5 s;
 //   - every row written meanwhile arrives, once.
 func TestRollingRestart(t *testing.T) {
@@ -229,7 +229,7 @@ func TestRollingRestart(t *testing.T) {
 	}
 
 	// SIGTERM of r2, as a rolling deploy does: it hands its mirrors to r1
-	// a few at a time, each wave once the last is taken, instead of
+	// a few at a time, the next as soon as one is taken, instead of
 	// leaving them all without a worker at once.
 	gaps.reset()
 	termAt := time.Now()
@@ -244,9 +244,9 @@ func TestRollingRestart(t *testing.T) {
 	t.Logf("SIGTERM of r2: r1 runs all %d mirrors %s after it, at most %d mirrors without a worker at once, longest gap %s",
 		n, took.Round(time.Millisecond), most, longest.Round(time.Millisecond))
 	if most > 4 {
-		t.Errorf("%d mirrors without a worker at once after the SIGTERM, want at most 4 (the hand-over goes in waves)", most)
+		t.Errorf("%d mirrors without a worker at once after the SIGTERM, want at most 4 (at most 4 hand-offs are under way at once)", most)
 	}
-	// Every mirror went in a wave, none was left to the cancellation.
+	// Every mirror was handed so, none was left to the cancellation.
 	handed := regexp.MustCompile(`msg="handed mirrors to the other replicas before stopping" mirrors=(\d+) left_to_cancel=(\d+)`).
 		FindStringSubmatch(r2.output.String())
 	if handed == nil || handed[1] != strconv.Itoa(byWorker[r2Name]) || handed[2] != "0" {
