@@ -293,6 +293,7 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 		Logger:                 logger,
 		MirrorWorkers:          cfg.MirrorWorkers,
 		LogRetention:           cfg.LogRetention,
+		HistoryRetention:       cfg.HistoryRetention,
 	})
 	if err != nil {
 		return fmt.Errorf("create job client: %w", err)
