@@ -130,6 +130,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerCutover(api)
 	h.registerVerify(api)
 	h.registerLogs(api)
+	h.registerHistory(api)
 	h.registerAudit(api)
 	foldPatternDescriptions(api.OpenAPI())
 	documentVocabulary(api.OpenAPI())
