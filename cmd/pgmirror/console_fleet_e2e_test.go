@@ -139,6 +139,9 @@ func TestConsoleFleet(t *testing.T) {
 	b.do("sort by status", chromedp.Click(chromedp.CSS(`#sort-status`), chromedp.NodeEnabled))
 	b.wait("the running mirror first", `document.querySelector('#mirrors tr[data-mirror]').dataset.mirror === 'live'
 		&& document.querySelector('th[data-sort="status"]').getAttribute('aria-sort') === 'ascending'`)
+	evalIn[bool](b, `(() => { const s = document.getElementById('mirror-sort'); s.value = '-lag'; s.dispatchEvent(new Event('change')); return true; })()`)
+	b.wait("the measured mirror first by lag", `document.querySelector('#mirrors tr[data-mirror]').dataset.mirror === 'live'
+		&& document.querySelector('th[data-sort="lag"]').getAttribute('aria-sort') === 'descending'`)
 	b.do("sort by name", chromedp.Click(chromedp.CSS(`#sort-name`), chromedp.NodeEnabled))
 
 	// Paging.
@@ -151,11 +154,13 @@ func TestConsoleFleet(t *testing.T) {
 	b.wait("page 3, the last", `document.getElementById('mirror-page-info').textContent === '101–121 of 121'
 		&& document.querySelectorAll('#mirrors tr[data-mirror]').length === 21 && document.getElementById('mirror-next').disabled
 		&& document.querySelector('#mirrors tr[data-mirror="live"]') !== null`)
+	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)
 	b.screenshot("fleet-list")
 
 	// At 390 px the list, its totals and filters fit the screen.
 	b.do("a phone's viewport", chromedp.EmulateViewport(390, 844))
 	time.Sleep(300 * time.Millisecond)
+	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)
 	if w := evalIn[int](b, `document.documentElement.scrollWidth`); w > 390 {
 		t.Errorf("the fleet list is %d px wide at a 390 px viewport", w)
 	}

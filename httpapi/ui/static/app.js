@@ -425,6 +425,13 @@
     statusSelect.value = listState.status;
     const search = el('input', { type: 'search', id: 'mirror-search', name: 'q', value: listState.q, placeholder: 'Name or peer',
       autocomplete: 'off' });
+    // The order, also for narrow screens where the column headers are hidden.
+    const sortSelect = el('select', { id: 'mirror-sort', name: 'sort' }, [
+      ['name', 'Name, A to Z'], ['-name', 'Name, Z to A'], ['status', 'Status'], ['-status', 'Status, reversed'],
+      ['-lag', 'Lag, highest first'], ['lag', 'Lag, lowest first'], ['-created', 'Newest first'], ['created', 'Oldest first'],
+    ].map(([v, label]) => el('option', { value: v, text: label })));
+    sortSelect.value = listState.sort;
+    sortSelect.addEventListener('change', () => { listState.sort = sortSelect.value; listState.offset = 0; load(); });
     const pageInfo = el('span', { class: 'muted', id: 'mirror-page-info', role: 'status' });
     const prev = el('button', { type: 'button', id: 'mirror-prev', text: '← Previous', disabled: true,
       onclick: () => { listState.offset = Math.max(0, listState.offset - LIST_PAGE); load(); } });
@@ -446,6 +453,7 @@
       el('th', { class: 'num', text: 'Errors' }), el('th', { text: 'Source → destination' }),
       sortable('Created', 'created'), el('th', { text: 'Updated' })];
     const showSort = () => {
+      sortSelect.value = listState.sort;
       for (const th of heads) {
         const key = th.dataset.sort;
         if (!key) continue;
@@ -480,7 +488,8 @@
         load();
       } },
       el('label', { for: 'mirror-status-filter', text: 'Status' }), statusSelect,
-      el('label', { for: 'mirror-search', text: 'Search' }), search),
+      el('label', { for: 'mirror-search', text: 'Search' }), search,
+      el('label', { for: 'mirror-sort', text: 'Sort' }), sortSelect),
       err,
       scroller(el('table', { id: 'mirrors', class: 'stack' }, el('thead', {}, el('tr', {}, heads)), body)),
       el('div', { class: 'pager' }, prev, pageInfo, next),
@@ -747,11 +756,10 @@
         el('div', { class: 'cols' },
           el('section', { class: 'card' }, el('h2', { text: 'Configuration' }), cfg),
           el('section', { class: 'card' }, el('h2', { text: 'Counters' }), counters)),
-        el('div', { class: 'cols' },
-          el('section', { class: 'card' }, el('h2', { text: 'Lag, last 3 hours' }),
-            seriesChart(series('lag'), { id: 'lag-chart', what: 'replication lag', fmt: fmtLag, zero: '0 s', none: 'No lag reading yet' })),
-          el('section', { class: 'card' }, el('h2', { text: 'Throughput, last 3 hours' }),
-            seriesChart(series('rate'), { id: 'rate-chart', what: 'rows per second', fmt: fmtRate, zero: '0', none: 'No throughput reading yet' }))),
+        el('section', { class: 'card' }, el('h2', { text: 'Lag, last 3 hours' }),
+          seriesChart(series('lag'), { id: 'lag-chart', what: 'replication lag', fmt: fmtLag, zero: '0 s', none: 'No lag reading yet' })),
+        el('section', { class: 'card' }, el('h2', { text: 'Throughput, last 3 hours' }),
+          seriesChart(series('rate'), { id: 'rate-chart', what: 'rows per second', fmt: fmtRate, zero: '0', none: 'No throughput reading yet' })),
         el('section', { class: 'card' }, el('h2', { text: 'Tables' }), scroller(tablesTable(m))),
       ];
       return out;
