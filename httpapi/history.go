@@ -9,7 +9,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/pgmirror/pgmirror/engine/defaults"
+	"github.com/pgmirror/pgmirror/jobs"
 )
 
 // historyDefault is how far back GET /v1/mirrors/{name}/history goes
@@ -91,7 +91,7 @@ func (h *handlers) history(ctx context.Context, in *historyInput) (*historyOutpu
 	}
 	out := &historyOutput{}
 	out.Body.Mirror, out.Body.Since = m.Name, since
-	out.Body.IntervalSeconds = int(defaults.MetricsHistoryInterval / time.Second)
+	out.Body.IntervalSeconds = int(jobs.HistoryInterval / time.Second)
 	out.Body.Samples = make([]historySample, len(samples))
 	for i, s := range samples {
 		out.Body.Samples[i] = historySample{At: s.At, LagSeconds: round3(s.LagSeconds), RowsSynced: s.RowsSynced,

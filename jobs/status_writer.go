@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/defaults"
 )
 
 // lagWriteBatchEvery is how often a replica writes the lag measures of all
@@ -104,6 +105,10 @@ func (w *lagWriter) loop(done <-chan struct{}) {
 		failing = err != nil
 	}
 }
+
+// HistoryInterval is how often, by default, a streaming mirror gets a
+// history sample (Config.HistoryInterval).
+const HistoryInterval = defaults.MetricsHistoryInterval
 
 // historyStale is how old the newest lag measure of a mirror may be to go
 // into a history sample: an older one means the mirror stopped streaming
