@@ -62,8 +62,9 @@ func addCatalogFleet(t *testing.T, catalog string, n int) {
 // TestConsoleFleet drives the mirror list with 121 mirrors: the fleet's
 // totals by status, one request per refresh whatever the fleet's size, a
 // click on a total filters by that status, the text filter, sorting by a
-// column header and paging. Then a mirror's page opens with its lag and
-// throughput charts already drawn from the service's history.
+// column header and paging, the stale state while the service is down.
+// Then a mirror's page opens with its lag and throughput charts already
+// drawn from the history, and the service writes the mirror's samples.
 func TestConsoleFleet(t *testing.T) {
 	t.Parallel()
 	catalog, _, _, s := newEnv(t, consoleSourceSQL)
@@ -157,6 +158,23 @@ func TestConsoleFleet(t *testing.T) {
 	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)
 	b.screenshot("fleet-list")
 
+	// The service stops under the list: the page says its data is stale,
+	// keeps the rows it read, disables the totals, filters and pager; it
+	// comes back by itself on the same page.
+	s.kill()
+	b.wait("the list marked stale", `document.body.classList.contains('stale') && !document.getElementById('stale').hidden
+		&& document.querySelectorAll('#mirrors tr[data-mirror]').length === 21`)
+	if on := evalIn[[]string](b, enabledControls); len(on) != 0 {
+		t.Fatalf("controls of the list enabled while the service does not answer: %v", on)
+	}
+	s = restartOnSamePort(t, catalog, s)
+	b.wait("the list live again on the same page", `!document.body.classList.contains('stale')
+		&& document.getElementById('mirror-page-info').textContent === '101–121 of 121'
+		&& !document.getElementById('mirror-prev').disabled && !document.getElementById('mirror-search').disabled
+		&& !document.querySelector('#mirror-totals button[data-status="error"]').disabled`)
+	b.forgetErrors("net::ERR_CONNECTION_REFUSED")
+	b.forgetErrors("status of 5")
+
 	// At 390 px the list, its totals and filters fit the screen.
 	b.do("a phone's viewport", chromedp.EmulateViewport(390, 844))
 	time.Sleep(300 * time.Millisecond)
@@ -187,5 +205,20 @@ func TestConsoleFleet(t *testing.T) {
 	n := evalIn[int](b, `Number(document.getElementById('lag-chart').dataset.samples)`)
 	b.wait("a live sample after the history", `Number(document.getElementById('lag-chart').dataset.samples) > `+strconv.Itoa(n))
 	b.screenshot("mirror-history")
+
+	// The service writes the live mirror's samples itself, every 30 s
+	// while it streams: newer than the ones inserted above.
+	waitFor(t, "a history sample written by the service", 90*time.Second, func() bool {
+		h, err := api.MirrorHistory(callCtx(t), "live", "4m")
+		if err != nil || len(h.Samples) == 0 {
+			return false
+		}
+		last := h.Samples[len(h.Samples)-1]
+		if last.LagSeconds == nil || last.LSN == nil {
+			return false
+		}
+		t.Logf("the service's newest sample of live: %s, lag %.3f s, rows %d, at %s", last.At.Format(time.RFC3339), *last.LagSeconds, last.RowsSynced, *last.LSN)
+		return last.RowsSynced == 20000
+	})
 	b.noPageErrors()
 }
