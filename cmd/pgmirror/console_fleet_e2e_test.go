@@ -204,6 +204,7 @@ func TestConsoleFleet(t *testing.T) {
 	// Live samples are appended to the history.
 	n := evalIn[int](b, `Number(document.getElementById('lag-chart').dataset.samples)`)
 	b.wait("a live sample after the history", `Number(document.getElementById('lag-chart').dataset.samples) > `+strconv.Itoa(n))
+	evalIn[bool](b, `(document.getElementById('lag-chart').parentNode.scrollIntoView(), true)`)
 	b.screenshot("mirror-history")
 
 	// The service writes the live mirror's samples itself, every 30 s
