@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
 	"github.com/pgmirror/pgmirror/db"
 )
 
@@ -16,7 +19,7 @@ const mirrorListMax = 1000
 // mirrorListInput is the optional filter, order and page of GET
 // /v1/mirrors. Without any of them the answer is every mirror by name.
 type mirrorListInput struct {
-	Status []db.MirrorStatus `query:"status,explode" doc:"Only mirrors in this status; repeat the parameter for several (status=running&status=error)."`
+	Status []db.MirrorStatus `query:"status,explode" doc:"Only mirrors in this status; repeat the parameter for several (status=running&status=error) or give a comma list (status=running,error)."`
 	Q      string            `query:"q" maxLength:"256" doc:"Only mirrors whose name, source peer or destination peer contains this text, ignoring case."`
 	Sort   string            `query:"sort" enum:"name,-name,status,-status,lag,-lag,created,-created" default:"name" doc:"Order: name, status (in the order of a mirror's life: initializing, snapshotting, running, paused, error, stopped, completed), lag (mirrors without a lag last) or created (creation time); a leading - reverses it. Ties are ordered by name."`
 	Limit  int               `query:"limit" minimum:"1" maximum:"1000" doc:"At most this many mirrors (1 to 1000); without it, every matching mirror."`
@@ -27,6 +30,26 @@ type mirrorListOutput struct {
 	TotalCount   int    `header:"X-Total-Count" doc:"Mirrors matching status and q, on all pages."`
 	StatusTotals string `header:"X-Status-Totals" doc:"Mirrors of the whole fleet by status, whatever the filter: every status with its count, as status=count pairs separated by commas (initializing=0, snapshotting=1, running=40, ...)."`
 	Body         []mirrorSummary
+}
+
+// commaLists is the middleware that lets the repeatable status parameter
+// of GET /v1/mirrors also come as a comma list (status=running,error): it
+// splits such values into repeated parameters before Huma parses and
+// validates them, each against the vocabulary.
+func commaLists(ctx huma.Context, next func(huma.Context)) {
+	if ctx.Operation().OperationID != "list-mirrors" || !strings.Contains(ctx.Query("status"), ",") {
+		next(ctx)
+		return
+	}
+	r, _ := humago.Unwrap(ctx)
+	q := r.URL.Query()
+	var split []string
+	for _, v := range q["status"] {
+		split = append(split, strings.Split(v, ",")...)
+	}
+	q["status"] = split
+	r.URL.RawQuery = q.Encode()
+	next(ctx)
 }
 
 func (h *handlers) listMirrors(ctx context.Context, in *mirrorListInput) (*mirrorListOutput, error) {

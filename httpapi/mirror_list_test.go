@@ -128,6 +128,12 @@ func TestMirrorListFleet(t *testing.T) {
 	require.Equal(t, []string{"fleet-06", "fleet-07", "fleet-08", "fleet-09", "fleet-10"}, names(items))
 	require.Equal(t, 5, total)
 	require.Equal(t, fleetTotals, totals)
+	// The same as a comma list, and both forms together.
+	items, total, _ = b.list("?status=" + url.QueryEscape("error,paused"))
+	require.Equal(t, []string{"fleet-06", "fleet-07", "fleet-08", "fleet-09", "fleet-10"}, names(items))
+	require.Equal(t, 5, total)
+	items, _, _ = b.list("?status=error,paused&status=initializing")
+	require.Len(t, items, 6)
 
 	// Text: in the name or a peer's name, any case.
 	items, total, _ = b.list("?q=" + url.QueryEscape("ORDERS-prim"))
@@ -179,7 +185,7 @@ func TestMirrorListFleet(t *testing.T) {
 	// Bad parameters.
 	b.requireError(http.MethodGet, "/v1/mirrors?status=bogus", b.viewerToken, nil, http.StatusBadRequest,
 		"status", "initializing, snapshotting, running, paused, error, stopped, completed")
-	b.requireError(http.MethodGet, "/v1/mirrors?status=running,paused", b.viewerToken, nil, http.StatusBadRequest, "running, paused, error")
+	b.requireError(http.MethodGet, "/v1/mirrors?status=running,bogus", b.viewerToken, nil, http.StatusBadRequest, "running, paused, error")
 	b.requireError(http.MethodGet, "/v1/mirrors?sort=size", b.viewerToken, nil, http.StatusBadRequest, "sort", "name", "-lag", "created")
 	b.requireError(http.MethodGet, "/v1/mirrors?limit=0", b.viewerToken, nil, http.StatusBadRequest, "limit", "1")
 	b.requireError(http.MethodGet, "/v1/mirrors?limit=1001", b.viewerToken, nil, http.StatusBadRequest, "limit", "1000")
