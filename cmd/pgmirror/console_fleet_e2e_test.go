@@ -81,7 +81,7 @@ func TestConsoleFleet(t *testing.T) {
 		&& document.getElementById('mirror-page-info').textContent === '1–50 of 121'
 		&& document.querySelector('#mirror-totals [data-status=""] .total-count') !== null
 		&& document.querySelector('#mirror-totals [data-status=""] .total-count').textContent === '121'`)
-	totals := evalIn[map[string]string](b, `Object.fromEntries([...document.querySelectorAll('#mirror-totals button')].map((e) =>
+	totals := evalIn[map[string]string](b, `Object.fromEntries([...document.querySelectorAll('#mirror-totals button:not([hidden])')].map((e) =>
 		[e.dataset.status || 'all', e.querySelector('.total-count').textContent]))`)
 	want := map[string]string{"all": "121", "running": "1", "paused": "96", "error": "12", "stopped": "12"}
 	if fmt.Sprint(totals) != fmt.Sprint(want) {
@@ -120,6 +120,12 @@ func TestConsoleFleet(t *testing.T) {
 		&& document.getElementById('mirror-status-filter').value === 'error'
 		&& document.querySelector('#mirror-totals button[data-status="error"]').getAttribute('aria-pressed') === 'true'
 		&& document.querySelector('#mirror-totals [data-status=""] .total-count').textContent === '121'`)
+	// The totals keep the keyboard's focus across refreshes.
+	evalIn[bool](b, `(document.querySelector('#mirror-totals button[data-status="error"]').focus(), true)`)
+	time.Sleep(3500 * time.Millisecond)
+	if !evalIn[bool](b, `document.activeElement === document.querySelector('#mirror-totals button[data-status="error"]')`) {
+		t.Fatal("a refresh took the focus away from the error total")
+	}
 	b.do("all statuses again", chromedp.Click(chromedp.CSS(`#mirror-totals button[data-status="error"]`), chromedp.NodeEnabled))
 	b.wait("the whole list", `document.getElementById('mirror-page-info').textContent === '1–50 of 121'`)
 

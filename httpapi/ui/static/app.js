@@ -496,19 +496,31 @@
       el('p', {}, stamp, ' · refreshes every few seconds'));
     showSort();
 
-    // showTotals draws the fleet's totals by status; a click filters by
-    // that status (again: all statuses).
-    const showTotals = (totals) => {
-      const all = STATUSES.reduce((a, st) => a + (totals[st] || 0), 0);
-      const chip = (st, label, n) => el('button', { type: 'button', class: 'total' + (st ? ' total-' + st : ''), 'data-status': st,
-        'aria-pressed': listState.status === st ? 'true' : 'false', onclick: () => {
+    // The fleet's totals by status, a button each (made once, so that the
+    // focus stays on one across refreshes); a click filters by that status,
+    // a second click shows all statuses again.
+    const chips = ['', ...STATUSES].map((st) => {
+      const count = el('span', { class: 'total-count', text: '' });
+      const chip = el('button', { type: 'button', class: 'total' + (st ? ' total-' + st : ''), 'data-status': st, hidden: true,
+        onclick: () => {
           listState.status = listState.status === st ? '' : st;
           statusSelect.value = listState.status;
           listState.offset = 0;
           load();
-        } }, el('span', { class: 'total-label', text: label }), ' ', el('span', { class: 'total-count', text: fmtNum(n) }));
-      replace(totalsBar, chip('', 'All', all),
-        STATUSES.filter((st) => totals[st] || listState.status === st).map((st) => chip(st, st, totals[st] || 0)));
+        } }, el('span', { class: 'total-label', text: st || 'All' }), ' ', count);
+      chip.count = count;
+      return chip;
+    });
+    append(totalsBar, chips);
+    const showTotals = (totals) => {
+      const all = STATUSES.reduce((a, st) => a + (totals[st] || 0), 0);
+      for (const chip of chips) {
+        const st = chip.dataset.status;
+        const n = st ? (totals[st] || 0) : all;
+        chip.count.textContent = fmtNum(n);
+        chip.setAttribute('aria-pressed', listState.status === st ? 'true' : 'false');
+        chip.hidden = !!st && !n && listState.status !== st;
+      }
     };
 
     let seq = 0; // only the answer to the latest request is shown
