@@ -350,13 +350,16 @@ change through logical replication, until you cut over to the destination.`,
 }
 
 func (c *cli) mirrorsListCommand() *cobra.Command {
-	return c.newCommand(spec{
+	var q client.MirrorQuery
+	cmd := c.newCommand(spec{
 		use: "list", short: "List the mirrors with status and lag",
-		long:    "List the mirrors with their status, peers, lag, the WAL their slot retains, last LSN, errors and last update.",
-		example: "  pgmirror mirrors list\n  pgmirror mirrors list --json | jq -r '.[] | select(.status == \"error\") | .name'",
+		long: "List the mirrors with their status, peers, lag, the WAL their slot retains, last LSN, errors and last update;\n" +
+			"filtered by status or text, sorted and paged by the service.",
+		example: "  pgmirror mirrors list\n  pgmirror mirrors list --status error,paused --sort -lag --limit 20\n" +
+			"  pgmirror mirrors list --json | jq -r '.[] | select(.status == \"error\") | .name'",
 	}, func(ctx context.Context, _ []string) error {
 		mirrors, printed, err := request(ctx, c, func(ctx context.Context, api *client.Client) ([]client.MirrorSummary, error) {
-			return api.ListMirrors(ctx)
+			return api.FindMirrors(ctx, q)
 		})
 		if printed || err != nil {
 			return err
@@ -369,6 +372,12 @@ func (c *cli) mirrorsListCommand() *cobra.Command {
 		}
 		return w.Flush()
 	})
+	cmd.Flags().StringSliceVar(&q.Status, "status", nil, "only mirrors in these statuses (comma-separated or repeated)")
+	cmd.Flags().StringVarP(&q.Search, "search", "q", "", "only mirrors whose name or peer contains this text (any case)")
+	cmd.Flags().StringVar(&q.Sort, "sort", "", "sort by name, status, lag or created; a leading - sorts descending (default name)")
+	cmd.Flags().IntVar(&q.Limit, "limit", 0, "at most this many mirrors (default all)")
+	cmd.Flags().IntVar(&q.Offset, "offset", 0, "skip this many mirrors first")
+	return cmd
 }
 
 func (c *cli) mirrorsGetCommand() *cobra.Command {

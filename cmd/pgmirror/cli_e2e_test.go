@@ -217,6 +217,14 @@ func TestCLI(t *testing.T) {
 	if !strings.Contains(out, "m1") || !strings.Contains(out, "running") {
 		t.Fatalf("mirrors list:\n%s", out)
 	}
+	// The service filters, sorts and pages; a bad status is the service's 400.
+	if out := u.ok("mirrors", "list", "--status", "running", "-q", "M1", "--sort", "-lag", "--limit", "5"); !strings.Contains(out, "m1") {
+		t.Fatalf("mirrors list --status running -q M1:\n%s", out)
+	}
+	if out := u.ok("mirrors", "list", "--status", "paused,error", "--no-headers"); strings.TrimSpace(out) != "" {
+		t.Fatalf("mirrors list --status paused,error lists a running mirror:\n%s", out)
+	}
+	u.fails(exitAPIError, []string{"HTTP 400", "status"}, "mirrors", "list", "--status", "bogus")
 	out = u.ok("mirrors", "get", "m1")
 	if !strings.Contains(out, "Status:") || !strings.Contains(out, "public.items") || !strings.Contains(out, "500") {
 		t.Fatalf("mirrors get:\n%s", out)

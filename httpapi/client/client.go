@@ -363,6 +363,33 @@ func (c *Client) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
 	return list[MirrorSummary](ctx, c, OpListMirrors)
 }
 
+// MirrorQuery filters, sorts and pages a mirror list (GET /v1/mirrors);
+// the zero value lists every mirror by name.
+type MirrorQuery struct {
+	Status []string // any of these statuses
+	Search string   // a substring of the name or a peer's, any case
+	Sort   string   // name, status, lag or created; "-" before it for descending
+	Limit  int
+	Offset int
+}
+
+// FindMirrors lists the mirrors q selects, one page of them.
+func (c *Client) FindMirrors(ctx context.Context, q MirrorQuery) ([]MirrorSummary, error) {
+	v := url.Values{}
+	if len(q.Status) > 0 {
+		v.Set("status", strings.Join(q.Status, ","))
+	}
+	setString(v, "q", q.Search)
+	setString(v, "sort", q.Sort)
+	setInt(v, "limit", q.Limit)
+	setInt(v, "offset", q.Offset)
+	var out []MirrorSummary
+	if _, err := c.Do(ctx, OpListMirrors, nil, v, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CreateMirror creates and starts a mirror (admin).
 func (c *Client) CreateMirror(ctx context.Context, req MirrorCreate) (*MirrorConfig, error) {
 	return call[MirrorConfig](ctx, c, OpCreateMirror, nil, nil, req)
