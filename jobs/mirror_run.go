@@ -120,9 +120,9 @@ func (w *MirrorRunWorker) requeue(ctx context.Context, job *river.Job[MirrorRunA
 
 // run is Work on the job as it comes.
 func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]) (handTo string, err error) {
-	store := w.cfg.Store
+	store := w.cfg.runStore
 	id := job.Args.MirrorID
-	if w.cfg.Locks.Running() >= w.cfg.MirrorWorkers {
+	if w.cfg.runLocks.Running() >= w.cfg.MirrorWorkers {
 		// This replica runs its SERVICE_MIRROR_WORKERS already (jobs of
 		// both its queues count): the job ends, and a replica with room
 		// adopts the mirror (balance.go).
@@ -153,7 +153,7 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		w.cfg.Logger.Debug("mirror does not want to run; the job ends", "mirror", m.Name, "status", m.Status, "desired_state", m.DesiredState)
 		return "", nil
 	}
-	lock, err := w.cfg.Locks.TryLock(ctx, id)
+	lock, err := w.cfg.runLocks.TryLock(ctx, id)
 	if err != nil {
 		return "", err
 	}
@@ -176,7 +176,7 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 // mirrorRun is one run of one mirror by the worker holding its lock.
 type mirrorRun struct {
 	cfg      Config
-	store    *db.Store
+	store    runStore
 	mirrorID int64
 	name     string // the mirror's name when the run started, for metrics
 	logger   *slog.Logger
@@ -396,7 +396,7 @@ func (r *mirrorRun) watchControl(ctx context.Context, cancel context.CancelCause
 // request arrives, until the lock is lost or ctx ends.
 func (r *mirrorRun) followControl(ctx context.Context, cancel context.CancelCauseFunc) {
 	lost := r.currentLock().Lost()
-	events, unsubscribe := r.cfg.Locks.Subscribe(r.mirrorID)
+	events, unsubscribe := r.cfg.runLocks.Subscribe(r.mirrorID)
 	defer unsubscribe()
 	tick := time.NewTicker(controlPollEvery)
 	defer tick.Stop()
