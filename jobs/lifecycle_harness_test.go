@@ -203,8 +203,9 @@ func (l *faultLocks) TryLock(ctx context.Context, mirrorID int64) (*db.MirrorLoc
 
 // logRecorder keeps the messages of a replica's process log.
 type logRecorder struct {
-	mu   sync.Mutex
-	msgs []string
+	mu    sync.Mutex
+	msgs  []string
+	lines []string // the messages with their time and attributes, for a failed test's output
 }
 
 func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
@@ -212,6 +213,12 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.msgs = append(l.msgs, r.Message)
+	line := r.Time.Format("15:04:05.000") + " " + r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	l.lines = append(l.lines, line)
 	return nil
 }
 func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
@@ -346,7 +353,14 @@ func (e *lcEnv) startReplica(name string, tweak func(*Config)) *replica {
 			<-locks.Done()
 		})
 	}
-	t.Cleanup(r.stop)
+	t.Cleanup(func() {
+		r.stop()
+		if t.Failed() {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			t.Logf("replica %s log:\n%s", name, strings.Join(rec.lines, "\n"))
+		}
+	})
 	e.mu.Lock()
 	if e.client == nil {
 		e.client = client

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -72,4 +73,127 @@ func TestRunPauseResumeDelete(t *testing.T) {
 	require.Equal(t, 0, r.locks.Running(), "runs of the replica after the delete")
 	insertItem(t, e.srcURL, 14)
 	holds(t, "a deleted mirror applies nothing", time.Second, func() bool { return rows(t, e.dstURL, "items") == 13 })
+}
+
+// runningJob is the id of the mirror's run job that a replica works now.
+func (e *lcEnv) runningJob(id int64) int64 {
+	e.t.Helper()
+	return queryInt(e.t, e.catalogURL, `SELECT coalesce(max(id), 0) FROM river_job WHERE kind = $1 AND state = 'running'
+		AND (args->>'mirror_id')::bigint = $2`, MirrorRunArgs{}.Kind(), id)
+}
+
+// When the catalog connection holding the mirror lock dies during CDC, the
+// run goes on streaming and takes the lock back once it can: the same run
+// (the same River job, never snoozed) holds the mirror again, and changes
+// made meanwhile reach the destination.
+func TestRunLockRegain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r, m := streaming(t, e, "a", nil)
+	job := e.runningJob(m.ID)
+	require.NotZero(t, job)
+
+	r.faults.setLockDown(true) // the lock cannot be taken back for now
+	e.killLockConnection(r)
+	waitFor(t, "the lock to be gone with its connection", 10*time.Second, func() bool { return e.lockOwner(m.ID) == "" })
+	insertItem(t, e.srcURL, 12)
+	waitRows(t, e.dstURL, "items", 12, 30*time.Second) // streamed without the lock
+	r.faults.setLockDown(false)
+
+	waitFor(t, "the run to take its lock back", 20*time.Second, func() bool { return e.lockOwner(m.ID) == lockApp("a") })
+	require.Equal(t, 1, r.log.count("catalog reachable again; mirror lock taken back"))
+	require.Zero(t, r.log.count("lost the catalog connection that holds the mirror lock; stopping the run"))
+	require.Equal(t, job, e.runningJob(m.ID), "the run that holds the mirror")
+	require.Zero(t, e.runSnoozes(m.ID), "snoozes of the mirror's run jobs")
+	insertItem(t, e.srcURL, 13)
+	waitRows(t, e.dstURL, "items", 13, 30*time.Second)
+	require.Equal(t, db.StatusRunning, e.mirror(m.ID).Status)
+	require.Zero(t, e.mirror(m.ID).ErrorCount)
+}
+
+// When another replica took the mirror over while this one was cut off
+// from the catalog, this run stops at its next batch boundary once it
+// finds the lock held, which frees the slot: the new run streams from
+// where the old one stopped, and nothing is lost or applied twice.
+func TestRunLockLostToAnotherReplica(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, m := streaming(t, e, "a", nil)
+	e.startReplica("b", nil)
+
+	a.faults.setLockDown(true)
+	e.killLockConnection(a)
+	waitFor(t, "the lock to be gone with its connection", 10*time.Second, func() bool { return e.lockOwner(m.ID) == "" })
+	// Replica a is still live in the replicas table (its lock holder
+	// reconnected; only its run cannot take the lock back), so the fleet
+	// leaves the mirror to it: b gets the mirror's run job on its adoption
+	// queue, as a's balancer or b's adoption would hand it over.
+	opts := MirrorRunArgs{}.InsertOpts()
+	opts.Queue = adoptQueue("b")
+	_, err := e.client.Insert(context.Background(), MirrorRunArgs{MirrorID: m.ID}, &opts)
+	require.NoError(t, err)
+	waitFor(t, "replica b to take the mirror over", 30*time.Second, func() bool { return e.lockOwner(m.ID) == lockApp("b") })
+	insertItem(t, e.srcURL, 12)
+	a.faults.setLockDown(false) // a reaches the catalog again and finds the lock held
+
+	waitFor(t, "replica a's run to stop", 20*time.Second, func() bool {
+		return a.log.count("another worker took the mirror over during the catalog outage; stopping this run") == 1 &&
+			a.log.count("lost the catalog connection that holds the mirror lock; stopping the run") == 1
+	})
+	require.Zero(t, a.log.count("catalog reachable again; mirror lock taken back"))
+	waitRows(t, e.dstURL, "items", 12, 30*time.Second)
+	insertItem(t, e.srcURL, 13)
+	insertItem(t, e.srcURL, 14)
+	waitRows(t, e.dstURL, "items", 14, 40*time.Second) // b streams: a stopped
+	require.Equal(t, lockApp("b"), e.lockOwner(m.ID))
+	require.Equal(t, int64(14), queryInt(t, e.dstURL, `SELECT count(DISTINCT id) FROM public.items`))
+	require.Equal(t, db.StatusRunning, e.mirror(m.ID).Status)
+}
+
+// While the catalog cannot be reached (its calls fail and the lock
+// connection is gone), the run keeps applying changes; once the catalog
+// answers, the run takes its lock back and the mirror's status catches up:
+// position, batch and table counters, and the batch log entries.
+func TestRunCatalogOutage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r, m := streaming(t, e, "a", nil)
+	waitFor(t, "the streamed row in the catalog", 10*time.Second, func() bool { return tableInserted(e, m.ID) == 1 })
+	before := e.mirror(m.ID)
+
+	r.faults.fail(outageMethods...)
+	r.faults.setLockDown(true)
+	e.killLockConnection(r)
+	for id := 12; id <= 31; id++ {
+		insertItem(t, e.srcURL, id)
+	}
+	waitRows(t, e.dstURL, "items", 31, 30*time.Second) // applied during the outage
+	require.Positive(t, r.faults.injected("MirrorRecordProgress"), "progress writes failed during the outage")
+	during := e.mirror(m.ID)
+	require.Equal(t, before.LastSyncBatchID, during.LastSyncBatchID, "the catalog took no progress during the outage")
+	require.Equal(t, int64(1), tableInserted(e, m.ID))
+
+	r.faults.heal()
+	waitFor(t, "the run to take its lock back", 20*time.Second, func() bool { return e.lockOwner(m.ID) == lockApp("a") })
+	waitFor(t, "the catalog to catch up", 20*time.Second, func() bool {
+		got := e.mirror(m.ID)
+		return tableInserted(e, m.ID) == 21 && got.LastSyncBatchID > before.LastSyncBatchID && *got.LastLSN != *before.LastLSN
+	}, func() string { return "rows_inserted " + strconv.FormatInt(tableInserted(e, m.ID), 10) })
+	// Every applied change is in the batch log entries, those of the
+	// outage included.
+	waitFor(t, "the batch log entries", 20*time.Second, func() bool {
+		return queryInt(t, e.catalogURL, `SELECT coalesce(sum((details->>'rows_processed')::bigint), 0) FROM mirror_logs
+			WHERE mirror_id = $1 AND message = $2`, m.ID, db.MsgCDCBatchApplied) == 21
+	})
+	require.Equal(t, db.StatusRunning, e.mirror(m.ID).Status)
+	require.Zero(t, r.log.count("lost the catalog connection that holds the mirror lock; stopping the run"))
+}
+
+// tableInserted is the rows_inserted of the mirror's one table.
+func tableInserted(e *lcEnv, id int64) int64 {
+	e.t.Helper()
+	tables, err := e.store.MirrorTables(context.Background(), id)
+	require.NoError(e.t, err)
+	require.Len(e.t, tables, 1)
+	return tables[0].RowsInserted
 }
