@@ -638,3 +638,18 @@ func (e *lcEnv) logCount(id int64, message string) int64 {
 	e.t.Helper()
 	return queryInt(e.t, e.catalogURL, `SELECT count(*) FROM mirror_logs WHERE mirror_id = $1 AND message = $2`, id, message)
 }
+
+// dumpJobs logs the catalog's River jobs.
+func (e *lcEnv) dumpJobs() {
+	rows, err := e.pool.Query(context.Background(), `SELECT id, kind, queue, state, scheduled_at, attempt, metadata::text, args::text FROM river_job ORDER BY id`)
+	require.NoError(e.t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var kind, queue, state, meta, args string
+		var at time.Time
+		var attempt int
+		require.NoError(e.t, rows.Scan(&id, &kind, &queue, &state, &at, &attempt, &meta, &args))
+		e.t.Logf("job %d %s %s %s at %s attempt %d %s %s", id, kind, queue, state, at.Format(time.RFC3339Nano), attempt, meta, args)
+	}
+}

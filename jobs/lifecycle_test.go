@@ -284,3 +284,127 @@ func TestCutoverFailureUndone(t *testing.T) {
 	require.True(t, slotExists(t, e.dstURL, opts.ReverseReplicationSlotName), "the reverse slot on the destination")
 	require.Error(t, tryExec(e.srcURL, `INSERT INTO public.items VALUES (101, 'after the cut-over')`), "the source table is read-only")
 }
+
+// A run hands its mirror back to the queue when its run budget is used up
+// (the job snoozes and comes straight back): the mirror replicates across
+// the runs without a gap and its status stays running.
+func TestRunBudget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, m := streaming(t, e, "a", func(c *Config) { c.RunBudget = 1500 * time.Millisecond })
+	for id := 12; id <= 15; id++ {
+		insertItem(t, e.srcURL, id)
+		waitRows(t, e.dstURL, "items", int64(id), 30*time.Second)
+		time.Sleep(500 * time.Millisecond)
+	}
+	waitFor(t, "the run to hand the mirror back twice", 30*time.Second, func() bool { return e.runSnoozes(m.ID) >= 2 },
+		func() string { return strconv.FormatInt(e.runSnoozes(m.ID), 10) + " snoozes" })
+	insertItem(t, e.srcURL, 16)
+	waitRows(t, e.dstURL, "items", 16, 30*time.Second)
+	got := e.mirror(m.ID)
+	require.Equal(t, db.StatusRunning, got.Status)
+	require.Zero(t, got.ErrorCount)
+}
+
+// A failed run records the failure on the mirror (status error, the
+// error, a retry time Backoff(1) away) and its job snoozes until then; the
+// retry after the cause is fixed runs the mirror.
+func TestRunFailureBackoff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	itemsTable(t, e.srcURL, 10)
+	r := e.startReplica("a", nil)
+	// The destination peer points at a port where nothing listens.
+	port := e.dstPeer.Port
+	closed := 1
+	_, err := e.store.PeerUpdate(context.Background(), e.dstPeer.Name, db.PeerUpdateParams{Port: &closed})
+	require.NoError(t, err)
+	m := e.createMirror("m", []string{"items"})
+	failed := e.waitStatus(m.ID, db.StatusError, 30*time.Second)
+	require.Equal(t, 1, failed.ErrorCount)
+	require.NotNil(t, failed.NextRetryAt)
+	require.Contains(t, deref(failed.ErrorMessage), "destination")
+	require.Equal(t, int64(1), e.logCount(m.ID, db.MsgConnectionTimeout))
+	wait := time.Until(*failed.NextRetryAt)
+	require.True(t, wait > 2*time.Second && wait <= Backoff(1), "next retry in %s, want about %s", wait, Backoff(1))
+	// The job waits for the retry time, snoozed (not retried by River).
+	scheduled := queryInt(t, e.catalogURL, `SELECT count(*) FROM river_job WHERE kind = $1 AND (metadata->>'snoozes')::int = 1
+		AND abs(extract(epoch FROM scheduled_at - $2::timestamptz)) < 1`, MirrorRunArgs{}.Kind(), *failed.NextRetryAt)
+	if scheduled == 0 {
+		e.dumpJobs()
+	}
+	require.Equal(t, int64(1), scheduled, "a run job scheduled at next_retry_at %s", failed.NextRetryAt)
+	require.Equal(t, 0, r.locks.Running())
+
+	_, err = e.store.PeerUpdate(context.Background(), e.dstPeer.Name, db.PeerUpdateParams{Port: &port})
+	require.NoError(t, err)
+	waitRows(t, e.dstURL, "items", 10, 30*time.Second)
+	require.False(t, time.Now().Before(*failed.NextRetryAt), "the retry came before next_retry_at")
+	e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
+}
+
+// A mirror that wants to run but has no run job and no worker (its job was
+// lost with a replica) is adopted by a live replica and runs.
+func TestOrphanAdopted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	itemsTable(t, e.srcURL, 10)
+	m := e.createMirror("m", []string{"items"}) // no replica yet: no job
+	require.Zero(t, queryInt(t, e.catalogURL, `SELECT count(*) FROM river_job`))
+	// The leader's supervisor (at its start) and every replica's adoption
+	// check look for such mirrors; either enqueues its run.
+	e.startReplica("a", nil)
+	waitRows(t, e.dstURL, "items", 10, 60*time.Second)
+	e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
+	require.Equal(t, lockApp("a"), e.lockOwner(m.ID))
+}
+
+// A verification compares the destination with the source at one source
+// position while CDC runs under a write load: the run holds its stream at
+// that position for the moment the verification takes its snapshots, then
+// goes on. The verification finds the tables equal.
+func TestVerificationHold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, m := streaming(t, e, "a", nil)
+	stop := make(chan struct{})
+	loadDone := make(chan int)
+	go func() { // at most 600 rows, one per 10 ms
+		id := 1000
+		defer func() { loadDone <- id }()
+		for ; id < 1600; id++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			if tryExec(e.srcURL, `INSERT INTO public.items VALUES ($1::bigint, 'load')`, id) != nil {
+				return
+			}
+		}
+	}()
+	var v db.Verification
+	e.inTx(func(tx pgx.Tx) error {
+		var err error
+		if v, err = e.store.With(tx).VerificationCreate(context.Background(), m.ID, "test", nil, 0); err != nil {
+			return err
+		}
+		_, err = e.client.InsertTx(context.Background(), tx, VerifyArgs{VerificationID: v.ID}, nil)
+		return err
+	})
+	waitFor(t, "the verification to finish", 60*time.Second, func() bool {
+		got, err := e.store.VerificationByID(context.Background(), v.ID)
+		require.NoError(t, err)
+		v = got
+		return v.State != db.VerifyRunning
+	})
+	close(stop)
+	last := <-loadDone
+	require.Equal(t, db.VerifyDone, v.State, "verification error %q", v.Error)
+	require.NotNil(t, v.RowsDiffering)
+	require.Zero(t, *v.RowsDiffering)
+	require.NotEmpty(t, v.HeldApplied, "the run held its stream for the verification")
+	require.Equal(t, db.HoldReleased, v.HoldState)
+	// CDC went on after the hold.
+	waitRows(t, e.dstURL, "items", int64(11+last-1000), 30*time.Second)
+}
