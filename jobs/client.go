@@ -75,6 +75,11 @@ type Config struct {
 	// (fleet.go). Empty: River's own.
 	ClientID string
 
+	// Shutdown, when set, is bound to the client's balancer: the caller
+	// hands the replica's mirrors over with it as the process stops
+	// (handover.go).
+	Shutdown *Shutdown
+
 	// runStore and runLocks are Store and Locks as mirror runs see them
 	// (seams.go); nil: Store and Locks themselves. Tests set them to wrap
 	// the real ones and inject failures.
@@ -121,6 +126,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	cfg.sources = cdc.NewSourceWatch()
 	cfg.dests = cdc.NewDestWatch()
 	cfg.balance = newBalancer(cfg)
+	if cfg.Shutdown != nil {
+		cfg.Shutdown.b = cfg.balance
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &MirrorRunWorker{cfg: cfg})
 	river.AddWorker(workers, &MirrorCleanupWorker{cfg: cfg})
@@ -175,6 +183,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	}
 	cfg.balance.client.Store(client)
 	go cfg.balance.loop(cfg.Locks.Done())
+	go cfg.balance.watchDepartures(cfg.Locks.Done())
 	return client, nil
 }
 
