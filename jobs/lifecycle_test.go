@@ -107,10 +107,17 @@ func TestRunLockRegain(t *testing.T) {
 	waitFor(t, "the lock to be gone with its connection", 10*time.Second, func() bool { return e.lockOwner(m.ID) == "" })
 	insertItem(t, e.srcURL, 12)
 	waitRows(t, e.dstURL, "items", 12, 30*time.Second) // streamed without the lock
+	// The catalog answers again. The mirror has no lock holder for a
+	// moment, and a supervisor or an adoption may enqueue a run job for
+	// it: that job ends, and leaves the mirror to the run under way.
 	r.faults.setLockDown(false)
+	dup, err := e.client.Insert(context.Background(), MirrorRunArgs{MirrorID: m.ID}, nil)
+	require.NoError(t, err)
 
 	waitFor(t, "the run to take its lock back", 20*time.Second, func() bool { return e.lockOwner(m.ID) == lockApp("a") })
+	waitFor(t, "the duplicate run job to end", 20*time.Second, func() bool { return e.jobState(dup.Job.ID) == "completed" })
 	require.Equal(t, 1, r.log.count("catalog reachable again; mirror lock taken back"))
+	require.Zero(t, r.log.count("another worker took the mirror over during the catalog outage; stopping this run"))
 	require.Zero(t, r.log.count("lost the catalog connection that holds the mirror lock; stopping the run"))
 	require.Equal(t, "running", e.jobState(job), "the run job that held the mirror before")
 	require.Zero(t, e.runSnoozes(m.ID), "snoozes of the mirror's run jobs")

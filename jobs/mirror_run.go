@@ -150,6 +150,15 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		w.cfg.Logger.Debug("leaving the mirror to a replica below its share", "mirror_id", id)
 		return "", nil
 	}
+	if w.cfg.balance != nil && w.cfg.balance.hasRun(id) {
+		// A run of the mirror goes on here without its lock, which it is
+		// taking back after its lock connection died (catalog_outage.go);
+		// meanwhile the mirror looked unattended, and a supervisor or an
+		// adoption enqueued this job. Taking the lock here first would stop
+		// that run and start the stream again for nothing.
+		w.cfg.Logger.Debug("mirror is run by this replica, which is taking its lock back", "mirror_id", id)
+		return "", nil
+	}
 	m, err := store.MirrorGetByID(ctx, id)
 	if errors.Is(err, db.ErrNotFound) {
 		return "", nil
@@ -179,6 +188,14 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 	}
 	err = r.work(ctx)
 	return r.handedTo(), err
+}
+
+// hasRun reports whether a run of the mirror on this replica is under way
+// (it holds the mirror's lock, or is taking it back).
+func (b *balancer) hasRun(mirrorID int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.runs[mirrorID] != nil
 }
 
 // mirrorRun is one run of one mirror by the worker holding its lock.
