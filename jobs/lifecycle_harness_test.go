@@ -239,22 +239,18 @@ func (l *logRecorder) count(msg string) int {
 
 // lcEnv is one test's catalog, source and destination.
 type lcEnv struct {
-	t                     *testing.T
-	catalogURL            string
-	pool                  *pgxpool.Pool
-	keys                  *secretbox.Keyring
-	store                 *db.Store
-	srcURL, dstURL        string
-	srcPeer, dstPeer      db.Peer
-	uniq                  string // unique among the tests: slot and publication names
-	mu                    sync.Mutex
-	uids                  []string
-	client                *river.Client[pgx.Tx] // the first replica's, to enqueue jobs as the API does
-	discard               *slog.Logger
-	replicas              int
-	heartbeat, runBudget  time.Duration
-	supervisorEvery       time.Duration
-	withoutAdoptionChecks bool
+	t                *testing.T
+	catalogURL       string
+	pool             *pgxpool.Pool
+	keys             *secretbox.Keyring
+	store            *db.Store
+	srcURL, dstURL   string
+	srcPeer, dstPeer db.Peer
+	uniq             string // unique among the tests: slot and publication names
+	mu               sync.Mutex
+	uids             []string              // the mirrors' uids: their replication origins are dropped at the end
+	client           *river.Client[pgx.Tx] // the first replica's, to enqueue jobs as the API does
+	discard          *slog.Logger
 }
 
 // newEnv migrates a fresh catalog, creates a source and a destination
@@ -623,8 +619,7 @@ func (e *lcEnv) killLockConnection(r *replica) {
 	require.Equal(e.t, int64(1), n, "the replica's lock connection")
 }
 
-// runJobs are the mirror's run jobs in the catalog's River queue tables:
-// their states and how often each was snoozed.
+// runSnoozes is how often the mirror's run jobs were snoozed, in all.
 func (e *lcEnv) runSnoozes(id int64) int64 {
 	e.t.Helper()
 	var n int64
