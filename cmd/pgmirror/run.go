@@ -367,6 +367,7 @@ func startWorkers(ctx context.Context, cfg config, store *db.Store, logger *slog
 		Logger:                 logger,
 		MirrorWorkers:          cfg.MirrorWorkers,
 		LogRetention:           cfg.LogRetention,
+		HistoryRetention:       cfg.HistoryRetention,
 	})
 	if err != nil {
 		w.close()
