@@ -53,6 +53,7 @@ func TestBatchReporter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	r, m := catalogRun(t)
+	store := r.store.(*db.Store)
 	rep := newBatchReporter(r, m, nil)
 	orders := change.TableName{Schema: "public", Name: "orders"}
 	items := change.TableName{Schema: "public", Name: "items"}
@@ -86,7 +87,7 @@ func TestBatchReporter(t *testing.T) {
 	require.Equal(t, int64(100), byName["orders"].RowsSynced)
 	require.Equal(t, int64(50), byName["items"].RowsSynced, "truncates are not rows")
 
-	entries, _, err := r.store.LogList(ctx, db.LogQuery{MirrorID: m.ID, Limit: 100})
+	entries, _, err := store.LogList(ctx, db.LogQuery{MirrorID: m.ID, Limit: 100})
 	require.NoError(t, err)
 	var applied []db.CDCBatchDetails
 	for _, e := range entries {

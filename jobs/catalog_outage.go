@@ -136,7 +136,7 @@ func (r *mirrorRun) regainLock(ctx context.Context, cancel context.CancelCauseFu
 			return false
 		}
 		tryCtx, tryCancel := context.WithTimeout(ctx, 5*time.Second)
-		lock, err := r.cfg.Locks.TryLock(tryCtx, r.mirrorID)
+		lock, err := r.cfg.runLocks.TryLock(tryCtx, r.mirrorID)
 		tryCancel()
 		if err != nil {
 			r.logger.Debug("catalog still unreachable", "error", err)

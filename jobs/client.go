@@ -86,6 +86,12 @@ type Config struct {
 	// (handover.go).
 	Shutdown *Shutdown
 
+	// runStore and runLocks are Store and Locks as mirror runs see them
+	// (seams.go); nil: Store and Locks themselves. Tests set them to wrap
+	// the real ones and inject failures.
+	runStore runStore
+	runLocks runLocks
+
 	lags    *lagWriter       // set by NewClient
 	balance *balancer        // set by NewClient
 	sources *cdc.SourceWatch // set by NewClient: the source polls shared by the runs of this process
@@ -94,6 +100,12 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.runStore == nil && c.Store != nil {
+		c.runStore = c.Store
+	}
+	if c.runLocks == nil && c.Locks != nil {
+		c.runLocks = c.Locks
+	}
 	c.MirrorWorkers = cmp.Or(c.MirrorWorkers, defaults.MirrorWorkers)
 	c.LogRetention = cmp.Or(c.LogRetention, defaults.LogRetention)
 	c.HistoryRetention = cmp.Or(c.HistoryRetention, defaults.MetricsHistoryRetention)

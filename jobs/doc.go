@@ -85,6 +85,14 @@
 // While the catalog is unreachable during CDC the run goes on and takes its
 // lock back later (catalog_outage.go).
 //
+// # Seams for tests (seams.go)
+//
+// A run reaches the catalog through runStore and the replica's lock holder
+// through runLocks, two interfaces that *db.Store and *db.LockHolder
+// satisfy (Config.Store and Config.Locks in production). The package's
+// lifecycle tests wrap the real ones to make a catalog call fail or the
+// lock impossible to take back, and check what the run does about it.
+//
 // # Reporting
 //
 // batch_reporter.go writes CDC progress (last LSN, table counters) at most

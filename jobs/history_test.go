@@ -22,7 +22,7 @@ func TestLagWriterHistory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	run, m := catalogRun(t)
-	store := run.store
+	store := run.cfg.Store
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	peer, err := store.PeerGetByName(ctx, "p")
 	require.NoError(t, err)

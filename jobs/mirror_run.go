@@ -120,9 +120,9 @@ func (w *MirrorRunWorker) requeue(ctx context.Context, job *river.Job[MirrorRunA
 
 // run is Work on the job as it comes.
 func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]) (handTo string, err error) {
-	store := w.cfg.Store
+	store := w.cfg.runStore
 	id := job.Args.MirrorID
-	if w.cfg.Locks.Running() >= w.cfg.MirrorWorkers {
+	if w.cfg.runLocks.Running() >= w.cfg.MirrorWorkers {
 		// This replica runs its SERVICE_MIRROR_WORKERS already (jobs of
 		// both its queues count): the job ends, and a replica with room
 		// adopts the mirror (balance.go).
@@ -150,6 +150,15 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		w.cfg.Logger.Debug("leaving the mirror to a replica below its share", "mirror_id", id)
 		return "", nil
 	}
+	if w.cfg.balance != nil && w.cfg.balance.hasRun(id) {
+		// A run of the mirror goes on here without its lock, which it is
+		// taking back after its lock connection died (catalog_outage.go);
+		// meanwhile the mirror looked unattended, and a supervisor or an
+		// adoption enqueued this job. Taking the lock here first would stop
+		// that run and start the stream again for nothing.
+		w.cfg.Logger.Debug("mirror is run by this replica, which is taking its lock back", "mirror_id", id)
+		return "", nil
+	}
 	m, err := store.MirrorGetByID(ctx, id)
 	if errors.Is(err, db.ErrNotFound) {
 		return "", nil
@@ -161,7 +170,7 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		w.cfg.Logger.Debug("mirror does not want to run; the job ends", "mirror", m.Name, "status", m.Status, "desired_state", m.DesiredState)
 		return "", nil
 	}
-	lock, err := w.cfg.Locks.TryLock(ctx, id)
+	lock, err := w.cfg.runLocks.TryLock(ctx, id)
 	if err != nil {
 		return "", err
 	}
@@ -181,10 +190,18 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 	return r.handedTo(), err
 }
 
+// hasRun reports whether a run of the mirror on this replica is under way
+// (it holds the mirror's lock, or is taking it back).
+func (b *balancer) hasRun(mirrorID int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.runs[mirrorID] != nil
+}
+
 // mirrorRun is one run of one mirror by the worker holding its lock.
 type mirrorRun struct {
 	cfg      Config
-	store    *db.Store
+	store    runStore
 	mirrorID int64
 	name     string // the mirror's name when the run started, for metrics
 	logger   *slog.Logger
@@ -404,7 +421,7 @@ func (r *mirrorRun) watchControl(ctx context.Context, cancel context.CancelCause
 // request arrives, until the lock is lost or ctx ends.
 func (r *mirrorRun) followControl(ctx context.Context, cancel context.CancelCauseFunc) {
 	lost := r.currentLock().Lost()
-	events, unsubscribe := r.cfg.Locks.Subscribe(r.mirrorID)
+	events, unsubscribe := r.cfg.runLocks.Subscribe(r.mirrorID)
 	defer unsubscribe()
 	tick := time.NewTicker(controlPollEvery)
 	defer tick.Stop()
