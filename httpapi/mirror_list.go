@@ -13,9 +13,6 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 )
 
-// mirrorListMax is the largest page of GET /v1/mirrors.
-const mirrorListMax = 1000
-
 // mirrorListInput is the optional filter, order and page of GET
 // /v1/mirrors. Without any of them the answer is every mirror by name.
 type mirrorListInput struct {
