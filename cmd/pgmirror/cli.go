@@ -450,4 +450,3 @@ func orDash(s *string) string {
 	}
 	return *s
 }
-
