@@ -238,7 +238,9 @@ func TestConsoleUnits(t *testing.T) {
 			}
 			want := c.want(getMirror(t, api, "units"))
 			return pair{shown, want}, shown == want
-		}, func(p pair) string { return fmt.Sprintf("%s: the console shows %q, the CLI's format of the API's value is %q", c.label, p.shown, p.want) })
+		}, func(p pair) string {
+			return fmt.Sprintf("%s: the console shows %q, the CLI's format of the API's value is %q", c.label, p.shown, p.want)
+		})
 		t.Logf("%s: %s", c.label, got.shown)
 	}
 	if lag := counter("Lag"); lag != "3 h 2 min" {
