@@ -726,7 +726,7 @@
         el('thead', {}, el('tr', {},
           ['Table', 'Status', 'Snapshot progress'].map((h) => el('th', { text: h })),
           ['Rows synced', 'Estimated', 'Inserted', 'Updated', 'Deleted', 'Truncates'].map((h) => el('th', { class: 'num', text: h })),
-          el('th', { text: 'Last synced' }), isAdmin() && !isFinal(m.status) ? el('th', {}) : null)),
+          el('th', { text: 'Last synced' }), isAdmin() && !isFinal(m.status) ? el('th', {}, el('span', { class: 'sr-only', text: 'Actions' })) : null)),
         el('tbody', {}, rows));
     }
 
@@ -1366,7 +1366,8 @@
       }
     });
     replace(view, el('h1', { text: 'Users' }), err,
-      scroller(el('table', { id: 'users' }, el('thead', {}, el('tr', {}, ['User name', 'Role', 'Created', ''].map((h) => el('th', { text: h })))), body)),
+      scroller(el('table', { id: 'users' }, el('thead', {}, el('tr', {}, ['User name', 'Role', 'Created'].map((h) => el('th', { text: h })),
+        el('th', {}, el('span', { class: 'sr-only', text: 'Actions' })))), body)),
       el('h2', { text: 'Add a user' }), el('div', { class: 'card' }, form));
     every(REFRESH_MS, load);
   }
