@@ -494,8 +494,12 @@ func TestConsoleViewer(t *testing.T) {
 	exec1(t, dst, `UPDATE public.items SET label = 'item 9' WHERE id = 9`)
 	b.do("peers", chromedp.Navigate(s.baseURL+"/ui#/peers"))
 	b.wait("the peers", `document.querySelector('#peers tr[data-peer="src"]') !== null`)
-	if n := evalIn[int](b, `document.querySelectorAll('.test-peer, #new-peer').length`); n != 0 {
+	if n := evalIn[int](b, `document.querySelectorAll('.test-peer, #new-peer, .edit-peer, .delete-peer').length`); n != 0 {
 		t.Fatalf("a viewer sees %d peer buttons", n)
+	}
+	// A viewer changes their own password too.
+	if hidden := evalIn[bool](b, `document.getElementById('account').hidden`); hidden {
+		t.Fatal("a viewer has no Change password link")
 	}
 	// The API still refuses what the console does not offer.
 	status, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`fetch('/v1/mirrors/viewed/pause', {method: 'POST',
