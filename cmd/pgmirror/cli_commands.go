@@ -690,5 +690,5 @@ func lostNote(l *client.LostChanges) string {
 	if l == nil {
 		return ""
 	}
-	return fmt.Sprintf(" (changes lost: %d tables)", len(l.Tables))
+	return " (changes lost: " + plural(int64(len(l.Tables)), "table", "tables") + ")"
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/pgmirror/pgmirror/httpapi/client"
 )
 
 // TestCLIUnits is the table of how the CLI writes lags, durations, sizes,
@@ -82,5 +84,11 @@ func TestCLIUnits(t *testing.T) {
 		if got := plural(c.n, c.one, c.many); got != c.want {
 			t.Errorf("plural(%d, %q, %q) = %q, want %q", c.n, c.one, c.many, got, c.want)
 		}
+	}
+	if got := lostNote(&client.LostChanges{Tables: []string{"public.a"}}); got != " (changes lost: 1 table)" {
+		t.Errorf("lostNote(1 table) = %q", got)
+	}
+	if got := lostNote(&client.LostChanges{Tables: []string{"public.a", "public.b"}}); got != " (changes lost: 2 tables)" {
+		t.Errorf("lostNote(2 tables) = %q", got)
 	}
 }
