@@ -81,6 +81,7 @@ func (c *cli) login(ctx context.Context, user, password string) error {
 		expiry = ", token valid until " + formatTime(resp.ExpiresAt)
 	}
 	printf(c.stdout, "Logged in to %s as %s (%s)%s\n", u, resp.Username, resp.Role, expiry)
+	warnDefaultPassword(c.stderr, pw)
 	return nil
 }
 

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/pgmirror/pgmirror/db"
 )
 
 // isUnsafeRune tells whether r must not reach a terminal as it is: the C0
@@ -280,4 +282,13 @@ func plural(n int64, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// warnDefaultPassword tells, on stderr, a user who logged in with the
+// default password "admin" that anyone can guess it.
+func warnDefaultPassword(w io.Writer, password string) {
+	if password == db.DefaultAdminPassword {
+		printf(w, "pgmirror: warning: your password is still the default %q, which anyone who can reach the service can guess; "+
+			"change it with Change password in the web console (or POST /v1/auth/change-password)\n", db.DefaultAdminPassword)
+	}
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,5 +92,21 @@ func TestCLIUnits(t *testing.T) {
 	}
 	if got := lostNote(&client.LostChanges{Tables: []string{"public.a", "public.b"}}); got != " (changes lost: 2 tables)" {
 		t.Errorf("lostNote(2 tables) = %q", got)
+	}
+}
+
+// TestCLIDefaultPasswordWarning: a login with the default password "admin"
+// warns on stderr; any other password does not.
+func TestCLIDefaultPasswordWarning(t *testing.T) {
+	t.Parallel()
+	var w bytes.Buffer
+	warnDefaultPassword(&w, "admin")
+	if !strings.Contains(w.String(), `still the default "admin"`) || !strings.Contains(w.String(), "Change password") {
+		t.Errorf("login with the default password: %q", w.String())
+	}
+	w.Reset()
+	warnDefaultPassword(&w, "something-else")
+	if w.Len() != 0 {
+		t.Errorf("login with another password warns: %q", w.String())
 	}
 }
