@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -37,7 +36,7 @@ func axeScript(t *testing.T) string {
 		if c := os.Getenv("PGMIRROR_AXE_CACHE"); c != "" {
 			caches = append(caches, c)
 		}
-		if os.Getuid() == 0 || runtime.GOOS == "windows" {
+		if os.Getuid() == 0 {
 			caches = append(caches, "/var/cache/pgmirror/axe-core")
 		}
 		if c, err := os.UserCacheDir(); err == nil {
