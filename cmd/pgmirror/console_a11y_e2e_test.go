@@ -25,10 +25,38 @@ func axeRequired() bool {
 }
 
 // axeScript returns axe-core's axe.min.js as scripts/install-axe-core.sh
-// installs it: PGMIRROR_AXE_JS names the file, else the newest version
-// installed in the script's cache. Without it the test skips, or fails
-// under axeRequired.
+// installs it (findAxe). Without it the test skips, or fails under
+// axeRequired.
 func axeScript(t *testing.T) string {
+	t.Helper()
+	src, missing := findAxe(t)
+	if missing != "" {
+		if axeRequired() {
+			t.Fatal(missing)
+		}
+		t.Skip(missing)
+	}
+	return src
+}
+
+// axeIfInstalled is axeScript for tests that check more than accessibility:
+// without axe-core they go on without its checks (saying so), unless it
+// is required.
+func axeIfInstalled(t *testing.T) string {
+	t.Helper()
+	src, missing := findAxe(t)
+	if missing != "" {
+		if axeRequired() {
+			t.Fatal(missing)
+		}
+		t.Log(missing + "; the accessibility checks of this test are left out")
+	}
+	return src
+}
+
+// findAxe reads axe.min.js: the file PGMIRROR_AXE_JS names, else the
+// newest version installed in the script's cache; or it says why it cannot.
+func findAxe(t *testing.T) (src, missing string) {
 	t.Helper()
 	path := os.Getenv("PGMIRROR_AXE_JS")
 	if path == "" {
@@ -51,19 +79,15 @@ func axeScript(t *testing.T) string {
 			}
 		}
 		if path == "" {
-			msg := "axe-core is not installed (looked in " + strings.Join(caches, ", ") + "): run `make test-deps` " +
+			return "", "axe-core is not installed (looked in " + strings.Join(caches, ", ") + "): run `make test-deps` " +
 				"(scripts/install-axe-core.sh) or set PGMIRROR_AXE_JS to an axe.min.js"
-			if axeRequired() {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
 		}
 	}
-	src, err := os.ReadFile(path)
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("read axe-core: %v", err)
 	}
-	return string(src)
+	return string(raw), ""
 }
 
 // axeViolation is one rule axe-core found broken, with the elements.

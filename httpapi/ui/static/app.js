@@ -100,8 +100,12 @@
   const down = (e) => e.status === 0 || e.status >= 500;
 
   // scroller wraps a table so that a wide one scrolls inside its own box
-  // instead of widening the page.
-  const scroller = (table) => el('div', { class: 'table-scroll' }, table);
+  // instead of widening the page. The box is a named region in the tab
+  // order, so that a keyboard can scroll it too.
+  const SCROLL_LABELS = { mirrors: 'Mirrors', peers: 'Peers', users: 'Users', tables: 'Tables', 'log-table': 'Logs',
+    'cutover-tables': 'Tables at the cut-over', 'cutover-steps': 'Cut-over steps' };
+  const scroller = (table, label) => el('div', { class: 'table-scroll', tabindex: '0', role: 'region',
+    'aria-label': label || SCROLL_LABELS[table.id] || 'Table' }, table);
 
   // controlBlocked says why the API refuses pause, resync, schema sync and
   // table resync now ('' when it accepts them): the same rules as the
@@ -877,7 +881,7 @@
         v.error ? el('p', { class: 'error', text: forPeople(v.error) }) : null,
         tables.length ? scroller(el('table', {}, el('thead', {}, el('tr', {}, el('th', { text: 'Table' }), el('th', { text: 'Method' }),
           ['Rows source', 'Rows destination', 'Chunks differing', 'Rows differing'].map((h) => el('th', { class: 'num', text: h })),
-          el('th', { text: 'Skipped' }))), el('tbody', {}, tables))) : null,
+          el('th', { text: 'Skipped' }))), el('tbody', {}, tables)), `Tables of verification ${v.id}`) : null,
         examples.length ? el('ul', { class: 'examples' }, examples) : null,
         (v.reverse_mirror_problems || []).length ? el('div', { class: 'reverse-problems' },
           el('p', { class: 'warning', text: 'A cut-over could not create a reverse mirror (reverse_mirror_name):' }),
