@@ -491,6 +491,10 @@ func TestConsoleViewer(t *testing.T) {
 	if n := evalIn[int](b, `document.querySelectorAll('#controls button, .resync-table, #pause, #resume, #delete, #verify, .repair').length`); n != 0 {
 		t.Fatalf("a viewer sees %d control buttons", n)
 	}
+	axe := axeIfInstalled(t)
+	if axe != "" {
+		b.checkA11y(axe, "a mirror's page as a viewer")
+	}
 	exec1(t, dst, `UPDATE public.items SET label = 'item 9' WHERE id = 9`)
 	b.do("peers", chromedp.Navigate(s.baseURL+"/ui#/peers"))
 	b.wait("the peers", `document.querySelector('#peers tr[data-peer="src"]') !== null`)
@@ -500,6 +504,9 @@ func TestConsoleViewer(t *testing.T) {
 	// A viewer changes their own password too.
 	if hidden := evalIn[bool](b, `document.getElementById('account').hidden`); hidden {
 		t.Fatal("a viewer has no Change password link")
+	}
+	if axe != "" {
+		b.checkA11y(axe, "the peers as a viewer")
 	}
 	// The API still refuses what the console does not offer.
 	status, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`fetch('/v1/mirrors/viewed/pause', {method: 'POST',

@@ -98,6 +98,10 @@ func TestConsoleStale(t *testing.T) {
 	if fg := evalIn[string](b, `getComputedStyle(document.querySelector('#counters dd')).color`); fg != grey {
 		t.Fatalf("the counters are %s while stale, want grey %s", fg, grey)
 	}
+	// Greyed is still readable: axe-core finds no serious violation.
+	if axe := axeIfInstalled(t); axe != "" {
+		b.checkA11y(axe, "a mirror's page while the service does not answer")
+	}
 	// It stays stale while the service is down (a failed poll never
 	// looks like an answer), and keeps polling without a script error.
 	time.Sleep(4 * time.Second)
