@@ -77,6 +77,24 @@ func (s *Store) LiveReplicas(ctx context.Context) ([]Replica, error) {
 	return out, nil
 }
 
+// ConnectedReplicas returns the names of the replicas whose lock
+// connection is open now: one cheap query, which a replica runs often to
+// notice at once that another one died (its lock connection ends with its
+// process).
+func (s *Store) ConnectedReplicas(ctx context.Context) ([]string, error) {
+	rows, err := s.q.Query(ctx, `
+		SELECT name FROM replicas r
+		WHERE EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.lock_pid)`)
+	if err != nil {
+		return nil, fmt.Errorf("read connected replicas: %w", translate(err))
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read connected replicas: %w", translate(err))
+	}
+	return names, nil
+}
+
 // LagWithoutWorker is the lag to show of a mirror that should be streaming
 // (status running, desired running) but has no worker: the last measure
 // plus the time since it was taken, so that it grows while nobody runs the

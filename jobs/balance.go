@@ -20,7 +20,9 @@ import (
 // Every replica, not only River's leader, looks for mirrors without a
 // worker and spreads the mirrors over the live replicas:
 //   - every orphanCheckEvery (every handoffCheckEvery while it hands
-//     mirrors away, and at once when a run handed away has ended) it reads the live replicas (db.LiveReplicas, with the
+//     mirrors away, at once when a run handed away has ended, and at once
+//     when another replica's lock connection ended: watchDepartures) it
+//     reads the live replicas (db.LiveReplicas, with the
 //     mirrors each runs now) and the mirrors that want to run
 //     (db.MirrorsWantingToRun), and decides (decideBalance, share.go): its
 //     share, whether it refuses new mirrors, how many mirrors without a
@@ -76,10 +78,16 @@ type balancer struct {
 
 	kick   chan struct{} // a hand-off is done: check again at once
 	refuse atomic.Bool   // leave new mirrors to replicas below their share
-	adopt  atomic.Int64  // mirrors without a worker it may adopt (loop only writes)
+	// draining: the process shuts down and hands its mirrors over
+	// (handover.go): it takes none and decides nothing any more.
+	draining atomic.Bool
+	adopt    atomic.Int64 // mirrors without a worker it may adopt (loop only writes)
 
 	orphans map[int64]time.Time // mirrors without worker, since when (loop only)
 	live    map[string]bool     // the live replicas at the last check (loop only)
+	// others: the other live replicas at the last check, for
+	// watchDepartures.
+	others atomic.Pointer[[]string]
 	// departed: a replica that was live at the check before is gone (loop
 	// only); its mirrors are adopted at their first sighting.
 	departed bool
@@ -163,7 +171,7 @@ func (b *balancer) left(mirrorID int64) {
 }
 
 // refusing reports whether this replica leaves new mirrors to others now.
-func (b *balancer) refusing() bool { return b.refuse.Load() }
+func (b *balancer) refusing() bool { return b.refuse.Load() || b.draining.Load() }
 
 // loop runs the orphan checks and the balancing until done closes.
 func (b *balancer) loop(done <-chan struct{}) {
@@ -179,6 +187,9 @@ func (b *balancer) loop(done <-chan struct{}) {
 		case <-time.After(wait):
 		case <-b.kick:
 		}
+		if b.draining.Load() {
+			continue // handing its mirrors over (handover.go)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		// Balance first: a replica that died no longer counts, so that
 		// the orphans' jobs are not refused here.
@@ -186,6 +197,46 @@ func (b *balancer) loop(done <-chan struct{}) {
 		b.enqueueOrphans(ctx)
 		b.buryDead(ctx)
 		cancel()
+	}
+}
+
+// departureCheckEvery is how often watchDepartures looks whether another
+// replica's lock connection ended.
+const departureCheckEvery = 500 * time.Millisecond
+
+// watchDepartures wakes the loop as soon as a replica live at the last
+// check has no lock connection any more (its process died, or it stops):
+// the mirrors it ran are adopted at once instead of at the next check,
+// up to orphanCheckEvery later. One light query every
+// departureCheckEvery, whatever the number of mirrors.
+func (b *balancer) watchDepartures(done <-chan struct{}) {
+	tick := time.NewTicker(departureCheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		others := b.others.Load()
+		if others == nil || len(*others) == 0 || b.draining.Load() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		names, err := b.cfg.Store.ConnectedReplicas(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, name := range *others {
+			if !slices.Contains(names, name) {
+				select {
+				case b.kick <- struct{}{}:
+				default:
+				}
+				break
+			}
+		}
 	}
 }
 
@@ -240,12 +291,19 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 	slices.SortFunc(due, func(x, y int64) int { return cmp.Compare(adoptRank(me, x), adoptRank(me, y)) })
 	opts := MirrorRunArgs{}.InsertOpts()
 	opts.Queue = b.queue
-	for _, id := range due[:min(room, len(due))] {
+	due = due[:min(room, len(due))]
+	// One insert for all of them (a takeover adopts a dead replica's
+	// mirrors in one go), announced by one notification.
+	params := make([]river.InsertManyParams, len(due))
+	for i, id := range due {
+		params[i] = river.InsertManyParams{Args: MirrorRunArgs{MirrorID: id}, InsertOpts: &opts}
+	}
+	if _, err := client.InsertMany(ctx, params); err != nil {
+		b.cfg.Logger.Debug("enqueue runs of mirrors without worker", "mirrors", len(due), "error", err)
+		return
+	}
+	for _, id := range due {
 		b.cfg.Logger.Info("mirror has no worker: adopting it", "mirror_id", id)
-		if _, err := client.Insert(ctx, MirrorRunArgs{MirrorID: id}, &opts); err != nil {
-			b.cfg.Logger.Debug("enqueue run of mirror without worker", "mirror_id", id, "error", err)
-			return
-		}
 	}
 }
 
@@ -285,6 +343,13 @@ func (b *balancer) balance(ctx context.Context) {
 		}
 	}
 	b.live = live
+	others := make([]string, 0, len(live))
+	for name := range live {
+		if name != me {
+			others = append(others, name)
+		}
+	}
+	b.others.Store(&others)
 
 	b.mu.Lock()
 	pending := len(b.handed)
@@ -316,14 +381,14 @@ func (b *balancer) balance(ctx context.Context) {
 		}
 		loads = append(loads, l)
 	}
-	others := make([]replicaLoad, 0, len(loads))
+	otherLoads := make([]replicaLoad, 0, len(loads))
 	for _, l := range loads {
 		if l.Name != me {
-			others = append(others, l)
+			otherLoads = append(otherLoads, l)
 		}
 	}
 	b.mu.Lock()
-	b.loads = others
+	b.loads = otherLoads
 	b.mu.Unlock()
 	d := decideBalance(balanceInput{Me: me, Replicas: loads, Wanted: wanted, Stopping: stopping, Shedding: b.shedding})
 	if d.Shares == nil {

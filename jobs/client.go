@@ -75,6 +75,11 @@ type Config struct {
 	// (fleet.go). Empty: River's own.
 	ClientID string
 
+	// Shutdown, when set, is bound to the client's balancer: the caller
+	// hands the replica's mirrors over with it as the process stops
+	// (handover.go).
+	Shutdown *Shutdown
+
 	lags    *lagWriter       // set by NewClient
 	balance *balancer        // set by NewClient
 	sources *cdc.SourceWatch // set by NewClient: the source polls shared by the runs of this process
@@ -109,6 +114,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	cfg.sources = cdc.NewSourceWatch()
 	cfg.dests = cdc.NewDestWatch()
 	cfg.balance = newBalancer(cfg)
+	if cfg.Shutdown != nil {
+		cfg.Shutdown.b = cfg.balance
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &MirrorRunWorker{cfg: cfg})
 	river.AddWorker(workers, &MirrorCleanupWorker{cfg: cfg})
@@ -163,6 +171,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	}
 	cfg.balance.client.Store(client)
 	go cfg.balance.loop(cfg.Locks.Done())
+	go cfg.balance.watchDepartures(cfg.Locks.Done())
 	return client, nil
 }
 

@@ -318,10 +318,13 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 			return err
 		}
 	}
-	// CDC opens the connections it needs: the setup's are not held for
-	// the whole run (a mirror's connections to its peers stay few).
-	in.closeConns()
-	return inStep(opCDC, r.runCDC(ctx, in))
+	// The stream starts on the setup's sessions (cdc.Sessions) rather than
+	// opening two more; it keeps only those it needs for the whole run (a
+	// mirror's connections to its peers stay few).
+	sessions := cdc.NewSessions(in.src, in.dst)
+	in.src, in.dst = nil, nil
+	defer sessions.Close()
+	return inStep(opCDC, r.runCDC(ctx, in, sessions))
 }
 
 // closeConns closes the setup's peer connections, if still open.
@@ -768,12 +771,13 @@ func nonNil(s []string) []string {
 }
 
 // runCDC streams changes until the phase is asked to stop or fails.
-func (r *mirrorRun) runCDC(ctx context.Context, in *phaseInputs) error {
+func (r *mirrorRun) runCDC(ctx context.Context, in *phaseInputs, sessions *cdc.Sessions) error {
 	m, srcPeer, dstPeer, mappings := in.m, in.srcPeer, in.dstPeer, in.mappings
 	cfg, err := r.cdcConfig(m, srcPeer, dstPeer, mappings, nil)
 	if err != nil {
 		return err
 	}
+	cfg.Sessions = sessions
 	if err := r.store.MirrorMarkRunning(ctx, m.ID); err != nil {
 		return err
 	}

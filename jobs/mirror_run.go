@@ -129,6 +129,14 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		w.cfg.Logger.Debug("running as many mirrors as SERVICE_MIRROR_WORKERS allows; leaving the mirror to others", "mirror_id", id)
 		return "", nil
 	}
+	if w.cfg.balance != nil && w.cfg.balance.draining.Load() {
+		// Shutting down (handover.go): a mirror handed here lately goes on
+		// to a live replica with room, or back to the others' adoption.
+		if to := w.cfg.balance.shutdownTarget(); to != "" {
+			return to, river.JobSnooze(0)
+		}
+		return "", nil
+	}
 	if w.cfg.balance != nil && job.Queue == QueueMirrors && w.cfg.balance.refusing() {
 		// This replica runs its share while another runs less: the job
 		// ends here, without a query, and the mirror is left to the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -107,6 +109,8 @@ func (w *gapWatch) close() {
 //   - while it takes its share, at most a few mirrors are without a worker
 //     at any moment and none for more than 5 s, and the spread is reached
 //     within 20 s, with no mirror handed back and forth;
+//   - a replica stopped with SIGTERM hands its mirrors over a few at a time: at
+//     most 4 without a worker at once, none for more than 5 s;
 //   - every row written meanwhile arrives, once.
 func TestRollingRestart(t *testing.T) {
 	t.Parallel()
@@ -189,7 +193,7 @@ func TestRollingRestart(t *testing.T) {
 	// names its connections, takes its share, paced.
 	gaps.reset()
 	restartedAt := time.Now()
-	startService(t, catalog)
+	r1New := startService(t, catalog)
 	var r1Again string
 	queryOne(t, catalog, &r1Again, `SELECT name FROM replicas WHERE name <> $1`, r2Name)
 	for _, role := range []string{"serve", "river", "locks"} {
@@ -222,6 +226,34 @@ func TestRollingRestart(t *testing.T) {
 	}
 	if spread > 20*time.Second {
 		t.Errorf("spreading took %s after the start, want at most 20 s", spread)
+	}
+
+	// SIGTERM of r2, as a rolling deploy does: it hands its mirrors to r1
+	// a few at a time, the next as soon as one is taken, instead of
+	// leaving them all without a worker at once.
+	gaps.reset()
+	termAt := time.Now()
+	r2.terminate(40 * time.Second)
+	t.Logf("r2 stopped %s after its SIGTERM", time.Since(termAt).Round(time.Millisecond))
+	waitFor(t, "r1 to run every mirror after r2's SIGTERM", 30*time.Second, func() bool {
+		byWorker, running := workersOf(r1New)
+		return running == n && byWorker[r1Again] == n
+	})
+	took := time.Since(termAt)
+	most, longest = gaps.result()
+	t.Logf("SIGTERM of r2: r1 runs all %d mirrors %s after it, at most %d mirrors without a worker at once, longest gap %s",
+		n, took.Round(time.Millisecond), most, longest.Round(time.Millisecond))
+	if most > 4 {
+		t.Errorf("%d mirrors without a worker at once after the SIGTERM, want at most 4 (at most 4 hand-offs are under way at once)", most)
+	}
+	// Every mirror was handed so, none was left to the cancellation.
+	handed := regexp.MustCompile(`msg="handed mirrors to the other replicas before stopping" mirrors=(\d+) left_to_cancel=(\d+)`).
+		FindStringSubmatch(r2.output.String())
+	if handed == nil || handed[1] != strconv.Itoa(byWorker[r2Name]) || handed[2] != "0" {
+		t.Errorf("r2's log says %q about its hand-over, want all its %d mirrors handed and none left to cancel", handed, byWorker[r2Name])
+	}
+	if longest > 5*time.Second {
+		t.Errorf("a mirror went %s without a worker after the SIGTERM, want at most 5 s", longest)
 	}
 
 	stopLoad()

@@ -281,7 +281,9 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	}()
 
 	registry := metrics.New()
+	shutdown := &jobs.Shutdown{}
 	riverClient, err := jobs.NewClient(riverPool, jobs.Config{
+		Shutdown:               shutdown,
 		ClientID:               clientID,
 		Locks:                  locks,
 		Metrics:                registry,
@@ -318,7 +320,10 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 		return fmt.Errorf("listen on %s (SERVICE_HOST, SERVICE_PORT): %w", server.Addr, err)
 	}
 
-	if err := riverClient.Start(ctx); err != nil {
+	// The job workers outlive the signal: as the process stops, its mirrors
+	// are handed over a few at a time (jobs.Shutdown) before River cancels
+	// what is left.
+	if err := riverClient.Start(context.WithoutCancel(ctx)); err != nil {
 		listener.Close()
 		return fmt.Errorf("start job workers: %w", err)
 	}
@@ -340,11 +345,16 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	if err := server.Shutdown(shutdownCtx); err != nil {
 		logger.Error("HTTP server shutdown", "error", err)
 	}
-	// Cancel running mirror jobs: each stops at a batch boundary and hands
-	// its mirror back to the queue so another replica takes it over at once
-	// (which the others do without waiting: this replica is no longer
-	// counted among them).
+	// Leave the replicas table, so the others stop counting this replica,
+	// then hand the mirrors to them a few at a time, each wave once the
+	// last is taken, for two thirds of the shutdown timeout at most. The
+	// runs left then (copying tables, or no replica has room) are
+	// cancelled: each stops at a batch boundary and hands its mirror to a
+	// live replica or back to the queue.
 	locks.Retire(shutdownCtx)
+	handCtx, cancelHand := context.WithTimeout(shutdownCtx, cfg.ShutdownTimeout*2/3)
+	shutdown.HandOver(handCtx)
+	cancelHand()
 	if err := riverClient.StopAndCancel(shutdownCtx); err != nil {
 		logger.Error("job workers shutdown", "error", err)
 	}

@@ -117,6 +117,9 @@ type Config struct {
 	// (EmitMarker) and passes its position, so that such a transaction
 	// always comes (on PostgreSQL 12 and 13 as an empty transaction).
 	StopAt change.LSN
+	// Sessions, when set, are open source and destination sessions the
+	// first run uses instead of connecting (see Sessions).
+	Sessions *Sessions
 	// SourceWatch, when set, follows the source's WAL end and writes the
 	// heartbeats for this run together with the other runs of the same
 	// source database (one connection and one poll for all of them);
@@ -298,21 +301,31 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 // the tables in inOrder are applied in the source's order.
 func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}, textOnly bool, inOrder map[change.TableName]bool) error {
 	logger := cfg.Logger
-	dest, err := session.Connect(ctx, cfg.Dest)
-	if err != nil {
-		return connectError("destination", err)
+	src, dest := cfg.Sessions.take()
+	var err error
+	if dest == nil {
+		if dest, err = session.Connect(ctx, cfg.Dest); err != nil {
+			if src != nil {
+				closeQuietly(src)
+			}
+			return connectError("destination", err)
+		}
 	}
 	defer closeQuietly(dest)
 	var flushConn *pgx.Conn // the flush watcher's, without a DestWatch
 	if cfg.DestWatch == nil {
 		if flushConn, err = session.Connect(ctx, cfg.Dest); err != nil {
+			if src != nil {
+				closeQuietly(src)
+			}
 			return connectError("destination", err)
 		}
 		defer closeQuietly(flushConn)
 	}
-	src, err := session.Connect(ctx, cfg.Source)
-	if err != nil {
-		return connectError("source", err)
+	if src == nil {
+		if src, err = session.Connect(ctx, cfg.Source); err != nil {
+			return connectError("source", err)
+		}
 	}
 	defer closeQuietly(src)
 
