@@ -91,7 +91,7 @@
   // (peer_warnings: a changed password, a role made NOLOGIN).
   function peerBadge(warnings) {
     if (!warnings || !warnings.length) return null;
-    return el('span', { class: 'status status-error peer-badge', title: warnings.map((w) => `${w.peer}: ${w.message}`).join('\n'),
+    return el('span', { class: 'status status-error peer-badge', title: warnings.map((w) => `${w.peer}: ${forPeople(w.message)}`).join('\n'),
       text: 'login refused: ' + warnings.map((w) => w.peer).join(', ') });
   }
 
