@@ -62,9 +62,10 @@ func TestConsoleOperatorTasks(t *testing.T) {
 	b.wait("the default-password banner on the mirrors page", banner)
 	b.do("the peers page", chromedp.Navigate(s.baseURL+"/ui#/peers"))
 	b.wait("the default-password banner on the peers page", `document.querySelector('#peers tr[data-peer="src"]') !== null && `+banner)
+	b.screenshot("default-password")
 	b.do("follow the banner's link", chromedp.Click(chromedp.CSS("#default-password-link"), chromedp.NodeVisible))
 	b.wait("the password form", `location.hash === '#/account' && document.getElementById('password-form') !== null
-		&& document.getElementById('default-password').hidden`)
+		&& document.getElementById('default-password').hidden && document.getElementById('password-default-note') !== null`)
 
 	// A wrong current password: the API's words, on the form; still logged in.
 	b.do("a wrong current password", chromedp.SendKeys(chromedp.CSS("#f-current_password"), "not-it"),
@@ -85,7 +86,9 @@ func TestConsoleOperatorTasks(t *testing.T) {
 	evalIn[bool](b, `(() => { const f = document.getElementById('password-form'); f.elements.repeat_password.value = 'first-new-password'; return true; })()`)
 	b.do("change the password", chromedp.Click(chromedp.CSS("#password-submit")))
 	b.wait("the change's answer", `document.getElementById('password-result').className === 'notice'
-		&& document.getElementById('password-result').textContent.startsWith('Password changed')`)
+		&& document.getElementById('password-result').textContent.startsWith('Password changed')
+		&& document.getElementById('password-default-note') === null`)
+	b.screenshot("password")
 	if _, err := client.New(s.baseURL, "").Login(callCtx(t), client.LoginRequest{Username: "first", Password: "first-new-password"}); err != nil {
 		t.Fatalf("log in with the password set in the console: %v", err)
 	}
@@ -107,6 +110,7 @@ func TestConsoleOperatorTasks(t *testing.T) {
 	if leaked := evalIn[bool](b, `document.documentElement.outerHTML.includes('old-peer-secret')`); leaked {
 		t.Fatal("the edit form shows the stored password")
 	}
+	b.screenshot("peer-edit")
 	b.do("set the new password", chromedp.SendKeys(chromedp.CSS("#f-password"), "new-peer-secret"),
 		chromedp.Click(chromedp.CSS("#peer-save")))
 	b.wait("back on the peers", `location.hash === '#/peers' && document.querySelector('#peers tr[data-peer="spare"] .test-peer') !== null`)
@@ -140,6 +144,7 @@ func TestConsoleOperatorTasks(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#peers tr[data-peer="src"] .confirm-yes`)))
 	b.wait("the refusal in words", `document.getElementById('peer-result').className === 'error'
 		&& document.getElementById('peer-result').textContent === 'Peer src is not deleted: it is used by mirror "m1": delete that mirror first.'`)
+	b.screenshot("peer-delete-refused")
 	if _, err := api.GetPeer(callCtx(t), "src"); err != nil {
 		t.Fatalf("src after the refused delete: %v", err)
 	}
@@ -169,6 +174,7 @@ func TestConsoleOperatorTasks(t *testing.T) {
 	b.do("choose extra and submit", chromedp.Click(chromedp.CSS(`#source-tables input[value*="extra"]`)), chromedp.Click(chromedp.CSS("#mirror-submit")))
 	b.wait("the rows conflict with the field's label", `(() => { const e = document.querySelector('#mirror-form .form-error').textContent;
 		return e.includes('"Rows already in destination tables"') && document.getElementById('f-existing_destination_rows').classList.contains('invalid'); })()`)
+	b.screenshot("words")
 	shown := evalIn[string](b, `document.getElementById('view').innerText + document.getElementById('top').innerText`)
 	for _, api := range []string{"existing_destination_rows", "/v1/", "POST ", "PUT "} {
 		if strings.Contains(shown, api) {

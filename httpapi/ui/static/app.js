@@ -1300,6 +1300,8 @@
         result.textContent = res.message;
         me = await api('GET', '/v1/auth/me');
         updateDefaultBanner('account');
+        const note = document.getElementById('password-default-note');
+        if (note && !me.default_password) note.remove();
       } catch (e) {
         if (!ctx.live()) return;
         showFormError(form, e.message);
