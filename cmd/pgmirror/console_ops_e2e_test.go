@@ -21,7 +21,8 @@ import (
 // TestConsoleOperatorTasks logs in as an admin whose password is still the
 // default "admin": a banner says so on every page and links to the
 // password form, which reports a wrong current password in words (without
-// ending the session) and changes it, after which the banner is gone. Then
+// ending the session) and changes it, after which the banner is gone and
+// the session goes on although the service revokes older tokens. Then
 // a peer's password is rotated with the edit form (the field starts empty
 // and the stored password is never shown), a peer a mirror uses cannot be
 // deleted (the console says why, in words), an unused one is deleted after
@@ -30,8 +31,16 @@ import (
 // console's words.
 func TestConsoleOperatorTasks(t *testing.T) {
 	t.Parallel()
-	_, _, dst, s := newEnv(t, consoleSourceSQL+`;
+	// The service revokes a user's older tokens when the password changes:
+	// the console goes on with the token the change returns.
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	exec1(t, src, consoleSourceSQL+`;
 		CREATE TABLE public.extra (id int PRIMARY KEY, v text); INSERT INTO public.extra VALUES (1, 'a')`)
+	s := startService(t, catalog, "SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE=true")
+	s.createPeer("src", src)
+	s.createPeer("dst", dst)
 	api := apiClient(t, s)
 	_, err := api.CreateUser(callCtx(t), client.UserCreate{Username: "first", Password: "admin", Role: "admin"})
 	must(t, err)
@@ -91,6 +100,14 @@ func TestConsoleOperatorTasks(t *testing.T) {
 	b.screenshot("password")
 	if _, err := client.New(s.baseURL, "").Login(callCtx(t), client.LoginRequest{Username: "first", Password: "first-new-password"}); err != nil {
 		t.Fatalf("log in with the password set in the console: %v", err)
+	}
+	// The tokens from before the change are revoked; the page goes on with the new one.
+	if msg := evalIn[string](b, `document.getElementById('password-result').textContent`); !strings.Contains(msg, "revoked") {
+		t.Fatalf("the change's answer does not say that older tokens are revoked: %q", msg)
+	}
+	time.Sleep(4 * time.Second) // a heartbeat or two under the new token
+	if evalIn[string](b, `sessionStorage.getItem('pgmirror.token') || ''`) == "" || evalIn[bool](b, `document.getElementById('login-username') !== null`) {
+		t.Fatal("the password change ended the console's session")
 	}
 	b.do("the mirrors page", chromedp.Navigate(s.baseURL+"/ui#/mirrors"))
 	b.wait("the mirrors page without the banner", `document.querySelector('#mirrors tr[data-mirror="m1"]') !== null && document.getElementById('default-password').hidden`)

@@ -321,8 +321,12 @@
     else markUp(resp.ok && method === 'GET');
     if (!resp.ok) {
       const msg = forPeople((data && typeof data.error === 'string') ? data.error : `The service answered HTTP ${resp.status}`);
+      // A wrong current password is not a lost session; neither is a 401 to
+      // a request sent with a token that a password change has replaced
+      // meanwhile (the service may revoke the old one).
       const ownPassword = path === '/v1/auth/change-password' && msg.startsWith('Current password');
-      if (resp.status === 401 && path !== '/v1/auth/login' && !ownPassword) {
+      const replaced = token !== sessionStorage.getItem(TOKEN_KEY);
+      if (resp.status === 401 && path !== '/v1/auth/login' && !ownPassword && !replaced) {
         logout('Your session ended: ' + msg);
       }
       throw new APIError(resp.status, msg);
