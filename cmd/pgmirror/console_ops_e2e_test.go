@@ -3,11 +3,16 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
@@ -271,6 +276,87 @@ func TestConsoleUnits(t *testing.T) {
 	}
 	if size := counter("Slot WAL kept"); !strings.HasSuffix(size, " KiB") && !strings.HasSuffix(size, " MiB") {
 		t.Errorf("the slot's WAL reads %q, want KiB or MiB", size)
+	}
+	b.noPageErrors()
+}
+
+// TestConsoleFormatsMatchCLI runs the console's own formatting code (the
+// units and times block of app.js, as served) in Chromium on the values of
+// TestCLIUnits and on a few thousand more, in four time zones, and expects
+// exactly what the CLI's formatSeconds, formatBytes and formatTime write.
+func TestConsoleFormatsMatchCLI(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "httpapi", "ui", "static", "app.js"))
+	must(t, err)
+	js := string(raw)
+	start, end := strings.Index(js, "  // Units and times: the same rules as the CLI"), strings.Index(js, "  // forPeople rewrites")
+	if start < 0 || end < start {
+		t.Fatal("app.js has no units and times block between its two comments")
+	}
+	block := js[start:end]
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	secs := []float64{-1, 0, 0.2, 0.125, 9.994, 9.995, 9.996, 10, 45, 59.4, 59.5, 59.6, 60, 61, 192, 324.9, 3599, 3599.5, 3600, 3660,
+		10920, 10949, 86399, 86399.5, 86400, 90061, 30 * 86400}
+	for range 3000 {
+		secs = append(secs, math.Pow(10, rng.Float64()*8-2))
+	}
+	sizes := []int64{0, 1, 1023, 1024, 1638, 1047552, 1048575, 1048576, 5 << 20, 3 << 30, 1536 << 30, 2048 << 40}
+	for range 3000 {
+		sizes = append(sizes, int64(math.Pow(2, rng.Float64()*52)))
+	}
+	var times []time.Time
+	for _, s := range []string{"2026-01-15T12:00:00Z", "2026-07-15T12:00:00Z", "2026-03-29T00:59:59Z", "2026-03-29T01:00:00Z", "2026-11-01T05:59:59Z"} {
+		at, err := time.Parse(time.RFC3339, s)
+		must(t, err)
+		times = append(times, at)
+	}
+	for range 500 {
+		times = append(times, time.Unix(1_500_000_000+rng.Int64N(600_000_000), 0).UTC())
+	}
+	isos := make([]string, len(times))
+	for i, at := range times {
+		isos[i] = at.Format(time.RFC3339)
+	}
+
+	b := newBrowser(t, 3*time.Minute)
+	run := func(expr string) []string {
+		t.Helper()
+		return evalIn[[]string](b, `(() => { 'use strict';
+`+block+`
+return `+expr+`; })()`)
+	}
+	secsJSON, sizesJSON, isosJSON := mustJSON(secs), mustJSON(sizes), mustJSON(isos)
+	gotSecs := run(`JSON.parse(` + jsString(string(secsJSON)) + `).map(fmtSeconds)`)
+	gotSizes := run(`JSON.parse(` + jsString(string(sizesJSON)) + `).map(fmtBytes)`)
+	bad := 0
+	for i, s := range secs {
+		if want := formatSeconds(s); gotSecs[i] != want && bad < 10 {
+			bad++
+			t.Errorf("%v s: console %q, CLI %q", s, gotSecs[i], want)
+		}
+	}
+	for i, n := range sizes {
+		if want := formatBytes(&n); gotSizes[i] != want && bad < 20 {
+			bad++
+			t.Errorf("%d bytes: console %q, CLI %q", n, gotSizes[i], want)
+		}
+	}
+	for _, zone := range []string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"} {
+		loc, err := time.LoadLocation(zone)
+		if err != nil {
+			t.Fatalf("time zone %s: %v (install the tzdata package)", zone, err)
+		}
+		if _, err := chromedp.Call(b.ctx, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: zone}); err != nil {
+			t.Fatalf("set the browser's time zone to %s: %v", zone, err)
+		}
+		got := run(`JSON.parse(` + jsString(string(isosJSON)) + `).map(fmtTime)`)
+		for i, at := range times {
+			if want := formatTimeIn(at, loc, "2006-01-02 15:04:05"); got[i] != want && bad < 30 {
+				bad++
+				t.Errorf("%s in %s: console %q, CLI %q", isos[i], zone, got[i], want)
+			}
+		}
 	}
 	b.noPageErrors()
 }
