@@ -120,7 +120,7 @@ func New(cfg Config) (http.Handler, error) {
 	hcfg.OnAddOperation = append(hcfg.OnAddOperation, documentValidationAs400)
 	hcfg.Servers = documentServers()
 	api := humago.New(mux, hcfg)
-	api.UseMiddleware(h.authMiddleware(api), strictBody(api, cfg.ReadTimeout))
+	api.UseMiddleware(commaLists, h.authMiddleware(api), strictBody(api, cfg.ReadTimeout))
 
 	h.registerHealth(api)
 	h.registerReady(api)
@@ -133,6 +133,7 @@ func New(cfg Config) (http.Handler, error) {
 	h.registerCutover(api)
 	h.registerVerify(api)
 	h.registerLogs(api)
+	h.registerHistory(api)
 	h.registerAudit(api)
 	foldPatternDescriptions(api.OpenAPI())
 	documentVocabulary(api.OpenAPI())

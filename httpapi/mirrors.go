@@ -146,12 +146,9 @@ type mirrorSummary struct {
 	WorkerInfo
 	PeerWarnings
 	LostChanges *LostChanges `json:"lost_changes" doc:"Set while tables may miss changes because the replication slot was missing, recreated, invalidated or moved on (docs/status.md, Lost changes); null otherwise."`
+	RowsSynced  int64        `json:"rows_synced" doc:"Sum of the tables' rows_synced: rows copied by snapshots plus row changes applied by CDC (the mirror record's per-table counters, summed); its growth between two reads is the mirror's throughput."`
 	CreatedAt   time.Time    `json:"created_at"`
 	UpdatedAt   time.Time    `json:"updated_at"`
-}
-
-type mirrorListOutput struct {
-	Body []mirrorSummary
 }
 
 type tableStatus struct {
@@ -239,7 +236,11 @@ type mirrorPath struct {
 func (h *handlers) registerMirrors(api huma.API) {
 	register(api, authed, huma.Operation{
 		OperationID: "list-mirrors", Method: http.MethodGet, Path: "/v1/mirrors", Tags: []string{"Mirrors"},
-		Summary: "List mirrors", Description: "Every mirror with basic status.",
+		Summary: "List mirrors", Description: "Every mirror with basic status, ordered by name. " +
+			"Optional parameters filter (status, q), sort and page (limit, offset) the list; the response headers X-Total-Count " +
+			"(mirrors matching the filter, all pages) and X-Status-Totals (mirrors of the whole fleet by status, whatever the filter) " +
+			"let a client show a fleet of any size with one request (docs/api.md, Listing a fleet).",
+		Errors: []int{http.StatusBadRequest},
 	}, h.listMirrors)
 	register(api, adminOnly, huma.Operation{
 		OperationID: "create-mirror", Method: http.MethodPost, Path: "/v1/mirrors", Tags: []string{"Mirrors"}, MaxBodyBytes: mirrorMaxBody,
@@ -261,32 +262,6 @@ func (h *handlers) registerMirrors(api huma.API) {
 			"on the source. Destination data is left as it is. Irreversible.",
 		Errors: []int{http.StatusNotFound},
 	}, h.deleteMirror)
-}
-
-func (h *handlers) listMirrors(ctx context.Context, _ *struct{}) (*mirrorListOutput, error) {
-	mirrors, err := h.store.MirrorList(ctx)
-	if err != nil {
-		return nil, h.internal(ctx, "list mirrors", err)
-	}
-	workers, err := h.store.MirrorWorkers(ctx)
-	if err != nil {
-		return nil, h.internal(ctx, "read the mirrors' workers", err)
-	}
-	problems, err := h.peerProblems(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := &mirrorListOutput{Body: make([]mirrorSummary, 0, len(mirrors))}
-	for _, m := range mirrors {
-		sum := mirrorSummary{Name: m.Name, SourcePeer: m.SourcePeer, DestinationPeer: m.DestinationPeer,
-			Status: m.Status, LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount, SchemaChanges: m.SchemaChanges,
-			SlotHealth: slotHealthResponse(m), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
-		sum.LostChanges = lostChangesResponse(m)
-		sum.WorkerInfo = withWorker(m, workers, &sum.SlotHealth)
-		sum.PeerWarnings = peerWarningsOf(m, problems)
-		out.Body = append(out.Body, sum)
-	}
-	return out, nil
 }
 
 // mirror loads a live mirror by name, answering 404 when there is none.

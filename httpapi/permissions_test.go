@@ -87,6 +87,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{http.MethodGet, "/v1/mirrors/{name}/tables", "/v1/mirrors/m/tables", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/mirrors/{name}/available-tables", "/v1/mirrors/m/available-tables", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/mirrors/{name}/logs", "/v1/mirrors/m/logs", "authed", nil, http.StatusOK},
+		{http.MethodGet, "/v1/mirrors/{name}/history", "/v1/mirrors/m/history", "authed", nil, http.StatusOK},
 		{http.MethodGet, "/v1/audit", "/v1/audit", "adminOnly", nil, http.StatusOK},
 		{http.MethodPost, "/v1/mirrors/{name}/verify", "/v1/mirrors/m-ver/verify", "adminOnly", nil, http.StatusAccepted},
 		{http.MethodGet, "/v1/mirrors/{name}/verifications", "/v1/mirrors/m/verifications", "authed", nil, http.StatusOK},

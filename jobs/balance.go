@@ -351,28 +351,7 @@ func (b *balancer) balance(ctx context.Context) {
 	}
 	b.others.Store(&others)
 
-	b.mu.Lock()
-	pending := len(b.handed)
-	b.mu.Unlock()
-	var workers map[int64]db.MirrorWorker
-	if pending > 0 {
-		// Which handed mirrors their receiver holds by now.
-		if workers, err = b.cfg.Store.MirrorWorkers(ctx); err != nil {
-			b.cfg.Logger.Debug("read mirror workers", "error", err)
-		}
-	}
-	b.mu.Lock()
-	incoming := map[string]int{}
-	for id, h := range b.handed {
-		if _, taken := workers[id]; taken || time.Since(h.at) >= handoffFresh {
-			delete(b.handed, id)
-			continue
-		}
-		incoming[h.to]++
-	}
-	stopping := len(b.leaving)
-	inTransit := stopping + len(b.handed)
-	b.mu.Unlock()
+	incoming, stopping, inTransit := b.handoffsUnderWay(ctx)
 	loads := make([]replicaLoad, 0, len(replicas))
 	for _, r := range replicas {
 		l := replicaLoad{Name: r.Name, Running: r.Running, Cap: r.MirrorWorkers, Incoming: incoming[r.Name]}
@@ -408,9 +387,44 @@ func (b *balancer) balance(ctx context.Context) {
 		// settled: it goes on down to its share.
 		b.shedding = b.shedding && b.cfg.Locks.Running() > d.Share
 	}
-	if len(d.Handoffs) == 0 {
-		return
+	if len(d.Handoffs) > 0 {
+		b.handAway(d, wanted)
 	}
+}
+
+// handoffsUnderWay forgets the mirrors handed away that their receiver
+// holds by now (or handed longer than handoffFresh ago) and returns the
+// others by receiver, the runs asked to leave that have not been handed
+// yet, and both together.
+func (b *balancer) handoffsUnderWay(ctx context.Context) (incoming map[string]int, stopping, inTransit int) {
+	b.mu.Lock()
+	pending := len(b.handed)
+	b.mu.Unlock()
+	var workers map[int64]db.MirrorWorker
+	if pending > 0 {
+		// Which handed mirrors their receiver holds by now.
+		var err error
+		if workers, err = b.cfg.Store.MirrorWorkers(ctx); err != nil {
+			b.cfg.Logger.Debug("read mirror workers", "error", err)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	incoming = map[string]int{}
+	for id, h := range b.handed {
+		if _, taken := workers[id]; taken || time.Since(h.at) >= handoffFresh {
+			delete(b.handed, id)
+			continue
+		}
+		incoming[h.to]++
+	}
+	stopping = len(b.leaving)
+	return incoming, stopping, stopping + len(b.handed)
+}
+
+// handAway asks as many streaming runs as the decision says to hand their
+// mirror to the replicas it names.
+func (b *balancer) handAway(d balanceDecision, wanted int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	i := 0

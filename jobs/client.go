@@ -35,6 +35,12 @@ type Config struct {
 	MirrorWorkers int
 	// LogRetention is how long mirror log entries are kept. Default 7 days.
 	LogRetention time.Duration
+	// HistoryRetention is how long the lag and throughput samples of
+	// mirrors (mirror_metrics_history) are kept. Default 24 hours.
+	HistoryRetention time.Duration
+	// HistoryInterval is how often each mirror this process streams gets a
+	// history sample. Default 30 s.
+	HistoryInterval time.Duration
 	// SupervisorInterval is how often the leader looks for mirrors that
 	// nobody runs and deleted mirrors without a cleanup job. Default 30 s:
 	// every replica also looks for mirrors without a worker every 2 s
@@ -90,6 +96,8 @@ func (c Config) withDefaults() Config {
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	c.MirrorWorkers = cmp.Or(c.MirrorWorkers, defaults.MirrorWorkers)
 	c.LogRetention = cmp.Or(c.LogRetention, defaults.LogRetention)
+	c.HistoryRetention = cmp.Or(c.HistoryRetention, defaults.MetricsHistoryRetention)
+	c.HistoryInterval = cmp.Or(c.HistoryInterval, defaults.MetricsHistoryInterval)
 	c.SupervisorInterval = cmp.Or(c.SupervisorInterval, defaults.SupervisorInterval)
 	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, defaults.HeartbeatTimeout)
 	c.RunBudget = cmp.Or(c.RunBudget, defaults.RunBudget)
@@ -109,7 +117,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		return nil, fmt.Errorf("jobs: Config.Store and Config.Locks are required")
 	}
 	cfg = cfg.withDefaults()
-	cfg.lags = newLagWriter(cfg.Store, cfg.Logger)
+	cfg.lags = newLagWriter(cfg.Store, cfg.Logger, cfg.Locks.Name(), cfg.HistoryInterval)
 	go cfg.lags.loop(cfg.Locks.Done())
 	cfg.sources = cdc.NewSourceWatch()
 	cfg.dests = cdc.NewDestWatch()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/cdc"
+	"github.com/pgmirror/pgmirror/engine/defaults"
 )
 
 // lagWriteBatchEvery is how often a replica writes the lag measures of all
@@ -17,16 +18,27 @@ const lagWriteBatchEvery = 2 * time.Second
 // lagWriter gathers the lag measures and sequence sync times of the runs of
 // one replica and writes them together every lagWriteBatchEvery, so that an
 // idle replica's catalog writes do not grow with its mirrors.
+//
+// Every historyEvery it also writes a history sample of each mirror it
+// measured meanwhile (mirror_metrics_history), in one more statement: the
+// samples cost no query per mirror, and only the replica that holds a
+// mirror's lock writes its samples (db.Store.MirrorRecordHistory).
 type lagWriter struct {
 	store     *db.Store
 	logger    *slog.Logger
+	replica   string // the replica's name, whose lock connection holds the mirrors' locks
 	mu        sync.Mutex
 	latest    map[int64]db.LagMeasure // the newest measure of each mirror not written yet
 	seqSynced map[int64]time.Time     // sequence syncs not written yet
+
+	historyEvery time.Duration           // 0: no history
+	history      map[int64]db.LagMeasure // the newest measure of each mirror since the last sample (loop only)
+	historyAt    time.Time               // when the last samples were written (loop only)
 }
 
-func newLagWriter(store *db.Store, logger *slog.Logger) *lagWriter {
-	return &lagWriter{store: store, logger: logger, latest: map[int64]db.LagMeasure{}, seqSynced: map[int64]time.Time{}}
+func newLagWriter(store *db.Store, logger *slog.Logger, replica string, historyEvery time.Duration) *lagWriter {
+	return &lagWriter{store: store, logger: logger, replica: replica, latest: map[int64]db.LagMeasure{}, seqSynced: map[int64]time.Time{},
+		historyEvery: historyEvery, history: map[int64]db.LagMeasure{}, historyAt: time.Now()}
 }
 
 // sequencesSynced keeps a mirror's sequence sync time for the next write.
@@ -86,8 +98,46 @@ func (w *lagWriter) loop(done <-chan struct{}) {
 			w.logger.Debug("record sequence syncs", "mirrors", len(synced), "error", err)
 			w.keep(nil, synced)
 		}
+		if err == nil {
+			w.sample(ctx, measures)
+		}
 		cancel()
 		failing = err != nil
+	}
+}
+
+// HistoryInterval is how often, by default, a streaming mirror gets a
+// history sample (Config.HistoryInterval).
+const HistoryInterval = defaults.MetricsHistoryInterval
+
+// historyStale is how old the newest lag measure of a mirror may be to go
+// into a history sample: an older one means the mirror stopped streaming
+// here.
+const historyStale = 15 * time.Second
+
+// sample keeps the measures just written and, every historyEvery, writes a
+// history sample of each mirror measured since the last one. A failed
+// write is logged and not retried: the history has a gap there.
+func (w *lagWriter) sample(ctx context.Context, measures []db.LagMeasure) {
+	if w.historyEvery <= 0 {
+		return
+	}
+	for _, m := range measures {
+		w.history[m.MirrorID] = m
+	}
+	if time.Since(w.historyAt) < w.historyEvery {
+		return
+	}
+	w.historyAt = time.Now()
+	batch := make([]db.HistoryMeasure, 0, len(w.history))
+	for id, m := range w.history {
+		if time.Since(m.MeasuredAt) <= historyStale {
+			batch = append(batch, db.HistoryMeasure{MirrorID: id, LagSeconds: m.LagSeconds})
+		}
+	}
+	w.history = map[int64]db.LagMeasure{}
+	if _, err := w.store.MirrorRecordHistory(ctx, w.replica, batch); err != nil {
+		w.logger.Debug("record history samples", "mirrors", len(batch), "error", err)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/pgmirror/pgmirror/db"
 )
 
 // SupervisorArgs is the periodic job (leader only, every few seconds) that
@@ -80,20 +82,25 @@ func (w *SupervisorWorker) Work(ctx context.Context, job *river.Job[SupervisorAr
 	return nil
 }
 
-// LogPruneArgs is the hourly job that deletes mirror log entries older than
-// the retention.
+// LogPruneArgs is the hourly job that deletes mirror log entries and
+// history samples older than their retentions.
 type LogPruneArgs struct{}
 
 // Kind is the River job kind.
 func (LogPruneArgs) Kind() string { return "mirror_log_prune" }
 
-// LogPruneWorker deletes old mirror log entries.
+// LogPruneWorker deletes old mirror log entries and history samples.
 type LogPruneWorker struct {
 	river.WorkerDefaults[LogPruneArgs]
 	cfg Config
 }
 
-// Work deletes log entries older than the retention.
+// historyPruneBatches bounds one prune of the history: at most this many
+// batches of db.HistoryPruneBatch rows; a larger backlog goes at the next
+// prune.
+const historyPruneBatches = 100
+
+// Work deletes log entries and history samples older than their retentions.
 func (w *LogPruneWorker) Work(ctx context.Context, job *river.Job[LogPruneArgs]) error {
 	n, err := w.cfg.Store.LogPrune(ctx, time.Now().Add(-w.cfg.LogRetention))
 	if err != nil {
@@ -101,6 +108,13 @@ func (w *LogPruneWorker) Work(ctx context.Context, job *river.Job[LogPruneArgs])
 	}
 	if n > 0 {
 		w.cfg.Logger.Info("pruned old mirror log entries", "deleted", n, "retention", w.cfg.LogRetention.String())
+	}
+	n, err = w.cfg.Store.MirrorHistoryPrune(ctx, time.Now().Add(-w.cfg.HistoryRetention), db.HistoryPruneBatch, historyPruneBatches)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.cfg.Logger.Info("pruned old mirror history samples", "deleted", n, "retention", w.cfg.HistoryRetention.String())
 	}
 	return nil
 }

@@ -203,6 +203,11 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 			snaps, err = verify.OpenSnapshots(ctx, verify.SnapshotConfig{
 				Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID,
 				SlotName: slot, Note: fmt.Sprintf("verify %s %d", m.UID, v.ID), Tables: all, WhileHeld: whileHeld,
+				Waiting: func(ctx context.Context, oldestXid int64) {
+					_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification waits for transactions open on the source", map[string]any{
+						"verification_id": v.ID, "oldest_xid": oldestXid,
+						"note": "PostgreSQL takes the consistent snapshot a verification needs only once the transactions open on the source cluster have ended; the mirror keeps streaming meanwhile (pg_stat_activity shows them: backend_xid)"})
+				},
 			}, hc)
 			if err == nil || (!errors.Is(err, verify.ErrHoldTimeout) && !errors.Is(err, verify.ErrRepairMoved)) || attempt == verifyAttempts {
 				break

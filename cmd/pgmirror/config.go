@@ -32,7 +32,10 @@ type config struct {
 	EmbeddedPort      int
 	MirrorWorkers     int
 	LogRetention      time.Duration
-	ShutdownTimeout   time.Duration
+	// HistoryRetention is how long mirrors' lag and throughput samples are
+	// kept.
+	HistoryRetention time.Duration
+	ShutdownTimeout  time.Duration
 	// TokenTTL is the lifetime of API tokens; zero: tokens do not expire.
 	TokenTTL time.Duration
 	// RevokeTokensOnPasswordChange makes a password change revoke the
@@ -90,6 +93,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return cfg, err
 	}
 	if cfg.LogRetention, err = durationVar(getenv, "SERVICE_LOG_RETENTION", defaults.LogRetention); err != nil {
+		return cfg, err
+	}
+	if cfg.HistoryRetention, err = boundedDurationVar(getenv, "SERVICE_METRICS_HISTORY_RETENTION", defaults.MetricsHistoryRetention, time.Hour, 90*24*time.Hour); err != nil {
 		return cfg, err
 	}
 	if cfg.ShutdownTimeout, err = durationVar(getenv, "SERVICE_SHUTDOWN_TIMEOUT", defaults.ShutdownTimeout); err != nil {

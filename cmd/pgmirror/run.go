@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-
 	"errors"
 	"fmt"
 	"io"
@@ -10,11 +9,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/httpapi"
@@ -27,27 +27,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if len(args) > 0 {
 		command = args[0]
 	}
-	switch command {
-	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "pgmirror", version)
-		return nil
-	case "gen-key":
-		return genKey(stdout)
-	case "demo":
-		return runDemo(ctx, args[1:], getenv, stdout)
-	case "healthcheck":
-		return healthcheck(ctx, getenv, stdout)
-	case "serve", "migrate", "rotate-key":
-	case "help", "--help", "-h":
-		// The command tree's help: every command with what it does, or
-		// one command's (pgmirror help mirrors get).
-		return runCLI(ctx, "help", args[1:], getenv, stdout)
-	default:
-		if cliCommands[command] {
-			return runCLI(ctx, command, args[1:], getenv, stdout)
-		}
-		return &exitError{code: exitUsage, err: fmt.Errorf("unknown command %q: use serve, migrate, rotate-key, gen-key, demo, healthcheck, version, "+
-			"or the client commands login, logout, peers, mirrors and logs", command)}
+	if handled, err := runOtherCommand(ctx, command, args, getenv, stdout); handled {
+		return err
 	}
 
 	cfg, err := loadConfig(getenv)
@@ -107,6 +88,35 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return nil
 	}
 	return serve(ctx, cfg, store, logger, replica)
+}
+
+// runOtherCommand runs the commands that need no catalog of their own
+// (version, gen-key, demo, healthcheck, help and the client commands) and
+// refuses unknown ones. handled is false for serve, migrate and
+// rotate-key, which run goes on with.
+func runOtherCommand(ctx context.Context, command string, args []string, getenv func(string) string, stdout io.Writer) (handled bool, err error) {
+	switch command {
+	case "serve", "migrate", "rotate-key":
+		return false, nil
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "pgmirror", version)
+		return true, nil
+	case "gen-key":
+		return true, genKey(stdout)
+	case "demo":
+		return true, runDemo(ctx, args[1:], getenv, stdout)
+	case "healthcheck":
+		return true, healthcheck(ctx, getenv, stdout)
+	case "help", "--help", "-h":
+		// The command tree's help: every command with what it does, or
+		// one command's (pgmirror help mirrors get).
+		return true, runCLI(ctx, "help", args[1:], getenv, stdout)
+	}
+	if cliCommands[command] {
+		return true, runCLI(ctx, command, args[1:], getenv, stdout)
+	}
+	return true, &exitError{code: exitUsage, err: fmt.Errorf("unknown command %q: use serve, migrate, rotate-key, gen-key, demo, healthcheck, version, "+
+		"or the client commands login, logout, peers, mirrors and logs", command)}
 }
 
 // replicaName names this process among the replicas: the host name and the
@@ -232,7 +242,6 @@ func checkAdminPassword(ctx context.Context, store *db.Store, cfg config, logger
 }
 
 func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger, replica string) error {
-	pool := store.Pool()
 	if err := store.EnsureAdmin(ctx, cfg.AdminUser, cfg.AdminPassword); err != nil {
 		return fmt.Errorf("create default admin: %w", err)
 	}
@@ -246,67 +255,16 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 			return fmt.Errorf("load JWT secret: %w", err)
 		}
 	}
-
-	// River gets a pool of its own: fetching jobs and electing a leader
-	// never wait behind API requests or mirror runs.
-	riverCfg := pool.Config()
-	riverCfg.MaxConns, riverCfg.MinConns = riverPoolConns, 0
-	// Each catalog connection says what it is, unless the URL named them.
-	named := pool.Config().ConnConfig.RuntimeParams["application_name"] != catalogAppName("serve", replica)
-	if !named {
-		riverCfg.ConnConfig.RuntimeParams["application_name"] = catalogAppName("river", replica)
-	}
-	riverPool, err := pgxpool.NewWithConfig(ctx, riverCfg)
+	w, err := startWorkers(ctx, cfg, store, logger, replica)
 	if err != nil {
-		return fmt.Errorf("open River's catalog pool: %w", redact(err))
+		return err
 	}
-	defer riverPool.Close()
-
-	// One connection holds the locks of every mirror this replica runs. It
-	// outlives the job client, whose runs release their locks as they stop.
-	lockCfg := pool.Config().ConnConfig
-	if !named {
-		lockCfg.RuntimeParams["application_name"] = catalogAppName("locks", replica)
-	}
-	locks := db.NewLockHolder(replica, cfg.MirrorWorkers, lockCfg, logger)
-	// River's client id goes into the replica's row: the jobs this process
-	// leaves running if it dies are rescued at once (jobs/fleet.go).
-	clientID := jobs.ClientID(replica, time.Now())
-	locks.SetJobClientID(clientID)
-	locksCtx, stopLocks := context.WithCancel(context.Background())
-	go locks.Run(locksCtx)
-	defer func() {
-		stopLocks()
-		<-locks.Done()
-	}()
-
-	registry := metrics.New()
-	shutdown := &jobs.Shutdown{}
-	riverClient, err := jobs.NewClient(riverPool, jobs.Config{
-		Shutdown:               shutdown,
-		ClientID:               clientID,
-		Locks:                  locks,
-		Metrics:                registry,
-		SlotMonitorInterval:    cfg.SlotMonitorInterval,
-		SequenceSyncInterval:   cfg.SequenceSyncInterval,
-		VerifyScheduleInterval: cfg.VerifyScheduleInterval,
-		CutoverChecksumMax:     int64(cfg.CutoverChecksumMaxBytes),
-		Store:                  store,
-		Logger:                 logger,
-		MirrorWorkers:          cfg.MirrorWorkers,
-		LogRetention:           cfg.LogRetention,
-	})
-	if err != nil {
-		return fmt.Errorf("create job client: %w", err)
-	}
-
-	registry.SetCatalog(store, riverClient.ID(), logger)
-	registry.WatchRiver(riverClient)
+	defer w.close()
 
 	handler, err := httpapi.New(httpapi.Config{
-		Metrics: registry.Handler(cfg.MetricsToken), ReadTimeout: cfg.HTTP.ReadTimeout,
+		Metrics: w.registry.Handler(cfg.MetricsToken), ReadTimeout: cfg.HTTP.ReadTimeout,
 		AllowSocketPeers: cfg.AllowSocketPeers,
-		Store:            store, River: riverClient, JWTSecret: secret, Logger: logger, Version: version,
+		Store:            store, River: w.river, JWTSecret: secret, Logger: logger, Version: version,
 		TokenTTL: cfg.TokenTTL, RevokeTokensOnPasswordChange: cfg.RevokeTokensOnPasswordChange,
 		Login: httpapi.LoginLimits{UserFailures: cfg.LoginUserFailures, AddressFailures: cfg.LoginAddressFailures,
 			Window: cfg.LoginFailureWindow, TrustedProxies: cfg.TrustedProxies},
@@ -323,13 +281,13 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	// The job workers outlive the signal: as the process stops, its mirrors
 	// are handed over a few at a time (jobs.Shutdown) before River cancels
 	// what is left.
-	if err := riverClient.Start(context.WithoutCancel(ctx)); err != nil {
+	if err := w.river.Start(context.WithoutCancel(ctx)); err != nil {
 		listener.Close()
 		return fmt.Errorf("start job workers: %w", err)
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- serveHTTP(server, listener) }()
-	logger.Info("pgmirror serving", "replica", locks.Name(), "addr", listener.Addr().String(), "tls", server.TLSConfig != nil, "version", version)
+	logger.Info("pgmirror serving", "replica", w.locks.Name(), "addr", listener.Addr().String(), "tls", server.TLSConfig != nil, "version", version)
 
 	select {
 	case <-ctx.Done():
@@ -345,19 +303,101 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	if err := server.Shutdown(shutdownCtx); err != nil {
 		logger.Error("HTTP server shutdown", "error", err)
 	}
-	// Leave the replicas table, so the others stop counting this replica,
-	// then hand the mirrors to them a few at a time, each wave once the
-	// last is taken, for two thirds of the shutdown timeout at most. The
-	// runs left then (copying tables, or no replica has room) are
-	// cancelled: each stops at a batch boundary and hands its mirror to a
-	// live replica or back to the queue.
-	locks.Retire(shutdownCtx)
-	handCtx, cancelHand := context.WithTimeout(shutdownCtx, cfg.ShutdownTimeout*2/3)
-	shutdown.HandOver(handCtx)
-	cancelHand()
-	if err := riverClient.StopAndCancel(shutdownCtx); err != nil {
-		logger.Error("job workers shutdown", "error", err)
-	}
+	w.stop(shutdownCtx, cfg.ShutdownTimeout)
 	logger.Info("stopped")
 	return nil
+}
+
+// workers are the job side of pgmirror serve: River's own catalog pool and
+// client, the lock holder and the metrics registry that watches them.
+type workers struct {
+	riverPool *pgxpool.Pool
+	river     *river.Client[pgx.Tx]
+	locks     *db.LockHolder
+	stopLocks context.CancelFunc
+	shutdown  *jobs.Shutdown
+	registry  *metrics.Registry
+	logger    *slog.Logger
+}
+
+// startWorkers opens River's catalog pool, starts the lock holder and
+// creates the job client (not started yet).
+func startWorkers(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger, replica string) (*workers, error) {
+	pool := store.Pool()
+	w := &workers{shutdown: &jobs.Shutdown{}, registry: metrics.New(), logger: logger}
+	// River gets a pool of its own: fetching jobs and electing a leader
+	// never wait behind API requests or mirror runs.
+	riverCfg := pool.Config()
+	riverCfg.MaxConns, riverCfg.MinConns = riverPoolConns, 0
+	// Each catalog connection says what it is, unless the URL named them.
+	named := pool.Config().ConnConfig.RuntimeParams["application_name"] != catalogAppName("serve", replica)
+	if !named {
+		riverCfg.ConnConfig.RuntimeParams["application_name"] = catalogAppName("river", replica)
+	}
+	var err error
+	if w.riverPool, err = pgxpool.NewWithConfig(ctx, riverCfg); err != nil {
+		return nil, fmt.Errorf("open River's catalog pool: %w", redact(err))
+	}
+
+	// One connection holds the locks of every mirror this replica runs. It
+	// outlives the job client, whose runs release their locks as they stop.
+	lockCfg := pool.Config().ConnConfig
+	if !named {
+		lockCfg.RuntimeParams["application_name"] = catalogAppName("locks", replica)
+	}
+	w.locks = db.NewLockHolder(replica, cfg.MirrorWorkers, lockCfg, logger)
+	// River's client id goes into the replica's row: the jobs this process
+	// leaves running if it dies are rescued at once (jobs/fleet.go).
+	clientID := jobs.ClientID(replica, time.Now())
+	w.locks.SetJobClientID(clientID)
+	locksCtx, stopLocks := context.WithCancel(context.Background())
+	w.stopLocks = stopLocks
+	go w.locks.Run(locksCtx)
+
+	w.river, err = jobs.NewClient(w.riverPool, jobs.Config{
+		Shutdown:               w.shutdown,
+		ClientID:               clientID,
+		Locks:                  w.locks,
+		Metrics:                w.registry,
+		SlotMonitorInterval:    cfg.SlotMonitorInterval,
+		SequenceSyncInterval:   cfg.SequenceSyncInterval,
+		VerifyScheduleInterval: cfg.VerifyScheduleInterval,
+		CutoverChecksumMax:     int64(cfg.CutoverChecksumMaxBytes),
+		Store:                  store,
+		Logger:                 logger,
+		MirrorWorkers:          cfg.MirrorWorkers,
+		LogRetention:           cfg.LogRetention,
+		HistoryRetention:       cfg.HistoryRetention,
+	})
+	if err != nil {
+		w.close()
+		return nil, fmt.Errorf("create job client: %w", err)
+	}
+	w.registry.SetCatalog(store, w.river.ID(), logger)
+	w.registry.WatchRiver(w.river)
+	return w, nil
+}
+
+// stop leaves the replicas table, so the others stop counting this
+// replica, then hands the mirrors to them a few at a time
+// (jobs.Shutdown), for two thirds of the shutdown timeout at most. The runs
+// left then (copying tables, or no replica has room) are cancelled: each
+// stops at a batch boundary and hands its mirror to a live replica or back
+// to the queue.
+func (w *workers) stop(ctx context.Context, timeout time.Duration) {
+	w.locks.Retire(ctx)
+	handCtx, cancelHand := context.WithTimeout(ctx, timeout*2/3)
+	w.shutdown.HandOver(handCtx)
+	cancelHand()
+	if err := w.river.StopAndCancel(ctx); err != nil {
+		w.logger.Error("job workers shutdown", "error", err)
+	}
+}
+
+// close stops the lock holder, once the runs released their locks, and
+// closes River's pool.
+func (w *workers) close() {
+	w.stopLocks()
+	<-w.locks.Done()
+	w.riverPool.Close()
 }

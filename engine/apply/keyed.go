@@ -51,28 +51,58 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	if err := a.prepareStage(ctx, p); err != nil {
 		return err
 	}
-	w := &a.copy
 	binary := p.binaryChunk()
+	staged, err := a.stageChunk(ctx, p, binary)
+	if err != nil {
+		return err
+	}
+	updated, err := a.applyStaged(ctx, p, staged)
+	if err != nil {
+		return err
+	}
+	if updated < int64(staged.updates) {
+		// Updated rows the destination lacks: insert them as they are now
+		// on the source.
+		if _, err := a.conn.Exec(ctx, insertSQL(p.dest.name, p.stage, p.names, p.keyPos, opUpdate)); err != nil {
+			return a.classifyFolded(p, fmt.Errorf("insert updated rows missing from %s: %w", p.dest.name, err))
+		}
+	}
+	return a.copyRows(ctx, p, binary, staged.fresh)
+}
+
+// stagedChunk is what stageChunk loaded: how many rows of each kind, the
+// sets of unchanged columns of updates that have some, and the new rows at
+// keys that had none (left out of the staging table: they go by COPY).
+type stagedChunk struct {
+	deletes, inserts, updates int
+	masks                     []string // sorted
+	fresh                     [][]change.Value
+}
+
+// stageChunk loads the final state of every key of p's chunk, but new rows
+// at keys that had none, into p's staging table by COPY, and empties the
+// chunk.
+func (a *Applier) stageChunk(ctx context.Context, p *plan, binary bool) (stagedChunk, error) {
+	var st stagedChunk
+	w := &a.copy
 	w.reset(binary)
-	var deletes, inserts, updates int
-	var fresh [][]change.Value // new rows at keys that had none: by COPY, after the statements
 	masks := map[string]bool{}
 	for _, k := range p.order {
 		e := p.entries[k]
 		switch op := e.stageOp(); op {
 		case opDelete:
-			deletes++
+			st.deletes++
 			w.stageRow(op, "", e.vals, p.keyPos)
 		default:
 			m := ""
 			if op == opInsert && e.fresh {
-				fresh = append(fresh, e.vals)
+				st.fresh = append(st.fresh, e.vals)
 				continue
 			}
 			if op == opInsert {
-				inserts++
+				st.inserts++
 			} else if m = unchangedMask(e.vals); m == "" {
-				updates++
+				st.updates++
 			} else {
 				masks[m] = true
 			}
@@ -81,15 +111,24 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	}
 	data, err := w.data()
 	if err != nil {
-		return fmt.Errorf("load staging rows for %s: %w", p.dest.name, err)
+		return st, fmt.Errorf("load staging rows for %s: %w", p.dest.name, err)
 	}
 	if _, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), copyStageSQL(p.stage, w.binary)); err != nil {
-		return fmt.Errorf("load staging rows for %s: %w", p.dest.name, err)
+		return st, fmt.Errorf("load staging rows for %s: %w", p.dest.name, err)
 	}
 	p.stageUsed = true
 	clear(p.entries)
 	p.order = p.order[:0]
+	for m := range masks {
+		st.masks = append(st.masks, m)
+	}
+	sort.Strings(st.masks)
+	return st, nil
+}
 
+// applyStaged applies the staged rows with set-based statements in one
+// round trip and returns how many rows the UPDATE of complete rows updated.
+func (a *Applier) applyStaged(ctx context.Context, p *plan, st stagedChunk) (updated int64, err error) {
 	batch := &pgx.Batch{}
 	var what []string
 	queue := func(w, sql string, args ...any) {
@@ -98,50 +137,38 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 			what = append(what, w)
 		}
 	}
-	if deletes > 0 {
+	if st.deletes > 0 {
 		queue("delete", deleteSQL(p.dest.name, p.stage, p.names, p.keyPos))
 	}
 	updateAt := -1 // position of the complete rows' UPDATE in the batch
-	if sql := updateSQL(p.dest.name, p.stage, p.names, p.keyPos, nil); updates > 0 && sql != "" {
+	if sql := updateSQL(p.dest.name, p.stage, p.names, p.keyPos, nil); st.updates > 0 && sql != "" {
 		updateAt = len(what)
 		queue("update", sql)
 	}
-	if inserts > 0 {
+	if st.inserts > 0 {
 		queue("insert", insertSQL(p.dest.name, p.stage, p.names, p.keyPos, opInsert))
 	}
-	maskList := make([]string, 0, len(masks))
-	for m := range masks {
-		maskList = append(maskList, m)
-	}
-	sort.Strings(maskList)
-	for _, m := range maskList {
+	for _, m := range st.masks {
 		queue("update", updateSQL(p.dest.name, p.stage, p.names, p.keyPos, parseMask(m)), m)
 	}
-	updated := int64(0)
-	if len(what) > 0 {
-		br := a.conn.SendBatch(ctx, batch)
-		for i, w := range what {
-			tag, err := br.Exec()
-			if err != nil {
-				br.Close()
-				return a.classifyFolded(p, fmt.Errorf("apply %s to %s: %w", w, p.dest.name, err))
-			}
-			if i == updateAt {
-				updated = tag.RowsAffected()
-			}
+	if len(what) == 0 {
+		return 0, nil
+	}
+	br := a.conn.SendBatch(ctx, batch)
+	for i, w := range what {
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return 0, a.classifyFolded(p, fmt.Errorf("apply %s to %s: %w", w, p.dest.name, err))
 		}
-		if err := br.Close(); err != nil {
-			return a.classifyFolded(p, fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
+		if i == updateAt {
+			updated = tag.RowsAffected()
 		}
 	}
-	if updated < int64(updates) {
-		// Updated rows the destination lacks: insert them as they are now
-		// on the source.
-		if _, err := a.conn.Exec(ctx, insertSQL(p.dest.name, p.stage, p.names, p.keyPos, opUpdate)); err != nil {
-			return a.classifyFolded(p, fmt.Errorf("insert updated rows missing from %s: %w", p.dest.name, err))
-		}
+	if err := br.Close(); err != nil {
+		return 0, a.classifyFolded(p, fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
 	}
-	return a.copyRows(ctx, p, binary, fresh)
+	return updated, nil
 }
 
 // onlyNewRows reports whether every key of p's chunk is a complete row at

@@ -186,29 +186,10 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 	tracked := a.cfg.SchemaChanges != ""
 	reported := map[string]bool{}
 	if old != nil {
-		if dropped := droppedColumns(old.rel, rel); len(dropped) > 0 && a.cfg.OnColumnsDropped != nil && !tracked {
-			a.cfg.OnColumnsDropped(ctx, rel.Table, dropped)
-		}
-		for _, c := range droppedColumns(old.rel, rel) {
-			reported[c] = true
-		}
-		// A new shape of the table (DDL on the source): write what was
-		// buffered under the old one first, to keep the order, and drop
-		// the old staging table.
-		if err := a.flush(ctx); err != nil {
+		var err error
+		if reported, err = a.retirePlan(ctx, m, old, rel, tracked); err != nil {
 			return nil, err
 		}
-		if old.stage != "" {
-			if err := a.begin(ctx); err != nil {
-				return nil, err
-			}
-			if _, err := a.conn.Exec(ctx, dropStageSQL(old.stage)); err != nil {
-				return nil, fmt.Errorf("drop staging table for %s: %w", old.dest.name, err)
-			}
-		}
-		delete(a.plans, old.rel)
-		// A schema sync may have changed the destination along (a type).
-		delete(a.tables, m.Destination)
 	}
 	if tracked {
 		// The source's columns compared with those known: renamed,
@@ -223,12 +204,62 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 			return nil, err
 		}
 	}
+	dest, err := a.destFor(ctx, m, rel)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.relaxUnsent(ctx, m, rel, dest, reported); err != nil {
+		return nil, err
+	}
+	p, err := newPlan(m, rel, dest)
+	if err != nil {
+		return nil, err
+	}
+	p.inOrder = p.keyed && a.cfg.InOrder[rel.Table]
+	a.plans[rel] = p
+	a.current[rel.Table] = p
+	return p, nil
+}
+
+// retirePlan ends the plan old of a table whose shape changed on the source
+// (DDL): it reports the dropped columns (when not tracked by reconcile),
+// writes what was buffered under the old shape first, to keep the order,
+// and drops the old staging table. It returns the dropped columns, as
+// reported.
+func (a *Applier) retirePlan(ctx context.Context, m *change.Mapping, old *plan, rel *change.Relation, tracked bool) (map[string]bool, error) {
+	reported := map[string]bool{}
+	dropped := droppedColumns(old.rel, rel)
+	if len(dropped) > 0 && a.cfg.OnColumnsDropped != nil && !tracked {
+		a.cfg.OnColumnsDropped(ctx, rel.Table, dropped)
+	}
+	for _, c := range dropped {
+		reported[c] = true
+	}
+	if err := a.flush(ctx); err != nil {
+		return nil, err
+	}
+	if old.stage != "" {
+		if err := a.begin(ctx); err != nil {
+			return nil, err
+		}
+		if _, err := a.conn.Exec(ctx, dropStageSQL(old.stage)); err != nil {
+			return nil, fmt.Errorf("drop staging table for %s: %w", old.dest.name, err)
+		}
+	}
+	delete(a.plans, old.rel)
+	// A schema sync may have changed the destination along (a type).
+	delete(a.tables, m.Destination)
+	return reported, nil
+}
+
+// destFor returns the destination table of m as the plan for rel needs it:
+// read again when one of rel's columns seems missing (a schema sync may
+// have added it since it was read), and with the key followed (followKey).
+func (a *Applier) destFor(ctx context.Context, m *change.Mapping, rel *change.Relation) (*destTable, error) {
 	dest, err := a.destTable(ctx, m.Destination)
 	if err != nil {
 		return nil, err
 	}
-	// The destination may have been altered since it was read (a schema
-	// sync adding a column): read it again when a column seems missing.
 	for _, c := range rel.Columns {
 		if _, ok := dest.columns[c.Name]; !ok && !m.Excluded(c.Name) {
 			delete(a.tables, m.Destination)
@@ -238,12 +269,13 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 			break
 		}
 	}
-	if dest, err = a.followKey(ctx, m, rel, dest); err != nil {
-		return nil, err
-	}
-	if err := a.relaxUnsent(ctx, m, rel, dest, reported); err != nil {
-		return nil, err
-	}
+	return a.followKey(ctx, m, rel, dest)
+}
+
+// newPlan maps rel's columns (those not excluded) onto dest's, and decides
+// whether the table is applied by key: every destination key column is in
+// the stream, and in every old row image the source sends.
+func newPlan(m *change.Mapping, rel *change.Relation, dest *destTable) (*plan, error) {
 	p := &plan{rel: rel, dest: dest, entries: map[string]*entry{}}
 	for i, c := range rel.Columns {
 		if m.Excluded(c.Name) {
@@ -265,8 +297,6 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		p.typeOIDs = append(p.typeOIDs, col.typeOID)
 		p.stageTypes = append(p.stageTypes, col.stage)
 	}
-	// Keyed apply needs every destination key column in the stream, and in
-	// every old row image the source sends.
 	p.keyed = len(dest.pk) > 0 && len(p.keyPos) == len(dest.pk)
 	if p.keyed && rel.ReplicaIdentity != change.IdentityFull {
 		for _, k := range p.keyPos {
@@ -275,9 +305,6 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 			}
 		}
 	}
-	p.inOrder = p.keyed && a.cfg.InOrder[rel.Table]
-	a.plans[rel] = p
-	a.current[rel.Table] = p
 	return p, nil
 }
 

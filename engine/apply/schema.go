@@ -543,115 +543,148 @@ type schemaStep struct {
 // changed source table, leaving out what the destination shows already
 // (a replay after a restart, a change made by hand).
 func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *destTable, changes []columnChange, cat catalogView) ([]schemaStep, error) {
-	name := m.Destination.Quoted()
-	has := func(col string) bool { _, ok := dest.columns[col]; return ok }
-	var steps []schemaStep
+	b := &stepBuilder{a: a, m: m, dest: dest, cat: cat, name: m.Destination.Quoted(), renameSources: map[string]bool{}}
 	// Renames to a name another rename frees go through temporary names.
-	renameSources := map[string]bool{}
 	for _, c := range changes {
 		if c.kind == "rename" {
-			renameSources[c.oldName] = true
+			b.renameSources[c.oldName] = true
 		}
-	}
-	var finals []schemaStep
-	addColumn := func(c columnChange) error {
-		typ, err := a.sourceType(ctx, c.col, cat, c.attnum)
-		if err != nil {
-			return err
-		}
-		col := sqlquote.Ident(c.name)
-		sc, fromCatalog := cat.byAttnum[c.attnum]
-		fromCatalog = fromCatalog && !sc.Dropped && sc.Name == c.name
-		def := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", name, col, typ)
-		switch {
-		case fromCatalog && sc.Missing != nil:
-			def += " DEFAULT " + sqlquote.Literal(*sc.Missing) + "::" + typ
-			if sc.NotNull {
-				def += " NOT NULL"
-			}
-			steps = append(steps, schemaStep{sql: def})
-			steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)})
-		case fromCatalog && (sc.Default != "" || sc.Identity):
-			// A volatile default or an identity: the source rewrote the
-			// table with values the stream did not carry.
-			steps = append(steps, schemaStep{sql: def,
-				resync: fmt.Sprintf("column %s was added with values computed for every existing row (a volatile default or an identity), which the stream does not carry", col)})
-		default:
-			steps = append(steps, schemaStep{sql: def})
-		}
-		if fromCatalog && sc.Default != "" {
-			steps = append(steps, defaultStep(m, col, sc))
-		}
-		return nil
 	}
 	for _, c := range changes {
 		oldEx, newEx := m.Excluded(c.oldName), m.Excluded(c.name)
+		var err error
 		switch c.kind {
 		case "drop":
-			if !oldEx && has(c.oldName) {
-				steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", name, sqlquote.Ident(c.oldName))})
+			if !oldEx && b.has(c.oldName) {
+				b.dropColumn(c.oldName)
 			}
 		case "rename":
-			switch {
-			case oldEx && newEx:
-			case oldEx:
-				if !has(c.name) {
-					if err := addColumn(c); err != nil {
-						return nil, err
-					}
-				}
-			case newEx:
-				if has(c.oldName) {
-					steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", name, sqlquote.Ident(c.oldName))})
-				}
-			case has(c.oldName) && !has(c.name):
-				steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(c.oldName), sqlquote.Ident(c.name))})
-			case has(c.oldName) && renameSources[c.name]:
-				tmp := fmt.Sprintf("_pgmirror_renaming_%d", c.attnum)
-				steps = append(steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(c.oldName), sqlquote.Ident(tmp))})
-				finals = append(finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(tmp), sqlquote.Ident(c.name))})
-			}
+			err = b.rename(ctx, c, oldEx, newEx)
 		case "type":
-			if newEx {
-				continue
-			}
-			typ, err := a.sourceType(ctx, c.col, cat, c.attnum)
-			if err != nil {
-				return nil, err
-			}
-			col := sqlquote.Ident(c.name)
-			current, ok := dest.columns[c.name]
-			if !ok {
-				current, ok = dest.columns[c.oldName]
-			}
-			if ok && current.typ == typ {
-				continue
-			}
-			// A default of the old type may not cast to the new one (the
-			// source's was changed along, which no Relation message
-			// shows): drop it first and set the source's after.
-			if ok && current.hasDefault {
-				finals = append(finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)})
-			}
-			step := schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s", name, col, typ, col, typ)}
-			if !noRewrite(c.oldType.TypeOID, c.oldType.TypeMod, c.col.TypeOID, c.col.TypeMod) {
-				step.resync = fmt.Sprintf("column %s changed type with a table rewrite on the source, whose new values the stream does not carry", col)
-			}
-			finals = append(finals, step)
-			if sc, found := cat.byAttnum[c.attnum]; ok && current.hasDefault && found && !sc.Dropped && sc.Default != "" {
-				finals = append(finals, defaultStep(m, col, sc))
+			if !newEx {
+				err = b.retype(ctx, c)
 			}
 		case "add":
-			if newEx || has(c.name) {
-				continue
+			if !newEx && !b.has(c.name) {
+				err = b.addColumn(ctx, c)
 			}
-			if err := addColumn(c); err != nil {
-				return nil, err
-			}
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	// Type changes run after every rename (they name the new column).
-	return append(steps, finals...), nil
+	return append(b.steps, b.finals...), nil
+}
+
+// stepBuilder gathers the statements of schemaSteps: steps first, then
+// finals (type changes and what goes after every rename).
+type stepBuilder struct {
+	a             *Applier
+	m             *change.Mapping
+	dest          *destTable
+	cat           catalogView
+	name          string          // the destination table, quoted
+	renameSources map[string]bool // columns renamed away in this change
+	steps, finals []schemaStep
+}
+
+func (b *stepBuilder) has(col string) bool { _, ok := b.dest.columns[col]; return ok }
+
+func (b *stepBuilder) dropColumn(col string) {
+	b.steps = append(b.steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", b.name, sqlquote.Ident(col))})
+}
+
+// rename renames a column on the destination, or adds or drops it when the
+// mapping excludes its old or new name.
+func (b *stepBuilder) rename(ctx context.Context, c columnChange, oldEx, newEx bool) error {
+	name := b.name
+	switch {
+	case oldEx && newEx:
+	case oldEx:
+		if !b.has(c.name) {
+			return b.addColumn(ctx, c)
+		}
+	case newEx:
+		if b.has(c.oldName) {
+			b.dropColumn(c.oldName)
+		}
+	case b.has(c.oldName) && !b.has(c.name):
+		b.steps = append(b.steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(c.oldName), sqlquote.Ident(c.name))})
+	case b.has(c.oldName) && b.renameSources[c.name]:
+		tmp := fmt.Sprintf("_pgmirror_renaming_%d", c.attnum)
+		b.steps = append(b.steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(c.oldName), sqlquote.Ident(tmp))})
+		b.finals = append(b.finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(tmp), sqlquote.Ident(c.name))})
+	}
+	return nil
+}
+
+// addColumn adds the source's column c: with its missing value as a
+// default for the existing rows when the source has one, marked for a
+// resync when the source computed values for every row (a volatile default
+// or an identity), and with the source's default after.
+func (b *stepBuilder) addColumn(ctx context.Context, c columnChange) error {
+	typ, err := b.a.sourceType(ctx, c.col, b.cat, c.attnum)
+	if err != nil {
+		return err
+	}
+	name, col := b.name, sqlquote.Ident(c.name)
+	sc, fromCatalog := b.cat.byAttnum[c.attnum]
+	fromCatalog = fromCatalog && !sc.Dropped && sc.Name == c.name
+	def := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", name, col, typ)
+	switch {
+	case fromCatalog && sc.Missing != nil:
+		def += " DEFAULT " + sqlquote.Literal(*sc.Missing) + "::" + typ
+		if sc.NotNull {
+			def += " NOT NULL"
+		}
+		b.steps = append(b.steps, schemaStep{sql: def})
+		b.steps = append(b.steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)})
+	case fromCatalog && (sc.Default != "" || sc.Identity):
+		// A volatile default or an identity: the source rewrote the
+		// table with values the stream did not carry.
+		b.steps = append(b.steps, schemaStep{sql: def,
+			resync: fmt.Sprintf("column %s was added with values computed for every existing row (a volatile default or an identity), which the stream does not carry", col)})
+	default:
+		b.steps = append(b.steps, schemaStep{sql: def})
+	}
+	if fromCatalog && sc.Default != "" {
+		b.steps = append(b.steps, defaultStep(b.m, col, sc))
+	}
+	return nil
+}
+
+// retype changes a column's type to the source's, after every rename: a
+// default of the old type is dropped first and the source's set after, and
+// a change the source made with a table rewrite is marked for a resync.
+func (b *stepBuilder) retype(ctx context.Context, c columnChange) error {
+	typ, err := b.a.sourceType(ctx, c.col, b.cat, c.attnum)
+	if err != nil {
+		return err
+	}
+	name, col := b.name, sqlquote.Ident(c.name)
+	current, ok := b.dest.columns[c.name]
+	if !ok {
+		current, ok = b.dest.columns[c.oldName]
+	}
+	if ok && current.typ == typ {
+		return nil
+	}
+	// A default of the old type may not cast to the new one (the source's
+	// was changed along, which no Relation message shows): drop it first
+	// and set the source's after.
+	if ok && current.hasDefault {
+		b.finals = append(b.finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)})
+	}
+	step := schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s", name, col, typ, col, typ)}
+	if !noRewrite(c.oldType.TypeOID, c.oldType.TypeMod, c.col.TypeOID, c.col.TypeMod) {
+		step.resync = fmt.Sprintf("column %s changed type with a table rewrite on the source, whose new values the stream does not carry", col)
+	}
+	b.finals = append(b.finals, step)
+	if sc, found := b.cat.byAttnum[c.attnum]; ok && current.hasDefault && found && !sc.Dropped && sc.Default != "" {
+		b.finals = append(b.finals, defaultStep(b.m, col, sc))
+	}
+	return nil
 }
 
 // defaultStep sets the source's default of column col (quoted), or, when

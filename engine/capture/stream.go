@@ -376,11 +376,7 @@ func (s *Stream) run(ctx context.Context) error {
 		if silence > s.cfg.HeartbeatTimeout {
 			return fmt.Errorf("slot %s: nothing received for %s: %w", s.cfg.Slot, silence.Round(time.Second), ErrHeartbeatTimeout)
 		}
-		deadline := s.lastStatus.Add(s.statusInterval)
-		if hb := s.lastHeard.Add(s.cfg.HeartbeatTimeout); hb.Before(deadline) {
-			deadline = hb.Add(time.Millisecond)
-		}
-		if !deadline.Equal(readDeadline) {
+		if deadline := s.readDeadline(); !deadline.Equal(readDeadline) {
 			if err := s.conn.Conn().SetReadDeadline(deadline); err != nil {
 				return fmt.Errorf("slot %s: set read deadline: %w", s.cfg.Slot, err)
 			}
@@ -427,25 +423,44 @@ func (s *Stream) run(ctx context.Context) error {
 		}
 		s.lastHeard = time.Now()
 		s.silenceAsked = false
-		switch msg := msg.(type) {
-		case *pgproto3.CopyData:
-			if err := s.handleCopyData(ctx, ticker, msg.Data); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
+		if err := s.receive(ctx, ticker, msg); err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
-			// Time spent waiting for the consumer is not silence.
-			s.lastHeard = time.Now()
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("slot %s: server error: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(msg))
-		case *pgproto3.CopyDone:
-			return fmt.Errorf("slot %s: the server ended the replication stream", s.cfg.Slot)
-		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
-		default:
-			return fmt.Errorf("slot %s: unexpected message %T", s.cfg.Slot, msg)
+			return err
 		}
 	}
+}
+
+// readDeadline is when the next read must give up waiting: when the next
+// standby status is due, or just after the heartbeat timeout if that comes
+// first.
+func (s *Stream) readDeadline() time.Time {
+	deadline := s.lastStatus.Add(s.statusInterval)
+	if hb := s.lastHeard.Add(s.cfg.HeartbeatTimeout); hb.Before(deadline) {
+		deadline = hb.Add(time.Millisecond)
+	}
+	return deadline
+}
+
+// receive handles one message of the replication connection.
+func (s *Stream) receive(ctx context.Context, ticker *time.Ticker, msg pgproto3.BackendMessage) error {
+	switch msg := msg.(type) {
+	case *pgproto3.CopyData:
+		if err := s.handleCopyData(ctx, ticker, msg.Data); err != nil {
+			return err
+		}
+		// Time spent waiting for the consumer is not silence.
+		s.lastHeard = time.Now()
+	case *pgproto3.ErrorResponse:
+		return fmt.Errorf("slot %s: server error: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(msg))
+	case *pgproto3.CopyDone:
+		return fmt.Errorf("slot %s: the server ended the replication stream", s.cfg.Slot)
+	case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus:
+	default:
+		return fmt.Errorf("slot %s: unexpected message %T", s.cfg.Slot, msg)
+	}
+	return nil
 }
 
 // maybeSendStatus sends a standby status update when one is due. When the

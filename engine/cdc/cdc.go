@@ -301,57 +301,25 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 // the tables in inOrder are applied in the source's order.
 func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}, textOnly bool, inOrder map[change.TableName]bool) error {
 	logger := cfg.Logger
-	src, dest := cfg.Sessions.take()
-	var err error
-	if dest == nil {
-		if dest, err = session.Connect(ctx, cfg.Dest); err != nil {
-			if src != nil {
-				closeQuietly(src)
-			}
-			return connectError("destination", err)
-		}
+	conns, err := openRunConns(ctx, cfg)
+	if err != nil {
+		return err
 	}
-	defer closeQuietly(dest)
-	var flushConn *pgx.Conn // the flush watcher's, without a DestWatch
-	if cfg.DestWatch == nil {
-		if flushConn, err = session.Connect(ctx, cfg.Dest); err != nil {
-			if src != nil {
-				closeQuietly(src)
-			}
-			return connectError("destination", err)
-		}
-		defer closeQuietly(flushConn)
-	}
-	if src == nil {
-		if src, err = session.Connect(ctx, cfg.Source); err != nil {
-			return connectError("source", err)
-		}
-	}
-	defer closeQuietly(src)
+	defer conns.close()
+	src, dest := conns.src, conns.dest
 
 	srv, err := pgversion.Read(ctx, src)
 	if err != nil {
 		return netError(fmt.Errorf("source: %w", err))
 	}
-	var types map[change.TableName]map[string]uint32
-	if !textOnly {
-		if types, err = binaryTypes(ctx, srv, src, dest, cfg.Tables, cfg.SchemaChanges != ""); err != nil {
-			return netError(err)
-		}
+	if cfg.StopAt != 0 && !srv.Markers() {
+		return ErrStopAtUnsupported
 	}
-	applyCfg := apply.Config{
-		MirrorUID: cfg.MirrorUID, Mappings: cfg.Tables, ChunkSize: cfg.ChunkSize, ChunkBytes: cfg.MaxBufferedBytes, Logger: logger,
-		Binary: types != nil, BinaryTypes: types, InOrder: inOrder,
-	}
-	if sr, ok := rep.(SchemaReporter); ok {
-		applyCfg.OnColumnsDropped = sr.ColumnsDropped
-	}
-	srcCatalog := schemaConfig(cfg, rep, &applyCfg)
-	defer srcCatalog.close()
-	applier, err := apply.New(ctx, dest, applyCfg)
+	applier, srcCatalog, binary, err := newRunApplier(ctx, cfg, rep, srv, src, dest, textOnly, inOrder)
 	if err != nil {
-		return netError(err)
+		return err
 	}
+	defer srcCatalog.close()
 	if cfg.Origin != "" {
 		marked, err := setupOrigin(ctx, dest, cfg.Origin, logger)
 		if err != nil {
@@ -361,24 +329,9 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 			defer resetOrigin(dest)
 		}
 	}
-	applied, batchID, found, err := positions.Applied(ctx, dest, cfg.MirrorUID)
+	start, err := readStart(ctx, cfg, src, dest)
 	if err != nil {
-		return netError(err)
-	}
-	positions, err := tablePositions(ctx, dest, cfg)
-	if err != nil {
-		return netError(err)
-	}
-	if !found {
-		// No position recorded yet: the slot's confirmed position is the
-		// start (the slot never sends anything before it anyway).
-		if applied, err = slotConfirmed(ctx, src, cfg.SlotName); err != nil {
-			return err
-		}
-		logger.Info("no applied position on the destination; starting at the slot's confirmed position", "lsn", applied.String())
-	}
-	if err := waitSlotIdle(ctx, src, cfg.SlotName); err != nil {
-		return netError(err)
+		return err
 	}
 	repl, err := capture.ConnectReplication(ctx, &cfg.Source.Config)
 	if err != nil {
@@ -390,32 +343,170 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		_ = repl.Close(cctx)
 	}()
 	heartbeatEvery := heartbeatInterval(srv, cfg.HeartbeatInterval)
-	if cfg.StopAt != 0 && !srv.Markers() {
-		return ErrStopAtUnsupported
+	source := followSource(ctx, cfg, src, heartbeatEvery)
+	defer source.stop()
+	r := newRunner(cfg, rep, applier, start, source, srcCatalog)
+	var confirmLimit func(change.LSN) change.LSN
+	if cfg.ConfirmCeiling != nil {
+		confirmLimit = r.confirmLimit
 	}
-	// Read before src is handed to the source watcher.
-	confirmed, err := slotConfirmed(ctx, src, cfg.SlotName)
+	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
+		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
+		Binary: binary, Messages: heartbeatEvery > 0 && srv.Messages(), SchemaMessages: cfg.CaptureDDL && srv.SchemaMessages(), Origins: cfg.Origins,
+		ConfirmLimit: confirmLimit, Streaming: srv.Streaming(), StageMemory: cfg.StageMemory, SpillDir: cfg.SpillDir,
+	})
 	if err != nil {
-		return err
+		return netError(err)
 	}
-	var ddlKey string
-	if cfg.CaptureDDL {
-		if ddlKey, err = readDDLKey(ctx, src, logger); err != nil {
-			return err
+	defer stream.Close()
+	r.stream = stream
+	// Nothing is pending before the stream's start, nor before the slot's
+	// confirmed position (the source never sends what precedes it). The
+	// heartbeats start now that the stream is open.
+	source.begin(max(r.floor, start.confirmed))
+	if cfg.DestWatch != nil {
+		r.flush = cfg.DestWatch.join(cfg.Dest, dest, cfg.MirrorUID, logger)
+	} else {
+		r.flush = startFlushWatcher(ctx, conns.flush, cfg.MirrorUID)
+	}
+	defer r.flush.stop()
+	logger.Info("CDC started", "lsn", start.applied.String(), "start_lsn", r.floor.String(), "batch_id", start.batchID,
+		"table_positions", len(start.positions), "skipped_tables", len(cfg.SkipTables), "binary", binary,
+		"streaming", srv.Streaming())
+	return r.loop(ctx, stop)
+}
+
+// followSource follows the source's WAL end and writes the heartbeats: on
+// the shared poll of cfg.SourceWatch (this run's plain source session is
+// closed then, it is not needed any more), or on src.
+func followSource(ctx context.Context, cfg Config, src *pgx.Conn, heartbeatEvery time.Duration) *sourcePosition {
+	if cfg.SourceWatch != nil {
+		closeQuietly(src)
+		return cfg.SourceWatch.join(cfg.Source, heartbeatEvery, cfg.Logger)
+	}
+	return watchSourcePosition(ctx, src, heartbeatEvery, cfg.Logger)
+}
+
+// runConns are the plain sessions of one CDC run: src on the source (handed
+// to the source watcher or closed once the stream starts), dest to apply
+// on, and flush for the flush watcher when there is no DestWatch.
+type runConns struct {
+	src, dest, flush *pgx.Conn
+}
+
+// openRunConns takes the sessions cfg.Sessions hands over and opens the
+// others.
+func openRunConns(ctx context.Context, cfg Config) (*runConns, error) {
+	c := &runConns{}
+	c.src, c.dest = cfg.Sessions.take()
+	var err error
+	if c.dest == nil {
+		if c.dest, err = session.Connect(ctx, cfg.Dest); err != nil {
+			c.close()
+			return nil, connectError("destination", err)
 		}
 	}
-	var source *sourcePosition
-	if cfg.SourceWatch != nil {
-		// The shared poll follows the source: this run's plain source
-		// connection is not needed any more.
-		source = cfg.SourceWatch.join(cfg.Source, heartbeatEvery, logger)
-		closeQuietly(src)
-	} else {
-		source = watchSourcePosition(ctx, src, heartbeatEvery, logger)
+	if cfg.DestWatch == nil {
+		if c.flush, err = session.Connect(ctx, cfg.Dest); err != nil {
+			c.close()
+			return nil, connectError("destination", err)
+		}
 	}
-	defer source.stop()
-	r := &runner{cfg: cfg, log: logger, rep: rep, applier: applier, applied: applied, batchID: batchID,
-		positions: positions, skip: map[change.TableName]bool{}, source: source, ddlKey: ddlKey, srcCatalog: srcCatalog}
+	if c.src == nil {
+		if c.src, err = session.Connect(ctx, cfg.Source); err != nil {
+			c.close()
+			return nil, connectError("source", err)
+		}
+	}
+	return c, nil
+}
+
+// close closes the sessions still open.
+func (c *runConns) close() {
+	for _, conn := range []*pgx.Conn{c.src, c.dest, c.flush} {
+		if conn != nil {
+			closeQuietly(conn)
+		}
+	}
+}
+
+// newRunApplier prepares the applier on dest: binary values for the tables
+// whose types allow it (unless textOnly), the source catalog that schema
+// changes are read from, and the tables applied in the source's order.
+func newRunApplier(ctx context.Context, cfg Config, rep Reporter, srv pgversion.Server, src, dest *pgx.Conn,
+	textOnly bool, inOrder map[change.TableName]bool) (*apply.Applier, *sourceCatalog, bool, error) {
+	var types map[change.TableName]map[string]uint32
+	if !textOnly {
+		var err error
+		if types, err = binaryTypes(ctx, srv, src, dest, cfg.Tables, cfg.SchemaChanges != ""); err != nil {
+			return nil, nil, false, netError(err)
+		}
+	}
+	applyCfg := apply.Config{
+		MirrorUID: cfg.MirrorUID, Mappings: cfg.Tables, ChunkSize: cfg.ChunkSize, ChunkBytes: cfg.MaxBufferedBytes, Logger: cfg.Logger,
+		Binary: types != nil, BinaryTypes: types, InOrder: inOrder,
+	}
+	if sr, ok := rep.(SchemaReporter); ok {
+		applyCfg.OnColumnsDropped = sr.ColumnsDropped
+	}
+	srcCatalog := schemaConfig(cfg, rep, &applyCfg)
+	applier, err := apply.New(ctx, dest, applyCfg)
+	if err != nil {
+		srcCatalog.close()
+		return nil, nil, false, netError(err)
+	}
+	return applier, srcCatalog, types != nil, nil
+}
+
+// runStart is where a run starts: the applied position and batch id on the
+// destination, the per-table positions, the slot's confirmed position and
+// the source's DDL capture key.
+type runStart struct {
+	applied, confirmed change.LSN
+	batchID            int64
+	positions          map[change.TableName]change.LSN
+	ddlKey             string
+}
+
+// readStart reads where the run starts, once the slot's previous consumer
+// has let go.
+func readStart(ctx context.Context, cfg Config, src, dest *pgx.Conn) (runStart, error) {
+	var s runStart
+	applied, batchID, found, err := positions.Applied(ctx, dest, cfg.MirrorUID)
+	if err != nil {
+		return s, netError(err)
+	}
+	s.applied, s.batchID = applied, batchID
+	if s.positions, err = tablePositions(ctx, dest, cfg); err != nil {
+		return s, netError(err)
+	}
+	if !found {
+		// No position recorded yet: the slot's confirmed position is the
+		// start (the slot never sends anything before it anyway).
+		if s.applied, err = slotConfirmed(ctx, src, cfg.SlotName); err != nil {
+			return s, err
+		}
+		cfg.Logger.Info("no applied position on the destination; starting at the slot's confirmed position", "lsn", s.applied.String())
+	}
+	if err := waitSlotIdle(ctx, src, cfg.SlotName); err != nil {
+		return s, netError(err)
+	}
+	if s.confirmed, err = slotConfirmed(ctx, src, cfg.SlotName); err != nil {
+		return s, err
+	}
+	if cfg.CaptureDDL {
+		if s.ddlKey, err = readDDLKey(ctx, src, cfg.Logger); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// newRunner is the run's loop state from where it starts.
+func newRunner(cfg Config, rep Reporter, applier *apply.Applier, start runStart, source *sourcePosition, srcCatalog *sourceCatalog) *runner {
+	r := &runner{cfg: cfg, log: cfg.Logger, rep: rep, applier: applier, applied: start.applied, batchID: start.batchID,
+		positions: start.positions, skip: map[change.TableName]bool{}, source: source, ddlKey: start.ddlKey, srcCatalog: srcCatalog}
 	for _, t := range cfg.SkipTables {
 		r.skip[t] = true
 	}
@@ -427,35 +518,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	}
 	r.floor = r.lowest()
 	r.appliedPos.Store(uint64(r.applied))
-	var confirmLimit func(change.LSN) change.LSN
-	if cfg.ConfirmCeiling != nil {
-		confirmLimit = r.confirmLimit
-	}
-	stream, err := capture.StartStream(ctx, repl, capture.StreamConfig{
-		Slot: cfg.SlotName, Publication: cfg.PublicationName, StartLSN: r.floor, HoldConfirmed: len(cfg.SkipTables) > 0,
-		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
-		Binary: types != nil, Messages: heartbeatEvery > 0 && srv.Messages(), SchemaMessages: cfg.CaptureDDL && srv.SchemaMessages(), Origins: cfg.Origins,
-		ConfirmLimit: confirmLimit, Streaming: srv.Streaming(), StageMemory: cfg.StageMemory, SpillDir: cfg.SpillDir,
-	})
-	if err != nil {
-		return netError(err)
-	}
-	defer stream.Close()
-	r.stream = stream
-	// Nothing is pending before the stream's start, nor before the slot's
-	// confirmed position (the source never sends what precedes it). The
-	// heartbeats start now that the stream is open.
-	source.begin(max(r.floor, confirmed))
-	if cfg.DestWatch != nil {
-		r.flush = cfg.DestWatch.join(cfg.Dest, dest, cfg.MirrorUID, logger)
-	} else {
-		r.flush = startFlushWatcher(ctx, flushConn, cfg.MirrorUID)
-	}
-	defer r.flush.stop()
-	logger.Info("CDC started", "lsn", applied.String(), "start_lsn", r.floor.String(), "batch_id", batchID,
-		"table_positions", len(positions), "skipped_tables", len(cfg.SkipTables), "binary", types != nil,
-		"streaming", srv.Streaming())
-	return r.loop(ctx, stop)
+	return r
 }
 
 // originBusyWait is how long a run waits for its origin to be let go by

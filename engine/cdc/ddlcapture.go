@@ -42,25 +42,19 @@ func (r *runner) schemaChange(ctx context.Context, msg *change.SchemaMessage) er
 	return err
 }
 
+// applySchemaChange is schemaChange without the stop position.
 func (r *runner) applySchemaChange(ctx context.Context, msg *change.SchemaMessage) error {
 	if !r.concernsMapped(msg.Table) {
 		return nil
 	}
-	parsed, err := ddl.Open(msg.Content, r.ddlKey, r.txXid)
-	if errors.Is(err, ddl.ErrUnsigned) {
-		changed, rerr := r.rereadDDLKey(ctx)
-		if rerr != nil {
-			return rerr
-		}
-		if changed {
-			// The trigger may have been installed again with a new key.
-			parsed, err = ddl.Open(msg.Content, r.ddlKey, r.txXid)
-		}
-	}
+	parsed, unreadable, err := r.openSchemaMessage(ctx, msg)
 	if err != nil {
+		return err
+	}
+	if unreadable != nil {
 		// Not written by the trigger (anyone may write a message with
 		// pgmirror's prefix), or unreadable: never executed.
-		r.log.Warn("ignoring a schema change message", "lsn", msg.LSN.String(), "table", msg.Table.String(), "error", err.Error())
+		r.log.Warn("ignoring a schema change message", "lsn", msg.LSN.String(), "table", msg.Table.String(), "error", unreadable.Error())
 		return nil
 	}
 	rep, _ := r.rep.(DDLReporter)
@@ -71,15 +65,7 @@ func (r *runner) applySchemaChange(ctx context.Context, msg *change.SchemaMessag
 			continue
 		}
 		if !screenedOnce {
-			// Expressions that may not run with the destination role's
-			// privileges are left out (exprcheck), for every mapping.
-			cat := r.srcCatalog
-			if cat == nil {
-				cat = &sourceCatalog{cfg: r.cfg.Source}
-				defer cat.close()
-			}
-			screened, err = parsed.Screen(ctx, change.TableName{Schema: parsed.Schema, Name: parsed.Table}, cat.CheckExpressions)
-			if err != nil {
+			if screened, err = r.screenSchemaChange(ctx, parsed); err != nil {
 				return fmt.Errorf("apply schema change of %s (%s) at %s: %w", m.Source, parsed.Tag, msg.LSN, err)
 			}
 			screenedOnce = true
@@ -87,37 +73,7 @@ func (r *runner) applySchemaChange(ctx context.Context, msg *change.SchemaMessag
 		if err := r.openBatch(ctx); err != nil {
 			return err
 		}
-		if parsed.Kind == "state" {
-			// Columns first: the indexes and constraints below may name a
-			// column renamed or added in this transaction, which the
-			// stream describes only before the table's next row.
-			cols := make([]apply.CapturedColumn, len(parsed.Columns))
-			for i, c := range parsed.Columns {
-				cols[i] = apply.CapturedColumn{Attnum: c.Attnum, Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Stored: c.Stored}
-			}
-			if err := r.applier.ColumnsCaptured(ctx, m.Source, cols); err != nil {
-				return fmt.Errorf("apply schema change of %s (%s) at %s: %w", m.Source, parsed.Tag, msg.LSN, err)
-			}
-		}
-		var res ddl.Result
-		var left []string // planned but left alone (schema_changes warn)
-		mode := apply.SchemaMode(r.cfg.SchemaChanges)
-		err := r.applier.ExecSchemaChange(ctx, m.Destination, func(ctx context.Context, conn *pgx.Conn) error {
-			if mode != apply.SchemaWarn && mode != apply.SchemaStop {
-				var err error
-				res, err = ddl.Reconcile(ctx, conn, m, parsed)
-				return err
-			}
-			stmts, warnings, err := ddl.Plan(ctx, conn, m, parsed)
-			if err != nil {
-				return err
-			}
-			if mode == apply.SchemaStop && len(stmts) > 0 {
-				return &apply.SchemaStopError{Table: m.Source, Changes: stmts}
-			}
-			res.Warnings, left = warnings, stmts
-			return nil
-		})
+		res, left, err := r.reconcileCaptured(ctx, m, parsed)
 		res.Warnings = append(slices.Clone(screened), res.Warnings...)
 		if err != nil {
 			return fmt.Errorf("apply schema change of %s (%s) at %s: %w", m.Source, parsed.Tag, msg.LSN, err)
@@ -125,6 +81,77 @@ func (r *runner) applySchemaChange(ctx context.Context, msg *change.SchemaMessag
 		r.ddlReports = append(r.ddlReports, func() { r.reportCaptured(ctx, rep, m, msg.LSN, left, res) })
 	}
 	return nil
+}
+
+// openSchemaMessage checks and reads a schema change message, reading the
+// trigger's key again when the message is not signed with the one known
+// (the trigger may have been installed again with a new key). unreadable
+// says why a message is not to be executed; err is a failure to read the
+// key.
+func (r *runner) openSchemaMessage(ctx context.Context, msg *change.SchemaMessage) (parsed *ddl.Message, unreadable, err error) {
+	m, openErr := ddl.Open(msg.Content, r.ddlKey, r.txXid)
+	if errors.Is(openErr, ddl.ErrUnsigned) {
+		changed, err := r.rereadDDLKey(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if changed {
+			m, openErr = ddl.Open(msg.Content, r.ddlKey, r.txXid)
+		}
+	}
+	if openErr != nil {
+		return nil, openErr, nil
+	}
+	return &m, nil, nil
+}
+
+// screenSchemaChange leaves out the expressions that may not run with the
+// destination role's privileges (exprcheck), for every mapping, and
+// returns the warnings saying so.
+func (r *runner) screenSchemaChange(ctx context.Context, parsed *ddl.Message) ([]string, error) {
+	cat := r.srcCatalog
+	if cat == nil {
+		cat = &sourceCatalog{cfg: r.cfg.Source}
+		defer cat.close()
+	}
+	return parsed.Screen(ctx, change.TableName{Schema: parsed.Schema, Name: parsed.Table}, cat.CheckExpressions)
+}
+
+// reconcileCaptured brings the destination table of m to the captured
+// change in the batch's transaction, as the mirror's schema_changes says:
+// applied (apply), planned and left alone (warn, returned as left), or the
+// run stopped (stop).
+func (r *runner) reconcileCaptured(ctx context.Context, m change.Mapping, parsed *ddl.Message) (res ddl.Result, left []string, err error) {
+	if parsed.Kind == "state" {
+		// Columns first: the indexes and constraints may name a column
+		// renamed or added in this transaction, which the stream
+		// describes only before the table's next row.
+		cols := make([]apply.CapturedColumn, len(parsed.Columns))
+		for i, c := range parsed.Columns {
+			cols[i] = apply.CapturedColumn{Attnum: c.Attnum, Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Stored: c.Stored}
+		}
+		if err := r.applier.ColumnsCaptured(ctx, m.Source, cols); err != nil {
+			return res, nil, err
+		}
+	}
+	mode := apply.SchemaMode(r.cfg.SchemaChanges)
+	err = r.applier.ExecSchemaChange(ctx, m.Destination, func(ctx context.Context, conn *pgx.Conn) error {
+		if mode != apply.SchemaWarn && mode != apply.SchemaStop {
+			var err error
+			res, err = ddl.Reconcile(ctx, conn, m, *parsed)
+			return err
+		}
+		stmts, warnings, err := ddl.Plan(ctx, conn, m, *parsed)
+		if err != nil {
+			return err
+		}
+		if mode == apply.SchemaStop && len(stmts) > 0 {
+			return &apply.SchemaStopError{Table: m.Source, Changes: stmts}
+		}
+		res.Warnings, left = warnings, stmts
+		return nil
+	})
+	return res, left, err
 }
 
 // reportCaptured reports what a captured schema change did on the

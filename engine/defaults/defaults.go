@@ -37,12 +37,17 @@ const CDCSyncInterval = CDCSyncIntervalSeconds * time.Second
 
 // Service tunables (SERVICE_* environment variables, docs/configuration.md).
 const (
-	MirrorWorkers          = 200
-	LogRetention           = 7 * 24 * time.Hour
-	ShutdownTimeout        = 30 * time.Second
-	SlotMonitorInterval    = 15 * time.Second
-	VerifyScheduleInterval = 30 * time.Second
-	SequenceSyncInterval   = 30 * time.Second
+	MirrorWorkers = 200
+	LogRetention  = 7 * 24 * time.Hour
+	// MetricsHistoryRetention is how long the lag and throughput samples of
+	// mirrors are kept; MetricsHistoryInterval is how often a streaming
+	// mirror gets one.
+	MetricsHistoryRetention = 24 * time.Hour
+	MetricsHistoryInterval  = 30 * time.Second
+	ShutdownTimeout         = 30 * time.Second
+	SlotMonitorInterval     = 15 * time.Second
+	VerifyScheduleInterval  = 30 * time.Second
+	SequenceSyncInterval    = 30 * time.Second
 	// CutoverChecksumMaxBytes is the largest source table whose checksums
 	// a cut-over compares when the request does not say.
 	CutoverChecksumMaxBytes = 1 << 30

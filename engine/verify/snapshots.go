@@ -94,11 +94,18 @@ type SnapshotConfig struct {
 	// WhileHeld, when set, runs while the mirror is held at the position,
 	// with the snapshots open (Repair).
 	WhileHeld func(ctx context.Context, s *Snapshots) error
+	// Waiting, when set, is called once when transactions open on the
+	// source make OpenSnapshots wait before it holds the mirror (see
+	// waitOpenTransactions), with the oldest one's id.
+	Waiting func(ctx context.Context, oldestXid int64)
 }
 
 // OpenSnapshots obtains a source and a destination snapshot at one source
 // position while the mirror's CDC run goes on (docs/consistency.md):
 //
+//  0. wait until every transaction open on the source cluster has ended
+//     (waitOpenTransactions): the temporary slot of step 2 cannot be
+//     created before, and the mirror is not held meanwhile;
 //  1. arm the run's hold at the source's current WAL position W: from now
 //     on it applies no transaction committing at or after W before it knows
 //     the exact position;
@@ -133,6 +140,12 @@ func OpenSnapshots(ctx context.Context, cfg SnapshotConfig, hc HoldControl) (_ *
 		_ = src.Close(cctx)
 		cancel()
 	}()
+	if _, err := holdFloor(ctx, src); err != nil {
+		return nil, err
+	}
+	if err := waitOpenTransactions(ctx, src, cfg.Waiting); err != nil {
+		return nil, err
+	}
 	floor, err := holdFloor(ctx, src)
 	if err != nil {
 		return nil, err
@@ -238,4 +251,40 @@ func (s *Snapshots) Comparable(tables []change.Mapping) (compare []change.Mappin
 		compare = append(compare, m)
 	}
 	return compare, skipped
+}
+
+// openTransactionsPoll is how often waitOpenTransactions looks whether the
+// transactions it waits for have ended.
+const openTransactionsPoll = 250 * time.Millisecond
+
+// waitOpenTransactions waits until every transaction that holds a
+// transaction id on the source cluster now (in any database) has ended.
+// PostgreSQL creates a logical slot only once the transactions running when
+// it began have ended; a verification that armed the mirror's hold first
+// would hold the mirror for as long as a large transaction stays open (a
+// backfill streamed to the mirror while it runs). Waiting here first, with
+// the mirror streaming, leaves the slot only the transactions begun since to
+// wait for. waiting is called once when there is something to wait for.
+func waitOpenTransactions(ctx context.Context, src *pgx.Conn, waiting func(ctx context.Context, oldestXid int64)) error {
+	var until, oldest int64
+	if err := src.QueryRow(ctx, `SELECT pg_catalog.txid_snapshot_xmax(s), pg_catalog.txid_snapshot_xmin(s)
+		FROM pg_catalog.txid_current_snapshot() s`).Scan(&until, &oldest); err != nil {
+		return fmt.Errorf("read the transactions open on the source: %w", err)
+	}
+	told := false
+	for oldest < until {
+		if !told && waiting != nil {
+			waiting(ctx, oldest)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(openTransactionsPoll):
+		}
+		if err := src.QueryRow(ctx, `SELECT pg_catalog.txid_snapshot_xmin(pg_catalog.txid_current_snapshot())`).Scan(&oldest); err != nil {
+			return fmt.Errorf("read the transactions open on the source: %w", err)
+		}
+	}
+	return nil
 }

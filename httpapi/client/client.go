@@ -119,7 +119,7 @@ var (
 	OpDeletePeer      = Operation{"delete-peer", http.MethodDelete, "/v1/peers/{name}", nil}
 	OpListPeerTables  = Operation{"list-peer-tables", http.MethodGet, "/v1/peers/{name}/tables", nil}
 	OpTestPeer        = Operation{"test-peer", http.MethodPost, "/v1/peers/{name}/test", nil}
-	OpListMirrors     = Operation{"list-mirrors", http.MethodGet, "/v1/mirrors", nil}
+	OpListMirrors     = Operation{"list-mirrors", http.MethodGet, "/v1/mirrors", []string{"status", "q", "sort", "limit", "offset"}}
 	OpCreateMirror    = Operation{"create-mirror", http.MethodPost, "/v1/mirrors", nil}
 	OpGetMirror       = Operation{"get-mirror", http.MethodGet, "/v1/mirrors/{name}", nil}
 	OpDeleteMirror    = Operation{"delete-mirror", http.MethodDelete, "/v1/mirrors/{name}", nil}
@@ -134,6 +134,7 @@ var (
 	OpPutTables       = Operation{"put-mirror-tables", http.MethodPut, "/v1/mirrors/{name}/tables", nil}
 	OpAvailableTables = Operation{"available-tables", http.MethodGet, "/v1/mirrors/{name}/available-tables", nil}
 	OpCutover         = Operation{"cutover-mirror", http.MethodPost, "/v1/mirrors/{name}/cutover", nil}
+	OpMirrorHistory   = Operation{"mirror-history", http.MethodGet, "/v1/mirrors/{name}/history", []string{"since"}}
 	OpMirrorLogs      = Operation{"mirror-logs", http.MethodGet, "/v1/mirrors/{name}/logs", []string{"limit", "offset", "search", "level"}}
 	OpAuditLog        = Operation{"audit-log", http.MethodGet, "/v1/audit", []string{"limit", "offset", "username", "action", "target_type", "target_name", "result"}}
 )
@@ -144,7 +145,7 @@ var Operations = []Operation{
 	OpListPeers, OpCreatePeer, OpGetPeer, OpUpdatePeer, OpDeletePeer, OpListPeerTables, OpTestPeer,
 	OpListMirrors, OpCreateMirror, OpGetMirror, OpDeleteMirror, OpUpdateMirror, OpPauseMirror, OpResumeMirror,
 	OpResyncMirror, OpResyncTable, OpRetryMirror, OpSyncSchema, OpGetTables, OpPutTables,
-	OpAvailableTables, OpCutover, OpMirrorLogs, OpAuditLog,
+	OpAvailableTables, OpCutover, OpMirrorLogs, OpMirrorHistory, OpAuditLog,
 }
 
 type bodyKey struct{}
@@ -452,6 +453,15 @@ func (c *Client) MirrorLogs(ctx context.Context, name string, q LogQuery) (*LogP
 	setString(v, "search", q.Search)
 	setString(v, "level", q.Level)
 	return call[LogPage](ctx, c, OpMirrorLogs, p(name), v, nil)
+}
+
+// MirrorHistory returns a mirror's lag and throughput samples taken after
+// since (an RFC 3339 time or a duration back from now such as 6h; "" for
+// the last 3 hours), oldest first.
+func (c *Client) MirrorHistory(ctx context.Context, name, since string) (*History, error) {
+	v := url.Values{}
+	setString(v, "since", since)
+	return call[History](ctx, c, OpMirrorHistory, p(name), v, nil)
 }
 
 // AuditLog returns a page of the audit log, newest first (admin).

@@ -108,6 +108,8 @@ var schemaTypes = map[string]any{
 	"CutoverStep":              client.CutoverStep{},
 	"DeletedOutputBody":        client.Deleted{},
 	"HealthOutputBody":         client.Health{},
+	"HistoryOutputBody":        client.History{},
+	"HistorySample":            client.HistorySample{},
 	"LogEntry":                 client.LogEntry{},
 	"LoginInputBody":           client.LoginRequest{},
 	"LoginOutputBody":          client.LoginResponse{},

@@ -251,8 +251,28 @@ type MirrorSummary struct {
 	WorkerInfo
 	PeerWarnings
 	LostChanges *LostChanges `json:"lost_changes"`
+	RowsSynced  int64        `json:"rows_synced"`
 	CreatedAt   time.Time    `json:"created_at"`
 	UpdatedAt   time.Time    `json:"updated_at"`
+}
+
+// History is a mirror's lag and throughput samples (GET
+// /v1/mirrors/{name}/history).
+type History struct {
+	Mirror          string          `json:"mirror"`
+	Since           time.Time       `json:"since"`
+	IntervalSeconds int             `json:"interval_seconds"`
+	Samples         []HistorySample `json:"samples"`
+}
+
+// HistorySample is one sample of a mirror's history.
+type HistorySample struct {
+	At                time.Time `json:"at"`
+	LagSeconds        *float64  `json:"lag_seconds"`
+	RowsSynced        int64     `json:"rows_synced"`
+	RowsPerSecond     *float64  `json:"rows_per_second"`
+	LSN               *string   `json:"lsn"`
+	WALBytesPerSecond *float64  `json:"wal_bytes_per_second"`
 }
 
 // LostChanges names a mirror's tables that may miss changes because its

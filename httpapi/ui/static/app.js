@@ -8,7 +8,10 @@
   const TOKEN_KEY = 'pgmirror.token';
   const REFRESH_MS = 3000;
   const VERIFY_PAGE = 5; // verifications shown on a mirror's page
-  const LAG_WINDOW_MS = 10 * 60 * 1000;
+  const LAG_WINDOW_MS = 10 * 60 * 1000; // live samples kept per mirror
+  const CHART_WINDOW_MS = 3 * 60 * 60 * 1000; // what a mirror's charts show
+  const HISTORY_EVERY_MS = 5 * 60 * 1000; // how often the charts read the history again
+  const CHART_GAP_MS = 2 * 60 * 1000; // a longer gap between samples breaks the line
   const LOG_PAGE = 50;
   const SVG_NS = 'http://www.w3.org/2000/svg';
 
@@ -19,6 +22,7 @@
   let timers = [];
   const lagSamples = new Map(); // mirror name -> [{t, lag}]
   const rowSamples = new Map(); // mirror name -> {t, rows, rate}
+  const rateSamples = new Map(); // mirror name -> [{t, v}] (rows/s)
 
   // ---- DOM helpers -------------------------------------------------------
 
@@ -292,7 +296,9 @@
     constructor(status, message) { super(message); this.status = status; }
   }
 
-  async function api(method, path, body) {
+  // api calls the API and returns the decoded answer (with its headers,
+  // as {data, headers}, when withHeaders is set).
+  async function api(method, path, body, withHeaders) {
     const headers = { Accept: 'application/json' };
     const token = sessionStorage.getItem(TOKEN_KEY);
     if (token) headers.Authorization = 'Bearer ' + token;
@@ -331,12 +337,13 @@
       }
       throw new APIError(resp.status, msg);
     }
-    return data;
+    return withHeaders ? { data, headers: resp.headers } : data;
   }
 
   // rowsTotal is the sum of the tables' rows_synced: rows copied by the
-  // snapshot plus every row changed by CDC.
+  // snapshot plus every row changed by CDC (a list item has it summed).
   function rowsTotal(m) {
+    if (typeof m.rows_synced === 'number') return m.rows_synced;
     return (m.tables || []).reduce((a, t) => a + (t.rows_synced || 0), 0);
   }
 
@@ -356,6 +363,10 @@
     if (prev && now - prev.t >= 1000) {
       rate = Math.max(0, rows - prev.rows) / ((now - prev.t) / 1000);
       rowSamples.set(m.name, { t: now, rows, rate });
+      const list = rateSamples.get(m.name) || [];
+      list.push({ t: now, v: rate });
+      while (list.length && list[0].t < now - LAG_WINDOW_MS) list.shift();
+      rateSamples.set(m.name, list);
     } else if (!prev) {
       rowSamples.set(m.name, { t: now, rows, rate: null });
     }
@@ -485,54 +496,185 @@
   }
 
   // ---- mirrors list ------------------------------------------------------
+  // One request per refresh whatever the fleet's size: the list endpoint
+  // filters, sorts and pages, and its headers give the matching count
+  // (X-Total-Count) and the fleet's totals by status (X-Status-Totals).
+
+  const LIST_PAGE = 50;
+  const STATUSES = ['initializing', 'snapshotting', 'running', 'paused', 'error', 'stopped', 'completed'];
+  // The list's filter, order and page, kept while the session lasts.
+  const listState = { status: '', q: '', sort: 'name', offset: 0 };
+
+  // parseTotals reads X-Status-Totals ("running=3, paused=1, ...").
+  function parseTotals(header) {
+    const out = {};
+    for (const part of String(header || '').split(',')) {
+      const [k, v] = part.trim().split('=');
+      if (k && v !== undefined) out[k] = Number(v);
+    }
+    return out;
+  }
 
   function renderMirrors(ctx) {
     const body = el('tbody');
     const stamp = el('span', { class: 'muted', id: 'refreshed' });
     const err = el('p', { class: 'error', role: 'alert' });
+    const totalsBar = el('div', { class: 'totals', id: 'mirror-totals', role: 'group', 'aria-label': 'Mirrors by status' });
+    const statusSelect = el('select', { id: 'mirror-status-filter', name: 'status' },
+      el('option', { value: '', text: 'All statuses' }), STATUSES.map((st) => el('option', { value: st, text: st })));
+    statusSelect.value = listState.status;
+    const search = el('input', { type: 'search', id: 'mirror-search', name: 'q', value: listState.q, placeholder: 'Name or peer',
+      autocomplete: 'off' });
+    // The order, also for narrow screens where the column headers are hidden.
+    const sortSelect = el('select', { id: 'mirror-sort', name: 'sort' }, [
+      ['name', 'Name, A to Z'], ['-name', 'Name, Z to A'], ['status', 'Status'], ['-status', 'Status, reversed'],
+      ['-lag', 'Lag, highest first'], ['lag', 'Lag, lowest first'], ['-created', 'Newest first'], ['created', 'Oldest first'],
+    ].map(([v, label]) => el('option', { value: v, text: label })));
+    sortSelect.value = listState.sort;
+    sortSelect.addEventListener('change', () => { listState.sort = sortSelect.value; listState.offset = 0; load(); });
+    const pageInfo = el('span', { class: 'muted', id: 'mirror-page-info', role: 'status' });
+    const prev = el('button', { type: 'button', id: 'mirror-prev', text: '← Previous', disabled: true,
+      onclick: () => { listState.offset = Math.max(0, listState.offset - LIST_PAGE); load(); } });
+    const next = el('button', { type: 'button', id: 'mirror-next', text: 'Next →', disabled: true,
+      onclick: () => { listState.offset += LIST_PAGE; load(); } });
+
+    // Sortable column headers: a button each; aria-sort tells the order.
+    const sortable = (label, key, cls) => {
+      const th = el('th', { class: cls || null, 'data-sort': key },
+        el('button', { type: 'button', class: 'sort', id: 'sort-' + key, text: label, onclick: () => {
+          listState.sort = listState.sort === key ? '-' + key : key;
+          listState.offset = 0;
+          load();
+        } }));
+      return th;
+    };
+    const heads = [sortable('Name', 'name'), sortable('Status', 'status'), sortable('Lag', 'lag', 'num'),
+      el('th', { class: 'num', text: 'Throughput' }), el('th', { class: 'num', text: 'Rows' }),
+      el('th', { class: 'num', text: 'Errors' }), el('th', { text: 'Source → destination' }),
+      sortable('Created', 'created'), el('th', { text: 'Updated' })];
+    const showSort = () => {
+      sortSelect.value = listState.sort;
+      for (const th of heads) {
+        const key = th.dataset.sort;
+        if (!key) continue;
+        const on = listState.sort.replace(/^-/, '') === key;
+        const desc = listState.sort.startsWith('-');
+        if (on) th.setAttribute('aria-sort', desc ? 'descending' : 'ascending'); else th.removeAttribute('aria-sort');
+        th.firstChild.textContent = th.firstChild.textContent.replace(/ [▲▼]$/, '') + (on ? (desc ? ' ▼' : ' ▲') : '');
+      }
+    };
+
+    let searchTimer = null;
+    search.addEventListener('input', () => {
+      clearTimeout(searchTimer);
+      searchTimer = setTimeout(() => {
+        if (!ctx.live()) return;
+        listState.q = search.value.trim();
+        listState.offset = 0;
+        load();
+      }, 300);
+    });
+    statusSelect.addEventListener('change', () => { listState.status = statusSelect.value; listState.offset = 0; load(); });
+
     replace(view,
       el('div', { class: 'toolbar' }, el('h1', { text: 'Mirrors' }),
         isAdmin() ? el('a', { href: '#/new-mirror', id: 'new-mirror', class: 'button', text: 'Create mirror' }) : null),
+      totalsBar,
+      el('form', { class: 'toolbar', id: 'mirror-filter', role: 'search', onsubmit: (ev) => {
+        ev.preventDefault();
+        clearTimeout(searchTimer);
+        listState.q = search.value.trim();
+        listState.offset = 0;
+        load();
+      } },
+      el('label', { for: 'mirror-status-filter', text: 'Status' }), statusSelect,
+      el('label', { for: 'mirror-search', text: 'Search' }), search,
+      el('label', { for: 'mirror-sort', text: 'Sort' }), sortSelect),
       err,
-      scroller(el('table', { id: 'mirrors', class: 'stack' },
-        el('thead', {}, el('tr', {},
-          el('th', { text: 'Name' }), el('th', { text: 'Status' }), el('th', { class: 'num', text: 'Lag' }),
-          el('th', { class: 'num', text: 'Throughput' }), el('th', { class: 'num', text: 'Rows' }),
-          el('th', { class: 'num', text: 'Errors' }), el('th', { text: 'Source → destination' }), el('th', { text: 'Updated' }))),
-        body)),
+      scroller(el('table', { id: 'mirrors', class: 'stack' }, el('thead', {}, el('tr', {}, heads)), body)),
+      el('div', { class: 'pager' }, prev, pageInfo, next),
       el('p', {}, stamp, ' · refreshes every few seconds'));
+    showSort();
 
-    every(REFRESH_MS, async () => {
+    // The fleet's totals by status, a button each (made once, so that the
+    // focus stays on one across refreshes); a click filters by that status,
+    // a second click shows all statuses again.
+    const chips = ['', ...STATUSES].map((st) => {
+      const count = el('span', { class: 'total-count', text: '' });
+      const chip = el('button', { type: 'button', class: 'total' + (st ? ' total-' + st : ''), 'data-status': st, hidden: true,
+        onclick: () => {
+          listState.status = listState.status === st ? '' : st;
+          statusSelect.value = listState.status;
+          listState.offset = 0;
+          load();
+        } }, el('span', { class: 'total-label', text: st || 'All' }), ' ', count);
+      chip.count = count;
+      return chip;
+    });
+    append(totalsBar, chips);
+    const showTotals = (totals) => {
+      const all = STATUSES.reduce((a, st) => a + (totals[st] || 0), 0);
+      for (const chip of chips) {
+        const st = chip.dataset.status;
+        const n = st ? (totals[st] || 0) : all;
+        chip.count.textContent = fmtNum(n);
+        chip.setAttribute('aria-pressed', listState.status === st ? 'true' : 'false');
+        chip.hidden = !!st && !n && listState.status !== st;
+      }
+    };
+
+    let seq = 0; // only the answer to the latest request is shown
+    const load = async () => {
+      const mine = ++seq;
+      const q = new URLSearchParams({ sort: listState.sort, limit: LIST_PAGE, offset: listState.offset });
+      if (listState.status) q.set('status', listState.status);
+      if (listState.q) q.set('q', listState.q);
+      showSort();
       try {
-        const list = await api('GET', '/v1/mirrors');
-        // The list has no counters; each mirror's record has its tables'.
-        const details = await Promise.all(list.slice(0, 100).map((m) =>
-          api('GET', '/v1/mirrors/' + enc(m.name)).catch(() => null)));
-        if (!ctx.live()) return;
+        const res = await api('GET', '/v1/mirrors?' + q, undefined, true);
+        if (!ctx.live() || mine !== seq) return;
+        const list = res.data || [];
+        const total = Number(res.headers.get('X-Total-Count') || list.length);
+        if (!list.length && total > 0 && listState.offset > 0) {
+          // The page emptied (mirrors deleted or filtered away): go to the last one.
+          listState.offset = Math.max(0, Math.floor((total - 1) / LIST_PAGE) * LIST_PAGE);
+          load();
+          return;
+        }
         err.textContent = '';
+        showTotals(parseTotals(res.headers.get('X-Status-Totals')));
         // data-label names each cell's column when a narrow screen stacks
         // the rows (app.css).
-        const rows = list.map((m, i) => {
-          const d = details[i];
-          const rate = d ? sample(d) : null;
+        const rows = list.map((m) => {
+          const rate = sample(m);
           return el('tr', { 'data-mirror': m.name },
             el('td', { class: 'name', 'data-label': 'Name' }, el('a', { href: '#/mirrors/' + enc(m.name), text: m.name })),
             el('td', { 'data-label': 'Status' }, statusBadge(m.status), lostBadge(m.lost_changes), peerBadge(m.peer_warnings),
               m.error_message ? el('div', { class: 'row-error error', text: m.error_message }) : null),
             el('td', { class: 'num', 'data-label': 'Lag', text: fmtLag(m.lag_seconds) }),
             el('td', { class: 'num', 'data-label': 'Throughput', text: fmtRate(rate) }),
-            el('td', { class: 'num', 'data-label': 'Rows', text: d ? fmtNum(rowsTotal(d)) : '—' }),
+            el('td', { class: 'num', 'data-label': 'Rows', text: fmtNum(rowsTotal(m)) }),
             el('td', { class: 'num', 'data-label': 'Errors', text: m.error_count }),
             el('td', { class: 'name', 'data-label': 'Peers', text: `${m.source_peer} → ${m.destination_peer}` }),
+            el('td', { 'data-label': 'Created', title: fmtTime(m.created_at), text: fmtAgo(m.created_at) }),
             el('td', { 'data-label': 'Updated', title: fmtTime(m.updated_at), text: fmtAgo(m.updated_at) }));
         });
-        if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: 8, class: 'muted', text: 'No mirrors yet.' })));
+        const filtered = listState.status || listState.q;
+        if (!rows.length) {
+          rows.push(el('tr', {}, el('td', { colspan: heads.length, class: 'muted',
+            text: filtered ? 'No mirror matches the filter.' : 'No mirrors yet.' })));
+        }
         replace(body, rows);
+        pageInfo.textContent = total ? `${listState.offset + 1}–${listState.offset + list.length} of ${fmtNum(total)}` : '0 mirrors';
+        prev.disabled = listState.offset === 0 || isStale();
+        next.disabled = listState.offset + list.length >= total || isStale();
         stamp.textContent = 'Refreshed ' + new Date().toLocaleTimeString();
       } catch (e) {
-        if (ctx.live()) err.textContent = down(e) ? '' : e.message;
+        if (ctx.live() && mine === seq) err.textContent = down(e) ? '' : e.message;
       }
-    });
+    };
+
+    every(REFRESH_MS, load);
   }
 
   // ---- mirror detail -----------------------------------------------------
@@ -551,8 +693,35 @@
     const logsBox = el('section', { class: 'card', id: 'logs' });
     let current = null;
 
+    // The charts open with the service's history of the last hours
+    // (GET .../history, read again every few minutes) and go on with the
+    // samples this page polls.
+    let hist = null; // {lag: [{t, v}], rate: [{t, v}]}; null until read
+    let histAt = 0;
+    const loadHistory = async () => {
+      try {
+        const h = await api('GET', path + '/history?since=3h');
+        if (!ctx.live()) return;
+        const at = (x) => new Date(x.at).getTime();
+        hist = {
+          lag: h.samples.filter((x) => x.lag_seconds !== null).map((x) => ({ t: at(x), v: x.lag_seconds })),
+          rate: h.samples.map((x) => ({ t: at(x), v: x.rows_per_second })),
+        };
+        histAt = Date.now();
+      } catch (_) {
+        // The charts show the polled samples only; tried again at the next refresh.
+      }
+    };
+    const series = (kind) => {
+      const h = hist ? hist[kind] : [];
+      const live = kind === 'lag' ? (lagSamples.get(name) || []).map((x) => ({ t: x.t, v: x.lag })) : (rateSamples.get(name) || []);
+      const after = h.length ? h[h.length - 1].t : 0;
+      return h.concat(live.filter((x) => x.t > after));
+    };
+
     const refresh = async () => {
       try {
+        if (!hist || Date.now() - histAt > HISTORY_EVERY_MS) await loadHistory();
         const m = await api('GET', path);
         if (!ctx.live()) return;
         current = m;
@@ -699,7 +868,10 @@
         el('div', { class: 'cols' },
           el('section', { class: 'card' }, el('h2', { text: 'Configuration' }), cfg),
           el('section', { class: 'card' }, el('h2', { text: 'Counters' }), counters)),
-        el('section', { class: 'card' }, el('h2', { text: 'Lag, last 10 minutes' }), lagChart(lagSamples.get(m.name) || [])),
+        el('section', { class: 'card' }, el('h2', { text: 'Lag, last 3 hours' }),
+          seriesChart(series('lag'), { id: 'lag-chart', what: 'replication lag', fmt: fmtLag, zero: '0 s', none: 'No lag reading yet' })),
+        el('section', { class: 'card' }, el('h2', { text: 'Throughput, last 3 hours' }),
+          seriesChart(series('rate'), { id: 'rate-chart', what: 'rows per second', fmt: fmtRate, zero: '0', none: 'No throughput reading yet' })),
         el('section', { class: 'card' }, el('h2', { text: 'Tables' }), scroller(tablesTable(m))),
       ];
       return out;
@@ -931,30 +1103,51 @@
     return [el('dt', { text: label }), el('dd', { text: value === null || value === undefined || value === '' ? '—' : value })];
   }
 
-  // lagChart draws the polled lag samples as a line in an inline SVG.
-  function lagChart(samples) {
-    const W = 1100, H = 170, L = 56, B = 22, T = 10, R = 10;
+  // seriesChart draws samples ([{t, v}], oldest first; v null for
+  // unknown) of the last CHART_WINDOW_MS as lines in an inline SVG, broken
+  // where samples are missing (a paused mirror, a gap in the history).
+  function seriesChart(samples, o) {
+    const W = 1100, H = 170, L = 76, B = 22, T = 10, R = 10;
     const now = Date.now();
-    const max = Math.max(1, ...samples.map((s) => s.lag)) * 1.1;
-    const x = (t) => L + (W - L - R) * (1 - (now - t) / LAG_WINDOW_MS);
+    const shown = samples.filter((s) => s.t >= now - CHART_WINDOW_MS);
+    const known = shown.filter((s) => s.v !== null && s.v !== undefined);
+    const max = Math.max(1, ...known.map((s) => s.v)) * 1.1;
+    const x = (t) => L + (W - L - R) * (1 - (now - t) / CHART_WINDOW_MS);
     const y = (v) => T + (H - T - B) * (1 - v / max);
     const parts = [
       svg('line', { class: 'grid', x1: L, y1: y(0), x2: W - R, y2: y(0) }),
       svg('line', { class: 'grid', x1: L, y1: y(max / 2), x2: W - R, y2: y(max / 2) }),
-      svg('text', { x: 2, y: y(max / 2) + 4, text: fmtLag(max / 2) }),
-      svg('text', { x: 2, y: y(0) + 4, text: '0 s' }),
-      svg('text', { x: L, y: H - 4, text: '10 min ago' }),
+      svg('text', { x: 2, y: y(max / 2) + 4, text: o.fmt(max / 2) }),
+      svg('text', { x: 2, y: y(0) + 4, text: o.zero }),
+      svg('text', { x: L, y: H - 4, text: '3 h ago' }),
+      svg('text', { x: x(now - 2 * 3600e3) - 14, y: H - 4, text: '2 h' }),
+      svg('text', { x: x(now - 3600e3) - 14, y: H - 4, text: '1 h' }),
       svg('text', { x: W - R - 24, y: H - 4, text: 'now' }),
     ];
-    if (samples.length) {
-      parts.push(svg('polyline', { class: 'line', points: samples.map((s) => `${x(s.t).toFixed(1)},${y(s.lag).toFixed(1)}`).join(' ') }));
-      const last = samples[samples.length - 1];
-      parts.push(svg('circle', { class: 'dot', cx: x(last.t).toFixed(1), cy: y(last.lag).toFixed(1), r: 4 }));
-    } else {
-      parts.push(svg('text', { x: L + 10, y: H / 2, text: 'No lag reading yet' }));
+    // Lines: consecutive known samples at most CHART_GAP_MS apart.
+    let line = [];
+    let prevT = null;
+    const flush = () => {
+      if (line.length > 1) parts.push(svg('polyline', { class: 'line', points: line.join(' ') }));
+      else if (line.length === 1) parts.push(svg('circle', { class: 'point', cx: line[0].split(',')[0], cy: line[0].split(',')[1], r: 2 }));
+      line = [];
+    };
+    for (const s of shown) {
+      if (s.v === null || s.v === undefined || (prevT !== null && s.t - prevT > CHART_GAP_MS)) flush();
+      if (s.v !== null && s.v !== undefined) line.push(`${x(s.t).toFixed(1)},${y(s.v).toFixed(1)}`);
+      prevT = s.t;
     }
-    return svg('svg', { class: 'chart', id: 'lag-chart', viewBox: `0 0 ${W} ${H}`, role: 'img',
-      'aria-label': 'replication lag over the last 10 minutes', 'data-samples': samples.length }, parts);
+    flush();
+    if (known.length) {
+      const last = known[known.length - 1];
+      parts.push(svg('circle', { class: 'dot', cx: x(last.t).toFixed(1), cy: y(last.v).toFixed(1), r: 4 }));
+    } else {
+      parts.push(svg('text', { x: L + 10, y: H / 2, text: o.none }));
+    }
+    const first = known.length ? known[0].t : null;
+    return svg('svg', { class: 'chart', id: o.id, viewBox: `0 0 ${W} ${H}`, role: 'img',
+      'aria-label': `${o.what} over the last 3 hours` + (first ? `, from ${fmtTime(new Date(first).toISOString())}` : ''),
+      'data-samples': known.length, 'data-first': first || '' }, parts);
   }
 
   // ---- forms -------------------------------------------------------------
