@@ -650,7 +650,7 @@
           return el('tr', { 'data-mirror': m.name },
             el('td', { class: 'name', 'data-label': 'Name' }, el('a', { href: '#/mirrors/' + enc(m.name), text: m.name })),
             el('td', { 'data-label': 'Status' }, statusBadge(m.status), lostBadge(m.lost_changes), peerBadge(m.peer_warnings),
-              m.error_message ? el('div', { class: 'row-error error', text: m.error_message }) : null),
+              m.error_message ? el('div', { class: 'row-error error', text: forPeople(m.error_message) }) : null),
             el('td', { class: 'num', 'data-label': 'Lag', text: fmtLag(m.lag_seconds) }),
             el('td', { class: 'num', 'data-label': 'Throughput', text: fmtRate(rate) }),
             el('td', { class: 'num', 'data-label': 'Rows', text: fmtNum(rowsTotal(m)) }),
@@ -668,7 +668,7 @@
         pageInfo.textContent = total ? `${listState.offset + 1}–${listState.offset + list.length} of ${fmtNum(total)}` : '0 mirrors';
         prev.disabled = listState.offset === 0 || isStale();
         next.disabled = listState.offset + list.length >= total || isStale();
-        stamp.textContent = 'Refreshed ' + new Date().toLocaleTimeString();
+        stamp.textContent = 'Refreshed ' + fmtClock(new Date());
       } catch (e) {
         if (ctx.live() && mine === seq) err.textContent = down(e) ? '' : e.message;
       }
