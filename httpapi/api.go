@@ -74,6 +74,9 @@ type handlers struct {
 	logins                 *loginGuard
 	// allowSocketPeers: Config.AllowSocketPeers.
 	allowSocketPeers bool
+	// defaults remembers which stored password hashes are of the default
+	// password (GET /v1/auth/me).
+	defaults *defaultPasswords
 }
 
 // New returns the HTTP handler serving the whole API.
@@ -99,7 +102,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	h := &handlers{store: cfg.Store, river: cfg.River, secret: cfg.JWTSecret, logger: cfg.Logger, version: cfg.Version,
 		tokenTTL: cfg.TokenTTL, revokeOnPasswordChange: cfg.RevokeTokensOnPasswordChange, logins: newLoginGuard(cfg.Store, cfg.Login),
-		allowSocketPeers: cfg.AllowSocketPeers}
+		allowSocketPeers: cfg.AllowSocketPeers, defaults: &defaultPasswords{}}
 
 	mux := http.NewServeMux()
 	hcfg := huma.DefaultConfig("pgmirror API", cfg.Version)

@@ -240,8 +240,9 @@ type loginOutput struct {
 
 type meOutput struct {
 	Body struct {
-		Username string      `json:"username"`
-		Role     db.UserRole `json:"role"`
+		Username        string      `json:"username"`
+		Role            db.UserRole `json:"role"`
+		DefaultPassword bool        `json:"default_password" doc:"True while the user's password is still the well-known default \"admin\" (the first admin account's password when SERVICE_ADMIN_PASSWORD is unset), which anyone can guess: change it with change-password."`
 	}
 }
 
@@ -286,7 +287,7 @@ func (h *handlers) registerAuth(api huma.API) {
 	}, h.login)
 	register(api, authed, huma.Operation{
 		OperationID: "me", Method: http.MethodGet, Path: "/v1/auth/me", Tags: []string{"Auth"},
-		Summary: "Current user", Description: "The user the token belongs to.",
+		Summary: "Current user", Description: "The user the token belongs to, and whether its password is still the default \"admin\" (default_password).",
 	}, h.me)
 	register(api, authed, huma.Operation{
 		OperationID: "change-password", Method: http.MethodPost, Path: "/v1/auth/change-password", Tags: []string{"Auth"},
@@ -379,7 +380,40 @@ func (h *handlers) me(ctx context.Context, _ *struct{}) (*meOutput, error) {
 	u := currentUser(ctx)
 	out := &meOutput{}
 	out.Body.Username, out.Body.Role = u.Username, u.Role
+	out.Body.DefaultPassword = h.defaults.isDefault(u.PasswordHash)
 	return out, nil
+}
+
+// defaultPasswords remembers, per stored password hash, whether it is the
+// hash of db.DefaultAdminPassword: a bcrypt comparison costs tens of
+// milliseconds of CPU, and the console asks GET /v1/auth/me every few
+// seconds. A changed password has another hash (bcrypt salts each one),
+// so an answer never goes stale; the map is emptied when it grows past a
+// few hundred hashes.
+type defaultPasswords struct {
+	mu     sync.Mutex
+	hashes map[string]bool
+}
+
+// isDefault reports whether hash is a hash of db.DefaultAdminPassword.
+func (d *defaultPasswords) isDefault(hash string) bool {
+	if hash == "" {
+		return false
+	}
+	d.mu.Lock()
+	known, ok := d.hashes[hash]
+	d.mu.Unlock()
+	if ok {
+		return known
+	}
+	is := bcrypt.CompareHashAndPassword([]byte(hash), []byte(db.DefaultAdminPassword)) == nil
+	d.mu.Lock()
+	if d.hashes == nil || len(d.hashes) >= 256 {
+		d.hashes = map[string]bool{}
+	}
+	d.hashes[hash] = is
+	d.mu.Unlock()
+	return is
 }
 
 func (h *handlers) changePassword(ctx context.Context, in *changePasswordInput) (*changePasswordOutput, error) {

@@ -218,3 +218,35 @@ func TestUsers(t *testing.T) {
 	b.mustDecode(http.MethodDelete, "/v1/users/carol", b.adminToken, nil, http.StatusOK, &del)
 	require.Equal(t, "carol", del.Deleted)
 }
+
+// TestMeDefaultPassword checks GET /v1/auth/me's default_password: true
+// while the user's password is still the default "admin" (anyone can
+// guess it), false once it is changed, and false for other passwords.
+func TestMeDefaultPassword(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var me struct {
+		Username        string `json:"username"`
+		DefaultPassword *bool  `json:"default_password"`
+	}
+	b.mustDecode(http.MethodGet, "/v1/auth/me", b.adminToken, nil, http.StatusOK, &me)
+	require.NotNil(t, me.DefaultPassword, "default_password is always present")
+	require.False(t, *me.DefaultPassword, "admin-password is not the default")
+
+	// An account whose password is the default, as the first admin's is
+	// when SERVICE_ADMIN_PASSWORD is unset.
+	b.mustDo(http.MethodPost, "/v1/users", b.adminToken, map[string]any{"username": "first", "password": "admin", "role": "admin"}, http.StatusCreated)
+	first := b.login("first", "admin")
+	for range 2 { // the second answer comes from the remembered comparison
+		me.DefaultPassword = nil
+		b.mustDecode(http.MethodGet, "/v1/auth/me", first, nil, http.StatusOK, &me)
+		require.Equal(t, "first", me.Username)
+		require.NotNil(t, me.DefaultPassword)
+		require.True(t, *me.DefaultPassword, "the default password is in use")
+	}
+	b.mustDo(http.MethodPost, "/v1/auth/change-password", first, map[string]any{"current_password": "admin", "new_password": "not-the-default-1"}, http.StatusOK)
+	me.DefaultPassword = nil
+	b.mustDecode(http.MethodGet, "/v1/auth/me", first, nil, http.StatusOK, &me)
+	require.NotNil(t, me.DefaultPassword)
+	require.False(t, *me.DefaultPassword, "after the change the default password is no longer in use")
+}

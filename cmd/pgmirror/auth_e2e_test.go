@@ -60,6 +60,15 @@ func TestDefaultAdminPassword(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("default admin login: status %d", status)
 	}
+	// GET /v1/auth/me says so, for the console's banner.
+	var me struct {
+		DefaultPassword bool `json:"default_password"`
+	}
+	s.token = oldToken
+	s.mustDo("GET", "/v1/auth/me", nil, 200, &me)
+	if !me.DefaultPassword {
+		t.Fatal("GET /v1/auth/me: default_password false while the admin's password is the default")
+	}
 	s.kill()
 
 	// The warning comes back at every start while the password is the default.
@@ -81,8 +90,14 @@ func TestDefaultAdminPassword(t *testing.T) {
 	if status := s.do("GET", "/v1/auth/me", nil, nil); status != 401 {
 		t.Fatalf("token issued under the default password: status %d, want 401", status)
 	}
-	if status, _ := s.login("admin", "new-admin-secret"); status != 200 {
+	status, newToken := s.login("admin", "new-admin-secret")
+	if status != 200 {
 		t.Fatalf("login with SERVICE_ADMIN_PASSWORD: status %d", status)
+	}
+	s.token = newToken
+	s.mustDo("GET", "/v1/auth/me", nil, 200, &me)
+	if me.DefaultPassword {
+		t.Fatal("GET /v1/auth/me: default_password true after SERVICE_ADMIN_PASSWORD replaced the default")
 	}
 	s.kill()
 

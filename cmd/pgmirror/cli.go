@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -450,86 +449,4 @@ func orDash(s *string) string {
 		return "-"
 	}
 	return *s
-}
-
-// timeLayout shows a time with its zone, so that it means the same to
-// everyone who reads it (and matches what the console shows).
-const timeLayout = "2006-01-02 15:04:05 MST"
-
-func formatTime(t *time.Time) string {
-	if t == nil || t.IsZero() {
-		return "-"
-	}
-	return t.Local().Format(timeLayout)
-}
-
-func formatLag(s *float64) string {
-	if s == nil {
-		return "-"
-	}
-	return formatSeconds(*s)
-}
-
-// formatSeconds is a duration for people: "0.25 s", "45 s", "3 min 12 s",
-// "3 h 2 min", "2 d 5 h".
-func formatSeconds(sec float64) string {
-	if sec < 0 {
-		sec = 0
-	}
-	if sec < 10 {
-		return strconv.FormatFloat(sec, 'f', 2, 64) + " s"
-	}
-	total := int64(math.Round(sec))
-	d, h, m, s := total/86400, total%86400/3600, total%3600/60, total%60
-	switch {
-	case total < 60:
-		return fmt.Sprintf("%d s", s)
-	case total < 3600:
-		return joinUnits(m, "min", s, "s")
-	case total < 86400:
-		return joinUnits(h, "h", m, "min")
-	}
-	return joinUnits(d, "d", h, "h")
-}
-
-func joinUnits(a int64, aUnit string, b int64, bUnit string) string {
-	if b == 0 {
-		return fmt.Sprintf("%d %s", a, aUnit)
-	}
-	return fmt.Sprintf("%d %s %d %s", a, aUnit, b, bUnit)
-}
-
-// formatMillis is a step's or a table's duration in milliseconds.
-func formatMillis(ms int64) string {
-	if ms < 1000 {
-		return fmt.Sprintf("%d ms", ms)
-	}
-	return formatSeconds(float64(ms) / 1000)
-}
-
-// formatBytes is a size in IEC units (1 KiB = 1024 bytes), as the console
-// shows it.
-func formatBytes(n *int64) string {
-	if n == nil {
-		return "-"
-	}
-	v := float64(*n)
-	for _, unit := range []string{"B", "KiB", "MiB", "GiB", "TiB"} {
-		if v < 1024 || unit == "TiB" {
-			if unit == "B" {
-				return fmt.Sprintf("%d B", *n)
-			}
-			return fmt.Sprintf("%.1f %s", v, unit)
-		}
-		v /= 1024
-	}
-	return "-"
-}
-
-// plural is "1 table" or "2 tables".
-func plural(n int64, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }

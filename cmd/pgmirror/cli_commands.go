@@ -81,6 +81,7 @@ func (c *cli) login(ctx context.Context, user, password string) error {
 		expiry = ", token valid until " + formatTime(resp.ExpiresAt)
 	}
 	printf(c.stdout, "Logged in to %s as %s (%s)%s\n", u, resp.Username, resp.Role, expiry)
+	warnDefaultPassword(c.stderr, pw)
 	return nil
 }
 
@@ -699,5 +700,5 @@ func lostNote(l *client.LostChanges) string {
 	if l == nil {
 		return ""
 	}
-	return fmt.Sprintf(" (changes lost: %d tables)", len(l.Tables))
+	return " (changes lost: " + plural(int64(len(l.Tables)), "table", "tables") + ")"
 }

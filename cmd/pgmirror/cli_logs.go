@@ -93,7 +93,7 @@ func (c *cli) logs(ctx context.Context, name string, q client.LogQuery, follow b
 			if d := bytes.TrimSpace(e.Details); len(d) > 0 && string(d) != "null" && string(d) != "{}" {
 				details = " " + string(d)
 			}
-			printf(c.stdout, "%s %-5s %s%s\n", e.CreatedAt.Local().Format("2006-01-02 15:04:05.000 MST"), e.Level, e.Message, details)
+			printf(c.stdout, "%s %-5s %s%s\n", formatTimeLayout(e.CreatedAt, "2006-01-02 15:04:05.000"), e.Level, e.Message, details)
 		}
 	}
 	show(page.Logs)

@@ -13,8 +13,13 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
+
+	"github.com/pgmirror/pgmirror/db"
 )
 
 // isUnsafeRune tells whether r must not reach a terminal as it is: the C0
@@ -158,4 +163,132 @@ func jsonTerminalSafe(raw []byte) []byte {
 		i += n
 	}
 	return b.Bytes()
+}
+
+// Units and times for people. The console (httpapi/ui/static/app.js:
+// fmtSeconds, fmtBytes, fmtTime) writes them by the same rules, so that
+// an operator reads the same "3 h 2 min" or "1.6 KiB" in both:
+//   - durations: "0.25 s" under 10 s, "45 s" under a minute, then two
+//     units, the second dropped when it is 0: "3 min 12 s", "3 h 2 min",
+//     "2 d 5 h";
+//   - sizes in IEC units (1 KiB = 1024 bytes): "1023 B", "1.6 KiB", "5.0 MiB";
+//   - times in the local zone with the zone's offset from UTC:
+//     "2026-11-27 19:52:04 UTC+01:00", "… UTC" when the offset is 0;
+//   - counts with their noun in the right number: "1 table", "2 tables".
+
+// formatTime is a time in the local zone with its offset, "-" for none.
+func formatTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return formatTimeLayout(*t, "2006-01-02 15:04:05")
+}
+
+// formatTimeLayout formats t in the local zone by layout, followed by the
+// zone: "UTC" or "UTC+hh:mm" / "UTC-hh:mm".
+func formatTimeLayout(t time.Time, layout string) string {
+	return formatTimeIn(t, time.Local, layout)
+}
+
+// formatTimeIn is formatTimeLayout in the zone loc.
+func formatTimeIn(t time.Time, loc *time.Location, layout string) string {
+	t = t.In(loc)
+	return t.Format(layout) + " " + zoneName(t)
+}
+
+// zoneName is "UTC" for an offset of 0, else "UTC+01:00", "UTC-05:00",
+// "UTC+05:30".
+func zoneName(t time.Time) string {
+	_, off := t.Zone()
+	if off == 0 {
+		return "UTC"
+	}
+	sign := '+'
+	if off < 0 {
+		sign, off = '-', -off
+	}
+	return fmt.Sprintf("UTC%c%02d:%02d", sign, off/3600, off%3600/60)
+}
+
+func formatLag(s *float64) string {
+	if s == nil {
+		return "-"
+	}
+	return formatSeconds(*s)
+}
+
+// formatSeconds is a duration for people: "0.25 s", "45 s", "3 min 12 s",
+// "3 h 2 min", "2 d 5 h".
+func formatSeconds(sec float64) string {
+	if sec < 0 || math.IsNaN(sec) {
+		sec = 0
+	}
+	// Rounded first to what is shown, so that 9.996 s is "10 s", not "10.00 s".
+	if r := math.Round(sec*100) / 100; r < 10 {
+		return strconv.FormatFloat(r, 'f', 2, 64) + " s"
+	}
+	total := int64(math.Round(sec))
+	d, h, m, s := total/86400, total%86400/3600, total%3600/60, total%60
+	switch {
+	case total < 60:
+		return fmt.Sprintf("%d s", s)
+	case total < 3600:
+		return joinUnits(m, "min", s, "s")
+	case total < 86400:
+		return joinUnits(h, "h", m, "min")
+	}
+	return joinUnits(d, "d", h, "h")
+}
+
+func joinUnits(a int64, aUnit string, b int64, bUnit string) string {
+	if b == 0 {
+		return fmt.Sprintf("%d %s", a, aUnit)
+	}
+	return fmt.Sprintf("%d %s %d %s", a, aUnit, b, bUnit)
+}
+
+// formatMillis is a step's or a table's duration in milliseconds.
+func formatMillis(ms int64) string {
+	if ms < 1000 {
+		return fmt.Sprintf("%d ms", ms)
+	}
+	return formatSeconds(float64(ms) / 1000)
+}
+
+// formatBytes is a size in IEC units (1 KiB = 1024 bytes), as the console
+// shows it.
+func formatBytes(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	if *n < 1024 {
+		return fmt.Sprintf("%d B", *n)
+	}
+	// Rounded first to what is shown, so that 1048575 bytes are "1.0 MiB",
+	// not "1024.0 KiB".
+	v := float64(*n) / 1024
+	units := []string{"KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for math.Round(v*10)/10 >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return strconv.FormatFloat(math.Round(v*10)/10, 'f', 1, 64) + " " + units[i]
+}
+
+// plural is "1 table" or "2 tables".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// warnDefaultPassword tells, on stderr, a user who logged in with the
+// default password "admin" that anyone can guess it.
+func warnDefaultPassword(w io.Writer, password string) {
+	if password == db.DefaultAdminPassword {
+		printf(w, "pgmirror: warning: your password is still the default %q, which anyone who can reach the service can guess; "+
+			"change it with Change password in the web console (or POST /v1/auth/change-password)\n", db.DefaultAdminPassword)
+	}
 }

@@ -269,7 +269,7 @@ func TestConsoleAdmin(t *testing.T) {
 		const e = document.querySelector('#mirror-form [name="' + n + '"]'); e.value = v; e.dispatchEvent(new Event('change')); } return true; })()`)
 	b.wait("the source's tables", `document.querySelector('#source-tables input[name="table"]') !== null`)
 	b.do("submit without tables", chromedp.Click(chromedp.CSS("#mirror-submit")))
-	b.wait("the API's error on the form", `document.querySelector('#mirror-form .form-error').textContent.includes('table_mappings')`)
+	b.wait("the API's error on the form", `document.querySelector('#mirror-form .form-error').textContent.startsWith('Invalid request: Tables')`)
 	if msg := evalIn[string](b, `document.querySelector('.field-error[data-for="table_mappings"]').textContent`); msg == "" {
 		t.Fatalf("the table_mappings error is not shown next to the tables")
 	}
@@ -491,11 +491,22 @@ func TestConsoleViewer(t *testing.T) {
 	if n := evalIn[int](b, `document.querySelectorAll('#controls button, .resync-table, #pause, #resume, #delete, #verify, .repair').length`); n != 0 {
 		t.Fatalf("a viewer sees %d control buttons", n)
 	}
+	axe := axeIfInstalled(t)
+	if axe != "" {
+		b.checkA11y(axe, "a mirror's page as a viewer")
+	}
 	exec1(t, dst, `UPDATE public.items SET label = 'item 9' WHERE id = 9`)
 	b.do("peers", chromedp.Navigate(s.baseURL+"/ui#/peers"))
 	b.wait("the peers", `document.querySelector('#peers tr[data-peer="src"]') !== null`)
-	if n := evalIn[int](b, `document.querySelectorAll('.test-peer, #new-peer').length`); n != 0 {
+	if n := evalIn[int](b, `document.querySelectorAll('.test-peer, #new-peer, .edit-peer, .delete-peer').length`); n != 0 {
 		t.Fatalf("a viewer sees %d peer buttons", n)
+	}
+	// A viewer changes their own password too.
+	if hidden := evalIn[bool](b, `document.getElementById('account').hidden`); hidden {
+		t.Fatal("a viewer has no Change password link")
+	}
+	if axe != "" {
+		b.checkA11y(axe, "the peers as a viewer")
 	}
 	// The API still refuses what the console does not offer.
 	status, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`fetch('/v1/mirrors/viewed/pause', {method: 'POST',

@@ -98,6 +98,10 @@ func TestConsoleStale(t *testing.T) {
 	if fg := evalIn[string](b, `getComputedStyle(document.querySelector('#counters dd')).color`); fg != grey {
 		t.Fatalf("the counters are %s while stale, want grey %s", fg, grey)
 	}
+	// Greyed is still readable: axe-core finds no serious violation.
+	if axe := axeIfInstalled(t); axe != "" {
+		b.checkA11y(axe, "a mirror's page while the service does not answer")
+	}
 	// It stays stale while the service is down (a failed poll never
 	// looks like an answer), and keeps polling without a script error.
 	time.Sleep(4 * time.Second)
@@ -156,7 +160,8 @@ const longMirrorName = "orders-eu-west-production-primary-to-new-cluster-replica
 // final state and a link to the reverse mirror show, and neither Pause,
 // Resume nor any Resync is offered (the API refuses them). Then, at a
 // 390 px wide viewport, no page is wider than the screen, with that
-// 63-character mirror name.
+// 63-character mirror name, and axe-core finds no serious or critical
+// violation on any.
 func TestConsoleCutoverAndNarrow(t *testing.T) {
 	t.Parallel()
 	if len(longMirrorName) != 63 {
@@ -238,7 +243,9 @@ func TestConsoleCutoverAndNarrow(t *testing.T) {
 	b.wait("the reverse mirror's page", `location.hash === '#/mirrors/back' && document.querySelector('h1 .name') !== null
 		&& document.querySelector('h1 .name').textContent === 'back' && document.querySelector('h1[data-status]') !== null`)
 
-	// A phone: 390 px wide. Each page, once drawn, is no wider than that.
+	// A phone: 390 px wide. Each page, once drawn, is no wider than that,
+	// and passes axe-core's checks at that width.
+	axe := axeIfInstalled(t)
 	b.do("a phone's viewport", chromedp.EmulateViewport(390, 844))
 	fits := func(what, hash, ready string, picture string) {
 		t.Helper()
@@ -252,6 +259,9 @@ func TestConsoleCutoverAndNarrow(t *testing.T) {
 		}
 		if picture != "" {
 			b.screenshot(picture)
+		}
+		if axe != "" {
+			b.checkA11y(axe, what+" at 390 px")
 		}
 	}
 	fits("the mirror list", "#/mirrors", `document.querySelector('#mirrors tr[data-mirror="`+longMirrorName+`"]') !== null

@@ -40,6 +40,9 @@ type LoginResponse struct {
 type Me struct {
 	Username string `json:"username"`
 	Role     string `json:"role"`
+	// DefaultPassword is true while the user's password is still the
+	// default "admin", which anyone can guess.
+	DefaultPassword bool `json:"default_password"`
 }
 
 // ChangePasswordRequest is the body of POST /v1/auth/change-password.

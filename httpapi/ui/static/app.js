@@ -76,7 +76,7 @@
   // lostBadge marks a mirror whose tables may miss changes (lost_changes).
   function lostBadge(lost) {
     if (!lost) return null;
-    return el('span', { class: 'status status-error lost-badge', title: lost.action,
+    return el('span', { class: 'status status-error lost-badge', title: forPeople(lost.action),
       text: `changes lost (${lost.tables.length} ${lost.tables.length === 1 ? 'table' : 'tables'})` });
   }
 
@@ -88,14 +88,14 @@
       el('strong', { text: 'Changes lost: the destination is not proven equal. ' }),
       `The replication slot was ${lost.reason.replace('slot_', '')} (found ${fmtTime(lost.detected_at)}); source changes ${range} may be missing for: `,
       el('code', { text: lost.tables.join(', ') }), '. ',
-      el('span', { text: lost.action }));
+      el('span', { text: forPeople(lost.action) }));
   }
 
   // peerBadge marks a mirror whose peers refuse pgmirror's connections
   // (peer_warnings: a changed password, a role made NOLOGIN).
   function peerBadge(warnings) {
     if (!warnings || !warnings.length) return null;
-    return el('span', { class: 'status status-error peer-badge', title: warnings.map((w) => `${w.peer}: ${w.message}`).join('\n'),
+    return el('span', { class: 'status status-error peer-badge', title: warnings.map((w) => `${w.peer}: ${forPeople(w.message)}`).join('\n'),
       text: 'login refused: ' + warnings.map((w) => w.peer).join(', ') });
   }
 
@@ -104,8 +104,12 @@
   const down = (e) => e.status === 0 || e.status >= 500;
 
   // scroller wraps a table so that a wide one scrolls inside its own box
-  // instead of widening the page.
-  const scroller = (table) => el('div', { class: 'table-scroll' }, table);
+  // instead of widening the page. The box is a named region in the tab
+  // order, so that a keyboard can scroll it too.
+  const SCROLL_LABELS = { mirrors: 'Mirrors', peers: 'Peers', users: 'Users', tables: 'Tables', 'log-table': 'Logs',
+    'cutover-tables': 'Tables at the cut-over', 'cutover-steps': 'Cut-over steps' };
+  const scroller = (table, label) => el('div', { class: 'table-scroll', tabindex: '0', role: 'region',
+    'aria-label': label || SCROLL_LABELS[table.id] || 'Table' }, table);
 
   // controlBlocked says why the API refuses pause, resync, schema sync and
   // table resync now ('' when it accepts them): the same rules as the
@@ -126,14 +130,29 @@
 
   const isFinal = (s) => s === 'completed' || s === 'stopped';
 
+  // Units and times: the same rules as the CLI (cmd/pgmirror/cli_text.go),
+  // so that both read the same. Times are local with their offset from UTC
+  // ("2026-11-27 19:52:04 UTC+01:00", "… UTC" at offset 0); durations are
+  // "0.25 s", "45 s", "3 min 12 s", "3 h 2 min", "2 d 5 h"; sizes are IEC
+  // ("1023 B", "1.6 KiB", "5.0 MiB").
+  const pad2 = (n) => String(n).padStart(2, '0');
+
+  function zoneName(d) {
+    const off = -d.getTimezoneOffset();
+    if (off === 0) return 'UTC';
+    const a = Math.abs(off);
+    return 'UTC' + (off < 0 ? '-' : '+') + pad2(Math.floor(a / 60)) + ':' + pad2(a % 60);
+  }
+
+  // fmtClock is a time of day with seconds and zone, for the stale banner.
+  const fmtClock = (d) => `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())} ${zoneName(d)}`;
+
   function fmtTime(iso) {
     if (!iso) return '—';
     const d = new Date(iso);
-    return isNaN(d) ? String(iso) : d.toLocaleString();
+    if (isNaN(d)) return String(iso);
+    return `${d.getFullYear()}-${pad2(d.getMonth() + 1)}-${pad2(d.getDate())} ${fmtClock(d)}`;
   }
-
-  // fmtClock is a time of day with seconds, for the stale banner.
-  const fmtClock = (d) => d.toLocaleTimeString();
 
   function fmtAgo(iso) {
     if (!iso) return '—';
@@ -146,19 +165,75 @@
     return Math.round(s / 86400) + ' days ago';
   }
 
-  function fmtLag(sec) {
-    if (sec === null || sec === undefined) return '—';
-    if (sec < 10) return sec.toFixed(2) + ' s';
-    if (sec < 120) return sec.toFixed(0) + ' s';
-    return (sec / 60).toFixed(1) + ' min';
+  // fmtSeconds is a duration for people, rounded first to what is shown
+  // (9.996 s is "10 s").
+  function fmtSeconds(sec) {
+    if (!(sec >= 0)) sec = 0;
+    const r = Math.round(sec * 100) / 100;
+    if (r < 10) return r.toFixed(2) + ' s';
+    const total = Math.round(sec);
+    const d = Math.floor(total / 86400), h = Math.floor((total % 86400) / 3600), m = Math.floor((total % 3600) / 60), s = total % 60;
+    const two = (a, au, b, bu) => (b === 0 ? `${a} ${au}` : `${a} ${au} ${b} ${bu}`);
+    if (total < 60) return s + ' s';
+    if (total < 3600) return two(m, 'min', s, 's');
+    if (total < 86400) return two(h, 'h', m, 'min');
+    return two(d, 'd', h, 'h');
   }
 
+  const fmtLag = (sec) => (sec === null || sec === undefined ? '—' : fmtSeconds(sec));
+
+  // fmtBytes is a size in IEC units, rounded first to what is shown (so
+  // that 1048575 bytes are "1.0 MiB", not "1024.0 KiB").
   function fmtBytes(n) {
     if (n === null || n === undefined) return '—';
-    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-    let i = 0;
-    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-    return (i === 0 ? n : n.toFixed(1)) + ' ' + units[i];
+    if (n < 1024) return n + ' B';
+    const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+    const r1 = (x) => Math.round(x * 10) / 10;
+    let v = n / 1024, i = 0;
+    while (r1(v) >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+    return r1(v).toFixed(1) + ' ' + units[i];
+  }
+
+  // forPeople rewrites the API's pointers to endpoints in a message ("log
+  // in again with POST /v1/auth/login", "update it with PUT /v1/peers/x")
+  // into what a person does in the console. Pointers to what only the API
+  // or the CLI can do stay, said as such.
+  const API_WORDS = [
+    [/log in again with POST \/v1\/auth\/login/g, 'log in again'],
+    [/log in with POST \/v1\/auth\/login and send the header Authorization: Bearer <token>/g, 'log in'],
+    [/update it with PUT \/v1\/peers\/[^\s;,)]+/g, 'edit it on the Peers page'],
+    [/update the peer \(PUT \/v1\/peers\/[^\s)]+\)/g, 'edit the peer on the Peers page'],
+    [/ \(POST \/v1\/peers\/[^\s)]+\/test\)/g, ' (Test connection on the Peers page)'],
+    [/create it with POST \/v1\/peers first/g, 'create it on the Peers page first'],
+    [/pause it with POST \/v1\/mirrors\/[^\s)]+\/pause/g, 'pause it'],
+    [/pause it \(POST \/v1\/mirrors\/[^\s)]+\/pause\)/g, 'pause it'],
+    [/resume the mirror \(POST \/v1\/mirrors\/[^\s)]+\/resume\)/g, 'resume the mirror'],
+    [/POST \/v1\/mirrors\/[^\s/]+\/verify, then POST \/v1\/mirrors\/[^\s/]+\/verifications\/\{id\}\/repair( if rows differ)?/g,
+      'Verify on the mirror\'s page, then Repair$1'],
+    [/\(POST \/v1\/mirrors\/[^\s/]+\/resync\/\{[a-z.]+\} for each, or POST \/v1\/mirrors\/[^\s/)]+\/resync for all\)/g,
+      '(Resync on each table\'s row, or Resync all tables)'],
+    [/resync them with POST \/v1\/mirrors\/[^\s/]+\/resync\/\{table\}/g, 'resync them with Resync on each table\'s row'],
+    [/copy each with POST \/v1\/mirrors\/[^\s/]+\/resync\/\{schema\.table\}/g, 'copy each with Resync on its row in Tables'],
+    [/ \(POST \/v1\/mirrors\/[^\s/]+\/resync\/[^\s)]+\)/g, ' (Resync on the table\'s row)'],
+    [/ \(POST \/v1\/mirrors\/[^\s/)]+\/resync\)/g, ' (Resync all tables)'],
+    [/a verification \(POST \/v1\/mirrors\/[^\s/)]+\/verify\)/g, 'a verification (Verify on the mirror\'s page)'],
+    [/ \(POST \/v1\/mirrors\/[^\s/)]+\/verify before the cut-over/g, ' (Verify before the cut-over'],
+    [/delete the mirror \(DELETE \/v1\/mirrors\/[^\s)]+\)/g, 'delete the mirror'],
+    [/: see GET \/v1\/mirrors\/[^\s/]+\/tables/g, ': see the mirror\'s Tables'],
+    [/wait for it \(GET \/v1\/mirrors\/[^\s/]+\/verifications\)/g, 'wait for it (Verifications on the mirror\'s page)'],
+    [/: see GET \/v1\/mirrors\/[^\s/]+\/verifications/g, ': see Verifications on the mirror\'s page'],
+    [/follow it with GET \/v1\/mirrors\/[^\s/]+ \(cutover\)/g, 'follow it on the mirror\'s page (Cut-over)'],
+    [/Its steps are in GET \/v1\/mirrors\/[^\s/]+ \(cutover\)/g, 'Its steps are on the mirror\'s page (Cut-over)'],
+    [/: see GET \/v1\/mirrors\/[^\s/]+/g, ': see the mirror\'s page'],
+    // What the console cannot do yet is named as an API call.
+    [/with (PUT|PATCH) (\/v1\/mirrors\/[^\s,)]+)/g, 'through the API: $1 $2'],
+    [/\((PUT|PATCH) (\/v1\/mirrors\/[^)]+)\)/g, '(through the API: $1 $2)'],
+  ];
+
+  function forPeople(message) {
+    let out = String(message || '');
+    for (const [re, words] of API_WORDS) out = out.replace(re, words);
+    return out;
   }
 
   const fmtNum = (n) => (n === null || n === undefined ? '—' : Number(n).toLocaleString());
@@ -251,8 +326,13 @@
     if (resp.status >= 500) markDown(`HTTP ${resp.status}`);
     else markUp(resp.ok && method === 'GET');
     if (!resp.ok) {
-      const msg = (data && typeof data.error === 'string') ? data.error : `${method} ${path}: HTTP ${resp.status}`;
-      if (resp.status === 401 && path !== '/v1/auth/login') {
+      const msg = forPeople((data && typeof data.error === 'string') ? data.error : `The service answered HTTP ${resp.status}`);
+      // A wrong current password is not a lost session; neither is a 401 to
+      // a request sent with a token that a password change has replaced
+      // meanwhile (the service may revoke the old one).
+      const ownPassword = path === '/v1/auth/change-password' && msg.startsWith('Current password');
+      const replaced = token !== sessionStorage.getItem(TOKEN_KEY);
+      if (resp.status === 401 && path !== '/v1/auth/login' && !ownPassword && !replaced) {
         logout('Your session ended: ' + msg);
       }
       throw new APIError(resp.status, msg);
@@ -320,11 +400,27 @@
     const out = document.getElementById('logout');
     nav.hidden = !me;
     out.hidden = !me;
+    document.getElementById('account').hidden = !me;
     who.textContent = me ? `${me.username} (${me.role})` : '';
+    updateDefaultBanner(page);
     for (const a of nav.querySelectorAll('a')) {
       a.classList.toggle('active', a.dataset.nav === page);
       if (a.hasAttribute('data-admin')) a.hidden = !isAdmin();
     }
+  }
+
+  // updateDefaultBanner shows, on every page but the password form itself,
+  // that the user's password is still the default "admin" (GET
+  // /v1/auth/me's default_password), with a link to the form.
+  function updateDefaultBanner(page) {
+    const banner = document.getElementById('default-password');
+    const show = !!me && me.default_password === true && page !== 'account';
+    banner.hidden = !show;
+    if (!show) { banner.replaceChildren(); return; }
+    if (banner.childElementCount) return;
+    replace(banner, el('strong', { text: 'Your password is still the default "admin". ' }),
+      'Anyone who can reach this service can guess it and log in as you. ',
+      el('a', { href: '#/account', id: 'default-password-link', text: 'Change your password now' }), '.');
   }
 
   async function route() {
@@ -358,7 +454,10 @@
         if (parts[1]) renderMirror(ctx, parts[1]); else renderMirrors(ctx);
         break;
       case 'new-mirror': renderNewMirror(ctx); break;
-      case 'peers': renderPeers(ctx); break;
+      case 'peers':
+        if (parts[1]) renderEditPeer(ctx, parts[1]); else renderPeers(ctx);
+        break;
+      case 'account': renderAccount(ctx); break;
       case 'new-peer': renderNewPeer(ctx); break;
       case 'users': renderUsers(ctx); break;
       default: location.hash = '#/mirrors';
@@ -379,7 +478,8 @@
         try {
           const res = await api('POST', '/v1/auth/login', { username: user.value, password: pass.value });
           sessionStorage.setItem(TOKEN_KEY, res.token);
-          me = { username: res.username, role: res.role };
+          // route() reads GET /v1/auth/me (role, default_password).
+          me = null;
           // A changed hash routes by itself (hashchange).
           if (!location.hash || location.hash === '#/login') location.hash = '#/mirrors'; else route();
         } catch (e) {
@@ -550,7 +650,7 @@
           return el('tr', { 'data-mirror': m.name },
             el('td', { class: 'name', 'data-label': 'Name' }, el('a', { href: '#/mirrors/' + enc(m.name), text: m.name })),
             el('td', { 'data-label': 'Status' }, statusBadge(m.status), lostBadge(m.lost_changes), peerBadge(m.peer_warnings),
-              m.error_message ? el('div', { class: 'row-error error', text: m.error_message }) : null),
+              m.error_message ? el('div', { class: 'row-error error', text: forPeople(m.error_message) }) : null),
             el('td', { class: 'num', 'data-label': 'Lag', text: fmtLag(m.lag_seconds) }),
             el('td', { class: 'num', 'data-label': 'Throughput', text: fmtRate(rate) }),
             el('td', { class: 'num', 'data-label': 'Rows', text: fmtNum(rowsTotal(m)) }),
@@ -568,7 +668,7 @@
         pageInfo.textContent = total ? `${listState.offset + 1}–${listState.offset + list.length} of ${fmtNum(total)}` : '0 mirrors';
         prev.disabled = listState.offset === 0 || isStale();
         next.disabled = listState.offset + list.length >= total || isStale();
-        stamp.textContent = 'Refreshed ' + new Date().toLocaleTimeString();
+        stamp.textContent = 'Refreshed ' + fmtClock(new Date());
       } catch (e) {
         if (ctx.live() && mine === seq) err.textContent = down(e) ? '' : e.message;
       }
@@ -628,11 +728,11 @@
         const rate = sample(m);
         replace(title, el('span', { class: 'name', text: m.name }), ' ', statusBadge(m.status));
         title.dataset.status = m.status;
-        errBox.textContent = m.error_message ? 'Error: ' + m.error_message : '';
+        errBox.textContent = m.error_message ? 'Error: ' + forPeople(m.error_message) : '';
         const warnings = m.peer_warnings || [];
         replace(peerBox, warnings.length ? el('div', { class: 'card warn-banner' }, warnings.map((w) => el('p', { class: 'warning', 'data-peer': w.peer },
-          `Warning: ${w.role} peer ${w.peer} refuses connections since ${fmtTime(w.since)}: ${w.message}. ` +
-          'Replication already running goes on; its next connection will fail. Fix the login or update the peer.'))) : null);
+          `Warning: ${w.role} peer ${w.peer} refuses connections since ${fmtTime(w.since)}: ${forPeople(w.message)}. ` +
+          'Replication already running goes on; its next connection will fail. Fix the login, or edit the peer on the Peers page.'))) : null);
         replace(lostBox, lostBanner(m.lost_changes));
         updateControls(m);
         replace(summary, mirrorSummary(m, rate));
@@ -806,7 +906,7 @@
         el('thead', {}, el('tr', {},
           ['Table', 'Status', 'Snapshot progress'].map((h) => el('th', { text: h })),
           ['Rows synced', 'Estimated', 'Inserted', 'Updated', 'Deleted', 'Truncates'].map((h) => el('th', { class: 'num', text: h })),
-          el('th', { text: 'Last synced' }), isAdmin() && !isFinal(m.status) ? el('th', {}) : null)),
+          el('th', { text: 'Last synced' }), isAdmin() && !isFinal(m.status) ? el('th', {}, el('span', { class: 'sr-only', text: 'Actions' })) : null)),
         el('tbody', {}, rows));
     }
 
@@ -818,7 +918,7 @@
       const steps = (c.steps || []).map((s) => el('tr', {},
         el('td', { text: s.name }), el('td', {}, statusBadge(s.state)),
         el('td', { class: 'num', text: s.duration_ms + ' ms' }),
-        el('td', {}, s.error ? el('span', { class: 'error', text: s.error }) : null,
+        el('td', {}, s.error ? el('span', { class: 'error', text: forPeople(s.error) }) : null,
           s.detail ? el('pre', { class: 'details', text: JSON.stringify(s.detail) }) : null)));
       const warnings = c.warnings || [];
       const countsOnly = new Set(c.row_counts_only || []);
@@ -833,7 +933,7 @@
         el('dl', { class: 'config' }, dt('State', c.state), dt('Requested', fmtTime(c.requested_at) + (c.requested_by ? ' by ' + c.requested_by : '')),
           dt('Finished', fmtTime(c.finished_at)), dt('Target LSN', c.target_lsn || '—'),
           dt('Source made read-only', o.lock_source ? 'yes' : 'no'), dt('Replication slot dropped', o.drop_slot ? 'yes' : 'no')),
-        c.error ? el('p', { class: 'error', text: c.error }) : null,
+        c.error ? el('p', { class: 'error', text: forPeople(c.error) }) : null,
         c.reverse_mirror ? el('p', { class: 'reverse-mirror', id: 'reverse-mirror' }, 'Reverse mirror ',
           el('a', { href: '#/mirrors/' + enc(c.reverse_mirror), id: 'reverse-mirror-link', class: 'name', text: c.reverse_mirror }),
           ': replicates the writes made on the destination back to the source from the cut-over position, so the switch can be rolled back without losing them.') : null,
@@ -954,10 +1054,10 @@
             onclick: () => startVerify('Repair', `${path}/verifications/${enc(v.id)}/repair`) }) : null),
         el('dl', { class: 'config' }, dt('LSN', v.lsn), dt('Requested', fmtTime(v.started_at) + (v.requested_by ? ' by ' + v.requested_by : '')),
           dt('Finished', fmtTime(v.finished_at)), v.repair_of ? dt('Repair of', 'verification ' + v.repair_of) : null),
-        v.error ? el('p', { class: 'error', text: v.error }) : null,
+        v.error ? el('p', { class: 'error', text: forPeople(v.error) }) : null,
         tables.length ? scroller(el('table', {}, el('thead', {}, el('tr', {}, el('th', { text: 'Table' }), el('th', { text: 'Method' }),
           ['Rows source', 'Rows destination', 'Chunks differing', 'Rows differing'].map((h) => el('th', { class: 'num', text: h })),
-          el('th', { text: 'Skipped' }))), el('tbody', {}, tables))) : null,
+          el('th', { text: 'Skipped' }))), el('tbody', {}, tables)), `Tables of verification ${v.id}`) : null,
         examples.length ? el('ul', { class: 'examples' }, examples) : null,
         (v.reverse_mirror_problems || []).length ? el('div', { class: 'reverse-problems' },
           el('p', { class: 'warning', text: 'A cut-over could not create a reverse mirror (reverse_mirror_name):' }),
@@ -1059,21 +1159,56 @@
     return [el('label', { for: id, text: label }), input, el('div', { class: 'field-error', 'data-for': input.name })];
   }
 
-  // showFormError puts the API's message on the form and, for each
-  // "field: problem" part of a validation message, next to that field.
+  // fieldLabels maps the API's names of a form's fields (ssl_mode,
+  // existing_destination_rows) to the labels the form shows them under.
+  function fieldLabels(form) {
+    const out = new Map();
+    for (const l of form.querySelectorAll('label[for]')) {
+      const input = document.getElementById(l.htmlFor);
+      if (input && input.name && form.contains(input)) out.set(input.name, l.textContent);
+    }
+    for (const e of form.querySelectorAll('[data-name][data-label]')) out.set(e.dataset.name, e.dataset.label);
+    return out;
+  }
+
+  // withLabels writes the form's labels, in quotes, in place of the API's
+  // field names that a text names (those with an underscore: a field called
+  // "name" or "host" is also a plain word).
+  function withLabels(text, labels) {
+    let out = text;
+    for (const [name, label] of labels) {
+      if (name.includes('_')) out = out.replace(new RegExp('\\b' + name + '\\b', 'g'), `"${label}"`);
+    }
+    return out;
+  }
+
+  // showFormError puts the API's message on the form, with the form's
+  // labels for the fields it names, and, for each "field: problem" part of
+  // a validation message, the problem next to that field. A field the
+  // message names elsewhere (a 409 naming existing_destination_rows) is
+  // marked too.
   function showFormError(form, message) {
     for (const e of form.querySelectorAll('.field-error')) e.textContent = '';
     for (const i of form.querySelectorAll('.invalid')) i.classList.remove('invalid');
-    form.querySelector('.form-error').textContent = message;
-    const body = message.replace(/^(Invalid request|Malformed JSON body): /, '');
-    for (const part of body.split('; ')) {
-      const m = /^([a-z_]+)(?:[.[][^:]*)?: (.*)$/.exec(part);
-      if (!m) continue;
-      const input = form.querySelector(`[name="${m[1]}"]`);
-      const line = form.querySelector(`.field-error[data-for="${m[1]}"]`);
+    const labels = fieldLabels(form);
+    const prefix = (/^(Invalid request|Malformed JSON body): /.exec(message) || [''])[0];
+    const body = message.slice(prefix.length);
+    const mark = (name) => {
+      const input = form.querySelector(`[name="${name}"]`);
       if (input) input.classList.add('invalid');
-      if (line) line.textContent = m[2];
+    };
+    const parts = body.split('; ').map((part) => {
+      const m = /^([a-z_]+)((?:[.[][^:]*)?): (.*)$/.exec(part);
+      if (!m || !labels.has(m[1])) return withLabels(part, labels);
+      mark(m[1]);
+      const line = form.querySelector(`.field-error[data-for="${m[1]}"]`);
+      if (line) line.textContent = withLabels(m[3], labels);
+      return `${labels.get(m[1])}${m[2]}: ${withLabels(m[3], labels)}`;
+    });
+    for (const name of labels.keys()) {
+      if (name.includes('_') && new RegExp('\\b' + name + '\\b').test(body)) mark(name);
     }
+    form.querySelector('.form-error').textContent = message ? prefix + parts.join('; ') : '';
   }
 
   function renderNewPeer(ctx) {
@@ -1131,6 +1266,7 @@
     const dst = peerSelect('destination_peer');
     const tables = el('div', { id: 'source-tables', class: 'muted', text: 'Choose the source peer to list its tables.' });
     tables.setAttribute('data-name', 'table_mappings');
+    tables.setAttribute('data-label', 'Tables');
     const num = (name, def) => el('input', { name, type: 'number', min: 1, placeholder: String(def) });
     const form = el('form', { class: 'grid', id: 'mirror-form' },
       formField('Name', el('input', { name: 'name', required: true })),
@@ -1197,23 +1333,60 @@
   function renderPeers(ctx) {
     const body = el('tbody');
     const err = el('p', { class: 'error', role: 'alert' });
+    const notice = el('p', { id: 'peer-result', role: 'status' });
     replace(view,
       el('div', { class: 'toolbar' }, el('h1', { text: 'Peers' }),
         isAdmin() ? el('a', { href: '#/new-peer', id: 'new-peer', class: 'button', text: 'Create peer' }) : null),
-      err,
+      err, notice,
       scroller(el('table', { id: 'peers', class: 'stack' }, el('thead', {}, el('tr', {},
         ['Name', 'Host', 'Port', 'Database', 'User', 'SSL mode', 'Updated'].map((h) => el('th', { text: h })),
-        isAdmin() ? el('th', { text: 'Connection' }) : null)), body)));
+        isAdmin() ? [el('th', { text: 'Connection' }), el('th', { text: 'Actions' })] : null)), body)));
+    // peerActions is a peer's Edit link and Delete button; Delete asks
+    // first, with the focus on Cancel, and gives the focus back.
+    const peerActions = (p) => {
+      const cell = el('td', { 'data-label': 'Actions', class: 'peer-actions' });
+      const edit = el('a', { href: '#/peers/' + enc(p.name), class: 'button edit-peer', text: 'Edit', 'aria-label': 'Edit peer ' + p.name });
+      const del = el('button', { type: 'button', class: 'danger delete-peer', text: 'Delete', 'aria-label': 'Delete peer ' + p.name });
+      const buttons = () => { confirming = null; replace(cell, edit, ' ', del); };
+      del.addEventListener('click', () => {
+        confirming = p.name;
+        const no = el('button', { type: 'button', class: 'confirm-no', text: 'Cancel', onclick: () => { buttons(); del.focus(); } });
+        const yes = el('button', { type: 'button', class: 'danger confirm-yes', text: 'Yes, delete', onclick: async () => {
+          yes.disabled = true;
+          try {
+            await api('DELETE', '/v1/peers/' + enc(p.name));
+            if (!ctx.live()) return;
+            confirming = null;
+            notice.className = 'notice';
+            notice.textContent = `Peer ${p.name} deleted.`;
+            shown = null;
+            load();
+          } catch (e) {
+            if (!ctx.live()) return;
+            buttons();
+            del.focus();
+            notice.className = 'error';
+            notice.textContent = e.status === 409 ? `Peer ${p.name} is not deleted: ${e.message.replace(/^Peer "[^"]*" is /, 'it is ')}.` : 'Delete failed: ' + e.message;
+          }
+        } });
+        replace(cell, el('span', { class: 'confirm-question', text: `Delete peer ${p.name}? ` }), yes, ' ', no);
+        no.focus();
+      });
+      buttons();
+      return cell;
+    };
     // The list refreshes like every page; its rows are only rebuilt when a
-    // peer changed, so that a connection test's answer stays.
+    // peer changed (and not while a deletion is being confirmed), so that a
+    // connection test's answer stays.
     let shown = null;
-    every(REFRESH_MS, async () => {
+    let confirming = null;
+    const load = async () => {
       try {
         const peers = await api('GET', '/v1/peers');
         if (!ctx.live()) return;
         err.textContent = '';
         const key = JSON.stringify(peers);
-        if (key === shown) return;
+        if (key === shown || (confirming && peers.some((p) => p.name === confirming))) return;
         shown = key;
         replace(body, peers.length ? peers.map((p) => {
           const result = el('span', { class: 'test-result' });
@@ -1233,12 +1406,110 @@
           return el('tr', { 'data-peer': p.name },
             [p.name, p.host, p.port, p.database, p.user, p.ssl_mode].map((v, i) => el('td', { class: i === 0 || i === 1 || i === 3 || i === 4 ? 'name' : null, 'data-label': labels[i], text: v })),
             el('td', { 'data-label': 'Updated', title: fmtTime(p.updated_at), text: fmtAgo(p.updated_at) }),
-            isAdmin() ? el('td', { 'data-label': 'Connection' }, el('button', { type: 'button', class: 'test-peer', text: 'Test connection', onclick: test }), ' ', result) : null);
-        }) : el('tr', {}, el('td', { colspan: 8, class: 'muted', text: 'No peers yet.' })));
+            isAdmin() ? [el('td', { 'data-label': 'Connection' }, el('button', { type: 'button', class: 'test-peer', text: 'Test connection', 'aria-label': 'Test connection to ' + p.name, onclick: test }), ' ', result),
+              peerActions(p)] : null);
+        }) : el('tr', {}, el('td', { colspan: isAdmin() ? 9 : 7, class: 'muted', text: 'No peers yet.' })));
       } catch (e) {
         if (ctx.live()) err.textContent = down(e) ? '' : e.message;
       }
+    };
+    every(REFRESH_MS, load);
+  }
+
+  // renderEditPeer is an admin's form for a peer's connection settings.
+  // The password is never shown: left empty it stays as it is, filled in
+  // it replaces the stored one (a password rotation).
+  async function renderEditPeer(ctx, name) {
+    if (!isAdmin()) { replace(view, el('p', { class: 'error', text: 'Only an admin can edit peers.' })); return; }
+    let p;
+    try {
+      p = await api('GET', '/v1/peers/' + enc(name));
+    } catch (e) {
+      if (!ctx.live()) return;
+      replace(view, el('h1', { text: 'Edit peer' }), el('p', { class: 'error', text: e.status === 404 ? `Peer ${name} does not exist (any more).` : e.message }),
+        el('p', {}, el('a', { href: '#/peers', text: '← Peers' })));
+      if (down(e)) timers.push(setTimeout(() => { if (ctx.live()) renderEditPeer(ctx, name); }, REFRESH_MS));
+      return;
+    }
+    if (!ctx.live()) return;
+    const input = (n, attrs) => el('input', Object.assign({ name: n }, attrs || {}));
+    const ssl = el('select', { name: 'ssl_mode' }, ['prefer', 'disable', 'require', 'verify-ca', 'verify-full'].map((v) => el('option', { value: v, text: v })));
+    ssl.value = p.ssl_mode;
+    const form = el('form', { class: 'grid', id: 'peer-edit-form' },
+      formField('Host', input('host', { required: true, value: p.host })),
+      formField('Port', input('port', { type: 'number', value: String(p.port), min: 1, max: 65535, required: true })),
+      formField('User', input('user', { required: true, value: p.user, autocomplete: 'off' })),
+      formField('New password', input('password', { type: 'password', autocomplete: 'new-password', 'aria-describedby': 'peer-password-hint' })),
+      el('p', { class: 'muted hint', id: 'peer-password-hint', text: 'Leave empty to keep the stored password; it is never shown.' }),
+      formField('Database', input('database', { required: true, value: p.database })),
+      formField('SSL mode', ssl),
+      el('p', { class: 'form-error actions', role: 'alert' }),
+      el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'primary', id: 'peer-save', text: 'Save peer' }), ' ',
+        el('a', { href: '#/peers', text: 'Cancel' })));
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const v = (n) => form.elements[n].value;
+      const body = { host: v('host'), port: Number(v('port')), user: v('user'), database: v('database'), ssl_mode: v('ssl_mode') };
+      if (v('password') !== '') body.password = v('password');
+      try {
+        await api('PUT', '/v1/peers/' + enc(name), body);
+        if (!ctx.live()) return;
+        location.hash = '#/peers';
+      } catch (e) {
+        if (ctx.live()) showFormError(form, e.message);
+      }
     });
+    replace(view, el('p', {}, el('a', { href: '#/peers', text: '← Peers' })),
+      el('h1', {}, 'Edit peer ', el('span', { class: 'name', text: p.name })),
+      el('p', { class: 'muted', text: 'Mirrors that use this peer connect with the new settings from their next connection on.' }),
+      el('div', { class: 'card' }, form));
+    heartbeat();
+  }
+
+  // renderAccount is the logged-in user's own password change.
+  function renderAccount(ctx) {
+    const input = (n, label, autocomplete) => formField(label, el('input', { name: n, type: 'password', autocomplete, required: true }));
+    const result = el('p', { id: 'password-result', role: 'status' });
+    const form = el('form', { class: 'grid', id: 'password-form' },
+      input('current_password', 'Current password', 'current-password'),
+      input('new_password', 'New password', 'new-password'),
+      input('repeat_password', 'New password again', 'new-password'),
+      el('p', { class: 'form-error actions', role: 'alert' }),
+      el('div', { class: 'actions' }, el('button', { type: 'submit', class: 'primary', id: 'password-submit', text: 'Change password' })));
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const f = form.elements;
+      result.textContent = '';
+      if (f.new_password.value !== f.repeat_password.value) {
+        showFormError(form, 'repeat_password: does not match the new password; type the same new password twice');
+        f.repeat_password.focus();
+        return;
+      }
+      try {
+        const res = await api('POST', '/v1/auth/change-password', { current_password: f.current_password.value, new_password: f.new_password.value });
+        // The answer carries a token that is valid under the new password
+        // (the old one may be revoked by the change).
+        if (res.token) sessionStorage.setItem(TOKEN_KEY, res.token);
+        if (!ctx.live()) return;
+        form.reset();
+        showFormError(form, '');
+        result.className = 'notice';
+        result.textContent = res.message;
+        me = await api('GET', '/v1/auth/me');
+        updateDefaultBanner('account');
+        const note = document.getElementById('password-default-note');
+        if (note && !me.default_password) note.remove();
+      } catch (e) {
+        if (!ctx.live()) return;
+        showFormError(form, e.message);
+        if (e.status === 401) f.current_password.focus();
+      }
+    });
+    replace(view, el('h1', { text: 'Change your password' }),
+      el('p', { class: 'muted' }, 'Logged in as ', el('span', { class: 'name', text: me.username }), '. The new password applies to your next login.'),
+      me.default_password ? el('p', { class: 'warning', id: 'password-default-note', text: 'Your password is still the default "admin": choose another one.' }) : null,
+      el('div', { class: 'card' }, form), result);
+    heartbeat();
   }
 
   // ---- users (admin) -----------------------------------------------------
@@ -1298,7 +1569,8 @@
       }
     });
     replace(view, el('h1', { text: 'Users' }), err,
-      scroller(el('table', { id: 'users' }, el('thead', {}, el('tr', {}, ['User name', 'Role', 'Created', ''].map((h) => el('th', { text: h })))), body)),
+      scroller(el('table', { id: 'users' }, el('thead', {}, el('tr', {}, ['User name', 'Role', 'Created'].map((h) => el('th', { text: h })),
+        el('th', {}, el('span', { class: 'sr-only', text: 'Actions' })))), body)),
       el('h2', { text: 'Add a user' }), el('div', { class: 'card' }, form));
     every(REFRESH_MS, load);
   }
