@@ -393,40 +393,8 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 			return in, err
 		}
 	}
-	started := time.Now()
-	switch schemaPreparation(m) {
-	case schemaCreate:
-		report, err := schemasync.EnsureTablesReport(ctx, in.src, in.dst, in.mappings)
-		if err != nil {
-			return in, fmt.Errorf("prepare destination tables: %w", err)
-		}
-		r.logEnsureReport(ctx, tables, report, time.Since(started))
-	case schemaFollow:
-		var ddl []string
-		if schemaPolicy(m) == db.SchemaChangesApply {
-			// Tables about to be copied get the source's columns by
-			// attnum (renamed, dropped, NOT NULL), each statement logged
-			// as a schema change.
-			if err := r.reshapeForCopy(ctx, in.src, in.dst, m, tables); err != nil {
-				return in, fmt.Errorf("prepare destination tables: %w", err)
-			}
-		} else if ddl, _, err = schemasync.SyncColumns(ctx, in.src, in.dst, followMappings(m, tables)); err != nil {
-			return in, fmt.Errorf("prepare destination tables: %w", err)
-		}
-		if m.SchemaChanges != db.SchemaChangesWarn {
-			// Types and enum labels for every table (CDC applies the
-			// columns): a label added on the source must exist before rows
-			// that use it arrive.
-			types, err := schemasync.SyncTypes(ctx, in.src, in.dst, in.mappings)
-			if err != nil {
-				return in, fmt.Errorf("prepare destination types: %w", err)
-			}
-			ddl = append(ddl, types...)
-		}
-		if len(ddl) > 0 {
-			r.log(ctx, db.LevelInfo, "Schema sync completed", db.SchemaSyncDetails{
-				Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
-		}
+	if err := r.prepareDestTables(ctx, in, m, tables); err != nil {
+		return in, err
 	}
 	if err := positions.Ensure(ctx, in.dst); err != nil {
 		return in, err
@@ -443,6 +411,50 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		return in, err
 	}
 	return in, nil
+}
+
+// prepareDestTables brings the destination tables to the source's as the
+// mirror's schema preparation says: created or completed (schemaCreate),
+// or their columns and types followed (schemaFollow), each statement
+// logged.
+func (r *mirrorRun) prepareDestTables(ctx context.Context, in *phaseInputs, m db.Mirror, tables []db.MirrorTable) error {
+	started := time.Now()
+	switch schemaPreparation(m) {
+	case schemaCreate:
+		report, err := schemasync.EnsureTablesReport(ctx, in.src, in.dst, in.mappings)
+		if err != nil {
+			return fmt.Errorf("prepare destination tables: %w", err)
+		}
+		r.logEnsureReport(ctx, tables, report, time.Since(started))
+	case schemaFollow:
+		var ddl []string
+		var err error
+		if schemaPolicy(m) == db.SchemaChangesApply {
+			// Tables about to be copied get the source's columns by
+			// attnum (renamed, dropped, NOT NULL), each statement logged
+			// as a schema change.
+			if err := r.reshapeForCopy(ctx, in.src, in.dst, m, tables); err != nil {
+				return fmt.Errorf("prepare destination tables: %w", err)
+			}
+		} else if ddl, _, err = schemasync.SyncColumns(ctx, in.src, in.dst, followMappings(m, tables)); err != nil {
+			return fmt.Errorf("prepare destination tables: %w", err)
+		}
+		if m.SchemaChanges != db.SchemaChangesWarn {
+			// Types and enum labels for every table (CDC applies the
+			// columns): a label added on the source must exist before rows
+			// that use it arrive.
+			types, err := schemasync.SyncTypes(ctx, in.src, in.dst, in.mappings)
+			if err != nil {
+				return fmt.Errorf("prepare destination types: %w", err)
+			}
+			ddl = append(ddl, types...)
+		}
+		if len(ddl) > 0 {
+			r.log(ctx, db.LevelInfo, "Schema sync completed", db.SchemaSyncDetails{
+				Tables: tableNames(tables), DDLStatements: ddl, DurationMS: time.Since(started).Milliseconds()})
+		}
+	}
+	return nil
 }
 
 // unmarkedWarned holds the ids of the mirrors whose log this process told

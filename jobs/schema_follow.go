@@ -60,7 +60,6 @@ func (r *mirrorRun) schemaChangeApplied(ctx context.Context, table change.TableN
 // tables that replicate (all but the dropped ones) and whether it changed
 // any table of the mirror.
 func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.Mirror, tables []db.MirrorTable) ([]db.MirrorTable, bool, error) {
-	changed := false
 	var live, dropped []change.TableName
 	byName := map[change.TableName]db.MirrorTable{}
 	for _, t := range tables {
@@ -71,23 +70,9 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 			live = append(live, t.Source())
 		}
 	}
-	gone, err := preflight.MissingTables(ctx, src, live)
+	gone, changed, err := r.markDroppedTables(ctx, src, live, byName)
 	if err != nil {
-		return nil, false, fmt.Errorf("check the mirror's source tables: %w", err)
-	}
-	for _, name := range gone {
-		t := byName[name]
-		done, err := r.store.MirrorTableSetDropped(ctx, t.ID)
-		if err != nil {
-			return nil, false, err
-		}
-		if done {
-			changed = true
-			r.logger.Warn("source table dropped; its destination table is kept", "table", name.String())
-			r.log(ctx, db.LevelWarn, msgSourceTableDropped, map[string]any{"table": name.String(),
-				"destination_table": t.Destination().String(),
-				"note":              "the table no longer replicates (status dropped); the mirror goes on with its other tables. A table of that name created again on the source is copied again"})
-		}
+		return nil, false, err
 	}
 	attached, err := r.followAttachedPartitions(ctx, src, tables, gone)
 	if err != nil {
@@ -107,48 +92,101 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 		}
 		changed = changed || recreated
 	}
-	missing := map[change.TableName]bool{}
-	if len(dropped) > 0 {
-		still, err := preflight.MissingTables(ctx, src, dropped)
-		if err != nil {
-			return nil, false, fmt.Errorf("check the mirror's dropped source tables: %w", err)
+	back, err := r.addTablesBack(ctx, src, m, dropped, byName)
+	if err != nil {
+		return nil, false, err
+	}
+	joined, err := r.addSchemaTables(ctx, src, m, tables, byName)
+	if err != nil {
+		return nil, false, err
+	}
+	changed = changed || back || joined
+	if changed {
+		if tables, err = r.store.MirrorTables(ctx, m.ID); err != nil {
+			return nil, false, err
 		}
-		for _, t := range still {
-			missing[t] = true
-		}
-		// A table attached as a partition is not back: its rows replicate
-		// through its root.
-		partitions, err := preflight.PartitionRoots(ctx, src, dropped)
+	}
+	return replicating(tables), changed, nil
+}
+
+// markDroppedTables marks the live tables of the mirror that are gone from
+// the source as dropped, each with a warning; it returns the gone ones and
+// whether it marked any.
+func (r *mirrorRun) markDroppedTables(ctx context.Context, src *pgx.Conn, live []change.TableName, byName map[change.TableName]db.MirrorTable) ([]change.TableName, bool, error) {
+	gone, err := preflight.MissingTables(ctx, src, live)
+	if err != nil {
+		return nil, false, fmt.Errorf("check the mirror's source tables: %w", err)
+	}
+	changed := false
+	for _, name := range gone {
+		t := byName[name]
+		done, err := r.store.MirrorTableSetDropped(ctx, t.ID)
 		if err != nil {
 			return nil, false, err
 		}
-		for t := range partitions {
-			if byName[t].FromSchemaMapping {
-				missing[t] = true
-			}
+		if done {
+			changed = true
+			r.logger.Warn("source table dropped; its destination table is kept", "table", name.String())
+			r.log(ctx, db.LevelWarn, msgSourceTableDropped, map[string]any{"table": name.String(),
+				"destination_table": t.Destination().String(),
+				"note":              "the table no longer replicates (status dropped); the mirror goes on with its other tables. A table of that name created again on the source is copied again"})
 		}
 	}
+	return gone, changed, nil
+}
+
+// addTablesBack makes the dropped tables that exist on the source again to
+// be copied anew (their destination table is taken over already, so the
+// copy truncates it); a table attached as a partition is not back, its rows
+// replicate through its root. It reports whether it added any.
+func (r *mirrorRun) addTablesBack(ctx context.Context, src *pgx.Conn, m db.Mirror, dropped []change.TableName, byName map[change.TableName]db.MirrorTable) (bool, error) {
+	if len(dropped) == 0 {
+		return false, nil
+	}
+	missing := map[change.TableName]bool{}
+	still, err := preflight.MissingTables(ctx, src, dropped)
+	if err != nil {
+		return false, fmt.Errorf("check the mirror's dropped source tables: %w", err)
+	}
+	for _, t := range still {
+		missing[t] = true
+	}
+	partitions, err := preflight.PartitionRoots(ctx, src, dropped)
+	if err != nil {
+		return false, err
+	}
+	for t := range partitions {
+		if byName[t].FromSchemaMapping {
+			missing[t] = true
+		}
+	}
+	changed := false
 	for _, name := range dropped {
 		if missing[name] {
 			continue
 		}
-		// Created again: copied anew (its destination table is taken over
-		// already, so the copy truncates it).
-		if ok, err := r.addSourceTable(ctx, src, m, byName[name].Mapping()); err != nil {
-			return nil, false, err
-		} else if ok {
-			changed = true
+		ok, err := r.addSourceTable(ctx, src, m, byName[name].Mapping())
+		if err != nil {
+			return false, err
 		}
+		changed = changed || ok
 	}
-	schemas := m.SchemaMappings
+	return changed, nil
+}
+
+// addSchemaTables adds the tables new in a mapped schema of the source,
+// except one whose destination table the mirror writes already (a
+// warning, once, says so). It reports whether it added any.
+func (r *mirrorRun) addSchemaTables(ctx context.Context, src *pgx.Conn, m db.Mirror, tables []db.MirrorTable, byName map[change.TableName]db.MirrorTable) (bool, error) {
 	dests := map[change.TableName]change.TableName{}
 	for _, t := range tables {
 		dests[t.Destination()] = t.Source()
 	}
-	for _, sm := range schemas {
+	changed := false
+	for _, sm := range m.SchemaMappings {
 		found, _, err := preflight.SchemaTables(ctx, src, sm.SourceSchema)
 		if err != nil {
-			return nil, false, err
+			return false, err
 		}
 		for _, name := range found {
 			if _, known := byName[name]; known {
@@ -164,7 +202,7 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 			}
 			ok, err := r.addSourceTable(ctx, src, m, change.Mapping{Source: name, Destination: dest})
 			if err != nil {
-				return nil, false, err
+				return false, err
 			}
 			if ok {
 				changed = true
@@ -172,12 +210,7 @@ func (r *mirrorRun) followSourceTables(ctx context.Context, src *pgx.Conn, m db.
 			}
 		}
 	}
-	if changed {
-		if tables, err = r.store.MirrorTables(ctx, m.ID); err != nil {
-			return nil, false, err
-		}
-	}
-	return replicating(tables), changed, nil
+	return changed, nil
 }
 
 // followAttachedPartitions handles tables of the mirror, found in a mapped

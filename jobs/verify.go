@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/pgmirror/pgmirror/db"
@@ -79,20 +80,7 @@ func (w *VerifyWorker) Work(ctx context.Context, job *river.Job[VerifyArgs]) err
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(touchEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-				state, err := store.VerificationTouch(runCtx, v.ID)
-				if err == nil && state != db.VerifyRunning {
-					cancel(errVerificationEnded)
-					return
-				}
-			}
-		}
+		w.keepAlive(runCtx, cancel, v.ID)
 	}()
 	started := time.Now()
 	results, lsn, err := w.run(runCtx, v)
@@ -113,20 +101,52 @@ func (w *VerifyWorker) Work(ctx context.Context, job *river.Job[VerifyArgs]) err
 		if ctx.Err() != nil {
 			return ctx.Err() // shutting down: the next attempt marks it failed
 		}
-		msg := err.Error()
-		var ve *verifyError
-		if !errors.As(err, &ve) {
-			msg = "verification failed: " + msg
-		}
-		if results == nil {
-			results = []verify.TableResult{}
-		}
-		if ok, ferr := store.VerificationFinish(ctx, v.ID, db.VerifyFailed, msg, results, nil); ferr != nil || !ok {
-			return ferr
-		}
-		_ = store.LogInsert(ctx, m.ID, db.LevelError, "Verification failed", map[string]any{"verification_id": v.ID, "error": msg})
-		return nil
+		return w.failed(ctx, m, v, results, err)
 	}
+	return w.done(ctx, m, v, results, lsn, time.Since(started))
+}
+
+// keepAlive shows that the verification runs every touchEvery, and
+// cancels it (errVerificationEnded) once it was ended from outside.
+func (w *VerifyWorker) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, id int64) {
+	t := time.NewTicker(touchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			state, err := w.cfg.Store.VerificationTouch(ctx, id)
+			if err == nil && state != db.VerifyRunning {
+				cancel(errVerificationEnded)
+				return
+			}
+		}
+	}
+}
+
+// failed records a verification that failed with err, with the tables
+// compared before it.
+func (w *VerifyWorker) failed(ctx context.Context, m db.Mirror, v db.Verification, results []verify.TableResult, err error) error {
+	msg := err.Error()
+	var ve *verifyError
+	if !errors.As(err, &ve) {
+		msg = "verification failed: " + msg
+	}
+	if results == nil {
+		results = []verify.TableResult{}
+	}
+	if ok, ferr := w.cfg.Store.VerificationFinish(ctx, v.ID, db.VerifyFailed, msg, results, nil); ferr != nil || !ok {
+		return ferr
+	}
+	_ = w.cfg.Store.LogInsert(ctx, m.ID, db.LevelError, "Verification failed", map[string]any{"verification_id": v.ID, "error": msg})
+	return nil
+}
+
+// done records a finished verification, clears the lost changes it
+// proved gone and logs the summary.
+func (w *VerifyWorker) done(ctx context.Context, m db.Mirror, v db.Verification, results []verify.TableResult, lsn change.LSN, took time.Duration) error {
+	store := w.cfg.Store
 	var differing int64
 	var tablesDiffering, skipped []string
 	for _, r := range results {
@@ -149,7 +169,7 @@ func (w *VerifyWorker) Work(ctx context.Context, job *river.Job[VerifyArgs]) err
 	}
 	_ = store.LogInsert(ctx, m.ID, level, "Verification completed", map[string]any{
 		"verification_id": v.ID, "lsn": lsn.String(), "tables": len(results), "tables_differing": nonNil(tablesDiffering),
-		"rows_differing": differing, "tables_skipped": nonNil(skipped), "duration_seconds": time.Since(started).Seconds()})
+		"rows_differing": differing, "tables_skipped": nonNil(skipped), "duration_seconds": took.Seconds()})
 	return nil
 }
 
@@ -167,82 +187,24 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 	if err != nil {
 		return nil, 0, err
 	}
-	tables = replicating(tables) // a dropped source table has nothing to compare
 	srcPeer, dstPeer, err := mirrorPeers(ctx, store, m)
 	if err != nil {
 		return nil, 0, err
 	}
-	srcCfg, dstCfg, err := peerConfigs(srcPeer, dstPeer)
-	if err != nil {
+	vr := &verifyRun{w: w, m: m, v: v, hold: &catalogHold{store: store, id: v.ID}}
+	if vr.src, vr.dst, err = peerConfigs(srcPeer, dstPeer); err != nil {
 		return nil, 0, err
 	}
-	// The tables to compare, in mapping order; tables not running (being
-	// copied) are skipped.
-	var maps []change.Mapping
-	var all []change.TableName
-	skipped := map[change.TableName]string{}
-	for _, t := range tables {
-		all = append(all, t.Source())
-		if len(v.Tables) > 0 && !slices.Contains(v.Tables, t.Source().String()) {
-			continue
-		}
-		mp := toMappings([]db.MirrorTable{t})[0]
-		maps = append(maps, mp)
-		if t.Status != db.TableStatusRunning || t.ResyncRequestedAt != nil {
-			skipped[mp.Source] = fmt.Sprintf("the table is %s (being copied); verify it once it is running", t.Status)
-		}
-	}
+	// A dropped source table has nothing to compare.
+	maps, skipped := vr.selectTables(replicating(tables))
 	_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification started", map[string]any{
 		"verification_id": v.ID, "tables": len(maps), "requested_by": v.RequestedBy})
-
-	hc := &catalogHold{store: store, id: v.ID}
-	open := func(slot string, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
-		var snaps *verify.Snapshots
-		var err error
-		for attempt := 1; ; attempt++ {
-			snaps, err = verify.OpenSnapshots(ctx, verify.SnapshotConfig{
-				Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID,
-				SlotName: slot, Note: fmt.Sprintf("verify %s %d", m.UID, v.ID), Tables: all, WhileHeld: whileHeld,
-				Waiting: func(ctx context.Context, oldestXid int64) {
-					_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification waits for transactions open on the source", map[string]any{
-						"verification_id": v.ID, "oldest_xid": oldestXid,
-						"note": "PostgreSQL takes the consistent snapshot a verification needs only once the transactions open on the source cluster have ended; the mirror keeps streaming meanwhile (pg_stat_activity shows them: backend_xid)"})
-				},
-			}, hc)
-			if err == nil || (!errors.Is(err, verify.ErrHoldTimeout) && !errors.Is(err, verify.ErrRepairMoved)) || attempt == verifyAttempts {
-				break
-			}
-			w.cfg.Logger.Info("verification hold timed out; trying again", "mirror", m.Name, "verification_id", v.ID, "attempt", attempt)
-		}
-		if errors.Is(err, verify.ErrHoldTimeout) {
-			return nil, &verifyError{msg: fmt.Sprintf("could not hold the mirror at one source position in %d attempts (%v): long-running transactions on the source delay the temporary slot; try again later", verifyAttempts, err)}
-		}
-		return snaps, err
-	}
 	if v.RepairOf != nil {
-		repairs, err := w.repairsOf(ctx, *v.RepairOf, maps, skipped)
-		if err != nil {
+		if err := vr.repair(ctx, maps, skipped); err != nil {
 			return nil, 0, err
 		}
-		started := time.Now()
-		res, at, err := verify.RepairChunks(ctx, verify.RepairConfig{Source: srcCfg, Dest: dstCfg, MirrorUID: m.UID, Tables: repairs, MarkWrites: true},
-			func(ctx context.Context, chunk int, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
-				return open(fmt.Sprintf("%s_r%d", verifySlotName(m.UID, v.ID), chunk), whileHeld)
-			})
-		if err != nil {
-			return nil, 0, fmt.Errorf("repair (%d key ranges, %d rows repaired before): %w", res.Ranges, res.Written, err)
-		}
-		names := make([]string, len(repairs))
-		ranges := 0
-		for i, r := range repairs {
-			names[i] = r.Mapping.Source.String()
-			ranges += len(r.Ranges.Ranges)
-		}
-		_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification repair applied", map[string]any{
-			"verification_id": v.ID, "repair_of": *v.RepairOf, "lsn": at.String(), "tables": names,
-			"key_ranges": ranges, "rows_written": res.Written, "chunks": res.Chunks, "duration_ms": time.Since(started).Milliseconds()})
 	}
-	snaps, err := open(verifySlotName(m.UID, v.ID), nil)
+	snaps, err := vr.open(ctx, verifySlotName(m.UID, v.ID), nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -257,7 +219,7 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 	}
 	rep := &verifyReporter{store: store, mirrorID: m.ID, id: v.ID, lsn: snaps.LSN}
 	res, err := verify.Compare(ctx, verify.Config{
-		Source: srcCfg, Dest: dstCfg, SourceSnapshot: snaps.Source, DestSnapshot: snaps.Dest, Tables: compare,
+		Source: vr.src, Dest: vr.dst, SourceSnapshot: snaps.Source, DestSnapshot: snaps.Dest, Tables: compare,
 		Workers: max(1, min(m.SnapshotMaxParallelWorkers, 4)), Logger: w.cfg.Logger,
 	}, rep)
 	if err != nil {
@@ -277,6 +239,93 @@ func (w *VerifyWorker) run(ctx context.Context, v db.Verification) ([]verify.Tab
 		out = append(out, byTable[mp.Source.String()])
 	}
 	return out, snaps.LSN, nil
+}
+
+// verifyRun is one verification of mirror m as the job carries it out.
+type verifyRun struct {
+	w        *VerifyWorker
+	m        db.Mirror
+	v        db.Verification
+	src, dst *pgx.ConnConfig
+	hold     *catalogHold
+	all      []change.TableName // every replicating source table of the mirror
+}
+
+// selectTables returns the tables to compare, in mapping order (those the
+// request names, or all), and the reasons of those skipped: tables not
+// running (being copied).
+func (vr *verifyRun) selectTables(tables []db.MirrorTable) ([]change.Mapping, map[change.TableName]string) {
+	var maps []change.Mapping
+	skipped := map[change.TableName]string{}
+	for _, t := range tables {
+		vr.all = append(vr.all, t.Source())
+		if len(vr.v.Tables) > 0 && !slices.Contains(vr.v.Tables, t.Source().String()) {
+			continue
+		}
+		mp := toMappings([]db.MirrorTable{t})[0]
+		maps = append(maps, mp)
+		if t.Status != db.TableStatusRunning || t.ResyncRequestedAt != nil {
+			skipped[mp.Source] = fmt.Sprintf("the table is %s (being copied); verify it once it is running", t.Status)
+		}
+	}
+	return maps, skipped
+}
+
+// open obtains the source and destination snapshots at one source position
+// (verify.OpenSnapshots), trying again when the mirror's hold timed out.
+func (vr *verifyRun) open(ctx context.Context, slot string, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
+	m, v := vr.m, vr.v
+	store := vr.w.cfg.Store
+	var snaps *verify.Snapshots
+	var err error
+	for attempt := 1; ; attempt++ {
+		snaps, err = verify.OpenSnapshots(ctx, verify.SnapshotConfig{
+			Source: vr.src, Dest: vr.dst, MirrorUID: m.UID,
+			SlotName: slot, Note: fmt.Sprintf("verify %s %d", m.UID, v.ID), Tables: vr.all, WhileHeld: whileHeld,
+			Waiting: func(ctx context.Context, oldestXid int64) {
+				_ = store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification waits for transactions open on the source", map[string]any{
+					"verification_id": v.ID, "oldest_xid": oldestXid,
+					"note": "PostgreSQL takes the consistent snapshot a verification needs only once the transactions open on the source cluster have ended; the mirror keeps streaming meanwhile (pg_stat_activity shows them: backend_xid)"})
+			},
+		}, vr.hold)
+		if err == nil || (!errors.Is(err, verify.ErrHoldTimeout) && !errors.Is(err, verify.ErrRepairMoved)) || attempt == verifyAttempts {
+			break
+		}
+		vr.w.cfg.Logger.Info("verification hold timed out; trying again", "mirror", m.Name, "verification_id", v.ID, "attempt", attempt)
+	}
+	if errors.Is(err, verify.ErrHoldTimeout) {
+		return nil, &verifyError{msg: fmt.Sprintf("could not hold the mirror at one source position in %d attempts (%v): long-running transactions on the source delay the temporary slot; try again later", verifyAttempts, err)}
+	}
+	return snaps, err
+}
+
+// repair copies again, chunk by chunk with the mirror held, the rows the
+// verification it repairs found different (verify.RepairChunks), and logs
+// what it wrote.
+func (vr *verifyRun) repair(ctx context.Context, maps []change.Mapping, skipped map[change.TableName]string) error {
+	m, v := vr.m, vr.v
+	repairs, err := vr.w.repairsOf(ctx, *v.RepairOf, maps, skipped)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	res, at, err := verify.RepairChunks(ctx, verify.RepairConfig{Source: vr.src, Dest: vr.dst, MirrorUID: m.UID, Tables: repairs, MarkWrites: true},
+		func(ctx context.Context, chunk int, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
+			return vr.open(ctx, fmt.Sprintf("%s_r%d", verifySlotName(m.UID, v.ID), chunk), whileHeld)
+		})
+	if err != nil {
+		return fmt.Errorf("repair (%d key ranges, %d rows repaired before): %w", res.Ranges, res.Written, err)
+	}
+	names := make([]string, len(repairs))
+	ranges := 0
+	for i, r := range repairs {
+		names[i] = r.Mapping.Source.String()
+		ranges += len(r.Ranges.Ranges)
+	}
+	_ = vr.w.cfg.Store.LogInsert(ctx, m.ID, db.LevelInfo, "Verification repair applied", map[string]any{
+		"verification_id": v.ID, "repair_of": *v.RepairOf, "lsn": at.String(), "tables": names,
+		"key_ranges": ranges, "rows_written": res.Written, "chunks": res.Chunks, "duration_ms": time.Since(started).Milliseconds()})
+	return nil
 }
 
 // verifyReporter logs each compared table and keeps the partial result in

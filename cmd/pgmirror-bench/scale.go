@@ -83,6 +83,7 @@ type scaleResult struct {
 	takeoverRun   time.Duration            // kill until the survivor runs every mirror
 	takeoverRepl  time.Duration            // kill until every table has the rows written right after it
 	rolling       []rollingStep            // the killed replica's restart, then a rolling restart
+	outage        outageResult             // the catalog outage
 	tablesEqual   int                      // tables equal (count and md5) at the end
 }
 
@@ -212,6 +213,9 @@ func (s *scaleRun) run(ctx context.Context) error {
 		return err
 	}
 	if err := s.rollingRestart(ctx); err != nil {
+		return err
+	}
+	if err := s.catalogOutage(ctx); err != nil {
 		return err
 	}
 	s.logf("checking every table (count and md5)")
@@ -689,6 +693,12 @@ func reportScale(w io.Writer, r *scaleResult) {
 		fmt.Fprintf(w, "| %s | %sspread %s after it is ready; at most %d mirrors without a worker at once, longest gap %s |\n",
 			st.what, down, secs(st.spread), st.most, ms(st.longest))
 	}
+	o := r.outage
+	fmt.Fprintf(w, "| Catalog unreachable for %s (a round of writes a second): tables with every row written during it when it ended | %d of %d |\n",
+		secs(scaleOutage), o.equalAtEnd, r.mirrors)
+	fmt.Fprintf(w, "| Catalog back: the API answers / every mirror runs with a worker / every table equal | %s (highest lag %.2f s) / %s / %s |\n",
+		secs(o.apiBack), o.highestLag, secs(o.allRunning), secs(o.equalAfter))
+	fmt.Fprintf(w, "| Mirrors on another replica 15 s after the catalog came back | %d |\n", o.moved)
 	fmt.Fprintf(w, "| Tables equal at the end (count and md5) | %d of %d |\n\n", r.tablesEqual, r.mirrors)
 	fmt.Fprintf(w, "Idle figures are over %s without writes, starting %s after every table was equal; CPU time is user + system; transactions are pg_stat_database's xact_commit + xact_rollback of each database.\n", secs(r.idle), secs(scaleSettle))
 }
