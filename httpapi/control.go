@@ -357,23 +357,11 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 	if m.Status != db.StatusPaused {
 		return nil, errorf(http.StatusConflict, "Mirror %q is not paused (status %s): pause it with POST /v1/mirrors/%s/pause before changing its tables", m.Name, m.Status, m.Name)
 	}
-	source, err := h.store.PeerGetByID(ctx, m.SourcePeerID)
-	if err != nil {
-		return nil, h.internal(ctx, "load the source peer", err)
-	}
-	dest, err := h.store.PeerGetByID(ctx, m.DestinationPeerID)
-	if err != nil {
-		return nil, h.internal(ctx, "load the destination peer", err)
-	}
-	mappings, err := validateMappings(in.Body.TableMappings, samePeer(source, dest))
+	source, dest, err := h.mirrorPeers(ctx, m)
 	if err != nil {
 		return nil, err
 	}
-	schemas, err := validateSchemaMappings(in.Body.TableMappings, samePeer(source, dest))
-	if err != nil {
-		return nil, err
-	}
-	mappings, fromSchema, err := h.expandSchemas(ctx, source, mappings, schemas)
+	mappings, schemas, fromSchema, err := h.tablesRequested(ctx, in.Body.TableMappings, source, dest)
 	if err != nil {
 		return nil, err
 	}
@@ -429,6 +417,32 @@ func (h *handlers) putTables(ctx context.Context, in *tablesPutInput) (*tablesOu
 		return nil, err
 	}
 	return &tablesOutput{Body: givenMappings(tables, schemas)}, nil
+}
+
+// mirrorPeers loads the source and destination peers of mirror m.
+func (h *handlers) mirrorPeers(ctx context.Context, m db.Mirror) (source, dest db.Peer, err error) {
+	if source, err = h.store.PeerGetByID(ctx, m.SourcePeerID); err != nil {
+		return source, dest, h.internal(ctx, "load the source peer", err)
+	}
+	if dest, err = h.store.PeerGetByID(ctx, m.DestinationPeerID); err != nil {
+		return source, dest, h.internal(ctx, "load the destination peer", err)
+	}
+	return source, dest, nil
+}
+
+// tablesRequested validates the table and schema mappings of a request and
+// expands the schema mappings into the source tables they map now (those
+// are returned in fromSchema too).
+func (h *handlers) tablesRequested(ctx context.Context, given []tableMapping, source, dest db.Peer) (
+	mappings []change.Mapping, schemas []db.SchemaMapping, fromSchema map[change.TableName]bool, err error) {
+	if mappings, err = validateMappings(given, samePeer(source, dest)); err != nil {
+		return nil, nil, nil, err
+	}
+	if schemas, err = validateSchemaMappings(given, samePeer(source, dest)); err != nil {
+		return nil, nil, nil, err
+	}
+	mappings, fromSchema, err = h.expandSchemas(ctx, source, mappings, schemas)
+	return mappings, schemas, fromSchema, err
 }
 
 func (h *handlers) availableTables(ctx context.Context, in *mirrorPath) (*tableListOutput, error) {

@@ -84,6 +84,21 @@ func (s *scaleRun) catalogOutage(ctx context.Context) error {
 		return fmt.Errorf("open the catalog again: %w", err)
 	}
 	back := time.Now()
+	if err := s.afterOutage(ctx, back, before); err != nil {
+		return err
+	}
+	o := s.res.outage
+	s.logf("catalog outage: %d of %d tables had every row written during it when it ended; after it the API answered in %s "+
+		"(highest lag %.2f s), every mirror ran with a worker after %s, every table was equal after %s; %d mirrors changed replica",
+		o.equalAtEnd, s.opts.scaleMirrors, o.apiBack.Round(time.Millisecond), o.highestLag, o.allRunning.Round(time.Millisecond),
+		o.equalAfter.Round(time.Millisecond), o.moved)
+	return nil
+}
+
+// afterOutage measures the return of the catalog at back: the API's first
+// answer and the highest lag in it, every mirror with a worker, every table
+// equal, and the mirrors whose worker changed since before, 15 s after.
+func (s *scaleRun) afterOutage(ctx context.Context, back time.Time, before map[string]string) error {
 	for {
 		var list []outageMirror
 		if err := s.replicas[0].svc.call(ctx, "GET", "/v1/mirrors", nil, &list); err == nil {
@@ -131,11 +146,6 @@ func (s *scaleRun) catalogOutage(ctx context.Context) error {
 			s.res.outage.moved++
 		}
 	}
-	o := s.res.outage
-	s.logf("catalog outage: %d of %d tables had every row written during it when it ended; after it the API answered in %s "+
-		"(highest lag %.2f s), every mirror ran with a worker after %s, every table was equal after %s; %d mirrors changed replica",
-		o.equalAtEnd, s.opts.scaleMirrors, o.apiBack.Round(time.Millisecond), o.highestLag, o.allRunning.Round(time.Millisecond),
-		o.equalAfter.Round(time.Millisecond), o.moved)
 	return nil
 }
 

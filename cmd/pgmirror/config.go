@@ -82,83 +82,104 @@ func loadConfig(getenv func(string) string) (config, error) {
 		PGBin:             getenv("PGBIN"),
 	}
 	cfg.adminPasswordSet = getenv("SERVICE_ADMIN_PASSWORD") != ""
+	if err := loadTunables(getenv, &cfg); err != nil {
+		return cfg, err
+	}
 	var err error
-	if cfg.Port, err = intVar(getenv, "SERVICE_PORT", 8112, 1, 65535); err != nil {
-		return cfg, err
-	}
-	if cfg.EmbeddedPort, err = intVar(getenv, "SERVICE_EMBEDDED_PG_PORT", 55432, 1, 65535); err != nil {
-		return cfg, err
-	}
-	if cfg.MirrorWorkers, err = intVar(getenv, "SERVICE_MIRROR_WORKERS", defaults.MirrorWorkers, 1, 10000); err != nil {
-		return cfg, err
-	}
-	if cfg.LogRetention, err = durationVar(getenv, "SERVICE_LOG_RETENTION", defaults.LogRetention); err != nil {
-		return cfg, err
-	}
-	if cfg.HistoryRetention, err = boundedDurationVar(getenv, "SERVICE_METRICS_HISTORY_RETENTION", defaults.MetricsHistoryRetention, time.Hour, 90*24*time.Hour); err != nil {
-		return cfg, err
-	}
-	if cfg.ShutdownTimeout, err = durationVar(getenv, "SERVICE_SHUTDOWN_TIMEOUT", defaults.ShutdownTimeout); err != nil {
-		return cfg, err
-	}
-	if cfg.SlotMonitorInterval, err = boundedDurationVar(getenv, "SERVICE_SLOT_MONITOR_INTERVAL", defaults.SlotMonitorInterval, time.Second, time.Hour); err != nil {
-		return cfg, err
-	}
-	if cfg.VerifyScheduleInterval, err = boundedDurationVar(getenv, "SERVICE_VERIFY_SCHEDULE_INTERVAL", defaults.VerifyScheduleInterval, time.Second, time.Hour); err != nil {
-		return cfg, err
-	}
-	if cfg.CutoverChecksumMaxBytes, err = intVar(getenv, "SERVICE_CUTOVER_CHECKSUM_MAX_BYTES", defaults.CutoverChecksumMaxBytes, 1, 1<<50); err != nil {
-		return cfg, err
-	}
-	if cfg.SequenceSyncInterval, err = boundedDurationVar(getenv, "SERVICE_SEQUENCE_SYNC_INTERVAL", defaults.SequenceSyncInterval, time.Second, time.Hour); err != nil {
-		return cfg, err
-	}
-	if cfg.TokenTTL, err = tokenTTLVar(getenv, "SERVICE_TOKEN_TTL"); err != nil {
-		return cfg, err
-	}
-	if cfg.RevokeTokensOnPasswordChange, err = boolVar(getenv, "SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE"); err != nil {
-		return cfg, err
-	}
-	if cfg.LoginUserFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES", defaults.LoginMaxFailures, 1, 1000); err != nil {
-		return cfg, err
-	}
-	if cfg.LoginAddressFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES_PER_ADDRESS", defaults.LoginMaxFailuresPerAddr, 1, 100000); err != nil {
-		return cfg, err
-	}
-	if cfg.LoginFailureWindow, err = boundedDurationVar(getenv, "SERVICE_LOGIN_FAILURE_WINDOW", defaults.LoginFailureWindow, time.Second, 24*time.Hour); err != nil {
-		return cfg, err
-	}
 	if cfg.HTTP, err = loadHTTPConfig(getenv); err != nil {
 		return cfg, err
 	}
 	if cfg.AllowSocketPeers, err = boolVar(getenv, "SERVICE_ALLOW_SOCKET_PEERS"); err != nil {
 		return cfg, err
 	}
-	switch strings.ToLower(cmp.Or(getenv("SERVICE_LOG_LEVEL"), "info")) {
-	case "debug":
-		cfg.LogLevel = slog.LevelDebug
-	case "info":
-		cfg.LogLevel = slog.LevelInfo
-	case "warn", "warning":
-		cfg.LogLevel = slog.LevelWarn
-	case "error":
-		cfg.LogLevel = slog.LevelError
-	default:
-		return cfg, fmt.Errorf("SERVICE_LOG_LEVEL=%q: use debug, info, warn or error", getenv("SERVICE_LOG_LEVEL"))
+	if cfg.LogLevel, err = logLevelVar(getenv, "SERVICE_LOG_LEVEL"); err != nil {
+		return cfg, err
 	}
 	if cfg.TrustedProxies, err = prefixesVar(getenv, "SERVICE_TRUSTED_PROXIES"); err != nil {
 		return cfg, err
 	}
+	return cfg, cfg.check()
+}
+
+// loadTunables reads the numbers and durations: ports, workers, retention,
+// intervals, timeouts and login limits.
+func loadTunables(getenv func(string) string, cfg *config) error {
+	var err error
+	if cfg.Port, err = intVar(getenv, "SERVICE_PORT", 8112, 1, 65535); err != nil {
+		return err
+	}
+	if cfg.EmbeddedPort, err = intVar(getenv, "SERVICE_EMBEDDED_PG_PORT", 55432, 1, 65535); err != nil {
+		return err
+	}
+	if cfg.MirrorWorkers, err = intVar(getenv, "SERVICE_MIRROR_WORKERS", defaults.MirrorWorkers, 1, 10000); err != nil {
+		return err
+	}
+	if cfg.LogRetention, err = durationVar(getenv, "SERVICE_LOG_RETENTION", defaults.LogRetention); err != nil {
+		return err
+	}
+	if cfg.HistoryRetention, err = boundedDurationVar(getenv, "SERVICE_METRICS_HISTORY_RETENTION", defaults.MetricsHistoryRetention, time.Hour, 90*24*time.Hour); err != nil {
+		return err
+	}
+	if cfg.ShutdownTimeout, err = durationVar(getenv, "SERVICE_SHUTDOWN_TIMEOUT", defaults.ShutdownTimeout); err != nil {
+		return err
+	}
+	if cfg.SlotMonitorInterval, err = boundedDurationVar(getenv, "SERVICE_SLOT_MONITOR_INTERVAL", defaults.SlotMonitorInterval, time.Second, time.Hour); err != nil {
+		return err
+	}
+	if cfg.VerifyScheduleInterval, err = boundedDurationVar(getenv, "SERVICE_VERIFY_SCHEDULE_INTERVAL", defaults.VerifyScheduleInterval, time.Second, time.Hour); err != nil {
+		return err
+	}
+	if cfg.CutoverChecksumMaxBytes, err = intVar(getenv, "SERVICE_CUTOVER_CHECKSUM_MAX_BYTES", defaults.CutoverChecksumMaxBytes, 1, 1<<50); err != nil {
+		return err
+	}
+	if cfg.SequenceSyncInterval, err = boundedDurationVar(getenv, "SERVICE_SEQUENCE_SYNC_INTERVAL", defaults.SequenceSyncInterval, time.Second, time.Hour); err != nil {
+		return err
+	}
+	if cfg.TokenTTL, err = tokenTTLVar(getenv, "SERVICE_TOKEN_TTL"); err != nil {
+		return err
+	}
+	if cfg.RevokeTokensOnPasswordChange, err = boolVar(getenv, "SERVICE_REVOKE_TOKENS_ON_PASSWORD_CHANGE"); err != nil {
+		return err
+	}
+	if cfg.LoginUserFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES", defaults.LoginMaxFailures, 1, 1000); err != nil {
+		return err
+	}
+	if cfg.LoginAddressFailures, err = intVar(getenv, "SERVICE_LOGIN_MAX_FAILURES_PER_ADDRESS", defaults.LoginMaxFailuresPerAddr, 1, 100000); err != nil {
+		return err
+	}
+	if cfg.LoginFailureWindow, err = boundedDurationVar(getenv, "SERVICE_LOGIN_FAILURE_WINDOW", defaults.LoginFailureWindow, time.Second, 24*time.Hour); err != nil {
+		return err
+	}
+	return nil
+}
+
+// logLevelVar reads a log level: debug, info (the default), warn or error.
+func logLevelVar(getenv func(string) string, name string) (slog.Level, error) {
+	switch strings.ToLower(cmp.Or(getenv(name), "info")) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return slog.LevelInfo, fmt.Errorf("%s=%q: use debug, info, warn or error", name, getenv(name))
+}
+
+// check refuses settings that contradict each other or are too weak.
+func (cfg config) check() error {
 	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
-		return cfg, fmt.Errorf("SERVICE_LOG_FORMAT=%q: use text or json", cfg.LogFormat)
+		return fmt.Errorf("SERVICE_LOG_FORMAT=%q: use text or json", cfg.LogFormat)
 	}
 	if cfg.JWTSecret != "" && len(cfg.JWTSecret) < 32 {
-		return cfg, fmt.Errorf("SERVICE_JWT_SECRET is too short: use at least 32 characters, or leave it unset to have one generated and stored in the catalog")
+		return fmt.Errorf("SERVICE_JWT_SECRET is too short: use at least 32 characters, or leave it unset to have one generated and stored in the catalog")
 	}
 	if cfg.EncryptionKey != "" && cfg.EncryptionKeyFile != "" {
-		return cfg, fmt.Errorf("SERVICE_ENCRYPTION_KEY and SERVICE_ENCRYPTION_KEY_FILE are both set: use one of them")
+		return fmt.Errorf("SERVICE_ENCRYPTION_KEY and SERVICE_ENCRYPTION_KEY_FILE are both set: use one of them")
 	}
-	return cfg, nil
+	return nil
 }
 
 func intVar(getenv func(string) string, name string, def, lo, hi int) (int, error) {

@@ -140,6 +140,16 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		return err
 	}
+	demoHints(say, cfg, api.token, base)
+	if opts.linger {
+		say("the mirror keeps running; press Ctrl-C to clean up and stop")
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// demoHints tells where to look while the demo mirror runs.
+func demoHints(say func(string, ...any), cfg config, token, base string) {
 	say(`
 Have a look (the admin token below %s):
   TOKEN=%s
@@ -148,13 +158,8 @@ Have a look (the admin token below %s):
   %s/docs           (the API in the browser)
   %s/metrics        (Prometheus metrics)
   PGPASSWORD=$(cat %s) psql -h 127.0.0.1 -p %d -U postgres %s -c 'SELECT count(*) FROM orders'
-`, tokenValidity(cfg.TokenTTL), api.token, base, demoMirror, base, demoMirror, base, base,
+`, tokenValidity(cfg.TokenTTL), token, base, demoMirror, base, demoMirror, base, base,
 		filepath.Join(cfg.DataDir, embeddedPasswordFile), cfg.EmbeddedPort, demoDestinationDB)
-	if opts.linger {
-		say("the mirror keeps running; press Ctrl-C to clean up and stop")
-		<-ctx.Done()
-	}
-	return nil
 }
 
 // demoCluster reaches the embedded cluster as its superuser over loopback.
@@ -238,30 +243,7 @@ func demoLoad(ctx context.Context, api *demoAPI, pg demoCluster, opts demoOption
 		return fmt.Errorf("connect to the destination: %w", err)
 	}
 	defer dst.Close(context.WithoutCancel(ctx))
-
-	started := time.Now()
-	report := func() (srcRows, dstRows int64, st demoStatus, err error) {
-		if err = api.do(ctx, "GET", "/v1/mirrors/"+demoMirror, nil, &st, http.StatusOK); err != nil {
-			return
-		}
-		_ = src.QueryRow(ctx, `SELECT count(*) FROM public.orders`).Scan(&srcRows)
-		_ = dst.QueryRow(ctx, `SELECT count(*) FROM public.orders`).Scan(&dstRows) // absent before the snapshot
-		lag := "unknown"
-		if st.LagSeconds != nil {
-			lag = fmt.Sprintf("%.3f s", *st.LagSeconds)
-		}
-		var synced, ins, upd, del int64
-		for _, t := range st.Tables {
-			synced, ins, upd, del = synced+t.RowsSynced, ins+t.RowsInserted, upd+t.RowsUpdated, del+t.RowsDeleted
-		}
-		line := fmt.Sprintf("[%4ds] mirror %s: %s | lag %s | source %d rows, destination %d rows | rows_synced %d (CDC: %d inserts, %d updates, %d deletes)",
-			int(time.Since(started).Seconds()), demoMirror, st.Status, lag, srcRows, dstRows, synced, ins, upd, del)
-		if st.ErrorMessage != nil {
-			line += " | error: " + *st.ErrorMessage
-		}
-		say("%s", line)
-		return
-	}
+	r := &demoReporter{api: api, src: src, dst: dst, say: say, started: time.Now()}
 
 	say("writing %d transactions a second on the source for %s", opts.rate, opts.duration)
 	tick := time.NewTicker(time.Second / time.Duration(opts.rate))
@@ -277,20 +259,11 @@ func demoLoad(ctx context.Context, api *demoAPI, pg demoCluster, opts demoOption
 		case <-end:
 			load = false
 		case <-show.C:
-			if _, _, _, err := report(); err != nil {
+			if _, _, _, err := r.report(ctx); err != nil {
 				return err
 			}
 		case <-tick.C:
-			var sql string
-			switch n := rng.IntN(10); {
-			case n < 6:
-				sql = `INSERT INTO public.orders (item, qty) VALUES ('demo item', 1)`
-			case n < 9:
-				sql = `UPDATE public.orders SET qty = qty + 1 WHERE id = (SELECT floor(random() * max(id))::bigint + 1 FROM public.orders)`
-			default:
-				sql = `DELETE FROM public.orders WHERE id = (SELECT floor(random() * max(id))::bigint + 1 FROM public.orders)`
-			}
-			if _, err := src.Exec(ctx, sql); err != nil {
+			if _, err := src.Exec(ctx, demoWrite(rng)); err != nil {
 				return fmt.Errorf("write on the source: %w", err)
 			}
 		}
@@ -298,7 +271,7 @@ func demoLoad(ctx context.Context, api *demoAPI, pg demoCluster, opts demoOption
 	say("load done; waiting for the destination to catch up")
 	deadline := time.Now().Add(time.Minute)
 	for {
-		srcRows, dstRows, st, err := report()
+		srcRows, dstRows, st, err := r.report(ctx)
 		if err != nil {
 			return err
 		}
@@ -315,6 +288,51 @@ func demoLoad(ctx context.Context, api *demoAPI, pg demoCluster, opts demoOption
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// demoWrite is one transaction of the demo's load: six in ten insert an
+// order, three update one, one deletes one.
+func demoWrite(rng *rand.Rand) string {
+	switch n := rng.IntN(10); {
+	case n < 6:
+		return `INSERT INTO public.orders (item, qty) VALUES ('demo item', 1)`
+	case n < 9:
+		return `UPDATE public.orders SET qty = qty + 1 WHERE id = (SELECT floor(random() * max(id))::bigint + 1 FROM public.orders)`
+	default:
+		return `DELETE FROM public.orders WHERE id = (SELECT floor(random() * max(id))::bigint + 1 FROM public.orders)`
+	}
+}
+
+// demoReporter prints the demo mirror's status and both sides' row counts.
+type demoReporter struct {
+	api      *demoAPI
+	src, dst *pgx.Conn
+	say      func(string, ...any)
+	started  time.Time
+}
+
+// report prints one status line and returns what it shows.
+func (r *demoReporter) report(ctx context.Context) (srcRows, dstRows int64, st demoStatus, err error) {
+	if err = r.api.do(ctx, "GET", "/v1/mirrors/"+demoMirror, nil, &st, http.StatusOK); err != nil {
+		return
+	}
+	_ = r.src.QueryRow(ctx, `SELECT count(*) FROM public.orders`).Scan(&srcRows)
+	_ = r.dst.QueryRow(ctx, `SELECT count(*) FROM public.orders`).Scan(&dstRows) // absent before the snapshot
+	lag := "unknown"
+	if st.LagSeconds != nil {
+		lag = fmt.Sprintf("%.3f s", *st.LagSeconds)
+	}
+	var synced, ins, upd, del int64
+	for _, t := range st.Tables {
+		synced, ins, upd, del = synced+t.RowsSynced, ins+t.RowsInserted, upd+t.RowsUpdated, del+t.RowsDeleted
+	}
+	line := fmt.Sprintf("[%4ds] mirror %s: %s | lag %s | source %d rows, destination %d rows | rows_synced %d (CDC: %d inserts, %d updates, %d deletes)",
+		int(time.Since(r.started).Seconds()), demoMirror, st.Status, lag, srcRows, dstRows, synced, ins, upd, del)
+	if st.ErrorMessage != nil {
+		line += " | error: " + *st.ErrorMessage
+	}
+	r.say("%s", line)
+	return
 }
 
 // demoCleanup deletes the demo mirror and peers (what exists of them) and,
