@@ -483,7 +483,7 @@ func TestLostChangesSlotBehind(t *testing.T) {
 		return r !== null && r.textContent.includes('2 tables'); })()`)
 	b.do("open the mirror", chromedp.Click(chromedp.CSS(`#mirrors tr[data-mirror="behind"] a`)))
 	b.wait("the lost-changes banner", `(() => { const x = document.querySelector('#lost-changes .lost-banner');
-		return x !== null && x.textContent.includes('public.a, public.b') && x.textContent.includes('/resync'); })()`)
+		return x !== null && x.textContent.includes('public.a, public.b') && x.textContent.includes('Resync'); })()`)
 	b.noPageErrors()
 	if n := queryInt64(t, dst, `SELECT count(*) FROM public.b WHERE id = 9002`); n != 0 {
 		t.Errorf("the row written while there was no slot reached the destination (%d): the test lost nothing", n)

@@ -430,7 +430,7 @@ func TestReplicasStartTogether(t *testing.T) {
 	}
 	for i, r := range replicas {
 		other := replicas[(i+1)%len(replicas)]
-		var me map[string]string
+		var me map[string]any
 		other.token = r.token
 		other.mustDo("GET", "/v1/auth/me", nil, 200, &me)
 		if me["username"] != "admin" {

@@ -253,8 +253,9 @@ func (s *Snapshots) Comparable(tables []change.Mapping) (compare []change.Mappin
 	return compare, skipped
 }
 
-// openTransactionsPoll is how often waitOpenTransactions looks whether the
-// transactions it waits for have ended.
+// openTransactionsPoll is how often at most waitOpenTransactions looks
+// whether the transactions it waits for have ended: first after 5 ms (most
+// are short), then twice as long each time up to this.
 const openTransactionsPoll = 250 * time.Millisecond
 
 // waitOpenTransactions waits until every transaction that holds a
@@ -272,16 +273,19 @@ func waitOpenTransactions(ctx context.Context, src *pgx.Conn, waiting func(ctx c
 		return fmt.Errorf("read the transactions open on the source: %w", err)
 	}
 	told := false
+	poll := 5 * time.Millisecond
 	for oldest < until {
-		if !told && waiting != nil {
+		if !told && waiting != nil && poll >= openTransactionsPoll {
+			// Not a moment's wait for short transactions: say so.
 			waiting(ctx, oldest)
 			told = true
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(openTransactionsPoll):
+		case <-time.After(poll):
 		}
+		poll = min(2*poll, openTransactionsPoll)
 		if err := src.QueryRow(ctx, `SELECT pg_catalog.txid_snapshot_xmin(pg_catalog.txid_current_snapshot())`).Scan(&oldest); err != nil {
 			return fmt.Errorf("read the transactions open on the source: %w", err)
 		}
