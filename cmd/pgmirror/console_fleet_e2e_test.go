@@ -178,8 +178,7 @@ func TestConsoleFleet(t *testing.T) {
 		&& document.getElementById('mirror-page-info').textContent === '101–121 of 121'
 		&& !document.getElementById('mirror-prev').disabled && !document.getElementById('mirror-search').disabled
 		&& !document.querySelector('#mirror-totals button[data-status="error"]').disabled`)
-	b.forgetErrors("net::ERR_CONNECTION_REFUSED")
-	b.forgetErrors("status of 5")
+	b.forgetOutageErrors()
 
 	// At 390 px the list, its totals and filters fit the screen.
 	b.do("a phone's viewport", chromedp.EmulateViewport(390, 844))

@@ -40,6 +40,16 @@ func (b *browser) forgetErrors(text string) {
 	b.errors = kept
 }
 
+// forgetOutageErrors forgets the errors the browser logs while the
+// service is down on purpose: refused connections, responses cut off when
+// the process was killed in the middle of one, and 5xx answers.
+func (b *browser) forgetOutageErrors() {
+	for _, text := range []string{"net::ERR_CONNECTION_REFUSED", "net::ERR_INCOMPLETE_CHUNKED_ENCODING",
+		"net::ERR_EMPTY_RESPONSE", "net::ERR_CONNECTION_RESET", "status of 5"} {
+		b.forgetErrors(text)
+	}
+}
+
 // enabledControls lists the page's enabled buttons, inputs and selects.
 const enabledControls = `[...document.querySelectorAll('#view button, #view input, #view select, #view textarea')]
 	.filter((c) => !c.disabled && !c.hidden).map((c) => c.id || c.className || c.tagName)`
@@ -147,8 +157,7 @@ func TestConsoleStale(t *testing.T) {
 	}
 	// Refused connections, and 5xx answers while the service starts, are
 	// the outage itself; any other error is not.
-	b.forgetErrors("net::ERR_CONNECTION_REFUSED")
-	b.forgetErrors("status of 5")
+	b.forgetOutageErrors()
 	b.noPageErrors()
 }
 
