@@ -20,16 +20,7 @@ func TestKillDuringStreamedTransaction(t *testing.T) {
 	t.Parallel()
 	catalog, src, dst, a := newEnv(t, loadSchema)
 	ctx := context.Background()
-	srcConn, err := pgx.Connect(ctx, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srcConn.Close(ctx)
-	var db string
-	if err := srcConn.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	exec1(t, src, fmt.Sprintf(`ALTER DATABASE %s SET logical_decoding_work_mem = '64kB'`, pgx.Identifier{db}.Sanitize()))
+	srcConn := streamEarly(t, src)
 	a.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "big", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": []any{mapping("public", "load", "public", "load")},
@@ -120,20 +111,11 @@ func TestVerifyDuringStreamedTransaction(t *testing.T) {
 	_, src, dst, a := newEnv(t, `CREATE TABLE public.big (id int PRIMARY KEY, v text);
 		INSERT INTO public.big SELECT g, 'init' FROM generate_series(1, 5000) g;`)
 	ctx := context.Background()
-	srcConn, err := pgx.Connect(ctx, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srcConn.Close(ctx)
-	var db string
-	if err := srcConn.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
-		t.Fatal(err)
-	}
+	srcConn := streamEarly(t, src)
 	var streams bool
 	if err := srcConn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int >= 140000`).Scan(&streams); err != nil {
 		t.Fatal(err)
 	}
-	exec1(t, src, fmt.Sprintf(`ALTER DATABASE %s SET logical_decoding_work_mem = '64kB'`, pgx.Identifier{db}.Sanitize()))
 	a.mustDo("POST", "/v1/mirrors", map[string]any{
 		"name": "bigv", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": []any{mapping("public", "big", "public", "big")},
@@ -194,4 +176,23 @@ func TestVerifyDuringStreamedTransaction(t *testing.T) {
 			tb.RowsSource, tb.RowsDestination)
 	}
 	waitEqual(t, src, dst, "public.big", "public.big", "id, v", 90*time.Second)
+}
+
+// streamEarly sets logical_decoding_work_mem low on the source database, so
+// that a 14+ source streams a transaction of a few thousand rows while it
+// runs, and returns a connection to it (closed when the test ends).
+func streamEarly(t *testing.T, src string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	var db string
+	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, src, fmt.Sprintf(`ALTER DATABASE %s SET logical_decoding_work_mem = '64kB'`, pgx.Identifier{db}.Sanitize()))
+	return conn
 }
