@@ -91,6 +91,9 @@ type Config struct {
 	// the real ones and inject failures.
 	runStore runStore
 	runLocks runLocks
+	// hooks are the points where a test fails a run's step on purpose
+	// (seams.go); production leaves them unset.
+	hooks runHooks
 
 	lags    *lagWriter       // set by NewClient
 	balance *balancer        // set by NewClient

@@ -35,12 +35,37 @@ import (
 // errInjected is the failure a test injects into a catalog call.
 var errInjected = errors.New("injected failure: the catalog cannot be reached")
 
+// errStepInjected is the failure a test injects into a step of a run.
+var errStepInjected = errors.New("injected failure")
+
 // faults are the failures injected into one replica's catalog calls.
 type faults struct {
 	mu       sync.Mutex
 	failing  map[string]int // method name -> failures left (-1: until healed)
 	calls    map[string]int // method name -> failures injected so far
 	lockDown bool           // TryLock fails: the lock cannot be taken (back)
+	steps    map[string]int // cut-over step -> failures left after the step did its work
+}
+
+// failStepOnce makes the next run of the cut-over step fail once it did
+// its work (runHooks.afterCutoverStep).
+func (f *faults) failStepOnce(step string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.steps[step]++
+}
+
+// stepHit is the replica's runHooks.afterCutoverStep: the injected
+// failure of the step, if any.
+func (f *faults) stepHit(step string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.steps[step] == 0 {
+		return nil
+	}
+	f.steps[step]--
+	f.calls["step "+step]++
+	return fmt.Errorf("cut-over step %s: %w", step, errStepInjected)
 }
 
 // fail makes every call of the methods fail until heal.
@@ -326,11 +351,12 @@ func (e *lcEnv) startReplica(name string, tweak func(*Config)) *replica {
 	locks.SetJobClientID(clientID)
 	locksCtx, stopLocks := context.WithCancel(context.Background())
 	go locks.Run(locksCtx)
-	f := &faults{failing: map[string]int{}, calls: map[string]int{}}
+	f := &faults{failing: map[string]int{}, calls: map[string]int{}, steps: map[string]int{}}
 	store := db.New(e.pool, e.keys)
 	cfg := Config{ClientID: clientID, Store: store, Locks: locks, Logger: logger, MirrorWorkers: 10,
 		HeartbeatTimeout: 30 * time.Second, SlotMonitorInterval: time.Hour, VerifyScheduleInterval: time.Hour,
-		runStore: &faultStore{Store: store, f: f}, runLocks: &faultLocks{LockHolder: locks, f: f}}
+		runStore: &faultStore{Store: store, f: f}, runLocks: &faultLocks{LockHolder: locks, f: f},
+		hooks: runHooks{afterCutoverStep: f.stepHit}}
 	if tweak != nil {
 		tweak(&cfg)
 	}

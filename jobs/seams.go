@@ -90,6 +90,16 @@ type runLocks interface {
 	Running() int
 }
 
+// runHooks are the points where a test makes a step of a run fail on
+// purpose, after the step did its work, to watch the run undo it. Unset in
+// production.
+type runHooks struct {
+	// afterCutoverStep, when set, is called once a cut-over step other
+	// than complete did its work; an error it returns fails the step as
+	// the step's own error would (cutoverRun.step).
+	afterCutoverStep func(step string) error
+}
+
 var (
 	_ runStore = (*db.Store)(nil)
 	_ runLocks = (*db.LockHolder)(nil)
