@@ -382,6 +382,7 @@ type replica struct {
 	faults *faults
 	log    *logRecorder
 	stop   func()
+	bal    *balancer // the client's balancer: which mirrors the replica runs
 }
 
 // lockApp is the application_name of a replica's lock connection.
@@ -406,15 +407,19 @@ func (e *lcEnv) startReplica(name string, tweak func(*Config)) *replica {
 	cfg := Config{ClientID: clientID, Store: store, Locks: locks, Logger: logger, MirrorWorkers: 10,
 		HeartbeatTimeout: 30 * time.Second, SlotMonitorInterval: time.Hour, VerifyScheduleInterval: time.Hour,
 		runStore: &faultStore{Store: store, f: f}, runLocks: &faultLocks{LockHolder: locks, f: f},
-		hooks: runHooks{afterCutoverStep: f.stepHit}}
+		hooks: runHooks{afterCutoverStep: f.stepHit}, Shutdown: &Shutdown{}}
 	if tweak != nil {
 		tweak(&cfg)
 	}
 	client, err := NewClient(pgtest.Pool(t, e.catalogURL), cfg)
 	require.NoError(t, err)
+	var bal *balancer
+	if cfg.Shutdown != nil {
+		bal = cfg.Shutdown.b
+	}
 	require.NoError(t, client.Start(context.Background()))
 	var once sync.Once
-	r := &replica{name: name, locks: locks, client: client, faults: f, log: rec}
+	r := &replica{name: name, locks: locks, client: client, faults: f, log: rec, bal: bal}
 	r.stop = func() {
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
