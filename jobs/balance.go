@@ -277,6 +277,12 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 			since = now
 		}
 		b.orphans[id] = since
+		if b.onItsWay(id) {
+			// Handed to a live replica lately: its job waits on that
+			// replica's adoption queue, which only it works; taking the
+			// mirror back here would move it twice.
+			continue
+		}
 		if b.departed || now.Sub(since) >= orphanGrace {
 			due = append(due, id)
 		}
@@ -305,6 +311,15 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 	for _, id := range due {
 		b.cfg.Logger.Info("mirror has no worker: adopting it", "mirror_id", id)
 	}
+}
+
+// onItsWay reports whether this replica handed the mirror to a replica
+// that is still live less than handoffFresh ago (loop only: it reads live).
+func (b *balancer) onItsWay(mirrorID int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h, ok := b.handed[mirrorID]
+	return ok && time.Since(h.at) < handoffFresh && b.live[h.to]
 }
 
 // adoptRank orders the mirrors a replica adopts (a hash of both).

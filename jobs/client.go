@@ -156,9 +156,13 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		Queues: map[string]river.QueueConfig{
 			river.QueueDefault: {MaxWorkers: 10},
 			QueueMirrors:       {MaxWorkers: cfg.MirrorWorkers},
-			// Its jobs come from this process, announced by notification:
-			// the poll is only a fallback, which costs the catalog a query.
-			cfg.balance.queue: {MaxWorkers: cfg.MirrorWorkers, FetchPollInterval: 5 * time.Second},
+			// Its jobs come from this process and the replicas handing it
+			// mirrors, announced by notification; but River announces
+			// one insert per queue and FetchCooldown only (notifylimiter):
+			// the second of two mirrors handed to it within 50 ms waits for
+			// the poll, which must come before the sender counts the
+			// hand-off as over (handoffFresh) and adopts the mirror back.
+			cfg.balance.queue: {MaxWorkers: cfg.MirrorWorkers, FetchPollInterval: adoptQueuePoll},
 		},
 		FetchCooldown: 50 * time.Millisecond,
 		// New jobs arrive by notification at once; the poll only backs
@@ -197,6 +201,10 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	go cfg.balance.watchDepartures(cfg.Locks.Done())
 	return client, nil
 }
+
+// adoptQueuePoll is how often a replica polls its adoption queue: well
+// within handoffFresh.
+const adoptQueuePoll = time.Second
 
 type pgxTx = pgx.Tx
 
