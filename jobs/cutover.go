@@ -776,7 +776,7 @@ func (c *countingReporter) BatchApplied(ctx context.Context, b cdc.Batch) error 
 // refuseLostChanges fails while a table of the mirror may miss changes
 // (lost_changes.go): the cut-over cannot prove the destination equal,
 // whatever the request's verify says.
-func (c *cutoverRun) refuseLostChanges(ctx context.Context, store runStore) error {
+func (c *cutoverRun) refuseLostChanges(ctx context.Context, store tableLister) error {
 	tables, err := store.MirrorTables(ctx, c.m.ID)
 	if err != nil {
 		return err

@@ -234,7 +234,7 @@ func connectPeer(ctx context.Context, role string, p db.Peer) (*pgx.Conn, error)
 }
 
 // mirrorPeers loads the source and destination peers of mirror m.
-func mirrorPeers(ctx context.Context, store runStore, m db.Mirror) (src, dst db.Peer, err error) {
+func mirrorPeers(ctx context.Context, store peerReader, m db.Mirror) (src, dst db.Peer, err error) {
 	if src, err = store.PeerGetByID(ctx, m.SourcePeerID); err != nil {
 		return src, dst, fmt.Errorf("load source peer: %w", err)
 	}
