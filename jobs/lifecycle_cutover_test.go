@@ -15,10 +15,11 @@ import (
 )
 
 // cutoverFailSteps are the cut-over steps a failure is injected into, in
-// their order: every step but complete (TestCutoverFailureUndone) and
-// drop_slot (after complete: its failure is only logged).
+// their order: every step but drop_slot (after complete: its failure is
+// only logged). complete fails as its catalog transaction cannot begin;
+// the others once they did their work.
 var cutoverFailSteps = []string{stepCheck, stepReadOnly, stepApply, stepQuiet, stepSequences, stepConstraints,
-	stepForeignKeys, stepVerify, stepChecksums, stepPrepareReverse, stepWritable}
+	stepForeignKeys, stepVerify, stepChecksums, stepPrepareReverse, stepWritable, stepComplete}
 
 // A cut-over that fails at any of its steps, after the step did its work,
 // is undone and leaves the mirror as it was: the cut-over record says
@@ -28,7 +29,8 @@ var cutoverFailSteps = []string{stepCheck, stepReadOnly, stepApply, stepQuiet, s
 // dropped, and no reverse mirror exists; destination tables that were
 // read-only before are read-only again; the mirror goes on replicating,
 // and a row written after the undo arrives. One mirror goes through a
-// failed cut-over per step.
+// failed cut-over per step; requested once more, the cut-over completes:
+// the source is read-only, the reverse mirror exists with its slot.
 func TestCutoverStepFailuresUndone(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -43,8 +45,8 @@ func TestCutoverStepFailuresUndone(t *testing.T) {
 	waitRows(t, e.dstURL, "notes", 5, 30*time.Second)
 	e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
 
-	checksums := true
-	opts := db.CutoverOptions{LockSource: true, TimeoutSeconds: 60, Verify: &checksums,
+	checksums, noChecksums := true, false
+	opts := db.CutoverOptions{LockSource: true, TimeoutSeconds: 60, Verify: &noChecksums,
 		ReverseMirrorName: "m_back", ReversePublicationName: "pub_" + e.uniq + "_back", ReverseReplicationSlotName: "slot_" + e.uniq + "_back"}
 	dstTables := []change.TableName{{Schema: "public", Name: "items"}, {Schema: "public", Name: "notes"}}
 	next := 11
@@ -57,13 +59,27 @@ func TestCutoverStepFailuresUndone(t *testing.T) {
 				require.NoError(t, cutover.MakeReadOnly(context.Background(), conn, dstTables, "an earlier cut-over", 10*time.Second))
 			})
 		}
-		r.faults.failStepOnce(step)
+		// Checksums (a step of its own) only where that step fails: the
+		// comparison reads every row.
+		opts.Verify = &noChecksums
+		if step == stepChecksums {
+			opts.Verify = &checksums
+		}
+		started := time.Now()
+		injected, wantErr := "step "+step, errStepInjected.Error()
+		if step == stepComplete {
+			injected, wantErr = "BeginTx", errInjected.Error()
+			r.faults.failOnce("BeginTx")
+		} else {
+			r.faults.failStepOnce(step)
+		}
 		e.requestCutover(m.ID, opts)
 		c := e.waitCutover(m.ID, 60*time.Second)
-		require.Equal(t, 1, r.faults.injected("step "+step), "the failure injected at step %s", step)
+		failed := time.Since(started)
+		require.Equal(t, 1, r.faults.injected(injected), "the failure injected at step %s", step)
 		require.Equal(t, db.CutoverFailed, c.State, "state of the cut-over failed at step %s", step)
 		require.Contains(t, c.Error, "Cut-over failed at step "+step+": ", "error of the cut-over failed at step %s", step)
-		require.Contains(t, c.Error, errStepInjected.Error(), "error of the cut-over failed at step %s", step)
+		require.Contains(t, c.Error, wantErr, "error of the cut-over failed at step %s", step)
 		require.NotNil(t, c.FinishedAt, "finished_at of the cut-over failed at step %s", step)
 		require.NotEmpty(t, c.Steps)
 		last := c.Steps[len(c.Steps)-1]
@@ -85,7 +101,7 @@ func TestCutoverStepFailuresUndone(t *testing.T) {
 		require.False(t, publicationExists(t, e.dstURL, opts.ReversePublicationName), "the reverse publication after the failure at step %s", step)
 		_, err := e.store.MirrorGetByName(context.Background(), opts.ReverseMirrorName)
 		require.ErrorIs(t, err, db.ErrNotFound, "the reverse mirror after the failure at step %s", step)
-		if step == stepWritable {
+		if step == stepWritable || step == stepComplete {
 			for _, tbl := range dstTables {
 				withConn(t, e.dstURL, func(conn *pgx.Conn) {
 					ro, err := cutover.IsReadOnly(context.Background(), conn, tbl)
@@ -102,9 +118,25 @@ func TestCutoverStepFailuresUndone(t *testing.T) {
 		got := e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
 		require.Nil(t, got.PendingAction, "pending action after the failure at step %s", step)
 		require.Equal(t, int64(next), queryInt(t, e.dstURL, `SELECT count(DISTINCT id) FROM public.items`))
+		t.Logf("step %s: failed after %s, streaming again after %s", step, failed.Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
 		next++
 	}
 	require.True(t, slotExists(t, e.srcURL, m.ReplicationSlotName), "the mirror's slot")
+
+	// Requested again, it completes: the source is read-only, the reverse
+	// mirror exists with its slot, and the destination takes writes.
+	e.requestCutover(m.ID, opts)
+	c := e.waitCutover(m.ID, 60*time.Second)
+	require.Equal(t, db.CutoverCompleted, c.State, "cut-over state, error %q", c.Error)
+	back, err := e.store.MirrorGetByName(context.Background(), opts.ReverseMirrorName)
+	require.NoError(t, err)
+	e.mu.Lock()
+	e.uids = append(e.uids, back.UID)
+	e.mu.Unlock()
+	require.Equal(t, db.StatusCompleted, e.mirror(m.ID).Status)
+	require.True(t, slotExists(t, e.dstURL, opts.ReverseReplicationSlotName), "the reverse slot on the destination")
+	require.Error(t, tryExec(e.srcURL, `INSERT INTO public.items VALUES (100000, 'after the cut-over')`), "the source table is read-only")
+	require.NoError(t, tryExec(e.dstURL, `INSERT INTO public.items VALUES (100000, 'after the cut-over')`), "the destination table takes writes")
 }
 
 // withConn runs fn on a connection to the database.
