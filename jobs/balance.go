@@ -226,7 +226,8 @@ const departureCheckEvery = 500 * time.Millisecond
 // watchDepartures wakes the loop as soon as a replica live at the last
 // check has no lock connection any more (its process died, or it stops):
 // the mirrors it ran are adopted at once instead of at the next check,
-// up to orphanCheckEvery later. One light query every
+// up to orphanCheckEvery later; and as soon as a replica joins, so that
+// hand-offs to it begin at once. One light query every
 // departureCheckEvery, whatever the number of mirrors.
 func (b *balancer) watchDepartures(done <-chan struct{}) {
 	tick := time.NewTicker(departureCheckEvery)
@@ -238,7 +239,7 @@ func (b *balancer) watchDepartures(done <-chan struct{}) {
 		case <-tick.C:
 		}
 		others := b.others.Load()
-		if others == nil || len(*others) == 0 || b.draining.Load() {
+		if others == nil || b.draining.Load() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -247,16 +248,31 @@ func (b *balancer) watchDepartures(done <-chan struct{}) {
 		if err != nil {
 			continue
 		}
-		for _, name := range *others {
-			if !slices.Contains(names, name) {
-				select {
-				case b.kick <- struct{}{}:
-				default:
-				}
-				break
+		if changedReplicas(*others, names, b.cfg.Locks.Name()) {
+			select {
+			case b.kick <- struct{}{}:
+			default:
 			}
 		}
 	}
+}
+
+// changedReplicas reports whether a replica of others has no lock
+// connection any more (connected names those that have one), or one that
+// is neither me nor among others has joined: either way the shares
+// change, and the balance is checked at once.
+func changedReplicas(others, connected []string, me string) bool {
+	for _, name := range others {
+		if !slices.Contains(connected, name) {
+			return true
+		}
+	}
+	for _, name := range connected {
+		if name != me && !slices.Contains(others, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // busy reports whether hand-offs of this replica are under way or to come.
