@@ -60,8 +60,13 @@ func (w *SupervisorWorker) Timeout(*river.Job[SupervisorArgs]) time.Duration { r
 // Work looks for mirrors that nobody runs and enqueues a run job for each.
 func (w *SupervisorWorker) Work(ctx context.Context, job *river.Job[SupervisorArgs]) error {
 	client := river.ClientFromContext[pgxTx](ctx)
-	ids, err := w.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind(), QueueMirrors)
-	if err != nil {
+	var ids []int64
+	var err error
+	if w.cfg.balance.settling() {
+		// The catalog just came back: the runs are taking their locks
+		// back, and a mirror without one is not an orphan yet (balance.go).
+		w.cfg.Logger.Debug("the catalog came back lately: leaving mirrors without a worker to the next pass")
+	} else if ids, err = w.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind(), QueueMirrors); err != nil {
 		return err
 	}
 	for _, id := range ids {
