@@ -387,32 +387,12 @@ func (b *balancer) balance(ctx context.Context) {
 		b.catalogLost = false
 		b.settleUntil.Store(time.Now().Add(catalogSettle).UnixNano())
 	}
-	settling := b.settling()
 	wanted, err := b.cfg.Store.MirrorsWantingToRun(ctx)
 	if err != nil {
 		b.cfg.Logger.Debug("count mirrors that want to run", "error", err)
 		return
 	}
-	live := make(map[string]bool, len(replicas))
-	for _, r := range replicas {
-		live[r.Name] = true
-	}
-	for name := range b.live {
-		// Not this replica: its lock connection may be down for a moment,
-		// and its own runs take their locks back (catalog_outage.go).
-		if !live[name] && name != me && !settling {
-			b.departed = true
-			b.cfg.Logger.Info("a replica is gone: adopting mirrors without a worker at once", "replica", name)
-		}
-	}
-	b.live = live
-	others := make([]string, 0, len(live))
-	for name := range live {
-		if name != me {
-			others = append(others, name)
-		}
-	}
-	b.others.Store(&others)
+	b.noteReplicas(replicas)
 
 	incoming, stopping, inTransit := b.handoffsUnderWay(ctx)
 	loads := make([]replicaLoad, 0, len(replicas))
@@ -453,6 +433,34 @@ func (b *balancer) balance(ctx context.Context) {
 	if len(d.Handoffs) > 0 {
 		b.handAway(d, wanted)
 	}
+}
+
+// noteReplicas records the live replicas of this check: a replica live at
+// the check before and gone now makes this check adopt at once (departed),
+// unless the catalog came back lately (settling).
+func (b *balancer) noteReplicas(replicas []db.Replica) {
+	me := b.cfg.Locks.Name()
+	settling := b.settling()
+	live := make(map[string]bool, len(replicas))
+	for _, r := range replicas {
+		live[r.Name] = true
+	}
+	for name := range b.live {
+		// Not this replica: its lock connection may be down for a moment,
+		// and its own runs take their locks back (catalog_outage.go).
+		if !live[name] && name != me && !settling {
+			b.departed = true
+			b.cfg.Logger.Info("a replica is gone: adopting mirrors without a worker at once", "replica", name)
+		}
+	}
+	b.live = live
+	others := make([]string, 0, len(live))
+	for name := range live {
+		if name != me {
+			others = append(others, name)
+		}
+	}
+	b.others.Store(&others)
 }
 
 // handoffsUnderWay forgets the mirrors handed away that their receiver
