@@ -178,10 +178,11 @@ func (b *balancer) left(mirrorID int64) {
 
 // catalogSettle is how long after the catalog came back (as seen from this
 // replica) the replicas' runs have to take their mirror locks back before
-// a mirror without a lock counts as an orphan: lock connections are made
-// again within a second or two, and runs retry their locks every
-// lockRetryEvery.
-const catalogSettle = 6 * time.Second
+// a mirror without a lock counts as an orphan, and before a replica without
+// a lock connection counts as dead (buryDead): lock connections are made
+// again within a few seconds (each replica tries about every second), and
+// runs retry their locks every lockRetryEvery.
+const catalogSettle = 10 * time.Second
 
 // settling reports whether the catalog came back lately (catalogSettle):
 // nothing is adopted, by this replica's checks or its supervisor.
@@ -386,6 +387,7 @@ func (b *balancer) balance(ctx context.Context) {
 		// about to retake it, and move the mirror for nothing.
 		b.catalogLost = false
 		b.settleUntil.Store(time.Now().Add(catalogSettle).UnixNano())
+		b.gone = nil // replicas seen gone before count from the settling on (buryDead)
 	}
 	wanted, err := b.cfg.Store.MirrorsWantingToRun(ctx)
 	if err != nil {

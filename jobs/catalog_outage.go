@@ -50,7 +50,9 @@ func (r *mirrorRun) log(ctx context.Context, level db.LogLevel, message string, 
 	k := &r.logs
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if r.writePendingLocked(ctx) {
+	// While the catalog is being reconnected the entry waits without a
+	// try (see batchReporter.loop).
+	if !r.catalogLost() && r.writePendingLocked(ctx) {
 		err := r.store.LogInsert(ctx, r.mirrorID, level, message, details)
 		if err == nil {
 			return

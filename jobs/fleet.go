@@ -70,7 +70,15 @@ func (b *balancer) buryDead(ctx context.Context) {
 		}
 		prev, ok := b.gone[g.Name]
 		if !ok || !sameGone(prev.row, g) {
-			next[g.Name] = goneReplica{row: g, since: now}
+			// Seen gone from now on, or from when the catalog has settled
+			// after an outage (catalogSettle), whichever is later: every
+			// lock connection died with the catalog, and a replica whose
+			// connection is slower to come back than this one's is not dead.
+			since := now
+			if settled := time.Unix(0, b.settleUntil.Load()); settled.After(since) {
+				since = settled
+			}
+			next[g.Name] = goneReplica{row: g, since: since}
 			continue
 		}
 		next[g.Name] = prev

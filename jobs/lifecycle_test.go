@@ -184,7 +184,9 @@ func TestRunCatalogOutage(t *testing.T) {
 		insertItem(t, e.srcURL, id)
 	}
 	waitRows(t, e.dstURL, "items", 31, 30*time.Second) // applied during the outage
-	require.Positive(t, r.faults.injected("MirrorRecordProgress"), "progress writes failed during the outage")
+	// While the catalog is being reconnected the run does not try its
+	// progress writes (one may have failed before the run noticed).
+	require.LessOrEqual(t, r.faults.injected("MirrorRecordProgress"), 1, "progress writes tried during the outage")
 	during := e.mirror(m.ID)
 	require.Equal(t, before.LastSyncBatchID, during.LastSyncBatchID, "the catalog took no progress during the outage")
 	require.Equal(t, int64(1), tableInserted(e, m.ID))

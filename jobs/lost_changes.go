@@ -160,8 +160,8 @@ func (r *mirrorRun) keepCeiling(ctx context.Context) {
 		case <-t.C:
 		}
 		c := r.ceiling.Load()
-		if c == nil || c.Wanted() <= c.Limit() {
-			continue
+		if c == nil || c.Wanted() <= c.Limit() || r.catalogLost() {
+			continue // nothing to raise, or the catalog is being reconnected
 		}
 		want := c.Wanted()
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -187,7 +187,14 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		defer w.cfg.balance.started(r)()
 	}
 	err = r.work(ctx)
-	return r.handedTo(), err
+	if to := r.handedTo(); to != "" {
+		r.stopMu.Lock()
+		asked := r.handoffAt
+		r.stopMu.Unlock()
+		r.logger.Debug("the run stopped to hand the mirror over", "to", to, "took", time.Since(asked).Round(time.Millisecond).String())
+		return to, err
+	}
+	return "", err
 }
 
 // hasRun reports whether a run of the mirror on this replica is under way
@@ -221,6 +228,7 @@ type mirrorRun struct {
 	cdcStop    chan struct{} // non-nil while the CDC phase runs
 	stopReason stopReason
 	handoffTo  string         // the replica the run was handed to (handAway)
+	handoffAt  time.Time      // when handAway asked the stream to stop
 	copying    map[int64]bool // mirror tables being copied beside CDC
 
 	// markWrites says that the destination user may use replication
@@ -368,7 +376,7 @@ func (r *mirrorRun) handAway(to string) bool {
 	if r.cdcStop == nil || r.stopReason != "" {
 		return false
 	}
-	r.stopReason, r.handoffTo = reasonBudget, to
+	r.stopReason, r.handoffTo, r.handoffAt = reasonBudget, to, time.Now()
 	close(r.cdcStop)
 	return true
 }
