@@ -22,7 +22,11 @@ import (
 // transaction that also applies the resulting DDL and records the applied
 // position: a restart finds the state that matches the destination, and a
 // replay derives the same changes, each of which is skipped when the
-// destination already shows it.
+// destination already shows it. What each change does to the destination
+// is decided by package engine/colsync (Diff, Stream), which the paths
+// before a copy and for captured DDL follow too; this file matches the
+// stream's columns with attnums (align), reads the catalogs, executes the
+// steps and reports them.
 
 // SchemaMode is what the applier does when a mapped source table's columns
 // change.
