@@ -37,14 +37,6 @@ func dests(names ...string) map[string]Dest {
 	return out
 }
 
-func destList(m map[string]Dest, order ...string) []Dest {
-	var out []Dest
-	for _, n := range order {
-		out = append(out, m[n])
-	}
-	return out
-}
-
 func ptr(s string) *string { return &s }
 
 // render lists a plan as statements, "resync: ..." after a statement that
