@@ -58,5 +58,7 @@
 // name (streaming dropped it; the pre-copy reshape kept it and warned that
 // the source no longer has it); renames whose target a staying column
 // holds (the pre-copy reshape left the old column under a temporary name);
-// and the wording of a default not carried.
+// whether a kept identity column loses its NOT NULL (the applier tried,
+// which PostgreSQL refuses, failing every batch of the table under warn;
+// sync-schema did not: Relax); and the wording of a default not carried.
 package colsync
