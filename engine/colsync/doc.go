@@ -32,7 +32,8 @@
 // drops a destination default first (it may not cast) and sets the
 // source's after. Following, the destination takes the source's type
 // exactly (the source converted its values); under Sync and Copying a
-// destination type that holds every source value (Compatible) is kept.
+// destination type that holds every source value (Compatible) is kept. A
+// retyped column the destination lacks is added with the new type.
 // A column the source dropped is dropped following and before a copy
 // (outside the primary key there), and kept under Sync with its NOT NULL
 // relaxed (Relax). A column renamed to a name the mapping excludes is
@@ -60,5 +61,7 @@
 // holds (the pre-copy reshape left the old column under a temporary name);
 // whether a kept identity column loses its NOT NULL (the applier tried,
 // which PostgreSQL refuses, failing every batch of the table under warn;
-// sync-schema did not: Relax); and the wording of a default not carried.
+// sync-schema did not: Relax); a retyped column the destination lacks
+// (streaming failed every batch on ALTER COLUMN TYPE; sync-schema added
+// it); and the wording of a default not carried.
 package colsync

@@ -41,8 +41,13 @@ func Stream(m change.Mapping, changes []Change, dest map[string]Dest) Plan {
 			if !ok {
 				d, ok = dest[c.OldName]
 			}
-			if !ok || needsRetype(c.Col.Type, d.Type, Follow) {
-				t.retype(&finals, c.Col, d, ok, c.Old, Follow)
+			switch {
+			case !ok:
+				// Dropped on the destination by hand: added with the
+				// new type, as sync-schema would.
+				t.addColumn(&finals, c.Col, Follow, false)
+			case needsRetype(c.Col.Type, d.Type, Follow):
+				t.retype(&finals, c.Col, d, c.Old, Follow)
 			}
 		case Add:
 			if !newEx && !has(c.Name) {
@@ -132,7 +137,7 @@ func SyncTable(m change.Mapping, src []Source, dst []Dest, mode Mode, virtualGen
 		case c.Generated || d.Generated:
 			// Generated on either side: nothing is copied into it.
 		case needsRetype(c.Type, d.Type, mode):
-			t.retype(&p, c, d, true, Known{}, mode)
+			t.retype(&p, c, d, Known{}, mode)
 		}
 	}
 	for _, d := range dst {

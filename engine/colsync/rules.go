@@ -146,7 +146,7 @@ func (t table) addColumn(p *Plan, c Source, mode Mode, virtual bool) {
 // source changed its own along) and the source's set after. Following, a
 // change the source made with a table rewrite asks for a resync. from is
 // the known type (Follow only).
-func (t table) retype(p *Plan, c Source, d Dest, found bool, from Known, mode Mode) {
+func (t table) retype(p *Plan, c Source, d Dest, from Known, mode Mode) {
 	col := sqlquote.Ident(c.Name)
 	if d.HasDefault {
 		p.add(t.alter("ALTER COLUMN %s DROP DEFAULT", col))
@@ -156,7 +156,7 @@ func (t table) retype(p *Plan, c Source, d Dest, found bool, from Known, mode Mo
 		s.Resync = fmt.Sprintf("column %s changed type with a table rewrite on the source, whose new values the stream does not carry", col)
 	}
 	p.add(s)
-	if !found || !d.HasDefault {
+	if !d.HasDefault {
 		return
 	}
 	for _, s := range t.defaultStep(c, "column %s of %s changed type without the source's default %s, since the destination rejected it") {
