@@ -122,3 +122,42 @@ func TestMirrorHistory(t *testing.T) {
 	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM mirror_metrics_history`).Scan(&left))
 	require.Equal(t, 1, left)
 }
+
+// TestLagsWrittenAt: writing lag measures marks the replica's
+// lags_written_at in the same statement, with or without measures, and the
+// mirror's worker carries it.
+func TestLagsWrittenAt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := newStore(t)
+	a := startHolder(t, store, "replica-a")
+	m1 := createMirror(t, store, "m1", mapping("a", "a2"))
+	m2 := createMirror(t, store, "m2", mapping("b", "b2"))
+	require.NotNil(t, tryLock(t, a, m1.ID))
+	require.NotNil(t, tryLock(t, a, m2.ID))
+	var w map[int64]db.MirrorWorker
+	require.Eventually(t, func() bool {
+		var err error
+		w, err = store.MirrorWorkers(ctx)
+		return err == nil && w[m1.ID].Name == "replica-a" && w[m2.ID].Name == "replica-a"
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Nil(t, w[m1.ID].LagsWrittenAt, "nothing written yet")
+
+	before := time.Now().Add(-time.Second)
+	require.NoError(t, store.MirrorRecordLags(ctx, "replica-a", []db.LagMeasure{{MirrorID: m1.ID, LagSeconds: 0.25, MeasuredAt: time.Now()}}))
+	w, err := store.MirrorWorkers(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, w[m1.ID].LagsWrittenAt)
+	require.True(t, w[m1.ID].LagsWrittenAt.After(before))
+	require.Equal(t, *w[m1.ID].LagsWrittenAt, *w[m2.ID].LagsWrittenAt, "one replica, one time")
+	first := *w[m1.ID].LagsWrittenAt
+
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, store.MirrorRecordLags(ctx, "replica-a", nil))
+	w, err = store.MirrorWorkers(ctx)
+	require.NoError(t, err)
+	require.True(t, w[m1.ID].LagsWrittenAt.After(first), "a write without measures marks it too")
+	m, err := store.MirrorGetByID(ctx, m1.ID)
+	require.NoError(t, err)
+	require.InDelta(t, 0.25, *m.LagSeconds, 0.001)
+}

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -52,6 +53,86 @@ func (m Mirror) Lag(now time.Time) *float64 {
 		lag = max(0, now.Sub(*m.AppliedCommitAt).Seconds())
 	}
 	return &lag
+}
+
+// LagRunBy is the lag to show of a mirror that worker w runs: Lag, except
+// that when the mirror's own measure is not fresh and w's replica has
+// written no lag measures for lagFresh either, the catalog has not heard
+// from the stream lately (the replica could not reach it, as in the
+// moments after a catalog outage) and the lag is unknown (nil), not the age
+// of the last measure written before. A replica that keeps writing while
+// one mirror's measure stops (a long batch) leaves that mirror to Lag's
+// upper bound.
+func (m Mirror) LagRunBy(w MirrorWorker, now time.Time) *float64 {
+	fresh := m.LagSeconds != nil && m.LagMeasuredAt != nil && now.Sub(*m.LagMeasuredAt) < lagFresh
+	if m.Status == StatusRunning && !fresh && (w.LagsWrittenAt == nil || now.Sub(*w.LagsWrittenAt) >= lagFresh) {
+		return nil
+	}
+	return m.Lag(now)
+}
+
+// LagBoard holds the newest lag measure of each mirror this process
+// streams, as its streams take them (every second). The replica writes
+// them to the catalog every 2 s, and not at all while the catalog is
+// unreachable: its API answers with the board's measure where it is newer
+// than the catalog's (Newest). A nil board holds nothing.
+type LagBoard struct {
+	mu   sync.Mutex
+	m    map[int64]LagMeasure
+	puts int
+}
+
+// lagBoardForget is how old a measure the board forgets (a mirror that
+// moved to another replica or stopped here).
+const lagBoardForget = time.Minute
+
+// NewLagBoard returns an empty board.
+func NewLagBoard() *LagBoard { return &LagBoard{m: map[int64]LagMeasure{}} }
+
+// Put keeps m, unless the board holds a newer measure of the mirror; a
+// measure without an applied commit time keeps the one before.
+func (b *LagBoard) Put(m LagMeasure) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old, ok := b.m[m.MirrorID]
+	if ok && old.MeasuredAt.After(m.MeasuredAt) {
+		return
+	}
+	if m.AppliedCommit.IsZero() {
+		m.AppliedCommit = old.AppliedCommit
+	}
+	b.m[m.MirrorID] = m
+	if b.puts++; b.puts%1024 == 0 {
+		for id, x := range b.m {
+			if time.Since(x.MeasuredAt) > lagBoardForget {
+				delete(b.m, id)
+			}
+		}
+	}
+}
+
+// Newest returns m with the board's measure of it where that is newer than
+// the catalog's.
+func (b *LagBoard) Newest(m Mirror) Mirror {
+	if b == nil {
+		return m
+	}
+	b.mu.Lock()
+	x, ok := b.m[m.ID]
+	b.mu.Unlock()
+	if !ok || (m.LagMeasuredAt != nil && !x.MeasuredAt.After(*m.LagMeasuredAt)) {
+		return m
+	}
+	lag, at := x.LagSeconds, x.MeasuredAt
+	m.LagSeconds, m.LagMeasuredAt = &lag, &at
+	if !x.AppliedCommit.IsZero() {
+		applied := x.AppliedCommit
+		m.AppliedCommitAt = &applied
+	}
+	return m
 }
 
 // MirrorRecordLag stores the streaming worker's measure of a mirror's lag

@@ -43,3 +43,73 @@ func TestLag(t *testing.T) {
 		require.InDelta(t, *tc.want, *got, 0.01, tc.name)
 	}
 }
+
+// TestLagRunBy: a running mirror whose measure is stale while its replica
+// has not written lag measures lately (cut off from the catalog) has an
+// unknown lag, not the age of its last measure; while the replica keeps
+// writing, the stale measure means a stream that stopped measuring and the
+// slot's upper bound holds; a fresh measure is taken as it is.
+func TestLagRunBy(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	ago := func(d time.Duration) *time.Time { at := now.Add(-d); return &at }
+	f := func(v float64) *float64 { return &v }
+	i := func(v int64) *int64 { return &v }
+	stale := db.Mirror{Status: db.StatusRunning, LagSeconds: f(0.01), LagMeasuredAt: ago(40 * time.Second), SlotLagBytes: i(500), AppliedCommitAt: ago(40 * time.Second)}
+	fresh := db.Mirror{Status: db.StatusRunning, LagSeconds: f(0.5), LagMeasuredAt: ago(time.Second), SlotLagBytes: i(500), AppliedCommitAt: ago(40 * time.Second)}
+	paused := db.Mirror{Status: db.StatusPaused, SlotLagBytes: i(500), AppliedCommitAt: ago(40 * time.Second)}
+	for _, tc := range []struct {
+		name string
+		m    db.Mirror
+		w    db.MirrorWorker
+		want *float64
+	}{
+		{"replica cut off: unknown", stale, db.MirrorWorker{LagsWrittenAt: ago(35 * time.Second)}, nil},
+		{"replica never wrote: unknown", stale, db.MirrorWorker{}, nil},
+		{"replica writes, this stream stopped measuring: the slot's bound", stale, db.MirrorWorker{LagsWrittenAt: ago(time.Second)}, f(40)},
+		{"fresh measure", fresh, db.MirrorWorker{LagsWrittenAt: ago(35 * time.Second)}, f(1.5)},
+		{"not streaming: the slot's view", paused, db.MirrorWorker{}, f(40)},
+	} {
+		got := tc.m.LagRunBy(tc.w, now)
+		if tc.want == nil {
+			require.Nil(t, got, tc.name)
+			continue
+		}
+		require.NotNil(t, got, tc.name)
+		require.InDelta(t, *tc.want, *got, 0.01, tc.name)
+	}
+}
+
+// TestLagBoard: the board answers with this process's measure where it is
+// newer than the catalog's, never goes back to an older one, keeps the
+// applied commit time of a measure that has none, and leaves other mirrors
+// and a nil board alone.
+func TestLagBoard(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	ago := func(d time.Duration) *time.Time { at := now.Add(-d); return &at }
+	f := func(v float64) *float64 { return &v }
+	catalog := db.Mirror{ID: 7, Status: db.StatusRunning, LagSeconds: f(0), LagMeasuredAt: ago(40 * time.Second), AppliedCommitAt: ago(41 * time.Second)}
+
+	var none *db.LagBoard
+	none.Put(db.LagMeasure{MirrorID: 7, MeasuredAt: now})
+	require.Equal(t, catalog, none.Newest(catalog))
+
+	b := db.NewLagBoard()
+	require.Equal(t, catalog, b.Newest(catalog), "nothing measured here")
+	b.Put(db.LagMeasure{MirrorID: 7, LagSeconds: 0.2, MeasuredAt: *ago(time.Second), AppliedCommit: *ago(2 * time.Second)})
+	b.Put(db.LagMeasure{MirrorID: 7, LagSeconds: 0.1, MeasuredAt: *ago(500 * time.Millisecond)})
+	b.Put(db.LagMeasure{MirrorID: 7, LagSeconds: 9, MeasuredAt: *ago(3 * time.Second)}) // older: ignored
+	got := b.Newest(catalog)
+	require.Equal(t, 0.1, *got.LagSeconds)
+	require.WithinDuration(t, *ago(500 * time.Millisecond), *got.LagMeasuredAt, time.Millisecond)
+	require.WithinDuration(t, *ago(2 * time.Second), *got.AppliedCommitAt, time.Millisecond, "kept from the measure before")
+	require.InDelta(t, 0.6, *got.Lag(now), 0.01)
+
+	newer := catalog
+	newer.LagMeasuredAt = ago(100 * time.Millisecond)
+	require.Equal(t, newer, b.Newest(newer), "the catalog's measure is newer")
+	other := catalog
+	other.ID = 8
+	require.Equal(t, other, b.Newest(other))
+}

@@ -14,6 +14,9 @@ import (
 type MirrorWorker struct {
 	Name   string
 	SeenAt time.Time
+	// LagsWrittenAt is when the replica last wrote its lag measures
+	// (MirrorRecordLags); nil before the first write.
+	LagsWrittenAt *time.Time
 }
 
 // MirrorWorkers returns the worker of every mirror that has one, by mirror
@@ -21,7 +24,7 @@ type MirrorWorker struct {
 // replica that died holds nothing.
 func (s *Store) MirrorWorkers(ctx context.Context) (map[int64]MirrorWorker, error) {
 	rows, err := s.q.Query(ctx, `
-		SELECT l.objid::bigint, r.name, r.seen_at
+		SELECT l.objid::bigint, r.name, r.seen_at, r.lags_written_at
 		FROM pg_locks l JOIN replicas r ON r.lock_pid = l.pid
 		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $1::oid
 		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`, int64(mirrorLockClass))
@@ -33,8 +36,9 @@ func (s *Store) MirrorWorkers(ctx context.Context) (map[int64]MirrorWorker, erro
 		id int64
 		w  MirrorWorker
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &w.Name, &w.SeenAt}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&id, &w.Name, &w.SeenAt, &w.LagsWrittenAt}, func() error {
 		out[id] = w
+		w.LagsWrittenAt = nil // the next row gets a pointer of its own
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("read mirror workers: %w", translate(err))
@@ -141,11 +145,10 @@ func (s *Store) MirrorsSequencesSynced(ctx context.Context, synced map[int64]tim
 // MirrorRecordLags stores the lag measures of many mirrors in one
 // statement: a replica writes those of all the mirrors it streams
 // together, so that its catalog writes do not grow with them. Measures of
-// mirrors deleted meanwhile are skipped.
-func (s *Store) MirrorRecordLags(ctx context.Context, measures []LagMeasure) error {
-	if len(measures) == 0 {
-		return nil
-	}
+// mirrors deleted meanwhile are skipped. The replica's lags_written_at
+// says when it last wrote (MirrorWorker.LagsWrittenAt), with or without
+// measures.
+func (s *Store) MirrorRecordLags(ctx context.Context, replica string, measures []LagMeasure) error {
 	ids := make([]int64, len(measures))
 	lags := make([]float64, len(measures))
 	at := make([]time.Time, len(measures))
@@ -157,13 +160,18 @@ func (s *Store) MirrorRecordLags(ctx context.Context, measures []LagMeasure) err
 			applied[i] = &a
 		}
 	}
-	_, err := s.q.Exec(ctx, `INSERT INTO mirror_lag (mirror_id, lag_seconds, measured_at, applied_commit_at)
+	// The replica's lags_written_at moves in the same statement: a reader
+	// that sees it fresh sees the measures written with it.
+	_, err := s.q.Exec(ctx, `WITH written AS (
+		INSERT INTO mirror_lag (mirror_id, lag_seconds, measured_at, applied_commit_at)
 		SELECT u.id, u.lag, u.at, u.applied FROM unnest($1::bigint[], $2::float8[], $3::timestamptz[], $4::timestamptz[]) AS u(id, lag, at, applied)
 		WHERE EXISTS (SELECT 1 FROM mirrors m WHERE m.id = u.id)
 		ON CONFLICT (mirror_id) DO UPDATE SET lag_seconds = EXCLUDED.lag_seconds, measured_at = EXCLUDED.measured_at,
 			applied_commit_at = coalesce(EXCLUDED.applied_commit_at, mirror_lag.applied_commit_at)
-		WHERE mirror_lag.measured_at <= EXCLUDED.measured_at`,
-		ids, lags, at, applied)
+		WHERE mirror_lag.measured_at <= EXCLUDED.measured_at
+		RETURNING 1)
+	UPDATE replicas SET lags_written_at = now() WHERE name = $5`,
+		ids, lags, at, applied, replica)
 	if err != nil {
 		return fmt.Errorf("record lag of %d mirrors: %w", len(measures), translate(err))
 	}

@@ -28,6 +28,10 @@ import (
 type Config struct {
 	// Store is the catalog.
 	Store *db.Store
+	// LagBoard holds the newest lag measures of the mirrors this process
+	// streams: they are answered where newer than the catalog's. Nil:
+	// the catalog's only.
+	LagBoard *db.LagBoard
 	// River enqueues jobs inside catalog transactions (an insert-only client
 	// is enough).
 	River *river.Client[pgx.Tx]
@@ -77,6 +81,8 @@ type handlers struct {
 	// defaults remembers which stored password hashes are of the default
 	// password (GET /v1/auth/me).
 	defaults *defaultPasswords
+	// lagBoard: Config.LagBoard.
+	lagBoard *db.LagBoard
 }
 
 // New returns the HTTP handler serving the whole API.
@@ -102,7 +108,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	h := &handlers{store: cfg.Store, river: cfg.River, secret: cfg.JWTSecret, logger: cfg.Logger, version: cfg.Version,
 		tokenTTL: cfg.TokenTTL, revokeOnPasswordChange: cfg.RevokeTokensOnPasswordChange, logins: newLoginGuard(cfg.Store, cfg.Login),
-		allowSocketPeers: cfg.AllowSocketPeers, defaults: &defaultPasswords{}}
+		allowSocketPeers: cfg.AllowSocketPeers, defaults: &defaultPasswords{}, lagBoard: cfg.LagBoard}
 
 	mux := http.NewServeMux()
 	hcfg := huma.DefaultConfig("pgmirror API", cfg.Version)

@@ -70,6 +70,7 @@ func (h *handlers) listMirrors(ctx context.Context, in *mirrorListInput) (*mirro
 	q := strings.ToLower(in.Q)
 	list := make([]mirrorSummary, 0, len(mirrors))
 	for _, m := range mirrors {
+		m = h.lagBoard.Newest(m)
 		totals[m.Status]++
 		if len(in.Status) > 0 && !slices.Contains(in.Status, m.Status) {
 			continue

@@ -217,12 +217,16 @@ type SlotHealth struct {
 }
 
 func slotHealthResponse(m db.Mirror) SlotHealth {
-	lag := m.Lag(time.Now())
-	if lag != nil {
-		rounded := math.Round(*lag*1000) / 1000
-		lag = &rounded
+	return SlotHealth{SlotLagBytes: m.SlotLagBytes, SlotWALStatus: m.SlotWALStatus, SlotCheckedAt: m.SlotCheckedAt, LagSeconds: roundedLag(m.Lag(time.Now()))}
+}
+
+// roundedLag is lag rounded to milliseconds (nil stays nil).
+func roundedLag(lag *float64) *float64 {
+	if lag == nil {
+		return nil
 	}
-	return SlotHealth{SlotLagBytes: m.SlotLagBytes, SlotWALStatus: m.SlotWALStatus, SlotCheckedAt: m.SlotCheckedAt, LagSeconds: lag}
+	rounded := math.Round(*lag*1000) / 1000
+	return &rounded
 }
 
 type mirrorStatusOutput struct {
@@ -289,6 +293,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 	if err != nil {
 		return nil, h.internal(ctx, "load the mirror's tables", err)
 	}
+	m = h.lagBoard.Newest(m)
 	st := mirrorStatus{
 		MirrorConfig: configResponse(m, tables), DesiredState: m.DesiredState,
 		LastLSN: m.LastLSN, LastSyncBatchID: m.LastSyncBatchID, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount,

@@ -13,9 +13,11 @@ type WorkerInfo struct {
 	WorkerSeenAt *time.Time `json:"worker_seen_at" doc:"When the worker last reported (every 5 s); null without a worker."`
 }
 
-// withWorker fills in the mirror's worker and, for a mirror that should be
-// streaming but has none, a lag that grows with the time since its last
-// measure instead of the slot's view.
+// withWorker fills in the mirror's worker and its lag: for a mirror that
+// should be streaming but has none, a lag that grows with the time since
+// its last measure instead of the slot's view; for one a replica runs,
+// unknown while that replica has not reached the catalog lately
+// (db.Mirror.LagRunBy).
 func withWorker(m db.Mirror, workers map[int64]db.MirrorWorker, health *SlotHealth) WorkerInfo {
 	w, ok := workers[m.ID]
 	if !ok {
@@ -25,6 +27,7 @@ func withWorker(m db.Mirror, workers map[int64]db.MirrorWorker, health *SlotHeal
 		}
 		return WorkerInfo{}
 	}
+	health.LagSeconds = roundedLag(m.LagRunBy(w, time.Now()))
 	name, seen := w.Name, w.SeenAt
 	return WorkerInfo{Worker: &name, WorkerSeenAt: &seen}
 }

@@ -86,6 +86,10 @@ type Config struct {
 	// (handover.go).
 	Shutdown *Shutdown
 
+	// LagBoard, when set, receives every lag measure of this replica's
+	// streams as they are taken, for its API (db.LagBoard.Newest).
+	LagBoard *db.LagBoard
+
 	// runStore and runLocks are Store and Locks as mirror runs see them
 	// (seams.go); nil: Store and Locks themselves. Tests set them to wrap
 	// the real ones and inject failures.
@@ -129,7 +133,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		return nil, fmt.Errorf("jobs: Config.Store and Config.Locks are required")
 	}
 	cfg = cfg.withDefaults()
-	cfg.lags = newLagWriter(cfg.Store, cfg.Logger, cfg.Locks.Name(), cfg.HistoryInterval)
+	cfg.lags = newLagWriter(cfg.Store, cfg.LagBoard, cfg.Logger, cfg.Locks.Name(), cfg.HistoryInterval)
 	go cfg.lags.loop(cfg.Locks.Done())
 	cfg.sources = cdc.NewSourceWatch()
 	cfg.dests = cdc.NewDestWatch()

@@ -52,7 +52,7 @@ func TestLagWriterHistory(t *testing.T) {
 	_, err = store.Pool().Exec(ctx, `UPDATE mirror_tables SET rows_synced = 500 WHERE mirror_id = $1`, m.ID)
 	require.NoError(t, err)
 
-	w := newLagWriter(store, logger, "replica-h", time.Second)
+	w := newLagWriter(store, nil, logger, "replica-h", time.Second)
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() { w.loop(done); close(stopped) }()

@@ -273,6 +273,7 @@ func (e *slotExistsError) Error() string {
 // iteration prepares the mirror (peers, publication, destination tables),
 // gathers the facts nextPhase decides from, and carries out its answer.
 func (r *mirrorRun) iteration(ctx context.Context) error {
+	r.steps = newStartSteps()
 	in, err := r.prepare(ctx)
 	if in != nil {
 		defer in.closeConns()
@@ -285,6 +286,7 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 		return inStep(opSetup, err)
 	}
 	in.applied, in.hasPosition = applied, hasPosition
+	r.steps.done("applied position")
 	next := nextPhase(runFacts{mirror: in.m, tables: in.tables, slot: in.slot, hasPosition: hasPosition})
 	r.logger.Debug("next phase", "phase", next.String())
 	// A phase that streams from the slot as it is checks its position
@@ -293,6 +295,7 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 	if err := r.checkSlotPosition(ctx, in, streams); err != nil {
 		return inStep(opSetup, err)
 	}
+	r.steps.done("slot position")
 	switch next {
 	case phaseCutover:
 		return inStep(opCutover, r.cutover(ctx, in))
@@ -321,6 +324,7 @@ func (r *mirrorRun) iteration(ctx context.Context) error {
 	// The stream starts on the setup's sessions (cdc.Sessions) rather than
 	// opening two more; it keeps only those it needs for the whole run (a
 	// mirror's connections to its peers stay few).
+	r.steps.done("phase " + next.String())
 	sessions := cdc.NewSessions(in.src, in.dst)
 	in.src, in.dst = nil, nil
 	defer sessions.Close()
@@ -358,15 +362,18 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.steps.done("load mirror")
 	in := &phaseInputs{m: m, srcPeer: srcPeer, dstPeer: dstPeer}
 	if in.src, err = connectPeer(ctx, "source", srcPeer); err != nil {
 		return nil, err
 	}
+	r.steps.done("connect source")
 	// Tables dropped on the source stop replicating; tables created in a
 	// mapped schema join the mirror (schema_follow.go).
 	if in.tables, _, err = r.followSourceTables(ctx, in.src, m, tables); err != nil {
 		return in, err
 	}
+	r.steps.done("follow source tables")
 	in.schemas = m.SchemaMappings
 	in.mappings = toMappings(in.tables)
 	tables = in.tables
@@ -377,15 +384,19 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if err := preflight.Check(ctx, in.src, sources); err != nil {
 		return in, err
 	}
+	r.steps.done("preflight")
 	if err := r.ensurePublication(ctx, in.src, m, sources); err != nil {
 		return in, err
 	}
+	r.steps.done("publication")
 	if err := r.ensureDDLCapture(ctx, in.src, m); err != nil {
 		return in, err
 	}
+	r.steps.done("ddl capture")
 	if in.dst, err = connectPeer(ctx, "destination", dstPeer); err != nil {
 		return in, err
 	}
+	r.steps.done("connect destination")
 	if schemaPreparation(m) == schemaFollow {
 		// Tables that joined from a mapped schema get their destination
 		// table first, logged as schema changes.
@@ -396,20 +407,26 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	if err := r.prepareDestTables(ctx, in, m, tables); err != nil {
 		return in, err
 	}
+	r.steps.done("destination tables")
 	if err := positions.Ensure(ctx, in.dst); err != nil {
 		return in, err
 	}
+	r.steps.done("positions table")
 	if err := r.checkOrigins(ctx, in.dst, dstPeer); err != nil {
 		return in, err
 	}
+	r.steps.done("origins")
 	rememberIdentity(ctx, srcPeer, in.src)
 	rememberIdentity(ctx, dstPeer, in.dst)
+	r.steps.done("identities")
 	if err := r.originFilter(m.UID).refresh(ctx); err != nil {
 		return in, fmt.Errorf("find the mirrors that close a loop with this one: %w", err)
 	}
+	r.steps.done("origin filter")
 	if in.slot, err = capture.SlotState(ctx, in.src, m.ReplicationSlotName); err != nil {
 		return in, err
 	}
+	r.steps.done("slot state")
 	return in, nil
 }
 
@@ -793,6 +810,9 @@ func (r *mirrorRun) runCDC(ctx context.Context, in *phaseInputs, sessions *cdc.S
 	if err := r.store.MirrorMarkRunning(ctx, m.ID); err != nil {
 		return err
 	}
+	r.steps.done("mark running")
+	r.steps.log(ctx, r.logger)
+	r.steps = nil
 	stop := r.beginCDC()
 	// The budget hands the mirror back to the queue now and then; not while
 	// the catalog is unreachable, since the queue lives there.

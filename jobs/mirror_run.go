@@ -234,6 +234,10 @@ type mirrorRun struct {
 
 	hold *runHold // a verification's hold on the CDC phase
 
+	// steps times the start of the current iteration until it streams
+	// (debug log "run start steps"); nil once it streams.
+	steps *startSteps
+
 	// ceiling bounds what the run's streams confirm to the slot beyond
 	// the applied position (lost_changes.go); nil until the first
 	// iteration sets it.

@@ -25,6 +25,7 @@ const lagWriteBatchEvery = 2 * time.Second
 // mirror's lock writes its samples (db.Store.MirrorRecordHistory).
 type lagWriter struct {
 	store     *db.Store
+	board     *db.LagBoard // the newest measures, for this replica's API (nil: none)
 	logger    *slog.Logger
 	replica   string // the replica's name, whose lock connection holds the mirrors' locks
 	mu        sync.Mutex
@@ -36,8 +37,8 @@ type lagWriter struct {
 	historyAt    time.Time               // when the last samples were written (loop only)
 }
 
-func newLagWriter(store *db.Store, logger *slog.Logger, replica string, historyEvery time.Duration) *lagWriter {
-	return &lagWriter{store: store, logger: logger, replica: replica, latest: map[int64]db.LagMeasure{}, seqSynced: map[int64]time.Time{},
+func newLagWriter(store *db.Store, board *db.LagBoard, logger *slog.Logger, replica string, historyEvery time.Duration) *lagWriter {
+	return &lagWriter{store: store, board: board, logger: logger, replica: replica, latest: map[int64]db.LagMeasure{}, seqSynced: map[int64]time.Time{},
 		historyEvery: historyEvery, history: map[int64]db.LagMeasure{}, historyAt: time.Now()}
 }
 
@@ -50,6 +51,7 @@ func (w *lagWriter) sequencesSynced(mirrorID int64, at time.Time) {
 
 // add keeps m for the next write, replacing an older measure of the mirror.
 func (w *lagWriter) add(m db.LagMeasure) {
+	w.board.Put(m)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if old, ok := w.latest[m.MirrorID]; ok && m.AppliedCommit.IsZero() {
@@ -65,11 +67,18 @@ func (w *lagWriter) add(m db.LagMeasure) {
 // measure written before the outage.
 const lagRetryEvery = 500 * time.Millisecond
 
+// lagIdleWriteEvery is how often a replica without measures to write still
+// marks that it writes (replicas.lags_written_at): a mirror whose measure
+// stops while its replica keeps marking is a stream that stopped measuring,
+// not a replica cut off from the catalog (db.Mirror.LagRunBy).
+const lagIdleWriteEvery = 5 * time.Second
+
 // loop writes the measures every lagWriteBatchEvery until done closes. A
 // failed write keeps the measures (newer ones replace them) and is tried
 // again every lagRetryEvery.
 func (w *lagWriter) loop(done <-chan struct{}) {
 	failing := false
+	var written time.Time
 	for {
 		wait := lagWriteBatchEvery
 		if failing {
@@ -89,8 +98,14 @@ func (w *lagWriter) loop(done <-chan struct{}) {
 		synced := w.seqSynced
 		w.seqSynced = map[int64]time.Time{}
 		w.mu.Unlock()
+		if len(measures) == 0 && len(synced) == 0 && !failing && time.Since(written) < lagIdleWriteEvery {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := w.store.MirrorRecordLags(ctx, measures)
+		err := w.store.MirrorRecordLags(ctx, w.replica, measures)
+		if err == nil {
+			written = time.Now()
+		}
 		if err != nil {
 			w.logger.Debug("record lag", "mirrors", len(measures), "error", err)
 			w.keep(measures, nil)
@@ -180,6 +195,9 @@ func (r *mirrorRun) recordLag(ctx context.Context, lagSeconds float64, at, appli
 	if r.cfg.lags != nil && r.lagWritten.Load() {
 		r.cfg.lags.add(db.LagMeasure{MirrorID: r.mirrorID, LagSeconds: lagSeconds, MeasuredAt: at, AppliedCommit: applied})
 		return nil
+	}
+	if r.cfg.lags != nil {
+		r.cfg.lags.board.Put(db.LagMeasure{MirrorID: r.mirrorID, LagSeconds: lagSeconds, MeasuredAt: at, AppliedCommit: applied})
 	}
 	err := r.store.MirrorRecordLag(ctx, r.mirrorID, lagSeconds, at, applied)
 	if err == nil {

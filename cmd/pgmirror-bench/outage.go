@@ -50,6 +50,19 @@ func (s *scaleRun) catalogOutage(ctx context.Context) error {
 		return err
 	}
 	defer closeConn(src)
+	// Every mirror streams before the outage (the restarts before it may
+	// still be handing mirrors over): a round written now reaches every
+	// table. A run still starting when the catalog goes stops until it
+	// comes back, which is not what this step measures.
+	if err := s.writeRound(ctx, src, 999); err != nil {
+		return err
+	}
+	if err := s.waitTablesEqual(ctx, 2*time.Minute); err != nil {
+		return fmt.Errorf("before the catalog outage: %w", err)
+	}
+	if before, err = mirrorWorkers(ctx, s.replicas[0].svc); err != nil {
+		return err
+	}
 	s.logf("catalog outage: the catalog database refuses connections for %s, under a round of writes a second", scaleOutage)
 	if _, err := admin.Exec(ctx, "ALTER DATABASE "+scaleCatalogDB+" ALLOW_CONNECTIONS false"); err != nil {
 		return fmt.Errorf("close the catalog: %w", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -98,7 +99,9 @@ func startServiceWith(ctx context.Context, bin, catalogURL, dir string, key []by
 		"SERVICE_ADMIN_USER=admin",
 		"SERVICE_ADMIN_PASSWORD="+password,
 		"SERVICE_DATA_DIR="+filepath.Join(dir, "pgmirror-data"),
-		"SERVICE_LOG_LEVEL=info",
+		// PGMIRROR_BENCH_LOG_LEVEL=debug shows each run's phases in the
+		// kept logs (-keep).
+		"SERVICE_LOG_LEVEL="+cmp.Or(os.Getenv("PGMIRROR_BENCH_LOG_LEVEL"), "info"),
 	)
 	s.cmd.Stdout, s.cmd.Stderr = s.logFile, s.logFile
 	// Its own process group: a Ctrl-C reaches the bench, which stops the

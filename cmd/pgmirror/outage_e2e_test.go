@@ -320,8 +320,32 @@ func TestCatalogOutage(t *testing.T) {
 		return strings.Contains(s.output.String(), "write mirror log entry; keeping it until the catalog answers")
 	})
 	waitAppliedMoves(t, dst, 20*time.Second)
+	// Long enough for the last lag measure written before the outage to
+	// be stale (over 15 s old) when the catalog comes back.
+	if wait := 17*time.Second - time.Since(stoppedAt); wait > 0 {
+		time.Sleep(wait)
+	}
 	restartCluster(t, catalogCluster)
 	restartedAt := time.Now()
+	// The API's first answer after the outage gives the stream's lag (this
+	// replica runs the mirror and measured it every second meanwhile),
+	// not the age of the last measure the catalog holds.
+	var first struct {
+		LagSeconds *float64 `json:"lag_seconds"`
+	}
+	for s.do("GET", "/v1/mirrors/cout", nil, &first) != 200 {
+		if time.Since(restartedAt) > 30*time.Second {
+			t.Fatal("the API did not answer within 30 s of the catalog's return")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if first.LagSeconds == nil {
+		t.Errorf("the first answer after a %s catalog outage reports lag_seconds null, want the stream's",
+			restartedAt.Sub(stoppedAt).Round(time.Second))
+	} else if *first.LagSeconds > 5 {
+		t.Errorf("the first answer after a %s catalog outage reports lag_seconds %.1f, want the stream's (under 5 s)",
+			restartedAt.Sub(stoppedAt).Round(time.Second), *first.LagSeconds)
+	}
 	l.waitMore(t, 50, 30*time.Second)
 	if n := l.end(); n < 100 {
 		t.Fatalf("the load committed only %d transactions", n)

@@ -264,7 +264,7 @@ func serve(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger
 	handler, err := httpapi.New(httpapi.Config{
 		Metrics: w.registry.Handler(cfg.MetricsToken), ReadTimeout: cfg.HTTP.ReadTimeout,
 		AllowSocketPeers: cfg.AllowSocketPeers,
-		Store:            store, River: w.river, JWTSecret: secret, Logger: logger, Version: version,
+		Store:            store, LagBoard: w.lagBoard, River: w.river, JWTSecret: secret, Logger: logger, Version: version,
 		TokenTTL: cfg.TokenTTL, RevokeTokensOnPasswordChange: cfg.RevokeTokensOnPasswordChange,
 		Login: httpapi.LoginLimits{UserFailures: cfg.LoginUserFailures, AddressFailures: cfg.LoginAddressFailures,
 			Window: cfg.LoginFailureWindow, TrustedProxies: cfg.TrustedProxies},
@@ -317,14 +317,17 @@ type workers struct {
 	stopLocks context.CancelFunc
 	shutdown  *jobs.Shutdown
 	registry  *metrics.Registry
-	logger    *slog.Logger
+	// lagBoard carries the newest lag measures of this replica's streams
+	// to its API.
+	lagBoard *db.LagBoard
+	logger   *slog.Logger
 }
 
 // startWorkers opens River's catalog pool, starts the lock holder and
 // creates the job client (not started yet).
 func startWorkers(ctx context.Context, cfg config, store *db.Store, logger *slog.Logger, replica string) (*workers, error) {
 	pool := store.Pool()
-	w := &workers{shutdown: &jobs.Shutdown{}, registry: metrics.New(), logger: logger}
+	w := &workers{shutdown: &jobs.Shutdown{}, registry: metrics.New(), lagBoard: db.NewLagBoard(), logger: logger}
 	// River gets a pool of its own: fetching jobs and electing a leader
 	// never wait behind API requests or mirror runs.
 	riverCfg := pool.Config()
@@ -356,6 +359,7 @@ func startWorkers(ctx context.Context, cfg config, store *db.Store, logger *slog
 
 	w.river, err = jobs.NewClient(w.riverPool, jobs.Config{
 		Shutdown:               w.shutdown,
+		LagBoard:               w.lagBoard,
 		ClientID:               clientID,
 		Locks:                  w.locks,
 		Metrics:                w.registry,

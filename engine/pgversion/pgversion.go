@@ -49,8 +49,23 @@ type Server struct {
 // Of returns the Server of a server_version_num.
 func Of(num int) Server { return Server{Num: num} }
 
-// Read asks the server of q for its version.
+// Read returns the version of q's server: on a connection, or a
+// transaction on one, from the server_version the server reported at login
+// (no round trip: a run's setup asks many times); otherwise, or when that
+// does not parse, by asking the server.
 func Read(ctx context.Context, q Querier) (Server, error) {
+	var conn *pgx.Conn
+	switch c := q.(type) {
+	case *pgx.Conn:
+		conn = c
+	case interface{ Conn() *pgx.Conn }: // pgx.Tx
+		conn = c.Conn()
+	}
+	if conn != nil && conn.PgConn() != nil {
+		if num, ok := ParseServerVersion(conn.PgConn().ParameterStatus("server_version")); ok {
+			return Server{Num: num}, nil
+		}
+	}
 	var num int
 	if err := q.QueryRow(ctx, `SELECT pg_catalog.current_setting('server_version_num')::int`).Scan(&num); err != nil {
 		return Server{}, fmt.Errorf("read the server's version: %w", err)
@@ -146,3 +161,48 @@ func (s Server) TriggerParent() bool { return s.Num >= 130000 }
 
 // ReplaceTrigger reports CREATE OR REPLACE TRIGGER (14+).
 func (s Server) ReplaceTrigger() bool { return s.Num >= 140000 }
+
+// ParseServerVersion turns a server_version ("15.4", "15.4 (Debian
+// 15.4-1.pgdg120+1)", "9.6.24", "18beta1", "17devel") into the
+// server_version_num it goes with (150004, 90624, 180000, 170000); false
+// when it does not start with a version.
+func ParseServerVersion(v string) (int, bool) {
+	var parts []int
+	n, digits := 0, 0
+	for _, r := range v {
+		switch {
+		case r >= '0' && r <= '9':
+			n = n*10 + int(r-'0')
+			digits++
+			if digits > 6 {
+				return 0, false
+			}
+			continue
+		case r == '.' && digits > 0 && len(parts) < 2:
+			parts = append(parts, n)
+			n, digits = 0, 0
+			continue
+		}
+		break
+	}
+	if digits > 0 {
+		parts = append(parts, n)
+	}
+	switch {
+	case len(parts) == 0:
+		return 0, false
+	case parts[0] >= 10: // 10 and later: major.minor
+		minor := 0
+		if len(parts) > 1 {
+			minor = parts[1]
+		}
+		return parts[0]*10000 + minor, true
+	case len(parts) >= 2: // 9.6.24
+		patch := 0
+		if len(parts) > 2 {
+			patch = parts[2]
+		}
+		return parts[0]*10000 + parts[1]*100 + patch, true
+	}
+	return 0, false
+}

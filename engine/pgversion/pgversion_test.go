@@ -1,12 +1,19 @@
 package pgversion_test
 
 import (
+	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
 )
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
 // TestServer pins what each major may use: a change here changes what
 // pgmirror sends to real servers (the version matrix tests them).
@@ -43,4 +50,65 @@ func TestServer(t *testing.T) {
 	if got := pgversion.Of(90624).String(); got != "PostgreSQL 9.6.24" {
 		t.Errorf("9.6.24 prints as %q", got)
 	}
+}
+
+// TestParseServerVersion: the forms server_version takes.
+func TestParseServerVersion(t *testing.T) {
+	for v, want := range map[string]int{
+		"15.4": 150004, "15.4 (Debian 15.4-1.pgdg120+1)": 150004, "13.23": 130023, "9.6.24": 90624,
+		"18beta1": 180000, "17devel": 170000, "16rc1": 160000, "12.22 (Ubuntu 12.22-0ubuntu0.20.04.1)": 120022,
+	} {
+		if got, ok := pgversion.ParseServerVersion(v); !ok || got != want {
+			t.Errorf("%q: %d %v, want %d", v, got, ok, want)
+		}
+	}
+	for _, v := range []string{"", "devel", "9", "x15.4", "1234567.1"} {
+		if got, ok := pgversion.ParseServerVersion(v); ok {
+			t.Errorf("%q: %d, want no version", v, got)
+		}
+	}
+}
+
+// TestReadWithoutQuery: on a connection and in a transaction, Read gives
+// what server_version_num says, without asking the server (the version a
+// connection reports at login).
+func TestReadWithoutQuery(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.NewDatabase(t, pgtest.DestCluster(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var want int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingConn{Conn: conn}
+	got, err := pgversion.Read(ctx, counting.Conn)
+	if err != nil || got.Num != want {
+		t.Fatalf("Read on a connection: %d, %v; want %d", got.Num, err, want)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if got, err = pgversion.Read(ctx, tx); err != nil || got.Num != want {
+		t.Fatalf("Read in a transaction: %d, %v; want %d", got.Num, err, want)
+	}
+	// Anything else asks the server.
+	if got, err = pgversion.Read(ctx, counting); err != nil || got.Num != want || counting.queries != 1 {
+		t.Fatalf("Read on another querier: %d, %v after %d queries; want %d after 1", got.Num, err, counting.queries, want)
+	}
+}
+
+// countingConn is a querier that is not a connection, counting its queries.
+type countingConn struct {
+	*pgx.Conn
+	queries int
+}
+
+func (c *countingConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.queries++
+	return c.Conn.QueryRow(ctx, sql, args...)
 }

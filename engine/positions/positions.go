@@ -84,13 +84,31 @@ CREATE TABLE IF NOT EXISTS _pgmirror.source_columns (
 	PRIMARY KEY (mirror_uid, source_schema, source_table, attnum)
 )`
 
+// tables are the tables ensureSQL creates.
+var tables = []string{"applied", "table_positions", "flushes", "source_columns"}
+
+// presentSQL counts the tables of ensureSQL that exist.
+const presentSQL = `SELECT count(*) FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE n.nspname OPERATOR(pg_catalog.=) '_pgmirror' AND c.relkind OPERATOR(pg_catalog.=) 'r'
+  AND c.relname OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])`
+
 // Ensure creates the schema _pgmirror and its tables when they are absent.
 // It refuses (an error matching ownership.ErrForeignOwner) a _pgmirror, or
 // an object in it, that a role other than the peer's user and not a
-// superuser owns, before and after creating.
+// superuser owns, before and after creating. When every table exists (every
+// run after a mirror's first) it creates nothing: one query besides the
+// owner check, instead of the DDL statements and a second check.
 func Ensure(ctx context.Context, conn DB) error {
 	if err := ownership.Check(ctx, conn); err != nil {
 		return err
+	}
+	var present int
+	if err := conn.QueryRow(ctx, presentSQL, tables).Scan(&present); err != nil {
+		return fmt.Errorf("look for destination metadata tables in schema _pgmirror: %w", err)
+	}
+	if present == len(tables) {
+		return nil
 	}
 	var err error
 	for range 3 {

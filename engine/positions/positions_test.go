@@ -23,6 +23,12 @@ func TestPositions(t *testing.T) {
 	t.Cleanup(func() { conn.Close(ctx) })
 	require.NoError(t, positions.Ensure(ctx, conn))
 	require.NoError(t, positions.Ensure(ctx, conn), "twice is fine")
+	// A table that went missing is created again.
+	_, err = conn.Exec(ctx, `DROP TABLE _pgmirror.flushes`)
+	require.NoError(t, err)
+	require.NoError(t, positions.Ensure(ctx, conn))
+	_, err = conn.Exec(ctx, `SELECT 1 FROM _pgmirror.flushes`)
+	require.NoError(t, err, "flushes created again")
 
 	orders := change.TableName{Schema: "public", Name: "orders"}
 	items := change.TableName{Schema: "public", Name: "items"}

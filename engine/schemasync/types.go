@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -144,6 +145,12 @@ func (g *typeGraph) load(ctx context.Context, q queryer, oid uint32) error {
 		}
 		g.srv = srv
 	}
+	key := builtinKey{major: g.srv.Major(), oid: oid}
+	if cached, ok := builtinTypes.Load(key); ok {
+		t := *cached.(*pgType)
+		g.types[oid] = &t
+		return g.loadDeps(ctx, q, &t)
+	}
 	t := &pgType{}
 	err := q.QueryRow(ctx, typeSQLFor(g.srv), oid).Scan(&t.OID, &t.Schema, &t.Name, &t.Kind, &t.Expr, &t.Elem,
 		&t.Base, &t.BaseExpr, &t.RelID, &t.RangeSubtype, &t.RangeExpr, &t.MultiRange, &t.BinaryIO,
@@ -156,7 +163,32 @@ func (g *typeGraph) load(ctx context.Context, q queryer, oid uint32) error {
 		if err := g.loadDetails(ctx, q, t); err != nil {
 			return fmt.Errorf("read type %s: %w", t.Expr, err)
 		}
+	} else if oid < firstGenObjectID {
+		c := *t
+		builtinTypes.Store(key, &c)
 	}
+	return g.loadDeps(ctx, q, t)
+}
+
+// firstGenObjectID is PostgreSQL's FirstGenObjectId: objects with a lower
+// oid are the built-in ones of the catalog's initial contents, the same on
+// every cluster of a major version.
+const firstGenObjectID = 10000
+
+// builtinKey names a built-in type of a major version.
+type builtinKey struct {
+	major int
+	oid   uint32
+}
+
+// builtinTypes holds the built-in types read so far (*pgType by
+// builtinKey): they never change, and every table's columns use some, so
+// a run's setup reads each once per process instead of once per table and
+// run.
+var builtinTypes sync.Map
+
+// loadDeps loads the types t depends on.
+func (g *typeGraph) loadDeps(ctx context.Context, q queryer, t *pgType) error {
 	deps := []uint32{t.Elem, t.Base, t.RangeSubtype, t.MultiRange}
 	for _, a := range t.Attrs {
 		deps = append(deps, a.OID)
