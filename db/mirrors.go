@@ -122,6 +122,30 @@ func (s *Store) MirrorTables(ctx context.Context, mirrorID int64) ([]MirrorTable
 	return mirrorTables(ctx, s.q, mirrorID)
 }
 
+// MirrorTablesByMirror returns the tables of every mirror not deleted, by
+// mirror id, in one query (each mirror's in the order MirrorTables gives).
+func (s *Store) MirrorTablesByMirror(ctx context.Context) (map[int64][]MirrorTable, error) {
+	rows, err := s.q.Query(ctx, `SELECT `+mirrorTableColumns+` FROM mirror_tables t
+		WHERE EXISTS (SELECT 1 FROM mirrors m WHERE m.id = t.mirror_id AND m.deleted_at IS NULL)
+		ORDER BY t.mirror_id, t.position, t.id`)
+	if err != nil {
+		return nil, fmt.Errorf("list the tables of every mirror: %w", err)
+	}
+	defer rows.Close()
+	out := map[int64][]MirrorTable{}
+	for rows.Next() {
+		t, err := scanMirrorTable(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list the tables of every mirror: %w", err)
+		}
+		out[t.MirrorID] = append(out[t.MirrorID], t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list the tables of every mirror: %w", err)
+	}
+	return out, nil
+}
+
 func mirrorTables(ctx context.Context, q Executor, mirrorID int64) ([]MirrorTable, error) {
 	rows, err := q.Query(ctx, `SELECT `+mirrorTableColumns+` FROM mirror_tables WHERE mirror_id = $1 ORDER BY position, id`, mirrorID)
 	if err != nil {

@@ -36,6 +36,12 @@ func (h *handlers) refuseCycle(ctx context.Context, self int64, source, dest db.
 	if err != nil {
 		return h.internal(ctx, "list the mirrors", err)
 	}
+	// Every mirror's tables in one query: a create is checked against every
+	// other mirror.
+	tablesOf, err := h.store.MirrorTablesByMirror(ctx)
+	if err != nil {
+		return h.internal(ctx, "load the mirrors' tables", err)
+	}
 	reads := map[change.TableName]bool{}  // tables the new mirror reads on source
 	writes := map[change.TableName]bool{} // tables the new mirror writes on dest
 	for _, m := range mappings {
@@ -46,12 +52,8 @@ func (h *handlers) refuseCycle(ctx context.Context, self int64, source, dest db.
 		if other.Status.Final() || other.ID == self {
 			continue
 		}
-		tables, err := h.store.MirrorTables(ctx, other.ID)
-		if err != nil {
-			return h.internal(ctx, "load a mirror's tables", err)
-		}
 		var shared []string
-		for _, t := range tables {
+		for _, t := range tablesOf[other.ID] {
 			switch {
 			case writes[t.Source()]:
 				shared = append(shared, t.Source().String())

@@ -83,6 +83,12 @@ type balancer struct {
 	draining atomic.Bool
 	adopt    atomic.Int64 // mirrors without a worker it may adopt (loop only writes)
 
+	// catalogLost: the last check could not read the catalog (loop
+	// only); settleUntil: after the catalog came back, no replica counts
+	// as gone and no mirror is adopted until then (catalogSettle).
+	catalogLost bool
+	settleUntil atomic.Int64 // unix nanoseconds
+
 	orphans map[int64]time.Time // mirrors without worker, since when (loop only)
 	live    map[string]bool     // the live replicas at the last check (loop only)
 	// others: the other live replicas at the last check, for
@@ -170,6 +176,19 @@ func (b *balancer) left(mirrorID int64) {
 	b.mu.Unlock()
 }
 
+// catalogSettle is how long after the catalog came back (as seen from this
+// replica) the replicas' runs have to take their mirror locks back before
+// a mirror without a lock counts as an orphan: lock connections are made
+// again within a second or two, and runs retry their locks every
+// lockRetryEvery.
+const catalogSettle = 6 * time.Second
+
+// settling reports whether the catalog came back lately (catalogSettle):
+// nothing is adopted, by this replica's checks or its supervisor.
+func (b *balancer) settling() bool {
+	return b != nil && time.Now().UnixNano() < b.settleUntil.Load()
+}
+
 // refusing reports whether this replica leaves new mirrors to others now.
 func (b *balancer) refusing() bool { return b.refuse.Load() || b.draining.Load() }
 
@@ -207,7 +226,8 @@ const departureCheckEvery = 500 * time.Millisecond
 // watchDepartures wakes the loop as soon as a replica live at the last
 // check has no lock connection any more (its process died, or it stops):
 // the mirrors it ran are adopted at once instead of at the next check,
-// up to orphanCheckEvery later. One light query every
+// up to orphanCheckEvery later; and as soon as a replica joins, so that
+// hand-offs to it begin at once. One light query every
 // departureCheckEvery, whatever the number of mirrors.
 func (b *balancer) watchDepartures(done <-chan struct{}) {
 	tick := time.NewTicker(departureCheckEvery)
@@ -219,7 +239,7 @@ func (b *balancer) watchDepartures(done <-chan struct{}) {
 		case <-tick.C:
 		}
 		others := b.others.Load()
-		if others == nil || len(*others) == 0 || b.draining.Load() {
+		if others == nil || b.draining.Load() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -228,16 +248,31 @@ func (b *balancer) watchDepartures(done <-chan struct{}) {
 		if err != nil {
 			continue
 		}
-		for _, name := range *others {
-			if !slices.Contains(names, name) {
-				select {
-				case b.kick <- struct{}{}:
-				default:
-				}
-				break
+		if changedReplicas(*others, names, b.cfg.Locks.Name()) {
+			select {
+			case b.kick <- struct{}{}:
+			default:
 			}
 		}
 	}
+}
+
+// changedReplicas reports whether a replica of others has no lock
+// connection any more (connected names those that have one), or one that
+// is neither me nor among others has joined: either way the shares
+// change, and the balance is checked at once.
+func changedReplicas(others, connected []string, me string) bool {
+	for _, name := range others {
+		if !slices.Contains(connected, name) {
+			return true
+		}
+	}
+	for _, name := range connected {
+		if name != me && !slices.Contains(others, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // busy reports whether hand-offs of this replica are under way or to come.
@@ -277,12 +312,18 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 			since = now
 		}
 		b.orphans[id] = since
+		if b.onItsWay(id) {
+			// Handed to a live replica lately: its job waits on that
+			// replica's adoption queue, which only it works; taking the
+			// mirror back here would move it twice.
+			continue
+		}
 		if b.departed || now.Sub(since) >= orphanGrace {
 			due = append(due, id)
 		}
 	}
 	room := min(int(b.adopt.Load()), b.cfg.MirrorWorkers-b.cfg.Locks.Running())
-	if b.refusing() || room <= 0 || len(due) == 0 {
+	if b.refusing() || room <= 0 || len(due) == 0 || b.settling() {
 		return // left to the replicas below their share, or with room
 	}
 	// Each replica takes them in an order of its own, so that two that
@@ -307,6 +348,15 @@ func (b *balancer) enqueueOrphans(ctx context.Context) {
 	}
 }
 
+// onItsWay reports whether this replica handed the mirror to a replica
+// that is still live less than handoffFresh ago (loop only: it reads live).
+func (b *balancer) onItsWay(mirrorID int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h, ok := b.handed[mirrorID]
+	return ok && time.Since(h.at) < handoffFresh && b.live[h.to]
+}
+
 // adoptRank orders the mirrors a replica adopts (a hash of both).
 func adoptRank(replica string, mirrorID int64) uint64 {
 	h := fnv.New64a()
@@ -323,33 +373,26 @@ func (b *balancer) balance(ctx context.Context) {
 	replicas, err := b.cfg.Store.LiveReplicas(ctx)
 	if err != nil {
 		b.cfg.Logger.Debug("read live replicas", "error", err)
+		b.catalogLost = true
 		return
+	}
+	if b.catalogLost {
+		// Back after the catalog was unreachable from here: every
+		// replica's lock connection died with it and is being made again,
+		// and their runs, which streamed on meanwhile, are taking their
+		// locks back (catalog_outage.go). Until that settles, a replica
+		// missing from the live ones is not gone, and a mirror without a
+		// lock is not an orphan: adopting it would stop a run that is
+		// about to retake it, and move the mirror for nothing.
+		b.catalogLost = false
+		b.settleUntil.Store(time.Now().Add(catalogSettle).UnixNano())
 	}
 	wanted, err := b.cfg.Store.MirrorsWantingToRun(ctx)
 	if err != nil {
 		b.cfg.Logger.Debug("count mirrors that want to run", "error", err)
 		return
 	}
-	live := make(map[string]bool, len(replicas))
-	for _, r := range replicas {
-		live[r.Name] = true
-	}
-	for name := range b.live {
-		// Not this replica: its lock connection may be down for a moment,
-		// and its own runs take their locks back (catalog_outage.go).
-		if !live[name] && name != me {
-			b.departed = true
-			b.cfg.Logger.Info("a replica is gone: adopting mirrors without a worker at once", "replica", name)
-		}
-	}
-	b.live = live
-	others := make([]string, 0, len(live))
-	for name := range live {
-		if name != me {
-			others = append(others, name)
-		}
-	}
-	b.others.Store(&others)
+	b.noteReplicas(replicas)
 
 	incoming, stopping, inTransit := b.handoffsUnderWay(ctx)
 	loads := make([]replicaLoad, 0, len(replicas))
@@ -390,6 +433,34 @@ func (b *balancer) balance(ctx context.Context) {
 	if len(d.Handoffs) > 0 {
 		b.handAway(d, wanted)
 	}
+}
+
+// noteReplicas records the live replicas of this check: a replica live at
+// the check before and gone now makes this check adopt at once (departed),
+// unless the catalog came back lately (settling).
+func (b *balancer) noteReplicas(replicas []db.Replica) {
+	me := b.cfg.Locks.Name()
+	settling := b.settling()
+	live := make(map[string]bool, len(replicas))
+	for _, r := range replicas {
+		live[r.Name] = true
+	}
+	for name := range b.live {
+		// Not this replica: its lock connection may be down for a moment,
+		// and its own runs take their locks back (catalog_outage.go).
+		if !live[name] && name != me && !settling {
+			b.departed = true
+			b.cfg.Logger.Info("a replica is gone: adopting mirrors without a worker at once", "replica", name)
+		}
+	}
+	b.live = live
+	others := make([]string, 0, len(live))
+	for name := range live {
+		if name != me {
+			others = append(others, name)
+		}
+	}
+	b.others.Store(&others)
 }
 
 // handoffsUnderWay forgets the mirrors handed away that their receiver

@@ -95,6 +95,9 @@ type Config struct {
 	// the real ones and inject failures.
 	runStore runStore
 	runLocks runLocks
+	// hooks are the points where a test fails a run's step on purpose
+	// (seams.go); production leaves them unset.
+	hooks runHooks
 
 	lags    *lagWriter       // set by NewClient
 	balance *balancer        // set by NewClient
@@ -157,9 +160,13 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		Queues: map[string]river.QueueConfig{
 			river.QueueDefault: {MaxWorkers: 10},
 			QueueMirrors:       {MaxWorkers: cfg.MirrorWorkers},
-			// Its jobs come from this process, announced by notification:
-			// the poll is only a fallback, which costs the catalog a query.
-			cfg.balance.queue: {MaxWorkers: cfg.MirrorWorkers, FetchPollInterval: 5 * time.Second},
+			// Its jobs come from this process and the replicas handing it
+			// mirrors, announced by notification; but River announces
+			// one insert per queue and FetchCooldown only (notifylimiter):
+			// the second of two mirrors handed to it within 50 ms waits for
+			// the poll, which must come before the sender counts the
+			// hand-off as over (handoffFresh) and adopts the mirror back.
+			cfg.balance.queue: {MaxWorkers: cfg.MirrorWorkers, FetchPollInterval: adoptQueuePoll},
 		},
 		FetchCooldown: 50 * time.Millisecond,
 		// New jobs arrive by notification at once; the poll only backs
@@ -198,6 +205,10 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	go cfg.balance.watchDepartures(cfg.Locks.Done())
 	return client, nil
 }
+
+// adoptQueuePoll is how often a replica polls its adoption queue: well
+// within handoffFresh.
+const adoptQueuePoll = time.Second
 
 type pgxTx = pgx.Tx
 

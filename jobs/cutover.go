@@ -73,6 +73,7 @@ type cutoverRun struct {
 	reverseSlot    bool                 // this attempt created the reverse mirror's slot
 	reversePubMade bool                 // ... and its publication
 	foreignKeys    []cutover.ForeignKey // this attempt created these on the destination
+	madeWritable   []change.TableName   // this attempt made these read-only destination tables writable
 
 	// countsOnly are the tables whose checksums were not compared (row
 	// counts only), countsOnlyWarnings say why (checksumTables).
@@ -158,6 +159,8 @@ func (c *cutoverRun) steps(ctx context.Context) error {
 		return err
 	} else if len(readOnly) > 0 {
 		if err := c.step(ctx, stepWritable, func(ctx context.Context) (map[string]any, error) {
+			// Also after a failure: some of them may be writable already.
+			c.madeWritable = readOnly
 			return map[string]any{"tables": len(readOnly)}, cutover.MakeWritable(ctx, c.dst, readOnly)
 		}); err != nil {
 			return err
@@ -189,6 +192,9 @@ func (c *cutoverRun) step(ctx context.Context, name string, fn func(context.Cont
 		c.save(ctx)
 	}
 	detail, err := fn(ctx)
+	if hook := c.run.cfg.hooks.afterCutoverStep; err == nil && hook != nil && name != stepComplete {
+		err = hook(name)
+	}
 	st := &c.record.Steps[i]
 	st.DurationMS = time.Since(started).Milliseconds()
 	st.Detail = detail
@@ -229,12 +235,16 @@ func (c *cutoverRun) fail(ctx context.Context, stepErr *cutoverStepError) error 
 
 // undo reverts what this attempt changed on the peers: read-only source
 // tables become writable, foreign keys it created on the destination and
-// a reverse slot and publication are dropped.
+// a reverse slot and publication are dropped, and destination tables it
+// made writable refuse writes again.
 func (c *cutoverRun) undo(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if len(c.foreignKeys) > 0 {
 		c.dropForeignKeys(ctx)
+	}
+	if len(c.madeWritable) > 0 {
+		c.destinationReadOnlyAgain(ctx)
 	}
 	if c.madeReadOnly {
 		src, err := connectPeer(ctx, "source", c.srcPeer)
@@ -267,6 +277,34 @@ func (c *cutoverRun) undo(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// destinationReadOnlyAgain makes the destination tables this attempt made
+// writable refuse writes again: an earlier cut-over the other way made
+// them read-only, and the applications still write to this mirror's
+// source.
+func (c *cutoverRun) destinationReadOnlyAgain(ctx context.Context) {
+	dst, err := connectPeer(ctx, "destination", c.dstPeer)
+	if err == nil {
+		note := fmt.Sprintf("pgmirror mirror %q replicates into it (its cut-over to this database failed)", c.m.Name)
+		err = cutover.MakeReadOnly(ctx, dst, c.madeWritable, note, 10*time.Second)
+		closeConn(dst)
+	}
+	if err != nil {
+		c.run.log(ctx, db.LevelWarn, "Destination tables left writable", map[string]any{"error": err.Error(), "tables": tableNameStrings(c.madeWritable),
+			"action": "the applications still write to the source: keep them from writing to the destination tables until a cut-over completes"})
+		return
+	}
+	c.madeWritable = nil
+}
+
+// tableNameStrings returns the names of tables.
+func tableNameStrings(tables []change.TableName) []string {
+	out := make([]string, len(tables))
+	for i, t := range tables {
+		out[i] = t.String()
+	}
+	return out
 }
 
 func (c *cutoverRun) sourceTables() []change.TableName {
@@ -649,7 +687,7 @@ func (c *cutoverRun) complete(ctx context.Context) (map[string]any, error) {
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("complete the cut-over in the catalog: %w", err)
 	}
-	c.madeReadOnly, c.reverseSlot, c.reversePubMade, c.foreignKeys = false, false, false, nil // they stay
+	c.madeReadOnly, c.reverseSlot, c.reversePubMade, c.foreignKeys, c.madeWritable = false, false, false, nil, nil // they stay
 	c.run.logger.Info("cut-over completed", "target_lsn", c.record.TargetLSN, "reverse_mirror", opts.ReverseMirrorName)
 	return details, nil
 }
@@ -738,7 +776,7 @@ func (c *countingReporter) BatchApplied(ctx context.Context, b cdc.Batch) error 
 // refuseLostChanges fails while a table of the mirror may miss changes
 // (lost_changes.go): the cut-over cannot prove the destination equal,
 // whatever the request's verify says.
-func (c *cutoverRun) refuseLostChanges(ctx context.Context, store runStore) error {
+func (c *cutoverRun) refuseLostChanges(ctx context.Context, store tableLister) error {
 	tables, err := store.MirrorTables(ctx, c.m.ID)
 	if err != nil {
 		return err

@@ -89,7 +89,11 @@
 //
 // A run reaches the catalog through runStore and the replica's lock holder
 // through runLocks, two interfaces that *db.Store and *db.LockHolder
-// satisfy (Config.Store and Config.Locks in production). The package's
+// satisfy (Config.Store and Config.Locks in production). runStore is made
+// of a few groups (seams.go: mirrorReader, runStatus, tableStore,
+// cutoverStore, holdStore, logStore); a part of a run that needs fewer
+// methods takes only its group (the verification hold a holdStore, the
+// origin filter a loopReader). The package's
 // lifecycle tests wrap the real ones to make a catalog call fail or the
 // lock impossible to take back, and check what the run does about it.
 //

@@ -35,12 +35,80 @@ import (
 // errInjected is the failure a test injects into a catalog call.
 var errInjected = errors.New("injected failure: the catalog cannot be reached")
 
+// errStepInjected is the failure a test injects into a step of a run.
+var errStepInjected = errors.New("injected failure")
+
 // faults are the failures injected into one replica's catalog calls.
 type faults struct {
 	mu       sync.Mutex
 	failing  map[string]int // method name -> failures left (-1: until healed)
 	calls    map[string]int // method name -> failures injected so far
 	lockDown bool           // TryLock fails: the lock cannot be taken (back)
+	steps    map[string]int // cut-over step -> failures left after the step did its work
+	gates    map[string]*gate
+}
+
+// gate holds the calls of a method until it is opened.
+type gate struct {
+	reached     chan struct{} // closed by the first call held
+	reachedOnce sync.Once
+	open        chan struct{}
+	openOnce    sync.Once
+}
+
+// hold makes the calls of method wait, until the returned open is called
+// or their context ends (then they fail with its error); reached is
+// closed when the first call waits. It slows a run down at a known point
+// (a snapshot's progress write: the copy stands still mid-way).
+func (f *faults) hold(method string) (reached <-chan struct{}, open func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := &gate{reached: make(chan struct{}), open: make(chan struct{})}
+	f.gates[method] = g
+	return g.reached, func() { g.openOnce.Do(func() { close(g.open) }) }
+}
+
+// wait holds a call of method while its gate is closed.
+func (f *faults) wait(ctx context.Context, method string) error {
+	f.mu.Lock()
+	g := f.gates[method]
+	f.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g.open:
+		return nil
+	default:
+	}
+	g.reachedOnce.Do(func() { close(g.reached) })
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// failStepOnce makes the next run of the cut-over step fail once it did
+// its work (runHooks.afterCutoverStep).
+func (f *faults) failStepOnce(step string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.steps[step]++
+}
+
+// stepHit is the replica's runHooks.afterCutoverStep: the injected
+// failure of the step, if any.
+func (f *faults) stepHit(step string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.steps[step] == 0 {
+		return nil
+	}
+	f.steps[step]--
+	f.calls["step "+step]++
+	return fmt.Errorf("cut-over step %s: %w", step, errStepInjected)
 }
 
 // fail makes every call of the methods fail until heal.
@@ -177,6 +245,13 @@ func (s *faultStore) PeerList(ctx context.Context) ([]db.Peer, error) {
 	return s.Store.PeerList(ctx)
 }
 
+func (s *faultStore) MirrorTableSnapshotProgress(ctx context.Context, tableID int64, rows int64) error {
+	if err := s.f.wait(ctx, "MirrorTableSnapshotProgress"); err != nil {
+		return err
+	}
+	return s.Store.MirrorTableSnapshotProgress(ctx, tableID, rows)
+}
+
 func (s *faultStore) BeginTx(ctx context.Context) (pgx.Tx, error) {
 	if err := s.f.hit("BeginTx"); err != nil {
 		return nil, err
@@ -307,6 +382,7 @@ type replica struct {
 	faults *faults
 	log    *logRecorder
 	stop   func()
+	bal    *balancer // the client's balancer: which mirrors the replica runs
 }
 
 // lockApp is the application_name of a replica's lock connection.
@@ -326,19 +402,24 @@ func (e *lcEnv) startReplica(name string, tweak func(*Config)) *replica {
 	locks.SetJobClientID(clientID)
 	locksCtx, stopLocks := context.WithCancel(context.Background())
 	go locks.Run(locksCtx)
-	f := &faults{failing: map[string]int{}, calls: map[string]int{}}
+	f := &faults{failing: map[string]int{}, calls: map[string]int{}, steps: map[string]int{}, gates: map[string]*gate{}}
 	store := db.New(e.pool, e.keys)
 	cfg := Config{ClientID: clientID, Store: store, Locks: locks, Logger: logger, MirrorWorkers: 10,
 		HeartbeatTimeout: 30 * time.Second, SlotMonitorInterval: time.Hour, VerifyScheduleInterval: time.Hour,
-		runStore: &faultStore{Store: store, f: f}, runLocks: &faultLocks{LockHolder: locks, f: f}}
+		runStore: &faultStore{Store: store, f: f}, runLocks: &faultLocks{LockHolder: locks, f: f},
+		hooks: runHooks{afterCutoverStep: f.stepHit}, Shutdown: &Shutdown{}}
 	if tweak != nil {
 		tweak(&cfg)
 	}
 	client, err := NewClient(pgtest.Pool(t, e.catalogURL), cfg)
 	require.NoError(t, err)
+	var bal *balancer
+	if cfg.Shutdown != nil {
+		bal = cfg.Shutdown.b
+	}
 	require.NoError(t, client.Start(context.Background()))
 	var once sync.Once
-	r := &replica{name: name, locks: locks, client: client, faults: f, log: rec}
+	r := &replica{name: name, locks: locks, client: client, faults: f, log: rec, bal: bal}
 	r.stop = func() {
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -245,61 +245,6 @@ func (e *lcEnv) waitCutover(id int64, timeout time.Duration) db.Cutover {
 	return *last.Cutover
 }
 
-// A cut-over whose step fails (here: its final catalog transaction, which
-// cannot begin) is undone: the source tables take writes again, the
-// reverse mirror's slot and publication are gone from the destination, no
-// reverse mirror exists, and the mirror goes on replicating. Requested
-// again, the cut-over completes.
-func TestCutoverFailureUndone(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r, m := streaming(t, e, "a", nil)
-	noChecksums := false
-	opts := db.CutoverOptions{LockSource: true, TimeoutSeconds: 60, Verify: &noChecksums,
-		ReverseMirrorName: "m_back", ReversePublicationName: "pub_" + e.uniq + "_back", ReverseReplicationSlotName: "slot_" + e.uniq + "_back"}
-
-	r.faults.failOnce("BeginTx")
-	e.requestCutover(m.ID, opts)
-	c := e.waitCutover(m.ID, 60*time.Second)
-	require.Equal(t, db.CutoverFailed, c.State, "cut-over state")
-	require.Equal(t, 1, r.faults.injected("BeginTx"))
-	steps := map[string]db.StepState{}
-	for _, s := range c.Steps {
-		steps[s.Name] = s.State
-	}
-	require.Equal(t, db.StepDone, steps[stepReadOnly], "steps %v", c.Steps)
-	require.Equal(t, db.StepDone, steps[stepPrepareReverse], "steps %v", c.Steps)
-	require.Equal(t, db.StepFailed, steps[stepComplete], "steps %v", c.Steps)
-	require.Contains(t, c.Error, "step complete")
-
-	// Undone: the source takes writes, the reverse slot and publication
-	// are dropped, and no reverse mirror was created.
-	require.NoError(t, tryExec(e.srcURL, `INSERT INTO public.items VALUES (100, 'after the failed cut-over')`), "the source table is writable again")
-	require.False(t, slotExists(t, e.dstURL, opts.ReverseReplicationSlotName), "the reverse slot on the destination")
-	require.False(t, publicationExists(t, e.dstURL, opts.ReversePublicationName), "the reverse publication on the destination")
-	_, err := e.store.MirrorGetByName(context.Background(), opts.ReverseMirrorName)
-	require.ErrorIs(t, err, db.ErrNotFound, "the reverse mirror")
-	require.Positive(t, e.logCount(m.ID, "Cut-over failed"))
-	// The mirror replicates as before.
-	waitRows(t, e.dstURL, "items", 12, 30*time.Second)
-	got := e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
-	require.Nil(t, got.PendingAction)
-
-	// Requested again, it completes: the source is read-only, the reverse
-	// mirror exists with its slot.
-	e.requestCutover(m.ID, opts)
-	c = e.waitCutover(m.ID, 60*time.Second)
-	require.Equal(t, db.CutoverCompleted, c.State, "cut-over state, error %q", c.Error)
-	back, err := e.store.MirrorGetByName(context.Background(), opts.ReverseMirrorName)
-	require.NoError(t, err)
-	e.mu.Lock()
-	e.uids = append(e.uids, back.UID)
-	e.mu.Unlock()
-	require.Equal(t, db.StatusCompleted, e.mirror(m.ID).Status)
-	require.True(t, slotExists(t, e.dstURL, opts.ReverseReplicationSlotName), "the reverse slot on the destination")
-	require.Error(t, tryExec(e.srcURL, `INSERT INTO public.items VALUES (101, 'after the cut-over')`), "the source table is read-only")
-}
-
 // A run hands its mirror back to the queue when its run budget is used up
 // (the job snoozes and comes straight back): the mirror replicates across
 // the runs without a gap and its status stays running.

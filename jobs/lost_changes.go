@@ -48,7 +48,7 @@ type lostRecord struct {
 // recordLostChanges marks the mirror's tables and, when it marked a table
 // anew or learned where the slot starts again, logs an ERROR entry with
 // what to do (through logEntry: the run's own log keeper, or the catalog).
-func recordLostChanges(ctx context.Context, store runStore, logger interface {
+func recordLostChanges(ctx context.Context, store lostChangesRecorder, logger interface {
 	Error(msg string, args ...any)
 }, logEntry func(ctx context.Context, level db.LogLevel, message string, details any), rec lostRecord) ([]string, error) {
 	tables, added, err := store.MirrorRecordLostChanges(ctx, rec.mirrorID, rec.lost)

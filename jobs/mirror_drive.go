@@ -234,7 +234,7 @@ func connectPeer(ctx context.Context, role string, p db.Peer) (*pgx.Conn, error)
 }
 
 // mirrorPeers loads the source and destination peers of mirror m.
-func mirrorPeers(ctx context.Context, store runStore, m db.Mirror) (src, dst db.Peer, err error) {
+func mirrorPeers(ctx context.Context, store peerReader, m db.Mirror) (src, dst db.Peer, err error) {
 	if src, err = store.PeerGetByID(ctx, m.SourcePeerID); err != nil {
 		return src, dst, fmt.Errorf("load source peer: %w", err)
 	}
@@ -416,18 +416,25 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		return in, err
 	}
 	r.steps.done("origins")
-	rememberIdentity(ctx, srcPeer, in.src)
-	rememberIdentity(ctx, dstPeer, in.dst)
+	return in, r.prepareStream(ctx, in)
+}
+
+// prepareStream is the end of prepare: the peers' identities, the origin
+// filter and the slot's state.
+func (r *mirrorRun) prepareStream(ctx context.Context, in *phaseInputs) error {
+	rememberIdentity(ctx, in.srcPeer, in.src)
+	rememberIdentity(ctx, in.dstPeer, in.dst)
 	r.steps.done("identities")
-	if err := r.originFilter(m.UID).refresh(ctx); err != nil {
-		return in, fmt.Errorf("find the mirrors that close a loop with this one: %w", err)
+	if err := r.originFilter(in.m.UID).refresh(ctx); err != nil {
+		return fmt.Errorf("find the mirrors that close a loop with this one: %w", err)
 	}
 	r.steps.done("origin filter")
-	if in.slot, err = capture.SlotState(ctx, in.src, m.ReplicationSlotName); err != nil {
-		return in, err
+	var err error
+	if in.slot, err = capture.SlotState(ctx, in.src, in.m.ReplicationSlotName); err != nil {
+		return err
 	}
 	r.steps.done("slot state")
-	return in, nil
+	return nil
 }
 
 // prepareDestTables brings the destination tables to the source's as the

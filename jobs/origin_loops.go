@@ -94,7 +94,7 @@ func sameDatabase(a, b db.Peer, ia, ib identifiedPeer) bool {
 
 // originLoops keeps a run's origin filter up to date.
 type originLoops struct {
-	store  runStore
+	store  loopReader
 	uid    string
 	run    *mirrorRun
 	filter *origin.Filter

@@ -229,3 +229,25 @@ func TestBalanceConverges(t *testing.T) {
 		})
 	}
 }
+
+// TestChangedReplicas: the balance is checked at once when a replica of
+// the last check lost its lock connection or a new one joined, not when
+// only this replica's own connection comes and goes.
+func TestChangedReplicas(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		others, connected []string
+		want              bool
+	}{
+		{"same", []string{"b"}, []string{"a", "b"}, false},
+		{"b gone", []string{"b"}, []string{"a"}, true},
+		{"c joined", []string{"b"}, []string{"a", "b", "c"}, true},
+		{"joined a lone replica", nil, []string{"a", "b"}, true},
+		{"alone", nil, []string{"a"}, false},
+		{"own connection down", []string{"b"}, []string{"b"}, false},
+	} {
+		if got := changedReplicas(c.others, c.connected, "a"); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -60,8 +61,13 @@ func (w *SupervisorWorker) Timeout(*river.Job[SupervisorArgs]) time.Duration { r
 // Work looks for mirrors that nobody runs and enqueues a run job for each.
 func (w *SupervisorWorker) Work(ctx context.Context, job *river.Job[SupervisorArgs]) error {
 	client := river.ClientFromContext[pgxTx](ctx)
-	ids, err := w.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind(), QueueMirrors)
-	if err != nil {
+	var ids []int64
+	var err error
+	if w.cfg.balance.settling() {
+		// The catalog just came back: the runs are taking their locks
+		// back, and a mirror without one is not an orphan yet (balance.go).
+		w.cfg.Logger.Debug("the catalog came back lately: leaving mirrors without a worker to the next pass")
+	} else if ids, err = w.orphans(ctx); err != nil {
 		return err
 	}
 	for _, id := range ids {
@@ -80,6 +86,34 @@ func (w *SupervisorWorker) Work(ctx context.Context, job *river.Job[SupervisorAr
 		}
 	}
 	return nil
+}
+
+// orphans returns the mirrors without a worker now and still orphanGrace
+// later. A mirror handed from one replica to another has neither a lock
+// holder nor a run job on the mirrors queue for a moment (its job waits on
+// the receiver's adoption queue until the receiver takes it): a run job
+// enqueued then would take it back from the receiver.
+func (w *SupervisorWorker) orphans(ctx context.Context) ([]int64, error) {
+	first, err := w.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind(), QueueMirrors)
+	if err != nil || len(first) == 0 {
+		return nil, err
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(orphanGrace):
+	}
+	again, err := w.cfg.Store.MirrorsWithoutWorker(ctx, MirrorRunArgs{}.Kind(), QueueMirrors)
+	if err != nil {
+		return nil, err
+	}
+	var out []int64
+	for _, id := range again {
+		if slices.Contains(first, id) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }
 
 // LogPruneArgs is the hourly job that deletes mirror log entries and

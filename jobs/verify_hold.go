@@ -24,7 +24,7 @@ const holdPoll = 5 * time.Millisecond
 // arms it when a verification requests a hold; the CDC loop reads it
 // without blocking, and Hold talks to the catalog only while the run waits.
 type runHold struct {
-	store    runStore
+	store    holdStore
 	mirrorID int64
 
 	mu    sync.Mutex

@@ -176,20 +176,7 @@ func parseOptions(args []string) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	o.srcMajor, o.dstMajor = cmp.Or(o.srcMajor, pgMajor), cmp.Or(o.dstMajor, pgMajor)
-	for _, m := range []int{o.srcMajor, o.dstMajor} {
-		if m != 0 && (m < 12 || m > 18) {
-			return o, fmt.Errorf("PostgreSQL %d: the bench runs on majors 12 to 18", m)
-		}
-	}
-	if o.dstMajor == 12 {
-		return o, errors.New("-destination-major 12: the destination cluster also holds pgmirror's catalog, which needs PostgreSQL 13 or later (gen_random_uuid); use 12 as the source")
-	}
-	var err error
-	if o.srcBin, err = localpg.BinDirForMajor(o.srcMajor); err != nil {
-		return o, err
-	}
-	if o.dstBin, err = localpg.BinDirForMajor(o.dstMajor); err != nil {
+	if err := o.binaries(pgMajor); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -203,6 +190,7 @@ func parseOptions(args []string) (options, error) {
 		}
 		modes = "durable"
 	}
+	var err error
 	if o.modes, err = parseModes(modes); err != nil {
 		return o, err
 	}
@@ -212,34 +200,59 @@ func parseOptions(args []string) (options, error) {
 	if o.single == 0 {
 		o.single = o.rows / 20
 	}
+	return o, o.validate()
+}
+
+// binaries sets the majors of both clusters (pgMajor where -source-major
+// or -destination-major is not given) and finds their server binaries.
+func (o *options) binaries(pgMajor int) error {
+	o.srcMajor, o.dstMajor = cmp.Or(o.srcMajor, pgMajor), cmp.Or(o.dstMajor, pgMajor)
+	for _, m := range []int{o.srcMajor, o.dstMajor} {
+		if m != 0 && (m < 12 || m > 18) {
+			return fmt.Errorf("PostgreSQL %d: the bench runs on majors 12 to 18", m)
+		}
+	}
+	if o.dstMajor == 12 {
+		return errors.New("-destination-major 12: the destination cluster also holds pgmirror's catalog, which needs PostgreSQL 13 or later (gen_random_uuid); use 12 as the source")
+	}
+	var err error
+	if o.srcBin, err = localpg.BinDirForMajor(o.srcMajor); err != nil {
+		return err
+	}
+	o.dstBin, err = localpg.BinDirForMajor(o.dstMajor)
+	return err
+}
+
+// validate checks the sizes and combinations of the options.
+func (o options) validate() error {
 	switch {
 	case o.rows < 20000:
-		return o, errors.New("-rows: use at least 20000")
+		return errors.New("-rows: use at least 20000")
 	case o.changes < 10000 || o.changes%10000 != 0:
-		return o, errors.New("-changes: use a multiple of 10000 (the largest transactions have 10,000 changes)")
+		return errors.New("-changes: use a multiple of 10000 (the largest transactions have 10,000 changes)")
 	case o.single < 10:
-		return o, errors.New("-single: use at least 10")
+		return errors.New("-single: use at least 10")
 	case o.lagRate < 1 || o.lagRate > 20000:
-		return o, errors.New("-lag-rate: use 1 to 20000")
+		return errors.New("-lag-rate: use 1 to 20000")
 	case o.lagDuration < time.Second || o.lagDuration > 10*time.Minute:
-		return o, errors.New("-lag-duration: use 1s to 10m")
+		return errors.New("-lag-duration: use 1s to 10m")
 	case o.scaleMirrors < 0 || o.scaleMirrors > 999:
-		return o, errors.New("-scale-mirrors: use 0 to 999")
+		return errors.New("-scale-mirrors: use 0 to 999")
 	case o.scaleOnly && o.scaleMirrors < 2:
-		return o, errors.New("-scale-only needs -scale-mirrors of at least 2")
+		return errors.New("-scale-only needs -scale-mirrors of at least 2")
 	case o.largeRows < 0 || o.largeRows > 100_000_000:
-		return o, errors.New("-large-rows: use 0 to 100000000")
+		return errors.New("-large-rows: use 0 to 100000000")
 	case o.largeOnly && o.largeRows == 0:
-		return o, errors.New("-large-only needs -large-rows above 0")
+		return errors.New("-large-only needs -large-rows above 0")
 	case o.largeOnly && o.scaleOnly:
-		return o, errors.New("-large-only and -scale-only: use one of them")
+		return errors.New("-large-only and -scale-only: use one of them")
 	}
 	// Deletes take ids from the lower half of the original rows, each once;
 	// updates cycle through the upper half.
 	if deletes := 2*(o.changes/5) + o.single/5 + 1; deletes > o.rows/2 {
-		return o, fmt.Errorf("the workloads delete %d rows but only %d may be deleted: raise -rows or lower -changes/-single", deletes, o.rows/2)
+		return fmt.Errorf("the workloads delete %d rows but only %d may be deleted: raise -rows or lower -changes/-single", deletes, o.rows/2)
 	}
-	return o, nil
+	return nil
 }
 
 // run parses args, runs every mode's measurements, one mode after the

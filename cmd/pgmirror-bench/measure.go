@@ -196,67 +196,9 @@ const lagBase = int64(1_000_000_000_000)
 // destination has every row and reads the percentiles of applied_at - ts.
 func (b *bench) measureLag(ctx context.Context, srcURL, dstURL string) (lagResult, error) {
 	var res lagResult
-	const workers = 8
-	n := int64(b.opts.lagRate) * int64(b.opts.lagDuration/time.Millisecond) / 1000
-	conns := make([]*pgx.Conn, 0, workers)
-	defer func() {
-		for _, c := range conns {
-			closeConn(c)
-		}
-	}()
-	for range workers {
-		c, err := connect(ctx, srcURL+"&synchronous_commit=on")
-		if err != nil {
-			return res, err
-		}
-		conns = append(conns, c)
-	}
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	jobs := make(chan int64, n)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
 	c0, start := b.cpuNow(), time.Now()
-	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for id := range jobs {
-				if _, err := c.Exec(lctx, `INSERT INTO public.bench (id, a, b, c, note) VALUES ($1, 1, 2, 3, 'lag')`, id); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("lag load insert: %w", err)
-					}
-					mu.Unlock()
-					cancel()
-					return
-				}
-			}
-		}()
-	}
-	interval := time.Second / time.Duration(b.opts.lagRate)
-	sent := int64(0)
-schedule:
-	for i := range n {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
-		select {
-		case jobs <- lagBase + i:
-			sent++
-		case <-lctx.Done():
-			break schedule
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	if firstErr != nil {
-		return res, firstErr
-	}
-	if err := ctx.Err(); err != nil {
+	sent, err := b.paceInserts(ctx, srcURL, start)
+	if err != nil {
 		return res, err
 	}
 	res.wall = time.Since(start)
@@ -295,6 +237,72 @@ schedule:
 	res.p50, res.p99, res.max = secs(p50), secs(p99), secs(mx)
 	b.logSlowRows(ctx, dst, p99)
 	return res, nil
+}
+
+// paceInserts inserts single-row transactions on the source at
+// -lag-rate for -lag-duration from start, over 8 connections with
+// synchronous_commit on, and returns how many it sent.
+func (b *bench) paceInserts(ctx context.Context, srcURL string, start time.Time) (int64, error) {
+	const workers = 8
+	n := int64(b.opts.lagRate) * int64(b.opts.lagDuration/time.Millisecond) / 1000
+	conns := make([]*pgx.Conn, 0, workers)
+	defer func() {
+		for _, c := range conns {
+			closeConn(c)
+		}
+	}()
+	for range workers {
+		c, err := connect(ctx, srcURL+"&synchronous_commit=on")
+		if err != nil {
+			return 0, err
+		}
+		conns = append(conns, c)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan int64, n)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range jobs {
+				if _, err := c.Exec(lctx, `INSERT INTO public.bench (id, a, b, c, note) VALUES ($1, 1, 2, 3, 'lag')`, id); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("lag load insert: %w", err)
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	interval := time.Second / time.Duration(b.opts.lagRate)
+	sent := int64(0)
+schedule:
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		select {
+		case jobs <- lagBase + i:
+			sent++
+		case <-lctx.Done():
+			break schedule
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if firstErr != nil {
+		return sent, firstErr
+	}
+	return sent, ctx.Err()
 }
 
 // logSlowRows logs when, during the lag load, the rows slower than the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 const (
@@ -36,7 +38,29 @@ func (b *bench) measureNative(ctx context.Context) error {
 		return err
 	}
 	defer closeConn(src)
+	if err := b.nativeInitialSync(ctx, dst); err != nil {
+		return err
+	}
+	if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
+		return err
+	}
+	if err := b.nativeCatchup(ctx, src, dst); err != nil {
+		return err
+	}
+	if err := b.nativeLive(ctx, dst); err != nil {
+		return err
+	}
+	// Drop the subscription (and its slot) so that nothing of it runs
+	// while pgmirror is measured.
+	if _, err := dst.Exec(ctx, "DROP SUBSCRIPTION "+nativeSub); err != nil {
+		return fmt.Errorf("drop subscription: %w", err)
+	}
+	return nil
+}
 
+// nativeInitialSync creates the subscription with copy_data and times it
+// until every table is ready with every row on the destination (dst).
+func (b *bench) nativeInitialSync(ctx context.Context, dst *pgx.Conn) error {
 	b.logf("native: CREATE SUBSCRIPTION with copy_data")
 	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s dbname=%s", b.src.Port(), b.src.Password(), srcNative)
 	c0, t0 := b.cpuNow(), time.Now()
@@ -58,7 +82,8 @@ func (b *bench) measureNative(ctx context.Context) error {
 			}
 			if n == b.opts.rows {
 				b.results.native.snapshot = measurement{dur: at.Sub(t0), units: n, cpu: b.cpuNow().sub(c0)}
-				break
+				b.logf("native: initial sync in %s", b.results.native.snapshot.dur.Round(time.Millisecond))
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
@@ -68,11 +93,12 @@ func (b *bench) measureNative(ctx context.Context) error {
 			return err
 		}
 	}
-	b.logf("native: initial sync in %s", b.results.native.snapshot.dur.Round(time.Millisecond))
-	if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
-		return err
-	}
+}
 
+// nativeCatchup runs each catch-up workload while the subscription is
+// disabled and times the catch-up after it is enabled again.
+func (b *bench) nativeCatchup(ctx context.Context, src, dst *pgx.Conn) error {
+	srcURL, dstURL := b.url(b.src, srcNative), b.url(b.dst, dstNative)
 	pos := func(ctx context.Context) (reported, applied lsn, err error) {
 		if reported, err = queryLSN(ctx, src, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = '`+nativeSub+`'`); err != nil {
 			return 0, 0, err
@@ -120,7 +146,15 @@ func (b *bench) measureNative(ctx context.Context) error {
 		}
 		b.results.native.catchup = append(b.results.native.catchup, m)
 	}
+	return nil
+}
 
+// nativeLive measures the lag under a paced load and the live large
+// transactions (with the subscription streaming as PostgreSQL offers it),
+// as the options ask.
+func (b *bench) nativeLive(ctx context.Context, dst *pgx.Conn) error {
+	srcURL, dstURL := b.url(b.src, srcNative), b.url(b.dst, dstNative)
+	var err error
 	if !b.opts.largeOnly {
 		if err := b.checkpoint(ctx); err != nil {
 			return err
@@ -132,7 +166,6 @@ func (b *bench) measureNative(ctx context.Context) error {
 		l := b.results.native.lag
 		b.logf("native: lag p50 %s p99 %s max %s at %.0f tx/s", ms(l.p50), ms(l.p99), ms(l.max), l.rate)
 	}
-
 	if b.opts.largeRows > 0 {
 		// Streaming as PostgreSQL offers it: parallel apply on 16+ (18's
 		// default), on for a 14 or 15 destination.
@@ -149,12 +182,6 @@ func (b *bench) measureNative(ctx context.Context) error {
 		if b.results.native.live, err = b.measureLiveTx(ctx, "native", srcURL, srcNative, dstURL, 0); err != nil {
 			return err
 		}
-	}
-
-	// Drop the subscription (and its slot) so that nothing of it runs
-	// while pgmirror is measured.
-	if _, err := dst.Exec(ctx, "DROP SUBSCRIPTION "+nativeSub); err != nil {
-		return fmt.Errorf("drop subscription: %w", err)
 	}
 	return nil
 }

@@ -36,10 +36,6 @@ type outageMirror struct {
 // should: the replicas were at their share) and the time until every
 // table is equal.
 func (s *scaleRun) catalogOutage(ctx context.Context) error {
-	before, err := mirrorWorkers(ctx, s.replicas[0].svc)
-	if err != nil {
-		return err
-	}
 	admin, err := connect(ctx, s.url(s.dst, "postgres"))
 	if err != nil {
 		return err
@@ -60,7 +56,8 @@ func (s *scaleRun) catalogOutage(ctx context.Context) error {
 	if err := s.waitTablesEqual(ctx, 2*time.Minute); err != nil {
 		return fmt.Errorf("before the catalog outage: %w", err)
 	}
-	if before, err = mirrorWorkers(ctx, s.replicas[0].svc); err != nil {
+	before, err := mirrorWorkers(ctx, s.replicas[0].svc)
+	if err != nil {
 		return err
 	}
 	s.logf("catalog outage: the catalog database refuses connections for %s, under a round of writes a second", scaleOutage)

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgmirror/pgmirror/db/localpg"
 	"github.com/pgmirror/pgmirror/db/secretbox"
 )
@@ -265,24 +267,55 @@ func deref(s *string) string {
 // under the paced load.
 func (b *bench) measurePgmirror(ctx context.Context) error {
 	srcURL, dstURL := b.url(b.src, srcPgmirror), b.url(b.dst, dstPgmirror)
+	svc, err := b.startPgmirror(ctx)
+	if err != nil {
+		return err
+	}
+	dst, err := connect(ctx, dstURL)
+	if err != nil {
+		return err
+	}
+	defer closeConn(dst)
+	if err := b.pgmirrorSnapshot(ctx, svc, dst); err != nil {
+		return err
+	}
+	if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
+		return err
+	}
+	if !b.opts.largeOnly {
+		if err := b.measureVerify(ctx, svc); err != nil {
+			return err
+		}
+	}
+	if err := b.pgmirrorCatchup(ctx, svc, dst); err != nil {
+		return err
+	}
+	return b.pgmirrorLive(ctx, svc)
+}
+
+// startPgmirror starts the service on the destination's catalog database
+// and creates its two peers.
+func (b *bench) startPgmirror(ctx context.Context) (*service, error) {
 	svc, err := startService(ctx, b.bin, b.dst.URL(catalogDB), b.dir)
 	if svc != nil {
 		b.svc = svc
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b.logf("pgmirror: serving on %s, log in %s", svc.baseURL, svc.logPath)
 	if err := svc.peer(ctx, "source", b.src, srcPgmirror); err != nil {
-		return err
+		return nil, err
 	}
 	if err := svc.peer(ctx, "destination", b.dst, dstPgmirror); err != nil {
-		return err
+		return nil, err
 	}
-	if err := b.checkpoint(ctx); err != nil {
-		return err
-	}
+	return svc, b.checkpoint(ctx)
+}
 
+// pgmirrorSnapshot creates the mirror and times its snapshot: from the
+// create until the mirror runs with every row on the destination (dst).
+func (b *bench) pgmirrorSnapshot(ctx context.Context, svc *service, dst *pgx.Conn) error {
 	create := map[string]any{
 		"name": mirrorName, "source_peer": "source", "destination_peer": "destination",
 		"table_mappings": []map[string]any{{"source_schema": "public", "source_table": "bench",
@@ -296,14 +329,10 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 	}
 	c0, t0 := b.cpuNow(), time.Now()
 	profiled := b.profile(ctx, "snapshot")
+	defer profiled()
 	if err := svc.call(ctx, "POST", "/v1/mirrors", create, nil); err != nil {
 		return err
 	}
-	dst, err := connect(ctx, dstURL)
-	if err != nil {
-		return err
-	}
-	defer closeConn(dst)
 	deadline, warned := t0.Add(time.Hour), false
 	for {
 		m, err := svc.mirror(ctx)
@@ -325,7 +354,8 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 			}
 			if n == b.opts.rows {
 				b.results.pgmirror.snapshot = measurement{dur: at.Sub(t0), units: n, cpu: b.cpuNow().sub(c0)}
-				break
+				b.logf("pgmirror: snapshot in %s", b.results.pgmirror.snapshot.dur.Round(time.Millisecond))
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
@@ -335,18 +365,12 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 			return err
 		}
 	}
-	profiled()
-	b.logf("pgmirror: snapshot in %s", b.results.pgmirror.snapshot.dur.Round(time.Millisecond))
-	if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
-		return err
-	}
-	if !b.opts.largeOnly {
-		if err := b.measureVerify(ctx, svc); err != nil {
-			return err
-		}
-	}
+}
 
-	pos := func(ctx context.Context) (reported, applied lsn, err error) {
+// pgmirrorPositions reads the mirror's position as the API reports it and
+// as applied on the destination (dst).
+func pgmirrorPositions(svc *service, dst *pgx.Conn) func(ctx context.Context) (reported, applied lsn, err error) {
+	return func(ctx context.Context) (reported, applied lsn, err error) {
 		m, err := svc.mirror(ctx)
 		if err != nil {
 			return 0, 0, err
@@ -362,6 +386,13 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 		applied, err = queryLSN(ctx, dst, `SELECT max(lsn)::text FROM _pgmirror.applied`)
 		return reported, applied, err
 	}
+}
+
+// pgmirrorCatchup runs each catch-up workload while the mirror is paused
+// and times the catch-up after the resume.
+func (b *bench) pgmirrorCatchup(ctx context.Context, svc *service, dst *pgx.Conn) error {
+	srcURL, dstURL := b.url(b.src, srcPgmirror), b.url(b.dst, dstPgmirror)
+	pos := pgmirrorPositions(svc, dst)
 	cur := newCursor(b.opts.rows)
 	for _, w := range b.catchupWorkloads() {
 		if err := svc.call(ctx, "POST", "/v1/mirrors/"+mirrorName+"/pause", nil, nil); err != nil {
@@ -404,13 +435,20 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 		}
 		b.results.pgmirror.catchup = append(b.results.pgmirror.catchup, m)
 	}
+	return nil
+}
 
+// pgmirrorLive measures the lag under a paced load and the live large
+// transactions, as the options ask.
+func (b *bench) pgmirrorLive(ctx context.Context, svc *service) error {
+	srcURL, dstURL := b.url(b.src, srcPgmirror), b.url(b.dst, dstPgmirror)
+	var err error
 	if !b.opts.largeOnly {
 		if err := b.checkpoint(ctx); err != nil {
 			return err
 		}
 		b.logf("pgmirror: lag under %d tx/s for %s", b.opts.lagRate, b.opts.lagDuration)
-		profiled = b.profile(ctx, "lag")
+		profiled := b.profile(ctx, "lag")
 		b.results.pgmirror.lag, err = b.measureLag(ctx, srcURL, dstURL)
 		profiled()
 		if err != nil {
@@ -421,7 +459,7 @@ func (b *bench) measurePgmirror(ctx context.Context) error {
 	}
 	if b.opts.largeRows > 0 {
 		b.logf("pgmirror: live large transactions")
-		profiled = b.profile(ctx, "live-large")
+		profiled := b.profile(ctx, "live-large")
 		b.results.pgmirror.live, err = b.measureLiveTx(ctx, "pgmirror", srcURL, srcPgmirror, dstURL, svc.cmd.Process.Pid)
 		profiled()
 		if err != nil {

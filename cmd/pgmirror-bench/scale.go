@@ -63,6 +63,7 @@ type scaleRun struct {
 	src, dst *localpg.Cluster
 	replicas []*scaleReplica
 	res      scaleResult
+	restarts int // replicas started again so far (each logs in a directory of its own)
 }
 
 // scaleResult is what the scale measurement found.
@@ -734,10 +735,39 @@ func (s *scaleRun) rollingRestart(ctx context.Context) (err error) {
 		return err
 	}
 	defer closeConn(src)
+	stopLoad := s.writeEverySecond(ctx, src, scaleWriteRounds+2)
+	defer func() {
+		if lerr := stopLoad(); err == nil {
+			err = lerr
+		}
+	}()
+	gaps, err := watchGaps(ctx, s.url(s.dst, scaleCatalogDB))
+	if err != nil {
+		return err
+	}
+	defer gaps.close()
+
+	killed := s.replicas[0]
+	if s.replicas[1].name == s.res.killed {
+		killed = s.replicas[1]
+	}
+	if err := s.restartStep(ctx, gaps, rollingStep{what: "Restart of " + killed.name + " after its kill -9"}, killed, false); err != nil {
+		return err
+	}
+	for _, r := range s.replicas {
+		if err := s.restartStep(ctx, gaps, rollingStep{what: "Rolling restart: SIGTERM and start of " + r.name}, r, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeEverySecond writes a round (from round on) every second until the
+// returned function is called, which returns the first write error.
+func (s *scaleRun) writeEverySecond(ctx context.Context, src *pgx.Conn, round int) (stop func() error) {
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	loadDone := make(chan error, 1)
 	go func() {
-		round := scaleWriteRounds + 2
 		for loadCtx.Err() == nil {
 			if err := s.writeRound(loadCtx, src, round); err != nil && loadCtx.Err() == nil {
 				loadDone <- err
@@ -748,108 +778,93 @@ func (s *scaleRun) rollingRestart(ctx context.Context) (err error) {
 		}
 		loadDone <- nil
 	}()
-	defer func() {
+	return func() error {
 		stopLoad()
-		if lerr := <-loadDone; err == nil {
-			err = lerr
-		}
-	}()
-	gaps, err := watchGaps(ctx, s.url(s.dst, scaleCatalogDB))
-	if err != nil {
-		return err
+		return <-loadDone
 	}
-	defer gaps.close()
+}
 
-	restart := 0
-	start := func(r *scaleReplica) error {
-		restart++
-		dir := filepath.Join(s.dir, fmt.Sprintf("%s-restart-%d", r.name, restart))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("create directory: %w", err)
-		}
-		svc, err := startServiceWith(ctx, s.bin, s.dst.URL(scaleCatalogDB)+"&application_name="+r.name, dir, s.key, s.password)
-		if svc != nil {
-			r.svc = svc
-		}
-		if err != nil {
-			return fmt.Errorf("start replica %s again: %w", r.name, err)
-		}
-		return nil
+// restartStep stops replica r (SIGTERM, when stop) until the other runs
+// every mirror, starts it again and waits until the mirrors are spread
+// over both, with the gaps of mirrors without a worker meanwhile.
+func (s *scaleRun) restartStep(ctx context.Context, gaps *gapWatch, st rollingStep, r *scaleReplica, stop bool) error {
+	gaps.reset()
+	other := s.replicas[0]
+	if other == r {
+		other = s.replicas[1]
 	}
-	// waitRuns waits until every mirror runs and cond holds of the
-	// running mirrors by replica.
-	waitRuns := func(what string, via *scaleReplica, cond func(map[string]int) bool) error {
-		deadline := time.Now().Add(3 * time.Minute)
-		for {
-			byWorker, running, err := listRunning(ctx, via.svc)
-			if err != nil {
-				return err
-			}
-			if by := s.byReplica(byWorker); running == s.opts.scaleMirrors && by["(no worker)"] == 0 && cond(by) {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: not within 3 minutes (%s)", what, spreadText(s.byReplica(byWorker)))
-			}
-			if err := sleep(ctx, 100*time.Millisecond); err != nil {
-				return err
-			}
-		}
-	}
-	spreadOut := func(by map[string]int) bool {
-		for _, r := range s.replicas {
-			if by[r.name] < s.opts.scaleMirrors/2-1 {
-				return false
-			}
-		}
-		return true
-	}
-	other := func(r *scaleReplica) *scaleReplica {
-		if s.replicas[0] == r {
-			return s.replicas[1]
-		}
-		return s.replicas[0]
-	}
-	step := func(st rollingStep, r *scaleReplica, stop bool) error {
-		gaps.reset()
-		if stop {
-			stoppedAt := time.Now()
-			r.svc.stop(time.Minute)
-			if err := waitRuns("the other replica to run every mirror", other(r), func(by map[string]int) bool {
-				return by[other(r).name] == s.opts.scaleMirrors
-			}); err != nil {
-				return err
-			}
-			st.down = time.Since(stoppedAt)
-		}
-		if err := start(r); err != nil {
+	if stop {
+		stoppedAt := time.Now()
+		r.svc.stop(time.Minute)
+		if err := s.waitRuns(ctx, "the other replica to run every mirror", other, func(by map[string]int) bool {
+			return by[other.name] == s.opts.scaleMirrors
+		}); err != nil {
 			return err
 		}
-		readyAt := time.Now()
-		if err := waitRuns("the mirrors spread again", other(r), spreadOut); err != nil {
-			return err
-		}
-		st.spread = time.Since(readyAt)
-		st.most, st.longest = gaps.result()
-		s.logf("%s: %sspread %s after it is ready; at most %d mirrors without a worker at once, longest gap %s",
-			st.what, map[bool]string{true: fmt.Sprintf("the other runs every mirror %s after SIGTERM; ", st.down.Round(time.Millisecond)), false: ""}[stop],
-			st.spread.Round(time.Millisecond), st.most, st.longest.Round(time.Millisecond))
-		s.res.rolling = append(s.res.rolling, st)
-		return nil
+		st.down = time.Since(stoppedAt)
 	}
-	killed := s.replicas[0]
-	if s.replicas[1].name == s.res.killed {
-		killed = s.replicas[1]
-	}
-	if err := step(rollingStep{what: "Restart of " + killed.name + " after its kill -9"}, killed, false); err != nil {
+	if err := s.startAgain(ctx, r); err != nil {
 		return err
 	}
-	for _, r := range s.replicas {
-		if err := step(rollingStep{what: "Rolling restart: SIGTERM and start of " + r.name}, r, true); err != nil {
-			return err
-		}
+	readyAt := time.Now()
+	if err := s.waitRuns(ctx, "the mirrors spread again", other, s.spreadOut); err != nil {
+		return err
+	}
+	st.spread = time.Since(readyAt)
+	st.most, st.longest = gaps.result()
+	s.logf("%s: %sspread %s after it is ready; at most %d mirrors without a worker at once, longest gap %s",
+		st.what, map[bool]string{true: fmt.Sprintf("the other runs every mirror %s after SIGTERM; ", st.down.Round(time.Millisecond)), false: ""}[stop],
+		st.spread.Round(time.Millisecond), st.most, st.longest.Round(time.Millisecond))
+	s.res.rolling = append(s.res.rolling, st)
+	return nil
+}
+
+// startAgain starts replica r again, with a log of its own.
+func (s *scaleRun) startAgain(ctx context.Context, r *scaleReplica) error {
+	s.restarts++
+	dir := filepath.Join(s.dir, fmt.Sprintf("%s-restart-%d", r.name, s.restarts))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("create directory: %w", err)
+	}
+	svc, err := startServiceWith(ctx, s.bin, s.dst.URL(scaleCatalogDB)+"&application_name="+r.name, dir, s.key, s.password)
+	if svc != nil {
+		r.svc = svc
+	}
+	if err != nil {
+		return fmt.Errorf("start replica %s again: %w", r.name, err)
 	}
 	return nil
+}
+
+// waitRuns waits until every mirror runs and cond holds of the running
+// mirrors by replica, as replica via lists them.
+func (s *scaleRun) waitRuns(ctx context.Context, what string, via *scaleReplica, cond func(map[string]int) bool) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		byWorker, running, err := listRunning(ctx, via.svc)
+		if err != nil {
+			return err
+		}
+		if by := s.byReplica(byWorker); running == s.opts.scaleMirrors && by["(no worker)"] == 0 && cond(by) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not within 3 minutes (%s)", what, spreadText(s.byReplica(byWorker)))
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// spreadOut: every replica runs at least half the mirrors, less one.
+func (s *scaleRun) spreadOut(by map[string]int) bool {
+	for _, r := range s.replicas {
+		if by[r.name] < s.opts.scaleMirrors/2-1 {
+			return false
+		}
+	}
+	return true
 }
 
 // gapWatch samples, every 100 ms, the running mirrors whose advisory lock

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -266,4 +267,148 @@ func TestRollingRestart(t *testing.T) {
 		table := fmt.Sprintf("public.t%d", i)
 		waitEqual(t, src, dst, table, table, "id, v", 30*time.Second)
 	}
+}
+
+// TestCatalogOutageKeepsWorkers: two replicas share 12 mirrors under a
+// light write load; the catalog database refuses connections for 10 s and
+// its sessions end, so that every replica's lock connection dies and its
+// runs stream on without their locks. The catalog comes back for r1 3 s
+// before r2. Then the runs take their locks back: no mirror changes replica
+// (r1 counts r2 neither as gone while its lock connection comes back, nor
+// adopts a mirror whose run is about to retake its lock), and every table
+// ends equal.
+func TestCatalogOutageKeepsWorkers(t *testing.T) {
+	t.Parallel()
+	const n = 12
+	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	var ddl strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&ddl, "CREATE TABLE public.t%d (id serial PRIMARY KEY, v text);\n", i)
+	}
+	exec1(t, src, ddl.String())
+	withApp := func(name string) string { return catalog + "&application_name=" + name }
+	r1, r2 := launchService(t, withApp("r1")), launchService(t, withApp("r2"))
+	r1.waitReady()
+	r2.waitReady()
+	r1.createPeer("src", src)
+	r1.createPeer("dst", dst)
+	for i := 1; i <= n; i++ {
+		table := fmt.Sprintf("t%d", i)
+		[]*service{r1, r2}[i%2].mustDo("POST", "/v1/mirrors", map[string]any{
+			"name": fmt.Sprintf("m%02d", i), "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+			"table_mappings": []any{mapping("public", table, "public", table)},
+		}, 201, nil)
+	}
+	r1Name, r2Name := workerOf(t, catalog, "r1"), workerOf(t, catalog, "r2")
+	waitFor(t, "every mirror running, spread over both replicas", 90*time.Second, func() bool {
+		byWorker, running := workersOf(r2)
+		return running == n && byWorker[r1Name] == n/2 && byWorker[r2Name] == n/2
+	})
+	insertAll := func(v string) {
+		t.Helper()
+		for i := 1; i <= n; i++ {
+			exec1(t, src, fmt.Sprintf("INSERT INTO public.t%d (v) VALUES ($1)", i), v)
+		}
+	}
+	allEqual := func(timeout time.Duration) {
+		t.Helper()
+		for i := 1; i <= n; i++ {
+			table := fmt.Sprintf("public.t%d", i)
+			waitEqual(t, src, dst, table, table, "id, v", timeout)
+		}
+	}
+	insertAll("before")
+	allEqual(60 * time.Second)
+	before := mirrorWorkersByName(r1)
+
+	// The outage: the catalog database takes no connections, and its
+	// sessions end.
+	catalogDB := dbNameOf(t, catalog)
+	admin := withDatabase(t, catalog, "postgres")
+	exec1(t, admin, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS false`, catalogDB))
+	reopened := false
+	reopen := func() {
+		if !reopened {
+			reopened = true
+			exec1(t, admin, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS true`, catalogDB))
+		}
+	}
+	defer reopen()
+	exec1(t, admin, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, catalogDB)
+	for round := 0; round < 10; round++ {
+		insertAll(fmt.Sprintf("outage %d", round))
+		time.Sleep(time.Second)
+	}
+	allEqual(30 * time.Second) // the streams went on without the catalog
+	reopen()
+	back := time.Now()
+	// r2 gets back a few seconds after r1 (its sessions keep ending
+	// meanwhile), as a slower replica would: r1 must not take r2's
+	// mirrors for orphans while their runs are about to retake their
+	// locks.
+	for time.Since(back) < 3*time.Second {
+		exec1(t, admin, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'r2'`, catalogDB)
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	waitFor(t, "every mirror running with a worker after the outage", 60*time.Second, func() bool {
+		byWorker, running := workersOf(r1)
+		return running == n && byWorker[""] == 0
+	})
+	insertAll("after")
+	allEqual(60 * time.Second)
+	if wait := 15*time.Second - time.Since(back); wait > 0 {
+		time.Sleep(wait)
+	}
+	after := mirrorWorkersByName(r1)
+	var moved []string
+	for name, w := range before {
+		if after[name] != w {
+			moved = append(moved, fmt.Sprintf("%s: %s -> %s", name, w, after[name]))
+		}
+	}
+	if len(moved) > 0 {
+		t.Errorf("%d mirrors changed replica after a catalog outage, where both replicas were at their share:\n%s\nr1:\n%s\nr2:\n%s",
+			len(moved), strings.Join(moved, "\n"), tail(r1.output.String(), 60), tail(r2.output.String(), 60))
+	}
+}
+
+// mirrorWorkersByName is each mirror's worker ("" without one), by name.
+func mirrorWorkersByName(s *service) map[string]string {
+	var list []struct {
+		Name   string  `json:"name"`
+		Worker *string `json:"worker"`
+	}
+	s.mustDo("GET", "/v1/mirrors", nil, 200, &list)
+	out := make(map[string]string, len(list))
+	for _, m := range list {
+		out[m.Name] = ""
+		if m.Worker != nil {
+			out[m.Name] = *m.Worker
+		}
+	}
+	return out
+}
+
+// dbNameOf is the database a connection URL names.
+func dbNameOf(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
+// withDatabase is dbURL naming database instead.
+func withDatabase(t *testing.T, dbURL, database string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + database
+	return u.String()
 }

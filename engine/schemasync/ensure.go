@@ -171,8 +171,15 @@ func SyncTypes(ctx context.Context, src, dst Conn, mappings []change.Mapping) ([
 	if err != nil {
 		return nil, err
 	}
+	order := graph.creationOrder(typeRoots(sources))
+	if len(order) == 0 {
+		// Only built-in types: nothing to create, and no destination
+		// transaction under the schemasync lock, which every starting run
+		// of every mirror on that destination would otherwise queue for.
+		return nil, nil
+	}
 	log, err := inDestination(ctx, dst, func(tx pgx.Tx, log *ddlLog) error {
-		return ensureTypes(ctx, tx, graph.creationOrder(typeRoots(sources)), log)
+		return ensureTypes(ctx, tx, order, log)
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,193 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// digest is a public table's row count and a hash of its rows (id and v,
+// in id order): equal digests on both sides mean no row lost, none
+// doubled, none different.
+func digest(t *testing.T, dbURL, table string) string {
+	t.Helper()
+	var d string
+	withConn(t, dbURL, func(conn *pgx.Conn) {
+		require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*)::text || ' rows ' || coalesce(md5(string_agg(id::text || '=' || v, ',' ORDER BY id)), '')
+			FROM public.`+pgx.Identifier{table}.Sanitize()).Scan(&d))
+	})
+	return d
+}
+
+// waitEqual waits until the table's digest is the same on the source and
+// the destination.
+func waitEqual(t *testing.T, e *lcEnv, table string, timeout time.Duration) {
+	t.Helper()
+	var src, dst string
+	waitFor(t, "equal "+table+" on both sides", timeout, func() bool {
+		src, dst = digest(t, e.srcURL, table), digest(t, e.dstURL, table)
+		return src == dst
+	}, func() string { return fmt.Sprintf("source %s, destination %s", src, dst) })
+}
+
+// writeLoad inserts rows from id first on into the source table, one every
+// 10 ms, until stop is called or n rows are in; stop returns the number
+// inserted.
+func writeLoad(t *testing.T, dbURL, table string, first, n int) (stop func() int) {
+	t.Helper()
+	quit := make(chan struct{})
+	done := make(chan int, 1)
+	go func() {
+		i := 0
+		defer func() { done <- i }()
+		for ; i < n; i++ {
+			select {
+			case <-quit:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			if tryExec(dbURL, `INSERT INTO public.`+pgx.Identifier{table}.Sanitize()+` VALUES ($1::bigint, 'load')`, first+i) != nil {
+				return
+			}
+		}
+	}()
+	var once func() int
+	var inserted int
+	stopped := false
+	once = func() int {
+		if !stopped {
+			stopped = true
+			close(quit)
+			inserted = <-done
+		}
+		return inserted
+	}
+	t.Cleanup(func() { once() })
+	return once
+}
+
+// requestResync requests a full resync as POST /v1/mirrors/{name}/resync
+// does: the pending action and a run job, in one transaction.
+func (e *lcEnv) requestResync(id int64) {
+	e.t.Helper()
+	ctx := context.Background()
+	e.inTx(func(tx pgx.Tx) error {
+		if err := e.store.With(tx).MirrorRequestAction(ctx, id, db.ActionResync); err != nil {
+			return err
+		}
+		_, err := e.client.InsertTx(ctx, tx, MirrorRunArgs{MirrorID: id}, nil)
+		return err
+	})
+}
+
+// requestTableResync requests the resync of one table as
+// POST /v1/mirrors/{name}/tables/{table}/resync does.
+func (e *lcEnv) requestTableResync(id int64, table string) {
+	e.t.Helper()
+	ctx := context.Background()
+	src := change.TableName{Schema: "public", Name: table}
+	e.inTx(func(tx pgx.Tx) error {
+		if err := e.store.With(tx).MirrorTableRequestResync(ctx, id, src); err != nil {
+			return err
+		}
+		if err := e.store.With(tx).LogInsert(ctx, id, db.LevelInfo, db.MsgTableResyncStarted, map[string]string{"table": src.String()}); err != nil {
+			return err
+		}
+		_, err := e.client.InsertTx(ctx, tx, MirrorRunArgs{MirrorID: id}, nil)
+		return err
+	})
+}
+
+// driftDestination changes the destination table behind the mirror's
+// back: rows deleted, changed and added.
+func driftDestination(t *testing.T, e *lcEnv, table string) {
+	t.Helper()
+	q := pgx.Identifier{"public", table}.Sanitize()
+	exec(t, e.dstURL, `DELETE FROM `+q+` WHERE id <= 3`)
+	exec(t, e.dstURL, `UPDATE `+q+` SET v = 'drifted' WHERE id BETWEEN 4 AND 6`)
+	exec(t, e.dstURL, `INSERT INTO `+q+` VALUES (-1, 'only on the destination')`)
+	require.NotEqual(t, digest(t, e.srcURL, table), digest(t, e.dstURL, table))
+}
+
+// A full resync under a write load copies every table again from a new
+// snapshot and streams on from there: the destination tables, drifted
+// before, end equal to the source's (no row lost, doubled or different),
+// rows written during the resync included; the request is cleared and
+// every table runs. A resync of one table copies it again while the other
+// table keeps streaming, and ends the same way. Then a column added on the
+// source arrives.
+func TestRunResync(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	itemsTable(t, e.srcURL, 1000)
+	exec(t, e.srcURL, `CREATE TABLE public.others (id bigint PRIMARY KEY, v text NOT NULL)`)
+	exec(t, e.srcURL, `INSERT INTO public.others SELECT g, 'other ' || g FROM generate_series(1, 100) g`)
+	e.startReplica("a", nil)
+	m := e.createMirror("m", []string{"items", "others"})
+	waitRows(t, e.dstURL, "items", 1000, 60*time.Second)
+	waitRows(t, e.dstURL, "others", 100, 30*time.Second)
+	e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
+	driftDestination(t, e, "items")
+	driftDestination(t, e, "others")
+
+	stop := writeLoad(t, e.srcURL, "items", 2000, 300)
+	e.requestResync(m.ID)
+	waitFor(t, "the resync's snapshot", 60*time.Second, func() bool { return e.logCount(m.ID, db.MsgSnapshotCompleted) == 2 })
+	insertItem(t, e.srcURL, 5000) // after the resync's snapshot
+	n := stop()
+	t.Logf("%d rows inserted during the resync", n)
+	require.Positive(t, n)
+	waitEqual(t, e, "items", 60*time.Second)
+	waitEqual(t, e, "others", 30*time.Second)
+	got := e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
+	require.Nil(t, got.PendingAction, "the resync request")
+	require.Equal(t, int64(1), e.logCount(m.ID, "Full resync started"))
+	tables, err := e.store.MirrorTables(context.Background(), m.ID)
+	require.NoError(t, err)
+	for _, tbl := range tables {
+		require.Equal(t, db.TableStatusRunning, tbl.Status, "table %s after the resync", tbl.SourceTable)
+	}
+
+	// One table: others is copied again while items streams.
+	driftDestination(t, e, "others")
+	stop = writeLoad(t, e.srcURL, "items", 6000, 200)
+	e.requestTableResync(m.ID, "others")
+	exec(t, e.srcURL, `INSERT INTO public.others VALUES (101, 'during the table resync')`)
+	waitEqual(t, e, "others", 60*time.Second)
+	require.Positive(t, stop())
+	insertItem(t, e.srcURL, 7000)
+	exec(t, e.srcURL, `INSERT INTO public.others VALUES (102, 'after the table resync')`)
+	waitEqual(t, e, "items", 30*time.Second)
+	waitEqual(t, e, "others", 30*time.Second)
+	tables, err = e.store.MirrorTables(context.Background(), m.ID)
+	require.NoError(t, err)
+	for _, tbl := range tables {
+		require.Equal(t, db.TableStatusRunning, tbl.Status, "table %s after the table resync", tbl.SourceTable)
+		require.Nil(t, tbl.ResyncRequestedAt, "table %s after the table resync", tbl.SourceTable)
+	}
+	require.Equal(t, db.StatusRunning, e.mirror(m.ID).Status)
+	require.Equal(t, int64(1), e.logCount(m.ID, "Starting table snapshot"), "copies of single tables")
+
+	// A column added on the source while the mirror streams arrives: the
+	// destination table gets it (schema_changes apply, the default), with
+	// the values of the rows written since; the rows before keep theirs.
+	exec(t, e.srcURL, `ALTER TABLE public.others ADD COLUMN note text`)
+	exec(t, e.srcURL, `INSERT INTO public.others VALUES (103, 'row 103', 'with a note')`)
+	exec(t, e.srcURL, `UPDATE public.others SET note = 'noted later' WHERE id = 3`)
+	waitFor(t, "the added column's values on the destination", 30*time.Second, func() bool {
+		return tryExec(e.dstURL, `SELECT note FROM public.others`) == nil &&
+			queryInt(t, e.dstURL, `SELECT count(*) FROM public.others WHERE (id = 103 AND note = 'with a note') OR (id = 3 AND note = 'noted later')`) == 2
+	})
+	waitEqual(t, e, "others", 30*time.Second)
+	require.Equal(t, int64(101), queryInt(t, e.dstURL, `SELECT count(*) FROM public.others WHERE note IS NULL`))
+	got = e.mirror(m.ID)
+	require.Equal(t, db.StatusRunning, got.Status)
+	require.Zero(t, got.ErrorCount)
+}
