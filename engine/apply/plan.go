@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/colsync"
 	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
@@ -18,7 +19,7 @@ type destTable struct {
 	name        change.TableName
 	columns     map[string]destColumn
 	pk          map[string]bool
-	required    map[string]bool // NOT NULL without a default: an insert must name it
+	required    map[string]bool // NOT NULL without a default nor identity, outside the key: colsync.Relax
 	partitioned bool
 	// otherUnique: the table (or a partition of it) has a unique index
 	// besides its primary key, or an exclusion constraint. Folding a chunk
@@ -54,7 +55,7 @@ type destColumn struct {
 // (following domains over domains), with its modifier.
 const destTableSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid,
 		format_type(b.oid, b.typmod), coll.nspname, coll.collname,
-		coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p', a.attnotnull AND NOT a.atthasdef, a.atthasdef,
+		coalesce(a.attnum = ANY (i.indkey), false), c.relkind = 'p', a.attnotnull, a.attidentity <> '', a.atthasdef,
 		EXISTS (SELECT 1 FROM pg_index x WHERE (x.indrelid = c.oid OR x.indrelid IN (SELECT relid FROM pg_partition_tree(c.oid)))
 				AND x.indisunique AND NOT x.indisprimary)
 			OR EXISTS (SELECT 1 FROM pg_constraint x WHERE (x.conrelid = c.oid OR x.conrelid IN (SELECT relid FROM pg_partition_tree(c.oid)))
@@ -99,11 +100,11 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 			col, typ, stageType  string
 			oid                  uint32
 			collSchema, collName *string
-			pk, part, required   bool
-			hasDefault           bool
+			pk, part, notNull    bool
+			identity, hasDefault bool
 			otherUnique          bool
 		)
-		if err := rows.Scan(&col, &typ, &oid, &stageType, &collSchema, &collName, &pk, &part, &required, &hasDefault, &otherUnique, &t.foreignOwner); err != nil {
+		if err := rows.Scan(&col, &typ, &oid, &stageType, &collSchema, &collName, &pk, &part, &notNull, &identity, &hasDefault, &otherUnique, &t.foreignOwner); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read columns of destination table %s: %w", name, err)
 		}
@@ -114,7 +115,7 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 		if pk {
 			t.pk[col] = true
 		}
-		if required && !pk {
+		if colsync.Relax(colsync.Dest{NotNull: notNull, HasDefault: hasDefault, Identity: identity, PrimaryKey: pk}) {
 			t.required[col] = true
 		}
 		t.partitioned = part
@@ -309,9 +310,9 @@ func newPlan(m *change.Mapping, rel *change.Relation, dest *destTable) (*plan, e
 }
 
 // relaxUnsent drops NOT NULL from destination columns (outside the primary
-// key, without a default, not excluded) that the source does not send,
-// typically columns dropped or renamed on the source: inserts leave them
-// NULL, and would fail otherwise. It runs in the batch transaction and
+// key, without a default, not an identity: colsync.Relax; not excluded)
+// that the source does not send, typically columns dropped or renamed on
+// the source: inserts leave them NULL, and would fail otherwise. It runs in the batch transaction and
 // reports the columns not yet reported as dropped.
 func (a *Applier) relaxUnsent(ctx context.Context, m *change.Mapping, rel *change.Relation, dest *destTable, reported map[string]bool) error {
 	sent := map[string]bool{}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/colsync"
 	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
@@ -120,7 +121,7 @@ func (a *Applier) followKey(ctx context.Context, m *change.Mapping, rel *change.
 		fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s", name, sqlquote.Ident(*constraint)),
 		fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (%s)", name, strings.Join(quoted, ", ")),
 	} {
-		if err := a.execStep(ctx, rel.Table, schemaStep{sql: stmt}); err != nil {
+		if err := a.execStep(ctx, rel.Table, colsync.Step{SQL: stmt}); err != nil {
 			return nil, err
 		}
 	}

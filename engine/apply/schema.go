@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/colsync"
 	"github.com/pgmirror/pgmirror/engine/positions"
-	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
 // This file handles a mapped table's columns changing on the source while
@@ -22,7 +22,11 @@ import (
 // transaction that also applies the resulting DDL and records the applied
 // position: a restart finds the state that matches the destination, and a
 // replay derives the same changes, each of which is skipped when the
-// destination already shows it.
+// destination already shows it. What each change does to the destination
+// is decided by package engine/colsync (Diff, Stream), which the paths
+// before a copy and for captured DDL follow too; this file matches the
+// stream's columns with attnums (align), reads the catalogs, executes the
+// steps and reports them.
 
 // SchemaMode is what the applier does when a mapped source table's columns
 // change.
@@ -163,30 +167,6 @@ func sameKnown(known []knownColumn, rel *change.Relation) bool {
 	return true
 }
 
-// columnChange is one difference between the known columns and a new
-// description of the table.
-type columnChange struct {
-	kind    string // "drop", "rename", "type", "add"
-	attnum  int
-	oldName string
-	name    string
-	oldType knownColumn
-	col     change.Column
-}
-
-func (c columnChange) String() string {
-	switch c.kind {
-	case "drop":
-		return fmt.Sprintf("column %q dropped", c.oldName)
-	case "rename":
-		return fmt.Sprintf("column %q renamed to %q", c.oldName, c.name)
-	case "type":
-		return fmt.Sprintf("column %q changed type", c.name)
-	default:
-		return fmt.Sprintf("column %q added", c.name)
-	}
-}
-
 // catalogView indexes the source catalog's columns.
 type catalogView struct {
 	byAttnum map[int]SourceColumn
@@ -306,36 +286,18 @@ func newerLive(cat catalogView, maxKnown, lo, hi int, used map[int]bool) int {
 	return 0
 }
 
-// diffColumns lists the changes from known to rel given rel's attnums.
-func diffColumns(known []knownColumn, rel *change.Relation, attnums []int) []columnChange {
-	byAttnum := map[int]knownColumn{}
-	for _, k := range known {
-		byAttnum[k.Attnum] = k
+// diffColumns lists the changes from known to rel given rel's attnums
+// (colsync.Diff).
+func diffColumns(known []knownColumn, rel *change.Relation, attnums []int) []colsync.Change {
+	k := make([]colsync.Known, len(known))
+	for i, c := range known {
+		k[i] = colsync.Known{Attnum: c.Attnum, Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod}
 	}
-	kept := map[int]bool{}
-	var out []columnChange
+	now := make([]colsync.Source, len(rel.Columns))
 	for i, c := range rel.Columns {
-		k, ok := byAttnum[attnums[i]]
-		if !ok {
-			out = append(out, columnChange{kind: "add", attnum: attnums[i], name: c.Name, col: c})
-			continue
-		}
-		kept[k.Attnum] = true
-		if k.Name != c.Name {
-			out = append(out, columnChange{kind: "rename", attnum: k.Attnum, oldName: k.Name, name: c.Name, col: c})
-		}
-		if k.TypeOID != c.TypeOID || k.TypeMod != c.TypeMod {
-			out = append(out, columnChange{kind: "type", attnum: k.Attnum, oldName: k.Name, name: c.Name, oldType: k, col: c})
-		}
+		now[i] = colsync.Source{Attnum: attnums[i], Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod}
 	}
-	for _, k := range known {
-		if !kept[k.Attnum] {
-			out = append(out, columnChange{kind: "drop", attnum: k.Attnum, oldName: k.Name, name: k.Name})
-		}
-	}
-	order := map[string]int{"drop": 0, "rename": 1, "type": 2, "add": 3}
-	slices.SortStableFunc(out, func(x, y columnChange) int { return order[x.kind] - order[y.kind] })
-	return out
+	return colsync.Diff(k, now)
 }
 
 // reconcile compares rel with the known columns of its table and, by the
@@ -471,10 +433,11 @@ func (a *Applier) applyColumnChanges(ctx context.Context, m *change.Mapping, rel
 	if err != nil {
 		return err
 	}
-	steps, err := a.schemaSteps(ctx, m, dest, changes, cat)
-	if err != nil {
+	if err := a.describeChanges(ctx, m, dest, changes, cat); err != nil {
 		return err
 	}
+	plan := colsync.Stream(*m, changes, dest.colsync())
+	steps := plan.Steps
 	switch {
 	case len(steps) == 0:
 	case mode == SchemaStop:
@@ -503,8 +466,8 @@ func (a *Applier) applyColumnChanges(ctx context.Context, m *change.Mapping, rel
 			return err
 		}
 		for _, s := range steps {
-			if s.resync != "" && a.cfg.SchemaHooks.Resync != nil {
-				if err := a.cfg.SchemaHooks.Resync(ctx, rel.Table, s.resync); err != nil {
+			if s.Resync != "" && a.cfg.SchemaHooks.Resync != nil {
+				if err := a.cfg.SchemaHooks.Resync(ctx, rel.Table, s.Resync); err != nil {
 					return err
 				}
 			}
@@ -526,183 +489,13 @@ func newKnown(rel *change.Relation, attnums []int) []knownColumn {
 	return out
 }
 
-// schemaStep is one statement a change needs on the destination.
-type schemaStep struct {
-	sql string
-	// optional: a failure is rolled back to a savepoint and reported
-	// instead of failing the batch (a default the destination rejects).
-	optional bool
-	// resync, when set, says why the table must be copied again after it.
-	resync string
-	// notCarried, when set, replaces the statement: what was left out
-	// and why.
-	notCarried string
-}
-
-// schemaSteps returns the statements that bring the destination to the
-// changed source table, leaving out what the destination shows already
-// (a replay after a restart, a change made by hand).
-func (a *Applier) schemaSteps(ctx context.Context, m *change.Mapping, dest *destTable, changes []columnChange, cat catalogView) ([]schemaStep, error) {
-	b := &stepBuilder{a: a, m: m, dest: dest, cat: cat, name: m.Destination.Quoted(), renameSources: map[string]bool{}}
-	// Renames to a name another rename frees go through temporary names.
-	for _, c := range changes {
-		if c.kind == "rename" {
-			b.renameSources[c.oldName] = true
-		}
-	}
-	for _, c := range changes {
-		oldEx, newEx := m.Excluded(c.oldName), m.Excluded(c.name)
-		var err error
-		switch c.kind {
-		case "drop":
-			if !oldEx && b.has(c.oldName) {
-				b.dropColumn(c.oldName)
-			}
-		case "rename":
-			err = b.rename(ctx, c, oldEx, newEx)
-		case "type":
-			if !newEx {
-				err = b.retype(ctx, c)
-			}
-		case "add":
-			if !newEx && !b.has(c.name) {
-				err = b.addColumn(ctx, c)
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	// Type changes run after every rename (they name the new column).
-	return append(b.steps, b.finals...), nil
-}
-
-// stepBuilder gathers the statements of schemaSteps: steps first, then
-// finals (type changes and what goes after every rename).
-type stepBuilder struct {
-	a             *Applier
-	m             *change.Mapping
-	dest          *destTable
-	cat           catalogView
-	name          string          // the destination table, quoted
-	renameSources map[string]bool // columns renamed away in this change
-	steps, finals []schemaStep
-}
-
-func (b *stepBuilder) has(col string) bool { _, ok := b.dest.columns[col]; return ok }
-
-func (b *stepBuilder) dropColumn(col string) {
-	b.steps = append(b.steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", b.name, sqlquote.Ident(col))})
-}
-
-// rename renames a column on the destination, or adds or drops it when the
-// mapping excludes its old or new name.
-func (b *stepBuilder) rename(ctx context.Context, c columnChange, oldEx, newEx bool) error {
-	name := b.name
-	switch {
-	case oldEx && newEx:
-	case oldEx:
-		if !b.has(c.name) {
-			return b.addColumn(ctx, c)
-		}
-	case newEx:
-		if b.has(c.oldName) {
-			b.dropColumn(c.oldName)
-		}
-	case b.has(c.oldName) && !b.has(c.name):
-		b.steps = append(b.steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(c.oldName), sqlquote.Ident(c.name))})
-	case b.has(c.oldName) && b.renameSources[c.name]:
-		tmp := fmt.Sprintf("_pgmirror_renaming_%d", c.attnum)
-		b.steps = append(b.steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(c.oldName), sqlquote.Ident(tmp))})
-		b.finals = append(b.finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(tmp), sqlquote.Ident(c.name))})
-	}
-	return nil
-}
-
-// addColumn adds the source's column c: with its missing value as a
-// default for the existing rows when the source has one, marked for a
-// resync when the source computed values for every row (a volatile default
-// or an identity), and with the source's default after.
-func (b *stepBuilder) addColumn(ctx context.Context, c columnChange) error {
-	typ, err := b.a.sourceType(ctx, c.col, b.cat, c.attnum)
-	if err != nil {
-		return err
-	}
-	name, col := b.name, sqlquote.Ident(c.name)
-	sc, fromCatalog := b.cat.byAttnum[c.attnum]
-	fromCatalog = fromCatalog && !sc.Dropped && sc.Name == c.name
-	def := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", name, col, typ)
-	switch {
-	case fromCatalog && sc.Missing != nil:
-		def += " DEFAULT " + sqlquote.Literal(*sc.Missing) + "::" + typ
-		if sc.NotNull {
-			def += " NOT NULL"
-		}
-		b.steps = append(b.steps, schemaStep{sql: def})
-		b.steps = append(b.steps, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)})
-	case fromCatalog && (sc.Default != "" || sc.Identity):
-		// A volatile default or an identity: the source rewrote the
-		// table with values the stream did not carry.
-		b.steps = append(b.steps, schemaStep{sql: def,
-			resync: fmt.Sprintf("column %s was added with values computed for every existing row (a volatile default or an identity), which the stream does not carry", col)})
-	default:
-		b.steps = append(b.steps, schemaStep{sql: def})
-	}
-	if fromCatalog && sc.Default != "" {
-		b.steps = append(b.steps, defaultStep(b.m, col, sc))
-	}
-	return nil
-}
-
-// retype changes a column's type to the source's, after every rename: a
-// default of the old type is dropped first and the source's set after, and
-// a change the source made with a table rewrite is marked for a resync.
-func (b *stepBuilder) retype(ctx context.Context, c columnChange) error {
-	typ, err := b.a.sourceType(ctx, c.col, b.cat, c.attnum)
-	if err != nil {
-		return err
-	}
-	name, col := b.name, sqlquote.Ident(c.name)
-	current, ok := b.dest.columns[c.name]
-	if !ok {
-		current, ok = b.dest.columns[c.oldName]
-	}
-	if ok && current.typ == typ {
-		return nil
-	}
-	// A default of the old type may not cast to the new one (the source's
-	// was changed along, which no Relation message shows): drop it first
-	// and set the source's after.
-	if ok && current.hasDefault {
-		b.finals = append(b.finals, schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)})
-	}
-	step := schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s", name, col, typ, col, typ)}
-	if !noRewrite(c.oldType.TypeOID, c.oldType.TypeMod, c.col.TypeOID, c.col.TypeMod) {
-		step.resync = fmt.Sprintf("column %s changed type with a table rewrite on the source, whose new values the stream does not carry", col)
-	}
-	b.finals = append(b.finals, step)
-	if sc, found := b.cat.byAttnum[c.attnum]; ok && current.hasDefault && found && !sc.Dropped && sc.Default != "" {
-		b.finals = append(b.finals, defaultStep(b.m, col, sc))
-	}
-	return nil
-}
-
-// defaultStep sets the source's default of column col (quoted), or, when
-// its expression may not run on the destination, says so instead.
-func defaultStep(m *change.Mapping, col string, sc SourceColumn) schemaStep {
-	if sc.DefaultNotCarried != "" {
-		return schemaStep{notCarried: fmt.Sprintf("default of column %s of %s is not carried to the destination: %s", col, m.Source, sc.DefaultNotCarried)}
-	}
-	return schemaStep{sql: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", m.Destination.Quoted(), col, sc.Default), optional: true}
-}
-
 // ensureTypes creates on the destination the user-defined types that added
 // and retyped columns need, in the batch transaction.
-func (a *Applier) ensureTypes(ctx context.Context, m *change.Mapping, rel *change.Relation, changes []columnChange) error {
+func (a *Applier) ensureTypes(ctx context.Context, m *change.Mapping, rel *change.Relation, changes []colsync.Change) error {
 	var oids []uint32
 	for _, c := range changes {
-		if (c.kind == "add" || c.kind == "type" || c.kind == "rename") && c.col.TypeOID >= firstNormalObjectID && !m.Excluded(c.name) {
-			oids = append(oids, c.col.TypeOID)
+		if c.Kind != colsync.Drop && c.Col.TypeOID >= firstNormalObjectID && !m.Excluded(c.Name) {
+			oids = append(oids, c.Col.TypeOID)
 		}
 	}
 	if len(oids) == 0 || a.cfg.Source == nil {
@@ -721,9 +514,54 @@ func (a *Applier) ensureTypes(ctx context.Context, m *change.Mapping, rel *chang
 	return nil
 }
 
+// describeChanges gives the columns that changes may add or retype on the
+// destination (dest) their SQL type, and what the source catalog now says
+// of them (NOT NULL, default, the value of older rows, identity) when it
+// still has the column: under the same name for an addition, at the same
+// attnum for a type change. colsync.Stream decides from them.
+func (a *Applier) describeChanges(ctx context.Context, m *change.Mapping, dest *destTable, changes []colsync.Change, cat catalogView) error {
+	for i := range changes {
+		c := &changes[i]
+		_, has := dest.columns[c.Name]
+		var typed bool
+		switch c.Kind {
+		case colsync.Add:
+			typed = !m.Excluded(c.Name) && !has
+		case colsync.Rename:
+			typed = m.Excluded(c.OldName) && !m.Excluded(c.Name) && !has
+		case colsync.Retype:
+			typed = !m.Excluded(c.Name)
+		}
+		if !typed {
+			continue
+		}
+		typ, err := a.sourceType(ctx, c.Col, cat)
+		if err != nil {
+			return err
+		}
+		c.Col.Type = typ
+		sc, ok := cat.byAttnum[c.Attnum]
+		if !ok || sc.Dropped || (c.Kind != colsync.Retype && sc.Name != c.Name) {
+			continue
+		}
+		c.Col.Described, c.Col.NotNull, c.Col.Default, c.Col.Missing = true, sc.NotNull, sc.Default, sc.Missing
+		c.Col.Identity, c.Col.NotCarried = sc.Identity, sc.DefaultNotCarried
+	}
+	return nil
+}
+
+// colsync returns the destination table's columns for colsync.
+func (d *destTable) colsync() map[string]colsync.Dest {
+	out := make(map[string]colsync.Dest, len(d.columns))
+	for name, c := range d.columns {
+		out[name] = colsync.Dest{Name: name, Type: c.typ, HasDefault: c.hasDefault, PrimaryKey: d.pk[name]}
+	}
+	return out
+}
+
 // sourceType is the SQL type of a column as the source describes it now.
-func (a *Applier) sourceType(ctx context.Context, c change.Column, cat catalogView, attnum int) (string, error) {
-	if sc, ok := cat.byAttnum[attnum]; ok && !sc.Dropped && sc.TypeOID == c.TypeOID && sc.TypeMod == c.TypeMod && sc.Type != "" {
+func (a *Applier) sourceType(ctx context.Context, c colsync.Source, cat catalogView) (string, error) {
+	if sc, ok := cat.byAttnum[c.Attnum]; ok && !sc.Dropped && sc.TypeOID == c.TypeOID && sc.TypeMod == c.TypeMod && sc.Type != "" {
 		return sc.Type, nil
 	}
 	if a.cfg.Source == nil {
@@ -733,29 +571,32 @@ func (a *Applier) sourceType(ctx context.Context, c change.Column, cat catalogVi
 }
 
 // execStep runs one statement in the batch transaction and reports it.
-func (a *Applier) execStep(ctx context.Context, table change.TableName, s schemaStep) error {
-	if s.notCarried != "" {
-		a.schemaDone = append(a.schemaDone, schemaReport{table: table, notCarried: s.notCarried})
+func (a *Applier) execStep(ctx context.Context, table change.TableName, s colsync.Step) error {
+	if s.NotCarried != "" {
+		a.schemaDone = append(a.schemaDone, schemaReport{table: table, notCarried: s.NotCarried})
 		return nil
 	}
-	if s.optional {
+	if s.SQL == "" {
+		return nil
+	}
+	if s.Optional {
 		if _, err := a.conn.Exec(ctx, "SAVEPOINT pgmirror_schema_step"); err != nil {
 			return fmt.Errorf("apply schema change to the destination: %w", err)
 		}
-		if _, err := a.conn.Exec(ctx, s.sql); err != nil {
+		if _, err := a.conn.Exec(ctx, s.SQL); err != nil {
 			if _, rerr := a.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT pgmirror_schema_step"); rerr != nil {
-				return fmt.Errorf("apply schema change to the destination: %s: %w", s.sql, rerr)
+				return fmt.Errorf("apply schema change to the destination: %s: %w", s.SQL, rerr)
 			}
-			a.log.Warn("the destination rejected a column default of the source; the column was added without it", "table", table.String(), "statement", s.sql, "error", err.Error())
+			a.log.Warn("the destination rejected a column default of the source; it was left out", "table", table.String(), "warning", s.Rejected, "statement", s.SQL, "error", err.Error())
 			return nil
 		}
 		if _, err := a.conn.Exec(ctx, "RELEASE SAVEPOINT pgmirror_schema_step"); err != nil {
 			return fmt.Errorf("apply schema change to the destination: %w", err)
 		}
-	} else if _, err := a.conn.Exec(ctx, s.sql); err != nil {
-		return fmt.Errorf("apply schema change to the destination: %s: %w", s.sql, err)
+	} else if _, err := a.conn.Exec(ctx, s.SQL); err != nil {
+		return fmt.Errorf("apply schema change to the destination: %s: %w", s.SQL, err)
 	}
-	a.schemaDone = append(a.schemaDone, schemaReport{table: table, statement: s.sql})
+	a.schemaDone = append(a.schemaDone, schemaReport{table: table, statement: s.SQL})
 	return nil
 }
 
@@ -802,7 +643,7 @@ func (a *Applier) reportSchema(ctx context.Context) {
 // binary forms are the same on both sides.
 // Others stay unchecked, and checkBinary ends the run so that the next one
 // decides the format again.
-func (a *Applier) settleBinary(ctx context.Context, m *change.Mapping, rel *change.Relation, changes []columnChange) error {
+func (a *Applier) settleBinary(ctx context.Context, m *change.Mapping, rel *change.Relation, changes []colsync.Change) error {
 	if !a.cfg.Binary {
 		return nil
 	}
@@ -815,29 +656,29 @@ func (a *Applier) settleBinary(ctx context.Context, m *change.Mapping, rel *chan
 		return err
 	}
 	for _, c := range changes {
-		switch c.kind {
-		case "drop":
-			delete(types, c.oldName)
-		case "rename":
-			if oid, ok := types[c.oldName]; ok {
-				delete(types, c.oldName)
-				types[c.name] = oid
+		switch c.Kind {
+		case colsync.Drop:
+			delete(types, c.OldName)
+		case colsync.Rename:
+			if oid, ok := types[c.OldName]; ok {
+				delete(types, c.OldName)
+				types[c.Name] = oid
 			}
-		case "type", "add":
-			dc, ok := dest.columns[c.name]
+		case colsync.Retype, colsync.Add:
+			dc, ok := dest.columns[c.Name]
 			switch {
 			case !ok:
-			case dc.typeOID == c.col.TypeOID && c.col.TypeOID < firstNormalObjectID:
-				types[c.name] = c.col.TypeOID
-			case c.col.TypeOID >= firstNormalObjectID:
+			case dc.typeOID == c.Col.TypeOID && c.Col.TypeOID < firstNormalObjectID:
+				types[c.Name] = c.Col.TypeOID
+			case c.Col.TypeOID >= firstNormalObjectID:
 				// The source's enum, created under the same name
 				// (ensureTypes): its binary form is the label.
 				var enum bool
 				if err := a.conn.QueryRow(ctx, `SELECT typtype = 'e' FROM pg_catalog.pg_type WHERE oid = $1`, dc.typeOID).Scan(&enum); err != nil {
-					return fmt.Errorf("read destination type of column %q: %w", c.name, err)
+					return fmt.Errorf("read destination type of column %q: %w", c.Name, err)
 				}
 				if enum {
-					types[c.name] = c.col.TypeOID
+					types[c.Name] = c.Col.TypeOID
 				}
 			}
 		}
@@ -847,36 +688,3 @@ func (a *Applier) settleBinary(ctx context.Context, m *change.Mapping, rel *chan
 
 // firstNormalObjectID is PostgreSQL's first OID of objects not built in.
 const firstNormalObjectID = 16384
-
-// Built-in type OIDs whose type changes noRewrite knows.
-const (
-	oidText    = 25
-	oidVarchar = 1043
-	oidNumeric = 1700
-	oidVarbit  = 1562
-)
-
-// noRewrite reports a type change that PostgreSQL makes without rewriting
-// the table (binary-coercible, values unchanged): a longer varchar or
-// bit varying, varchar to text or unbounded, a numeric with more precision
-// and the same scale or unbounded.
-func noRewrite(oldOID uint32, oldMod int32, newOID uint32, newMod int32) bool {
-	switch {
-	case oldOID == oidVarchar && newOID == oidText:
-		return true
-	case oldOID == oidText && newOID == oidVarchar && newMod == -1:
-		return true
-	case oldOID != newOID:
-		return false
-	case newMod == -1:
-		return oldOID == oidVarchar || oldOID == oidVarbit || oldOID == oidNumeric
-	case oldMod == -1:
-		return false
-	case oldOID == oidVarchar || oldOID == oidVarbit:
-		return newMod >= oldMod
-	case oldOID == oidNumeric:
-		// typmod - 4 = precision << 16 | scale
-		return (newMod-4)&0xffff == (oldMod-4)&0xffff && (newMod-4)>>16 >= (oldMod-4)>>16
-	}
-	return false
-}

@@ -6,10 +6,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/colsync"
 )
 
 const (
-	oidInt4 = 23
+	oidInt4    = 23
+	oidText    = 25
+	oidVarchar = 1043
+	oidNumeric = 1700
 )
 
 func rel(cols ...change.Column) *change.Relation {
@@ -33,10 +37,10 @@ func live(attnum int, name string, oid uint32) SourceColumn {
 func dropped(attnum int) SourceColumn { return SourceColumn{Attnum: attnum, Dropped: true} }
 
 // kinds lists the changes as "kind old->new" strings.
-func kinds(changes []columnChange) []string {
+func kinds(changes []colsync.Change) []string {
 	var out []string
 	for _, c := range changes {
-		out = append(out, c.kind+" "+c.oldName+"->"+c.name)
+		out = append(out, string(c.Kind)+" "+c.OldName+"->"+c.Name)
 	}
 	return out
 }
@@ -92,23 +96,6 @@ func TestAlignColumns(t *testing.T) {
 	require.Equal(t, []int{1, 3}, align(nil, first, newCatalogView([]SourceColumn{live(1, "id", oidInt4), dropped(2), live(3, "b", oidText)})))
 	// Without the catalog, attnums are made up above PostgreSQL's.
 	require.Equal(t, []int{syntheticAttnum + 1, syntheticAttnum + 2}, align(nil, first, newCatalogView(nil)))
-}
-
-// TestNoRewrite lists the type changes that keep the stored values (no
-// resync) and some that do not.
-func TestNoRewrite(t *testing.T) {
-	t.Parallel()
-	varchar := func(n int32) int32 { return n + 4 }
-	numeric := func(p, s int32) int32 { return p<<16 | s + 4 }
-	require.True(t, noRewrite(oidVarchar, varchar(10), oidVarchar, varchar(20)))
-	require.True(t, noRewrite(oidVarchar, varchar(10), oidVarchar, -1))
-	require.True(t, noRewrite(oidVarchar, varchar(10), oidText, -1))
-	require.True(t, noRewrite(oidNumeric, numeric(10, 2), oidNumeric, numeric(12, 2)))
-	require.True(t, noRewrite(oidNumeric, numeric(10, 2), oidNumeric, -1))
-	require.False(t, noRewrite(oidVarchar, varchar(20), oidVarchar, varchar(10)))
-	require.False(t, noRewrite(oidNumeric, numeric(10, 2), oidNumeric, numeric(12, 4)))
-	require.False(t, noRewrite(oidInt4, -1, oidText, -1))
-	require.False(t, noRewrite(oidText, -1, oidInt4, -1))
 }
 
 // TestCapturedRelation covers how a captured description of a table

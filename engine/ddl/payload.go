@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/colsync"
 	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
@@ -233,7 +234,7 @@ func (msg *Message) Screen(ctx context.Context, source change.TableName, check C
 	}
 	for i := range msg.Columns {
 		c := &msg.Columns[i]
-		if c.Default == nil || usesSequence(c.Default) {
+		if c.Default == nil || colsync.UsesSequence(*c.Default) {
 			continue
 		}
 		tree := ""
@@ -246,7 +247,7 @@ func (msg *Message) Screen(ctx context.Context, source change.TableName, check C
 		}
 		if reason != "" {
 			c.NotCarried = reason
-			warnings = append(warnings, fmt.Sprintf("default of column %s of %s is not carried to the destination: %s", sqlquote.Ident(c.Name), source, reason))
+			warnings = append(warnings, colsync.NotCarriedNote(colsync.Source{Name: c.Name, NotCarried: reason}, source))
 		}
 	}
 	return warnings, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/colsync"
 	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
 
@@ -355,32 +356,20 @@ func (p *planner) constraints(src []Constraint) {
 }
 
 // columns plans NOT NULL and DEFAULT changes of the columns both sides
-// have (by name; excluded, generated and identity columns, and defaults
-// drawing from a sequence, are left alone).
+// have, by the rules of colsync.Attributes.
 func (p *planner) columns(src []Column) {
-	table := p.m.Destination.Quoted()
-	for _, c := range src {
-		have, ok := p.cols[c.Name]
-		if !ok || c.Generated || have.generated || p.m.Excluded(c.Name) {
-			continue
-		}
-		col := sqlquote.Ident(c.Name)
-		switch {
-		case c.NotNull && !have.notNull:
-			p.add("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", table, col)
-		case !c.NotNull && have.notNull && !have.pk:
-			p.add("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", table, col)
-		}
-		if usesSequence(c.Default) || usesSequence(have.def) || c.NotCarried != "" {
-			continue
-		}
-		switch {
-		case c.Default == nil && have.def != nil:
-			p.add("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", table, col)
-		case c.Default != nil && (have.def == nil || *have.def != *c.Default):
-			p.add("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", table, col, *c.Default)
+	cols := make([]colsync.Source, len(src))
+	for i, c := range src {
+		cols[i] = colsync.Source{Attnum: c.Attnum, Name: c.Name, NotNull: c.NotNull, Generated: c.Generated, NotCarried: c.NotCarried}
+		if c.Default != nil {
+			cols[i].Default = *c.Default
 		}
 	}
+	dest := make(map[string]colsync.Dest, len(p.cols))
+	for name, c := range p.cols {
+		dest[name] = colsync.Dest{Name: name, NotNull: c.notNull, Default: c.def, HasDefault: c.def != nil, Generated: c.generated, PrimaryKey: c.pk}
+	}
+	for _, s := range colsync.Attributes(p.m, cols, dest).Steps {
+		p.stmts = append(p.stmts, s.SQL)
+	}
 }
-
-func usesSequence(def *string) bool { return def != nil && strings.Contains(*def, "nextval(") }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/colsync"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
@@ -19,20 +20,13 @@ import (
 // existed before the mirror are left as they are.
 const createdComment = "Created by pgmirror"
 
-// addColumnDef returns the definition of source column c in ADD COLUMN (by
-// sync-schema, see addColumn): nullable and without a default, and a
-// generated column with its expression: VIRTUAL when it is virtual on the
-// source and the destination has virtual columns (virtual, PostgreSQL 18),
-// else STORED, so that it reads the same on both sides.
+// addColumnDef returns the definition of source column c in CREATE TABLE
+// and ADD COLUMN (colsync.ColumnDef): a generated column with its
+// expression, VIRTUAL when it is virtual on the source and the destination
+// has virtual columns (virtual, PostgreSQL 18), else STORED, so that it
+// reads the same on both sides.
 func addColumnDef(c Column, virtual bool) string {
-	def := sqlquote.Ident(c.Name) + " " + c.Type
-	switch {
-	case c.Generated && c.Virtual && virtual:
-		def += " GENERATED ALWAYS AS (" + c.GenerationExpr + ") VIRTUAL"
-	case c.Generated:
-		def += " GENERATED ALWAYS AS (" + c.GenerationExpr + ") STORED"
-	}
-	return def
+	return colsync.ColumnDef(colsync.Source{Name: c.Name, Type: c.Type, Generated: c.Generated, GenerationExpr: c.GenerationExpr, Virtual: c.Virtual}, virtual)
 }
 
 // tableColumn is how createTable defines one column of a new destination

@@ -56,7 +56,11 @@
 // source's, adds new enum labels, and never drops anything (columns dropped
 // on the source are reported as warnings and lose their NOT NULL). The
 // mirror's worker also calls it on its own when the change stream shows a
-// column the destination lacks.
+// column the destination lacks. ReshapeForCopy also drops and renames, by
+// attnum, for a table about to be copied again. Which column is added,
+// renamed, retyped, dropped or kept, and how, is decided by package
+// engine/colsync, which the stream's applier (engine/apply) and captured DDL
+// (engine/ddl) follow too; this package reads the tables and executes.
 //
 // # Binary COPY
 //

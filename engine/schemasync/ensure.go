@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/colsync"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/pgversion"
 	"github.com/pgmirror/pgmirror/engine/sqlquote"
@@ -349,132 +350,80 @@ func checkExisting(s source, dt Table) error {
 	return nil
 }
 
-// addColumn adds source column c to destination table name (quoted), which
-// lacks it. The rows the destination already has get the value that the
-// source's rows older than the column have: PostgreSQL keeps it
-// (Column.Missing) when the column was added with a default that is not
-// volatile (ADD COLUMN flag boolean NOT NULL DEFAULT false), and
-// replication never sends those rows again. New rows get the source's
-// default expression (not a sequence's nextval: the destination lacks that
-// sequence); an expression the destination rejects is left out with a
-// warning.
-func addColumn(ctx context.Context, tx pgx.Tx, table change.TableName, c Column, log *ddlLog, copying bool) (warnings []string, err error) {
-	name := table.Quoted()
-	if c.NotCarried != "" {
-		// The expression may not run on the destination: a plain column
-		// without it.
-		warnings = append(warnings, notCarriedColumn(c, table))
-		c.Generated, c.Default = false, ""
+// syncTable adds and retypes columns of existing destination table dt to
+// match source s, and keeps those the source no longer has, by the rules
+// of colsync.SyncTable. copying says the table is about to be emptied and
+// copied: what its current rows hold in added columns does not matter then.
+func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog, copying bool) (warnings []string, err error) {
+	mode := colsync.Sync
+	if copying {
+		mode = colsync.Copying
 	}
-	srv, err := pgversion.Read(ctx, tx)
-	if err != nil {
-		return nil, fmt.Errorf("add column %s to %s: %w", sqlquote.Ident(c.Name), name, err)
-	}
-	def := addColumnDef(c, srv.VirtualGenerated())
-	if c.Missing != nil && !c.Generated {
-		def += " DEFAULT " + sqlquote.Literal(*c.Missing) + "::" + c.Type
-	}
-	if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s", name, def)); err != nil {
-		return nil, err
-	}
-	if c.Generated {
-		return warnings, nil
-	}
-	col := sqlquote.Ident(c.Name)
-	defaultSet := false
-	if c.Default != "" && c.Sequence == nil {
-		err := tryExec(ctx, tx, log, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", name, col, c.Default))
-		var pgErr *pgconn.PgError
-		switch {
-		case err == nil:
-			defaultSet = true
-		case errors.As(err, &pgErr):
-			warnings = append(warnings, fmt.Sprintf("column %s of %s was added without the source's default %s, since the destination rejected it (%s)",
-				col, name, c.Default, pgErr.Message))
-		default:
-			return nil, err
+	virtual := false
+	if addsVirtual(s, dt) {
+		srv, err := pgversion.Read(ctx, tx)
+		if err != nil {
+			return nil, fmt.Errorf("add columns to %s: %w", s.m.Destination, err)
 		}
-		if c.Missing == nil && !copying {
-			warnings = append(warnings, fmt.Sprintf("column %s of %s was added with NULL in the rows the destination already had; if the source's older rows have values in it (a volatile default, or a table rewrite since the column was added), resync the table",
-				col, name))
-		}
+		virtual = srv.VirtualGenerated()
 	}
-	if c.Missing != nil && !defaultSet {
-		if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)); err != nil {
-			return nil, err
-		}
-	}
-	return warnings, nil
+	return execPlan(ctx, tx, log, colsync.SyncTable(s.m, colsyncSources(s.table), colsyncDests(dt), mode, virtual))
 }
 
-// syncTable adds and retypes columns of existing destination table dt to
-// match source s. copying says the table is about to be emptied and copied:
-// what its current rows hold in added columns does not matter then.
-func syncTable(ctx context.Context, tx pgx.Tx, s source, dt Table, log *ddlLog, copying bool) (warnings []string, err error) {
-	name := s.m.Destination.Quoted()
-	for _, sc := range s.table.Columns {
-		if s.m.Excluded(sc.Name) {
-			continue
+// addsVirtual reports a virtual generated column of s that dt lacks.
+func addsVirtual(s source, dt Table) bool {
+	for _, c := range s.table.Columns {
+		if _, ok := dt.Column(c.Name); !ok && c.Generated && c.Virtual && !s.m.Excluded(c.Name) {
+			return true
 		}
-		dc, ok := dt.Column(sc.Name)
+	}
+	return false
+}
+
+// execPlan executes the steps of p in tx: an optional one under a
+// savepoint, reported in a warning when the destination rejects it. It
+// returns p's warnings and those.
+func execPlan(ctx context.Context, tx pgx.Tx, log *ddlLog, p colsync.Plan) (warnings []string, err error) {
+	for _, s := range p.Steps {
 		switch {
-		case !ok:
-			w, err := addColumn(ctx, tx, s.m.Destination, sc, log, copying)
-			if err != nil {
+		case s.NotCarried != "":
+			warnings = append(warnings, s.NotCarried)
+		case s.SQL == "":
+		case s.Optional:
+			err := tryExec(ctx, tx, log, s.SQL)
+			var pgErr *pgconn.PgError
+			switch {
+			case errors.As(err, &pgErr):
+				warnings = append(warnings, fmt.Sprintf("%s (%s)", s.Rejected, pgErr.Message))
+			case err != nil:
 				return nil, err
 			}
-			warnings = append(warnings, w...)
-		case sc.Generated || dc.Generated:
-			// Generated on either side: nothing is copied into it.
-		case !Compatible(sc.Type, dc.Type):
-			col := sqlquote.Ident(sc.Name)
-			// A default of the old type may not cast to the new one (the
-			// source changed its default along): drop it first and set
-			// the source's after.
-			if dc.Default != "" {
-				if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP DEFAULT", name, col)); err != nil {
-					return nil, err
-				}
-			}
-			stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s", name, col, sc.Type, col, sc.Type)
-			if err := log.exec(ctx, tx, stmt); err != nil {
+		default:
+			if err := log.exec(ctx, tx, s.SQL); err != nil {
 				return nil, err
-			}
-			if dc.Default != "" && sc.Default != "" && sc.Sequence == nil && sc.NotCarried != "" {
-				warnings = append(warnings, notCarriedColumn(sc, s.m.Source))
-			}
-			if dc.Default != "" && sc.Default != "" && sc.Sequence == nil && sc.NotCarried == "" {
-				err := tryExec(ctx, tx, log, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", name, col, sc.Default))
-				var pgErr *pgconn.PgError
-				switch {
-				case errors.As(err, &pgErr):
-					warnings = append(warnings, fmt.Sprintf("column %s of %s changed type without the source's default %s, since the destination rejected it (%s)",
-						col, name, sc.Default, pgErr.Message))
-				case err != nil:
-					return nil, err
-				}
 			}
 		}
 	}
-	for _, dc := range dt.Columns {
-		if _, ok := s.table.Column(dc.Name); ok || s.m.Excluded(dc.Name) {
-			continue
-		}
-		w := fmt.Sprintf("column %s of %s no longer exists on source table %s; it is kept on the destination",
-			sqlquote.Ident(dc.Name), s.m.Destination, s.m.Source)
-		if dc.NotNull && !dc.HasDefault && !dc.Generated {
-			if slices.Contains(dt.PrimaryKey, dc.Name) {
-				w += ", but it is part of the destination's primary key, so new rows will fail until the key is changed"
-			} else {
-				// New rows leave it NULL: it must allow that.
-				stmt := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", name, sqlquote.Ident(dc.Name))
-				if err := log.exec(ctx, tx, stmt); err != nil {
-					return nil, err
-				}
-				w += " and no longer NOT NULL, so new rows leave it NULL"
-			}
-		}
-		warnings = append(warnings, w)
+	return append(warnings, p.Warnings...), nil
+}
+
+// colsyncSources returns the columns of source table t for colsync.
+func colsyncSources(t Table) []colsync.Source {
+	out := make([]colsync.Source, len(t.Columns))
+	for i, c := range t.Columns {
+		out[i] = colsync.Source{Attnum: c.Attnum, Name: c.Name, Type: c.Type, TypeOID: c.TypeOID, TypeMod: c.TypeMod,
+			Described: true, NotNull: c.NotNull, Default: c.Default, Missing: c.Missing, Identity: c.Identity,
+			Generated: c.Generated, GenerationExpr: c.GenerationExpr, Virtual: c.Virtual, NotCarried: c.NotCarried}
 	}
-	return warnings, nil
+	return out
+}
+
+// colsyncDests returns the columns of destination table t for colsync.
+func colsyncDests(t Table) []colsync.Dest {
+	out := make([]colsync.Dest, len(t.Columns))
+	for i, c := range t.Columns {
+		out[i] = colsync.Dest{Name: c.Name, Type: c.Type, NotNull: c.NotNull, HasDefault: c.Default != "",
+			Generated: c.Generated, Identity: c.Identity, PrimaryKey: slices.Contains(t.PrimaryKey, c.Name)}
+	}
+	return out
 }

@@ -3,13 +3,12 @@ package schemasync
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgmirror/pgmirror/engine/change"
-	"github.com/pgmirror/pgmirror/engine/sqlquote"
+	"github.com/pgmirror/pgmirror/engine/colsync"
 )
 
 // KnownColumns maps a source table's column attnums to the names its
@@ -69,80 +68,18 @@ func ReshapeForCopy(ctx context.Context, src, dst Conn, m change.Mapping, known 
 }
 
 // reshapeColumns drops the destination columns of s that the source no
-// longer has (a known attnum the source lost, or a name neither side
-// knows) and renames those the source renamed (by known attnums; names
-// that swap go through temporary names), and returns the destination table
-// as it is then.
+// longer has and renames those the source renamed (colsync.Reshape), and
+// returns the destination table as it is then.
 func reshapeColumns(ctx context.Context, tx pgx.Tx, s source, dt Table, known KnownColumns, log *ddlLog) (Table, error) {
-	name := s.m.Destination.Quoted()
-	byAttnum := map[int]Column{}
-	for _, sc := range s.table.Columns {
-		byAttnum[sc.Attnum] = sc
+	k := make([]colsync.Known, 0, len(known))
+	for attnum, name := range known {
+		k = append(k, colsync.Known{Attnum: attnum, Name: name})
 	}
-	knownAttnum := map[string]int{}
-	for attnum, n := range known {
-		knownAttnum[n] = attnum
-	}
-	for _, dc := range dt.Columns {
-		if s.m.Excluded(dc.Name) || slices.Contains(dt.PrimaryKey, dc.Name) {
-			continue
-		}
-		gone := false
-		if attnum, ok := knownAttnum[dc.Name]; ok {
-			_, still := byAttnum[attnum]
-			gone = !still
-		} else {
-			_, byName := s.table.Column(dc.Name)
-			gone = !byName
-		}
-		if !gone {
-			continue
-		}
-		if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s DROP COLUMN %s", name, sqlquote.Ident(dc.Name))); err != nil {
-			return dt, err
-		}
-	}
-	dt, err := describe(ctx, tx, s.m.Destination)
+	slices.SortFunc(k, func(x, y colsync.Known) int { return x.Attnum - y.Attnum })
+	w, err := execPlan(ctx, tx, log, colsync.Reshape(s.m, colsyncSources(s.table), colsyncDests(dt), k))
 	if err != nil {
 		return dt, err
 	}
-	type rename struct{ from, to string }
-	var renames []rename
-	collides := false
-	for _, sc := range s.table.Columns {
-		old, ok := known[sc.Attnum]
-		if !ok || old == sc.Name || s.m.Excluded(sc.Name) || s.m.Excluded(old) {
-			continue
-		}
-		if _, has := dt.Column(old); !has {
-			continue
-		}
-		if _, taken := dt.Column(sc.Name); taken {
-			collides = true
-		}
-		renames = append(renames, rename{from: old, to: sc.Name})
-	}
-	if collides {
-		for i, r := range renames {
-			tmp := fmt.Sprintf("pgmirror_rename_%d", i)
-			if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(r.from), sqlquote.Ident(tmp))); err != nil {
-				return dt, err
-			}
-			renames[i].from = tmp
-		}
-		if dt, err = describe(ctx, tx, s.m.Destination); err != nil {
-			return dt, err
-		}
-	}
-	for _, r := range renames {
-		if _, taken := dt.Column(r.to); taken {
-			// Still taken by a column that is not renamed away: left as
-			// it is, and the source's column is added by its name.
-			continue
-		}
-		if err := log.exec(ctx, tx, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", name, sqlquote.Ident(r.from), sqlquote.Ident(r.to))); err != nil {
-			return dt, err
-		}
-	}
+	log.warnings = append(log.warnings, w...)
 	return describe(ctx, tx, s.m.Destination)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/colsync"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/sqlquote"
 )
@@ -65,13 +66,9 @@ func (g *typeGraph) checkDomains(ctx context.Context, chk *exprcheck.Checker) er
 }
 
 // notCarriedColumn is the warning for a column whose default or
-// generation expression is left out.
+// generation expression is left out (colsync.NotCarriedNote).
 func notCarriedColumn(c Column, table change.TableName) string {
-	if c.Generated {
-		return fmt.Sprintf("generated column %s of %s is not carried to the destination as generated: its expression %s; the destination's column is a plain column that stays NULL",
-			sqlquote.Ident(c.Name), table, c.NotCarried)
-	}
-	return fmt.Sprintf("default of column %s of %s is not carried to the destination: it %s", sqlquote.Ident(c.Name), table, c.NotCarried)
+	return colsync.NotCarriedNote(colsync.Source{Name: c.Name, Generated: c.Generated, NotCarried: c.NotCarried}, table)
 }
 
 // ExpressionsNotCarried lists, for the cut-over's report, the expressions
