@@ -152,19 +152,16 @@ func (b *batchReporter) loop(interval time.Duration) {
 			return
 		case <-tick.C:
 		}
-		if b.run.catalogLost() {
-			// The catalog is being reconnected (catalog_outage.go): the
-			// counts and log entries wait in memory, and this run's writes
-			// do not add to the connection attempts of every run of the
-			// replica, which slow the catalog's return. The lag goes to
-			// the replica's lag writer, which tries on its own.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			b.flushLag(ctx)
-			cancel()
-			continue
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		b.flushProgress(ctx)
+		if !b.run.catalogLost() {
+			// While the catalog is being reconnected (catalog_outage.go)
+			// the counts wait in memory, as log entries do (mirrorRun.log):
+			// this run's writes do not add to the connection attempts of
+			// every run of the replica, which slow the catalog's return.
+			// The lag goes to the replica's lag writer, which tries on its
+			// own.
+			b.flushProgress(ctx)
+		}
 		b.flushLag(ctx)
 		b.mu.Lock()
 		logDue := b.logBatches > 0 && (time.Since(b.lastLogAt) >= logEvery || b.slowBatch)

@@ -246,6 +246,22 @@ func repairTable(ctx context.Context, srcTx, dstTx pgx.Tx, tr TableRepair, stop 
 	return written, done, nil
 }
 
+// repairChunkRetries is how many times in a row RepairChunks tries a chunk
+// again after its peer did not answer.
+const repairChunkRetries = 3
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // Opener obtains snapshots at a new position and runs whileHeld while the
 // mirror is held there (OpenSnapshots with SnapshotConfig.WhileHeld); chunk
 // numbers the calls from 0, for unique slot names.
@@ -258,16 +274,30 @@ type Opener func(ctx context.Context, chunk int, whileHeld func(ctx context.Cont
 func RepairChunks(ctx context.Context, cfg RepairConfig, open Opener) (RepairResult, change.LSN, error) {
 	var total RepairResult
 	var at change.LSN
-	for chunk := 0; len(cfg.Tables) > 0; chunk++ {
+	calls, failures := 0, 0
+	for len(cfg.Tables) > 0 {
 		var res RepairResult
-		snaps, err := open(ctx, chunk, func(ctx context.Context, s *Snapshots) error {
+		snaps, err := open(ctx, calls, func(ctx context.Context, s *Snapshots) error {
 			var err error
 			res, err = Repair(ctx, cfg, s)
 			return err
 		})
+		calls++
+		if err != nil && session.Classify(err) == session.Unreachable && failures < repairChunkRetries && ctx.Err() == nil {
+			// A peer that did not answer in time (a connection attempt
+			// of a loaded server, a reset): the chunk's transaction did
+			// not commit, or committed ranges a retry writes again as
+			// they are. The chunk is tried again, after a pause.
+			failures++
+			if serr := sleepCtx(ctx, time.Duration(failures)*time.Second); serr != nil {
+				return total, at, err
+			}
+			continue
+		}
 		if err != nil {
 			return total, at, err
 		}
+		failures = 0
 		at = snaps.LSN
 		snaps.Close()
 		total.Written += res.Written

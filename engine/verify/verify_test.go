@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
@@ -314,10 +315,22 @@ func TestRepair(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// The first chunk's peer does not answer (a refused connection, as a
+	// loaded server's timeout would be): the chunk is tried again.
+	_, refused := pgconn.Connect(ctx, "postgres://postgres@127.0.0.1:1/none?connect_timeout=2")
+	require.Error(t, refused)
+	opener, calls := b.opener(), 0
+	flaky := func(ctx context.Context, chunk int, whileHeld func(context.Context, *verify.Snapshots) error) (*verify.Snapshots, error) {
+		if calls++; calls == 1 {
+			return nil, fmt.Errorf("connect to the source: %w", refused)
+		}
+		return opener(ctx, chunk, whileHeld)
+	}
 	rep, _, err := verify.RepairChunks(ctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
 		// A budget no loaded machine reaches: 24 rows are one chunk.
-		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true, Budget: 30 * time.Second}, b.opener())
+		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, MarkWrites: true, Budget: 30 * time.Second}, flaky)
 	require.NoError(t, err)
+	require.Equal(t, 2, calls, "the chunk was tried again after its peer did not answer")
 	require.GreaterOrEqual(t, rep.Written, int64(23))
 	require.Equal(t, 1, rep.Chunks)
 	dst, err := pgx.Connect(ctx, b.dst)
