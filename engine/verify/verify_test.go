@@ -360,7 +360,7 @@ func TestRepairBounded(t *testing.T) {
 		CREATE TABLE public.tick (id int PRIMARY KEY, at timestamptz)`
 	b := setup(t, ddl, ddl, change.Mapping{Source: tn("public", "k"), Destination: tn("public", "k")},
 		change.Mapping{Source: tn("public", "tick"), Destination: tn("public", "tick")})
-	const rows = 60000
+	const rows = 20000
 	pgtest.Exec(t, b.src, fmt.Sprintf(`INSERT INTO k SELECT g, 'v' || g, repeat('p', 400) FROM generate_series(1, %d) g`, rows))
 	waitRows(t, b.dst, "k", rows)
 	pgtest.Exec(t, b.dst, `UPDATE k SET v = 'bad' WHERE id % 3 = 0`)
