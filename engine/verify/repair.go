@@ -28,7 +28,7 @@ type RepairConfig struct {
 	Source, Dest *pgx.ConnConfig
 	MirrorUID    string
 	Tables       []TableRepair
-	// Budget bounds the time one Repair call writes, so that it holds the
+	// Budget bounds the time one chunk of a repair writes, so that it holds the
 	// mirror's run for at most about that long: it stops after the key range
 	// that exceeds it and returns the ranges left for the next call (at a
 	// new position). At least one range is repaired per call. Default 1 s.
@@ -44,14 +44,14 @@ type RepairConfig struct {
 // written; nothing was changed.
 var ErrRepairMoved = errors.New("the mirror moved on before the repair was written; nothing was changed, try again")
 
-// RepairResult is what one Repair call did.
+// RepairResult is what a repair (or one chunk of it) did.
 type RepairResult struct {
 	// Written is the rows written, Ranges the key ranges repaired.
 	Written int64
 	Ranges  int
 	// Rest are the key ranges left for the next call (Budget).
 	Rest []TableRepair
-	// Chunks is how many Repair calls RepairChunks made.
+	// Chunks is how many chunks RepairChunks wrote.
 	Chunks int
 }
 
@@ -59,7 +59,53 @@ type RepairResult struct {
 // bounds how long a repair keeps the mirror's applied position locked.
 const repairStatementTimeout = "1s"
 
-// Repair copies the source rows of the given key ranges, as of the
+// repairSession is the source and destination sessions a repair writes
+// through, opened once for every chunk: connecting (and marking the
+// destination's writes) is done before the mirror is held, so a chunk holds
+// it only for its reads and writes.
+type repairSession struct {
+	src, dst *pgx.Conn
+	origin   string // the destination session's copy origin, "" if unmarked
+}
+
+// openRepairSession connects to both peers and marks the destination
+// session's writes (cfg.MarkWrites).
+func openRepairSession(ctx context.Context, cfg RepairConfig) (_ *repairSession, err error) {
+	rs := &repairSession{}
+	defer func() {
+		if err != nil {
+			rs.close()
+		}
+	}()
+	if rs.src, err = session.Connect(ctx, cfg.Source); err != nil {
+		return nil, fmt.Errorf("connect to the source: %w", err)
+	}
+	if rs.dst, err = session.Connect(ctx, cfg.Dest); err != nil {
+		return nil, fmt.Errorf("connect to the destination: %w", err)
+	}
+	if cfg.MarkWrites {
+		if rs.origin, err = markRepair(ctx, rs.dst, cfg.MirrorUID); err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
+// close lets the copy origin go and closes both sessions.
+func (rs *repairSession) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if rs.origin != "" && rs.dst != nil {
+		_ = origin.Release(ctx, rs.dst, rs.origin)
+	}
+	for _, c := range []*pgx.Conn{rs.src, rs.dst} {
+		if c != nil {
+			_ = c.Close(ctx)
+		}
+	}
+}
+
+// repairChunk copies the source rows of the given key ranges, as of the
 // snapshots' position, over the destination's rows of those ranges (delete
 // the range, insert the source's rows), in one destination transaction.
 // Call it while the mirror is held at that position (SnapshotConfig
@@ -73,35 +119,16 @@ const repairStatementTimeout = "1s"
 // by further calls at new positions: each call is consistent on its own, and
 // the run is never held for long. Excluded columns of repaired rows get
 // their destination defaults.
-func Repair(ctx context.Context, cfg RepairConfig, s *Snapshots) (RepairResult, error) {
+func repairChunk(ctx context.Context, cfg RepairConfig, rs *repairSession, s *Snapshots) (RepairResult, error) {
 	var res RepairResult
 	budget := cmp.Or(cfg.Budget, time.Second)
 	started := time.Now()
-	src, err := session.Connect(ctx, cfg.Source)
-	if err != nil {
-		return res, fmt.Errorf("connect to the source: %w", err)
-	}
-	defer src.Close(context.WithoutCancel(ctx))
-	srcTx, err := importSnapshot(ctx, src, s.Source)
+	srcTx, err := importSnapshot(ctx, rs.src, s.Source)
 	if err != nil {
 		return res, fmt.Errorf("source: %w", err)
 	}
 	defer srcTx.Rollback(context.WithoutCancel(ctx))
-	dst, err := session.Connect(ctx, cfg.Dest)
-	if err != nil {
-		return res, fmt.Errorf("connect to the destination: %w", err)
-	}
-	defer dst.Close(context.WithoutCancel(ctx))
-	if cfg.MarkWrites {
-		name, err := markRepair(ctx, dst, cfg.MirrorUID)
-		if err != nil {
-			return res, err
-		}
-		if name != "" {
-			defer func() { _ = origin.Release(context.WithoutCancel(ctx), dst, name) }()
-		}
-	}
-	tx, err := dst.Begin(ctx)
+	tx, err := rs.dst.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("begin the repair: %w", err)
 	}
@@ -267,28 +294,46 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // numbers the calls from 0, for unique slot names.
 type Opener func(ctx context.Context, chunk int, whileHeld func(ctx context.Context, s *Snapshots) error) (*Snapshots, error)
 
-// RepairChunks repairs every range of cfg.Tables by calling Repair at new
+// RepairChunks repairs every range of cfg.Tables by writing chunks at new
 // positions until none is left: each chunk writes for about cfg.Budget
 // while the mirror is held, and the mirror runs freely between chunks. It
 // returns the totals (Rest empty) and the position of the last chunk.
 func RepairChunks(ctx context.Context, cfg RepairConfig, open Opener) (RepairResult, change.LSN, error) {
 	var total RepairResult
 	var at change.LSN
+	var rs *repairSession
+	defer func() {
+		if rs != nil {
+			rs.close()
+		}
+	}()
 	calls, failures := 0, 0
 	for len(cfg.Tables) > 0 {
 		var res RepairResult
-		snaps, err := open(ctx, calls, func(ctx context.Context, s *Snapshots) error {
-			var err error
-			res, err = Repair(ctx, cfg, s)
-			return err
-		})
-		calls++
+		var err error
+		if rs == nil {
+			rs, err = openRepairSession(ctx, cfg)
+		}
+		var snaps *Snapshots
+		if err == nil {
+			snaps, err = open(ctx, calls, func(ctx context.Context, s *Snapshots) error {
+				var err error
+				res, err = repairChunk(ctx, cfg, rs, s)
+				return err
+			})
+			calls++
+		}
 		if err != nil && session.Classify(err) == session.Unreachable && failures < repairChunkRetries && ctx.Err() == nil {
 			// A peer that did not answer in time (a connection attempt
 			// of a loaded server, a reset): the chunk's transaction did
 			// not commit, or committed ranges a retry writes again as
-			// they are. The chunk is tried again, after a pause.
+			// they are. The chunk is tried again on new sessions, after
+			// a pause.
 			failures++
+			if rs != nil {
+				rs.close()
+				rs = nil
+			}
 			if serr := sleepCtx(ctx, time.Duration(failures)*time.Second); serr != nil {
 				return total, at, err
 			}
