@@ -76,10 +76,53 @@ func (m Mirror) LagRunBy(w MirrorWorker, now time.Time) *float64 {
 // them to the catalog every 2 s, and not at all while the catalog is
 // unreachable: its API answers with the board's measure where it is newer
 // than the catalog's (Newest). A nil board holds nothing.
+//
+// The board also knows whether this replica's lag writes reach the catalog
+// (CatalogWrite): while they do not, and for lagUnsureFor after they do
+// again, the catalog's view of which replica runs a mirror is being
+// rebuilt (Unsure).
 type LagBoard struct {
 	mu   sync.Mutex
 	m    map[int64]LagMeasure
 	puts int
+
+	catalogLost bool      // the last lag write failed
+	sureFrom    time.Time // lag writes reach the catalog again; sure from then on
+}
+
+// lagUnsureFor is how long after a replica's lag writes reach the catalog
+// again it is unsure of the mirrors without a worker: the runs of every
+// replica take their locks back within a few seconds of the catalog's
+// return (they retry every second).
+const lagUnsureFor = 10 * time.Second
+
+// CatalogWrite records whether a lag write of this replica reached the
+// catalog at now.
+func (b *LagBoard) CatalogWrite(ok bool, now time.Time) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !ok:
+		b.catalogLost = true
+	case b.catalogLost:
+		b.catalogLost = false
+		b.sureFrom = now.Add(lagUnsureFor)
+	}
+}
+
+// Unsure reports whether this replica could not write to the catalog
+// lately (see CatalogWrite): a mirror without a worker may be one whose run
+// streams on and is taking its lock back (Mirror.LagShown).
+func (b *LagBoard) Unsure(now time.Time) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.catalogLost || now.Before(b.sureFrom)
 }
 
 // lagBoardForget is how old a measure the board forgets (a mirror that

@@ -113,3 +113,63 @@ func TestLagBoard(t *testing.T) {
 	other.ID = 8
 	require.Equal(t, other, b.Newest(other))
 }
+
+// TestLagShown: without a worker a running mirror's lag grows with its last
+// measure's age, except while the replica asking is unsure of the catalog
+// (it just came back): then a mirror without a fresh measure has an unknown
+// lag, and one this replica streams (a fresh measure) shows it; with a
+// worker, LagRunBy.
+func TestLagShown(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	ago := func(d time.Duration) *time.Time { at := now.Add(-d); return &at }
+	f := func(v float64) *float64 { return &v }
+	i := func(v int64) *int64 { return &v }
+	stale := db.Mirror{Status: db.StatusRunning, DesiredState: db.DesiredRunning, LagSeconds: f(0.01), LagMeasuredAt: ago(35 * time.Second),
+		SlotLagBytes: i(500), AppliedCommitAt: ago(35 * time.Second)}
+	fresh := stale
+	fresh.LagSeconds, fresh.LagMeasuredAt = f(0.5), ago(time.Second)
+	paused := db.Mirror{Status: db.StatusPaused, DesiredState: db.DesiredPaused, SlotLagBytes: i(500), AppliedCommitAt: ago(40 * time.Second)}
+	writing := &db.MirrorWorker{LagsWrittenAt: ago(time.Second)}
+	for _, tc := range []struct {
+		name   string
+		m      db.Mirror
+		w      *db.MirrorWorker
+		unsure bool
+		want   *float64
+	}{
+		{"no worker: the measure's age", stale, nil, false, f(35.01)},
+		{"no worker, catalog just back: unknown", stale, nil, true, nil},
+		{"no worker, catalog just back, streamed here: the stream's", fresh, nil, true, f(1.5)},
+		{"paused, catalog just back: the slot's view", paused, nil, true, f(40)},
+		{"worker writing: LagRunBy", stale, writing, true, f(35)},
+	} {
+		got := tc.m.LagShown(tc.w, tc.unsure, now)
+		if tc.want == nil {
+			require.Nil(t, got, tc.name)
+			continue
+		}
+		require.NotNil(t, got, tc.name)
+		require.InDelta(t, *tc.want, *got, 0.01, tc.name)
+	}
+}
+
+// TestLagBoardUnsure: a replica is unsure of the catalog from a failed lag
+// write until some time after its writes reach the catalog again; a nil
+// board is never unsure.
+func TestLagBoardUnsure(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	b := db.NewLagBoard()
+	require.False(t, b.Unsure(now))
+	b.CatalogWrite(true, now)
+	require.False(t, b.Unsure(now), "writes that always reached the catalog")
+	b.CatalogWrite(false, now)
+	require.True(t, b.Unsure(now.Add(time.Minute)), "while writes fail")
+	b.CatalogWrite(true, now)
+	require.True(t, b.Unsure(now.Add(5*time.Second)), "just after the catalog came back")
+	require.False(t, b.Unsure(now.Add(11*time.Second)), "once the locks are back")
+	var none *db.LagBoard
+	none.CatalogWrite(false, now)
+	require.False(t, none.Unsure(now))
+}

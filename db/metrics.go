@@ -14,7 +14,7 @@ type MirrorHealth struct {
 	SlotLagBytes  *int64
 	SlotWALStatus *string
 	// LagSeconds is the mirror's lag as the catalog knows it (see
-	// Mirror.Lag and Mirror.LagWithoutWorker); nil when unknown.
+	// Mirror.LagShown); nil when unknown.
 	LagSeconds *float64
 	// HasWorker says whether a replica runs the mirror now.
 	HasWorker bool
@@ -77,11 +77,12 @@ func (s *Store) CatalogMetrics(ctx context.Context, clientID string, now time.Ti
 			rows.Close()
 			return out, fmt.Errorf("read mirrors for metrics: %w", translate(err))
 		}
-		_, hasWorker := workers[m.ID]
-		lag := m.Lag(now)
-		if !hasWorker {
-			lag = m.LagWithoutWorker(now)
+		var worker *MirrorWorker
+		w, hasWorker := workers[m.ID]
+		if hasWorker {
+			worker = &w
 		}
+		lag := m.LagShown(worker, false, now)
 		out.Mirrors = append(out.Mirrors, MirrorHealth{Name: m.Name, Status: m.Status, SlotLagBytes: m.SlotLagBytes,
 			SlotWALStatus: m.SlotWALStatus, LagSeconds: lag, HasWorker: hasWorker, LostTables: len(m.LostChanges)})
 	}

@@ -112,6 +112,24 @@ func (m Mirror) LagWithoutWorker(now time.Time) *float64 {
 	return &lag
 }
 
+// LagShown is the lag the API and the metrics show of m at now: with a
+// worker w, LagRunBy; without one (w nil), LagWithoutWorker, except while
+// the replica asking is unsure of the catalog (it could not reach it
+// lately: LagBoard.Unsure). Then the runs of every replica are taking their
+// locks back, and a running mirror without a worker and without a fresh
+// measure may well be streaming: its lag is unknown (nil), not the age of
+// the measure written before the outage.
+func (m Mirror) LagShown(w *MirrorWorker, unsure bool, now time.Time) *float64 {
+	if w != nil {
+		return m.LagRunBy(*w, now)
+	}
+	fresh := m.LagMeasuredAt != nil && now.Sub(*m.LagMeasuredAt) < lagFresh
+	if unsure && !fresh && m.Status == StatusRunning {
+		return nil
+	}
+	return m.LagWithoutWorker(now)
+}
+
 // LagMeasure is one streaming worker's measure of a mirror's lag (see
 // MirrorRecordLag).
 type LagMeasure struct {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -69,6 +70,7 @@ func (h *handlers) listMirrors(ctx context.Context, in *mirrorListInput) (*mirro
 	totals := map[db.MirrorStatus]int{}
 	q := strings.ToLower(in.Q)
 	list := make([]mirrorSummary, 0, len(mirrors))
+	unsure := h.lagBoard.Unsure(time.Now())
 	for _, m := range mirrors {
 		m = h.lagBoard.Newest(m)
 		totals[m.Status]++
@@ -83,7 +85,7 @@ func (h *handlers) listMirrors(ctx context.Context, in *mirrorListInput) (*mirro
 			Status: m.Status, LastLSN: m.LastLSN, ErrorMessage: m.ErrorMessage, ErrorCount: m.ErrorCount, SchemaChanges: m.SchemaChanges,
 			SlotHealth: slotHealthResponse(m), RowsSynced: rows[m.ID], CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
 		sum.LostChanges = lostChangesResponse(m)
-		sum.WorkerInfo = withWorker(m, workers, &sum.SlotHealth)
+		sum.WorkerInfo = withWorker(m, workers, unsure, &sum.SlotHealth)
 		sum.PeerWarnings = peerWarningsOf(m, problems)
 		list = append(list, sum)
 	}

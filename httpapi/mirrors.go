@@ -303,7 +303,7 @@ func (h *handlers) getMirror(ctx context.Context, in *mirrorPath) (*mirrorStatus
 	if err != nil {
 		return nil, h.internal(ctx, "read the mirror's worker", err)
 	}
-	st.WorkerInfo = withWorker(m, workers, &st.SlotHealth)
+	st.WorkerInfo = withWorker(m, workers, h.lagBoard.Unsure(time.Now()), &st.SlotHealth)
 	problems, err := h.peerProblems(ctx)
 	if err != nil {
 		return nil, err

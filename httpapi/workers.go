@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"math"
 	"time"
 
 	"github.com/pgmirror/pgmirror/db"
@@ -13,21 +12,18 @@ type WorkerInfo struct {
 	WorkerSeenAt *time.Time `json:"worker_seen_at" doc:"When the worker last reported (every 5 s); null without a worker."`
 }
 
-// withWorker fills in the mirror's worker and its lag: for a mirror that
-// should be streaming but has none, a lag that grows with the time since
-// its last measure instead of the slot's view; for one a replica runs,
-// unknown while that replica has not reached the catalog lately
-// (db.Mirror.LagRunBy).
-func withWorker(m db.Mirror, workers map[int64]db.MirrorWorker, health *SlotHealth) WorkerInfo {
+// withWorker fills in the mirror's worker and its lag (db.Mirror.LagShown):
+// for a mirror that should be streaming but has none, a lag that grows with
+// the time since its last measure instead of the slot's view, unknown while
+// this replica is unsure of the catalog; for one a replica runs, unknown
+// while that replica has not reached the catalog lately.
+func withWorker(m db.Mirror, workers map[int64]db.MirrorWorker, unsure bool, health *SlotHealth) WorkerInfo {
 	w, ok := workers[m.ID]
 	if !ok {
-		if lag := m.LagWithoutWorker(time.Now()); lag != nil {
-			rounded := math.Round(*lag*1000) / 1000
-			health.LagSeconds = &rounded
-		}
+		health.LagSeconds = roundedLag(m.LagShown(nil, unsure, time.Now()))
 		return WorkerInfo{}
 	}
-	health.LagSeconds = roundedLag(m.LagRunBy(w, time.Now()))
+	health.LagSeconds = roundedLag(m.LagShown(&w, unsure, time.Now()))
 	name, seen := w.Name, w.SeenAt
 	return WorkerInfo{Worker: &name, WorkerSeenAt: &seen}
 }

@@ -106,6 +106,7 @@ func (w *lagWriter) loop(done <-chan struct{}) {
 		if err == nil {
 			written = time.Now()
 		}
+		w.board.CatalogWrite(err == nil, time.Now())
 		if err != nil {
 			w.logger.Debug("record lag", "mirrors", len(measures), "error", err)
 			w.keep(measures, nil)
