@@ -370,3 +370,19 @@ func (s *Store) MirrorSetExistingDestinationRows(ctx context.Context, mirrorID i
 	}
 	return nil
 }
+
+// JobFetched reports whether River's job id was fetched by a worker (it is
+// running, or ended already, or is gone), as opposed to waiting in its
+// queue. A hand-off asks the giving run to stop once the receiver's job is
+// fetched (jobs/handoff_lock.go).
+func (s *Store) JobFetched(ctx context.Context, id int64) (bool, error) {
+	var waiting bool
+	err := s.q.QueryRow(ctx, `SELECT state IN ('available', 'scheduled', 'retryable', 'pending') FROM river_job WHERE id = $1`, id).Scan(&waiting)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the state of job %d: %w", id, translate(err))
+	}
+	return !waiting, nil
+}

@@ -31,6 +31,12 @@ func adoptQueue(replica string) string {
 // exactly one of them work at a time and the others finish at once.
 type MirrorRunArgs struct {
 	MirrorID int64 `json:"mirror_id"`
+	// HandedBy names the replica handing the mirror over (balance.go):
+	// the job is enqueued as the giving run is asked to stop, and waits
+	// for the mirror's lock (handoffLockWait) instead of ending when it is
+	// still held, so the receiver takes the mirror the moment the giver
+	// lets it go.
+	HandedBy string `json:"handed_by,omitempty"`
 }
 
 // Kind is the River job kind.

@@ -499,21 +499,90 @@ func (b *balancer) handoffsUnderWay(ctx context.Context) (incoming map[string]in
 // mirror to the replicas it names.
 func (b *balancer) handAway(d balanceDecision, wanted int) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	i := 0
+	var runs []*mirrorRun
 	for _, r := range b.runs {
-		if i == len(d.Handoffs) {
+		if len(runs) == len(d.Handoffs) {
 			break
 		}
-		if !r.inCDC() || r.stopping() || b.leaving[r.mirrorID] {
-			continue
+		if r.inCDC() && !r.stopping() && !b.leaving[r.mirrorID] {
+			runs = append(runs, r)
 		}
+	}
+	b.mu.Unlock()
+	for i, r := range runs {
 		to := d.Handoffs[i]
-		if r.handAway(to) {
-			b.leaving[r.mirrorID] = true
-			i++
+		if b.handRun(r, to) {
 			r.logger.Info("handing the mirror to a replica below its share", "to", to, "share", d.Share,
 				"running_here", b.cfg.Locks.Running(), "mirrors_to_run", wanted)
+		}
+	}
+}
+
+// handRun hands r's mirror to replica to (handoff_lock.go): it counts r as
+// leaving at once, and in the background enqueues the receiver's run job,
+// waits until the receiver fetched it, and asks r to stop at its next batch
+// boundary. It reports false when r is leaving already.
+func (b *balancer) handRun(r *mirrorRun, to string) bool {
+	b.mu.Lock()
+	if b.leaving[r.mirrorID] {
+		b.mu.Unlock()
+		return false
+	}
+	b.leaving[r.mirrorID] = true
+	b.mu.Unlock()
+	go b.handOff(r, to)
+	return true
+}
+
+// handOff is handRun's background part. When the receiver's job cannot be
+// enqueued, r's own job is replaced by one on to's adoption queue once r
+// stopped; when the receiver does not fetch it within handoffFetchWait, r is
+// asked to stop all the same (the job waits for the lock when it comes).
+func (b *balancer) handOff(r *mirrorRun, to string) {
+	ctx, cancel := context.WithTimeout(context.Background(), handoffFetchWait+5*time.Second)
+	defer cancel()
+	asked := time.Now()
+	var jobID int64
+	client := b.client.Load()
+	if client != nil {
+		opts := MirrorRunArgs{}.InsertOpts()
+		opts.Queue = adoptQueue(to)
+		res, err := client.Insert(ctx, MirrorRunArgs{MirrorID: r.mirrorID, HandedBy: b.cfg.Locks.Name()}, &opts)
+		if err != nil {
+			b.cfg.Logger.Debug("enqueue the receiver's run job of a hand-off", "mirror_id", r.mirrorID, "to", to, "error", err)
+		} else {
+			jobID = res.Job.ID
+			b.waitFetched(ctx, jobID)
+		}
+	}
+	if !r.handAway(to, jobID != 0) {
+		// It stops for another reason, or stopped: the receiver's job
+		// would wait for the lock in vain.
+		b.left(r.mirrorID)
+		if jobID != 0 {
+			if _, err := client.JobCancel(ctx, jobID); err != nil {
+				b.cfg.Logger.Debug("cancel the receiver's run job of a hand-off", "mirror_id", r.mirrorID, "error", err)
+			}
+		}
+		return
+	}
+	r.logger.Debug("the receiver is ready: the run stops to hand the mirror over", "to", to, "waited", time.Since(asked).Round(time.Millisecond).String())
+}
+
+// waitFetched waits until River's job id is fetched by its worker, at most
+// handoffFetchWait.
+func (b *balancer) waitFetched(ctx context.Context, id int64) {
+	deadline := time.Now().Add(handoffFetchWait)
+	for time.Now().Before(deadline) {
+		if fetched, err := b.cfg.Store.JobFetched(ctx, id); err != nil || fetched {
+			return
+		}
+		t := time.NewTimer(handoffLockPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
 	}
 }

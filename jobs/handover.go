@@ -146,10 +146,7 @@ func (b *balancer) handWave(n int) []int64 {
 		if to == "" {
 			break // no live replica has room: the rest stop with River
 		}
-		if r.handAway(to) {
-			b.mu.Lock()
-			b.leaving[r.mirrorID] = true
-			b.mu.Unlock()
+		if b.handRun(r, to) {
 			wave = append(wave, r.mirrorID)
 			r.logger.Info("handing the mirror to another replica before stopping", "to", to)
 		}

@@ -82,9 +82,12 @@ func TestFairShareHandoff(t *testing.T) {
 
 	stop := roundRobinLoad(t, e.srcURL, tables, 1000, 2000)
 	b := e.startReplica("b", nil)
-	// Sample both replicas' runs: a mirror is never run by both.
+	// Sample both replicas' runs: a mirror is never run by both, and the
+	// longest time a mirror is run by neither (its hand-off) is recorded.
 	var both []string
 	var sampleMu sync.Mutex
+	unrunSince := map[int64]time.Time{}
+	var longestGap time.Duration
 	sampleDone := make(chan struct{})
 	quit := make(chan struct{})
 	go func() {
@@ -96,11 +99,20 @@ func TestFairShareHandoff(t *testing.T) {
 			case <-time.After(10 * time.Millisecond):
 			}
 			for _, m := range mirrors {
-				if a.bal.hasRun(m.ID) && b.bal.hasRun(m.ID) {
-					sampleMu.Lock()
+				onA, onB := a.bal.hasRun(m.ID), b.bal.hasRun(m.ID)
+				sampleMu.Lock()
+				if onA && onB {
 					both = append(both, m.Name)
-					sampleMu.Unlock()
 				}
+				since, unrun := unrunSince[m.ID]
+				switch {
+				case !onA && !onB && !unrun:
+					unrunSince[m.ID] = time.Now()
+				case (onA || onB) && unrun:
+					longestGap = max(longestGap, time.Since(since))
+					delete(unrunSince, m.ID)
+				}
+				sampleMu.Unlock()
 			}
 		}
 	}()
@@ -130,7 +142,16 @@ func TestFairShareHandoff(t *testing.T) {
 	<-sampleDone
 	sampleMu.Lock()
 	require.Empty(t, both, "mirrors run by both replicas at once")
+	require.Empty(t, unrunSince, "mirrors run by neither replica at the end")
+	t.Logf("longest time a mirror was run by neither replica: %s", longestGap)
+	require.Less(t, longestGap, time.Second, "a hand-off left its mirror without a run")
 	sampleMu.Unlock()
+	// b's run jobs were enqueued as a's runs were asked to stop, and waited
+	// for the locks: a's runs ended without enqueueing them.
+	var ahead int
+	require.NoError(t, e.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM river_job WHERE queue = $1 AND args->>'handed_by' = $2`, b.bal.queue, a.bal.cfg.Locks.Name()).Scan(&ahead))
+	require.Equal(t, n/2, ahead, "run jobs of hand-offs enqueued ahead on b's adoption queue")
 	require.Equal(t, n/2, a.log.count("handing the mirror to a replica below its share"), "hand-offs of replica a")
 	require.Zero(t, b.log.count("handing the mirror to a replica below its share"), "hand-offs of replica b")
 	// No mirror handed to b was taken back by a meanwhile (and handed

@@ -63,11 +63,17 @@ var errRunBudget = errors.New("run budget used up")
 // jobs waiting for a mirror are always on the mirrors queue (which is where
 // the adoption checks look).
 func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs]) error {
-	handTo, err := w.run(ctx, job)
+	handTo, ahead, err := w.run(ctx, job)
 	if handTo != "" {
 		defer w.cfg.balance.left(job.Args.MirrorID)
 	}
 	var snooze *rivertype.JobSnoozeError
+	if handTo != "" && ahead && errors.As(err, &snooze) && snooze.Duration == 0 {
+		// The receiver's job was enqueued when the run was asked to stop
+		// and waits for the lock, released by now: nothing to requeue.
+		w.cfg.balance.handedOver(job.Args.MirrorID, handTo)
+		return nil
+	}
 	if handTo == "" && ctx.Err() != nil && w.cfg.balance != nil && errors.As(err, &snooze) && snooze.Duration == 0 {
 		// Shutting down: straight to a live replica with room, which
 		// takes it at once, rather than to the mirrors queue, whose
@@ -118,8 +124,16 @@ func (w *MirrorRunWorker) requeue(ctx context.Context, job *river.Job[MirrorRunA
 	return true
 }
 
-// run is Work on the job as it comes.
-func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]) (handTo string, err error) {
+// run is Work on the job as it comes. handTo is the replica the run handed
+// its mirror to; ahead, that the receiver's job was enqueued already.
+func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]) (handTo string, ahead bool, err error) {
+	handTo, err = w.runJob(ctx, job, &ahead)
+	return handTo, ahead, err
+}
+
+// runJob is run; it sets *ahead when the run handed its mirror to a replica
+// whose job waits for the lock already.
+func (w *MirrorRunWorker) runJob(ctx context.Context, job *river.Job[MirrorRunArgs], ahead *bool) (handTo string, err error) {
 	store := w.cfg.runStore
 	id := job.Args.MirrorID
 	if w.cfg.runLocks.Running() >= w.cfg.MirrorWorkers {
@@ -170,14 +184,9 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 		w.cfg.Logger.Debug("mirror does not want to run; the job ends", "mirror", m.Name, "status", m.Status, "desired_state", m.DesiredState)
 		return "", nil
 	}
-	lock, err := w.cfg.runLocks.TryLock(ctx, id)
-	if err != nil {
+	lock, err := w.lockMirror(ctx, job)
+	if err != nil || lock == nil {
 		return "", err
-	}
-	if lock == nil {
-		// A duplicate job: the mirror's worker runs it. The job ends.
-		w.cfg.Logger.Debug("mirror is run by another worker", "mirror", m.Name)
-		return "", nil
 	}
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock, cdcBegun: make(chan struct{}, 1),
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id),
@@ -190,6 +199,7 @@ func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]
 	if to := r.handedTo(); to != "" {
 		r.stopMu.Lock()
 		asked := r.handoffAt
+		*ahead = r.handedAhead
 		r.stopMu.Unlock()
 		r.logger.Debug("the run stopped to hand the mirror over", "to", to, "took", time.Since(asked).Round(time.Millisecond).String())
 		return to, err
@@ -227,9 +237,12 @@ type mirrorRun struct {
 	cdcBegun   chan struct{} // signalled when a CDC phase begins: control is checked then
 	cdcStop    chan struct{} // non-nil while the CDC phase runs
 	stopReason stopReason
-	handoffTo  string         // the replica the run was handed to (handAway)
-	handoffAt  time.Time      // when handAway asked the stream to stop
-	copying    map[int64]bool // mirror tables being copied beside CDC
+	handoffTo  string // the replica the run was handed to (handAway)
+	// handedAhead: the receiver's run job was enqueued as the run was asked
+	// to stop (MirrorRunArgs.HandedBy); the run's job ends without one.
+	handedAhead bool
+	handoffAt   time.Time      // when handAway asked the stream to stop
+	copying     map[int64]bool // mirror tables being copied beside CDC
 
 	// markWrites says that the destination user may use replication
 	// origins: pgmirror's writes there are marked (engine/origin), checked
@@ -369,14 +382,15 @@ func (r *mirrorRun) endCDC() stopReason {
 // handAway asks the running CDC phase to stop at a batch boundary so that
 // the replica named to takes the mirror over (balance.go): the run ends as
 // with a used-up budget, and its job is replaced by one on to's adoption
-// queue. It reports false when no CDC phase runs or it is stopping already.
-func (r *mirrorRun) handAway(to string) bool {
+// queue, unless ahead says that job is enqueued already. It reports false
+// when no CDC phase runs or it is stopping already.
+func (r *mirrorRun) handAway(to string, ahead bool) bool {
 	r.stopMu.Lock()
 	defer r.stopMu.Unlock()
 	if r.cdcStop == nil || r.stopReason != "" {
 		return false
 	}
-	r.stopReason, r.handoffTo, r.handoffAt = reasonBudget, to, time.Now()
+	r.stopReason, r.handoffTo, r.handoffAt, r.handedAhead = reasonBudget, to, time.Now(), ahead
 	close(r.cdcStop)
 	return true
 }
