@@ -116,16 +116,8 @@ func (w *gapWatch) close() {
 func TestRollingRestart(t *testing.T) {
 	t.Parallel()
 	const n = 10
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	var ddl strings.Builder
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&ddl, "CREATE TABLE public.t%d (id serial PRIMARY KEY, v text);\n", i)
-	}
-	exec1(t, src, ddl.String())
-
-	withApp := func(name string) string { return catalog + "&application_name=" + name }
+	f := newFleetDatabases(t, n)
+	catalog, src, dst, withApp := f.catalog, f.src, f.dst, f.app
 	started := time.Now()
 	r1, r2 := launchService(t, withApp("r1")), launchService(t, withApp("r2"))
 	r1.waitReady()
@@ -280,15 +272,8 @@ func TestRollingRestart(t *testing.T) {
 func TestCatalogOutageKeepsWorkers(t *testing.T) {
 	t.Parallel()
 	const n = 12
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	var ddl strings.Builder
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&ddl, "CREATE TABLE public.t%d (id serial PRIMARY KEY, v text);\n", i)
-	}
-	exec1(t, src, ddl.String())
-	withApp := func(name string) string { return catalog + "&application_name=" + name }
+	f := newFleetDatabases(t, n)
+	catalog, src, dst, withApp := f.catalog, f.src, f.dst, f.app
 	r1, r2 := launchService(t, withApp("r1")), launchService(t, withApp("r2"))
 	r1.waitReady()
 	r2.waitReady()
@@ -411,4 +396,31 @@ func withDatabase(t *testing.T, dbURL, database string) string {
 	}
 	u.Path = "/" + database
 	return u.String()
+}
+
+// fleetDatabases are the databases of a test with several replicas: a
+// catalog, a source with tables public.t1 to public.tN (id serial primary
+// key, v text) and an empty destination.
+type fleetDatabases struct{ catalog, src, dst string }
+
+// newFleetDatabases creates the databases, with n source tables.
+func newFleetDatabases(t *testing.T, n int) fleetDatabases {
+	t.Helper()
+	f := fleetDatabases{
+		catalog: pgtest.NewDatabase(t, pgtest.CatalogCluster(t)),
+		src:     pgtest.NewDatabase(t, pgtest.SourceCluster(t)),
+		dst:     pgtest.NewDatabase(t, pgtest.DestCluster(t)),
+	}
+	var ddl strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&ddl, "CREATE TABLE public.t%d (id serial PRIMARY KEY, v text);\n", i)
+	}
+	exec1(t, f.src, ddl.String())
+	return f
+}
+
+// app is the catalog's URL with application_name name: a replica's
+// catalog sessions carry it.
+func (f fleetDatabases) app(name string) string {
+	return f.catalog + "&application_name=" + name
 }

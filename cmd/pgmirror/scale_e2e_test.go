@@ -254,15 +254,8 @@ func TestDestinationRefused(t *testing.T) {
 func TestWorkerCap(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	catalog := pgtest.NewDatabase(t, pgtest.CatalogCluster(t))
-	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	var ddl strings.Builder
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&ddl, "CREATE TABLE public.t%d (id serial PRIMARY KEY, v text);\n", i)
-	}
-	exec1(t, src, ddl.String())
-	withApp := func(name string) string { return catalog + "&application_name=" + name }
+	f := newFleetDatabases(t, n)
+	catalog, src, dst, withApp := f.catalog, f.src, f.dst, f.app
 	capped := startService(t, withApp("capped"), "SERVICE_MIRROR_WORKERS=1")
 	other := startService(t, withApp("other"))
 	other.createPeer("src", src)
