@@ -112,10 +112,6 @@ type balancer struct {
 type handoff struct {
 	to string
 	at time.Time
-	// ahead: the receiver's job waited for the lock as the giver let it go
-	// (handoff_lock.go): it holds the lock a moment later, and the
-	// hand-off no longer counts as under way (maxInFlight).
-	ahead bool
 }
 
 func newBalancer(cfg Config) *balancer {
@@ -138,11 +134,10 @@ func (b *balancer) started(r *mirrorRun) func() {
 }
 
 // handedOver records that the mirror's run job was replaced by one on
-// replica to's adoption queue, or (ahead) that the run let its lock go to
-// the receiver's job waiting for it.
-func (b *balancer) handedOver(mirrorID int64, to string, ahead bool) {
+// replica to's adoption queue.
+func (b *balancer) handedOver(mirrorID int64, to string) {
 	b.mu.Lock()
-	b.handed[mirrorID] = handoff{to: to, at: time.Now(), ahead: ahead}
+	b.handed[mirrorID] = handoff{to: to, at: time.Now()}
 	delete(b.leaving, mirrorID)
 	b.mu.Unlock()
 	select {
@@ -401,7 +396,7 @@ func (b *balancer) balance(ctx context.Context) {
 	}
 	b.noteReplicas(replicas)
 
-	incoming, ahead, stopping, inTransit := b.handoffsUnderWay(ctx)
+	incoming, stopping, inTransit := b.handoffsUnderWay(ctx)
 	loads := make([]replicaLoad, 0, len(replicas))
 	for _, r := range replicas {
 		l := replicaLoad{Name: r.Name, Running: r.Running, Cap: r.MirrorWorkers, Incoming: incoming[r.Name]}
@@ -419,7 +414,7 @@ func (b *balancer) balance(ctx context.Context) {
 	b.mu.Lock()
 	b.loads = otherLoads
 	b.mu.Unlock()
-	d := decideBalance(balanceInput{Me: me, Replicas: loads, Wanted: wanted, Stopping: stopping, Ahead: ahead, Shedding: b.shedding})
+	d := decideBalance(balanceInput{Me: me, Replicas: loads, Wanted: wanted, Stopping: stopping, Shedding: b.shedding})
 	if d.Shares == nil {
 		// Not among the live replicas: adopt what it has room for.
 		b.refuse.Store(false)
@@ -472,9 +467,9 @@ func (b *balancer) noteReplicas(replicas []db.Replica) {
 
 // handoffsUnderWay forgets the mirrors handed away that their receiver
 // holds by now (or handed longer than handoffFresh ago) and returns the
-// others by receiver, how many of those were handed ahead, the runs asked
-// to leave that have not been handed yet, and both together.
-func (b *balancer) handoffsUnderWay(ctx context.Context) (incoming map[string]int, ahead, stopping, inTransit int) {
+// others by receiver, the runs asked to leave that have not been handed
+// yet, and both together.
+func (b *balancer) handoffsUnderWay(ctx context.Context) (incoming map[string]int, stopping, inTransit int) {
 	b.mu.Lock()
 	pending := len(b.handed)
 	b.mu.Unlock()
@@ -495,12 +490,9 @@ func (b *balancer) handoffsUnderWay(ctx context.Context) (incoming map[string]in
 			continue
 		}
 		incoming[h.to]++
-		if h.ahead {
-			ahead++
-		}
 	}
 	stopping = len(b.leaving)
-	return incoming, ahead, stopping, stopping + len(b.handed)
+	return incoming, stopping, stopping + len(b.handed)
 }
 
 // handAway asks as many streaming runs as the decision says to hand their

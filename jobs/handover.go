@@ -98,8 +98,8 @@ func (b *balancer) settleTransit(ctx context.Context, transit map[int64]time.Tim
 	defer b.mu.Unlock()
 	for id, at := range transit {
 		_, taken := workers[id]
-		h, handed := b.handed[id]
-		if taken || h.ahead || !(handed || b.leaving[id]) || time.Since(at) >= shutdownWaveWait {
+		_, handed := b.handed[id]
+		if taken || !(handed || b.leaving[id]) || time.Since(at) >= shutdownWaveWait {
 			delete(transit, id)
 		}
 	}

@@ -71,7 +71,7 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 	if handTo != "" && ahead && errors.As(err, &snooze) && snooze.Duration == 0 {
 		// The receiver's job was enqueued when the run was asked to stop
 		// and waits for the lock, released by now: nothing to requeue.
-		w.cfg.balance.handedOver(job.Args.MirrorID, handTo, true)
+		w.cfg.balance.handedOver(job.Args.MirrorID, handTo)
 		return nil
 	}
 	if handTo == "" && ctx.Err() != nil && w.cfg.balance != nil && errors.As(err, &snooze) && snooze.Duration == 0 {
@@ -85,7 +85,7 @@ func (w *MirrorRunWorker) Work(ctx context.Context, job *river.Job[MirrorRunArgs
 		// the run job, announced by notification, so that it takes the
 		// mirror at once (the lock is released by now).
 		if w.requeue(ctx, job, adoptQueue(handTo), 0) {
-			w.cfg.balance.handedOver(job.Args.MirrorID, handTo, false)
+			w.cfg.balance.handedOver(job.Args.MirrorID, handTo)
 			return nil
 		}
 	}

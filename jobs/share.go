@@ -25,8 +25,7 @@ import (
 //     below theirs (with room), so a mirror never moves back and forth.
 //   - Pacing: at most maxInFlight hand-offs of a replica are under way at
 //     once (runs stopping at their batch boundary, and mirrors handed to a
-//     receiver that has not taken them yet, unless the receiver's job was
-//     waiting for the lock as it was let go), and never more than the
+//     receiver that has not taken them yet), and never more than the
 //     receivers lack.
 //   - While another replica is below its share, a replica at or above its
 //     share takes no new mirrors (run jobs it fetches end at once) and
@@ -59,10 +58,6 @@ type balanceInput struct {
 	// away and are not handed over yet (finishing their batch, still in
 	// Running, or just released).
 	Stopping int
-	// Ahead is how many of the Incoming mirrors were let go to a receiver's
-	// job waiting for their lock: the receiver holds it a moment later, so
-	// they count for what the receiver lacks but not as under way.
-	Ahead int
 	// Shedding: Me handed mirrors away at its previous check and is still
 	// above its share (it goes on down to its share).
 	Shedding bool
@@ -159,7 +154,7 @@ func decideBalance(in balanceInput) balanceDecision {
 	for _, r := range in.Replicas {
 		incoming += r.Incoming
 	}
-	n := min(staying-d.Share, deficit, maxInFlight-in.Stopping-(incoming-in.Ahead))
+	n := min(staying-d.Share, deficit, maxInFlight-in.Stopping-incoming)
 	for range max(n, 0) {
 		// The receiver that lacks the most (ties by name).
 		best := 0

@@ -59,16 +59,6 @@ func TestDecideBalance(t *testing.T) {
 			wantShare: 50, wantRefuse: true, wantHand: []string{"b"},
 		},
 		{
-			name:      "mirrors let go to a receiver waiting for their lock count for its lack, not against the pace",
-			in:        balanceInput{Me: "a", Replicas: []replicaLoad{{Name: "a", Running: 90, Cap: 200}, {Name: "b", Running: 8, Cap: 200, Incoming: 3}}, Wanted: 100, Stopping: 1, Ahead: 2},
-			wantShare: 50, wantRefuse: true, wantHand: []string{"b", "b"},
-		},
-		{
-			name:      "the receiver's lack bounds hand-offs let go ahead too",
-			in:        balanceInput{Me: "a", Replicas: []replicaLoad{{Name: "a", Running: 52, Cap: 200}, {Name: "b", Running: 46, Cap: 200, Incoming: 3}}, Wanted: 100, Ahead: 3},
-			wantShare: 50, wantRefuse: true, wantHand: []string{"b"},
-		},
-		{
 			name:      "the pace is used up: nothing more until hand-offs complete",
 			in:        balanceInput{Me: "a", Replicas: []replicaLoad{{Name: "a", Running: 90, Cap: 200}, {Name: "b", Running: 8, Cap: 200}}, Wanted: 100, Stopping: 4},
 			wantShare: 50, wantRefuse: true,
