@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -76,10 +77,13 @@ func TestDestinationOutage(t *testing.T) {
 	if m.Status != "error" {
 		t.Errorf("status %q after the second failure, want error", m.Status)
 	}
-	failures := s.logsWith("dout", "Connection timeout")
-	if len(failures) < 2 {
-		t.Fatalf("%d \"Connection timeout\" entries after 2 failures, want >= 2", len(failures))
-	}
+	// The failure is counted first and its log entry written right after.
+	failures := waitUntil(t, 10*time.Second, func() ([]logEntry, bool) {
+		f := s.logsWith("dout", "Connection timeout")
+		return f, len(f) >= 2
+	}, func(f []logEntry) string {
+		return fmt.Sprintf("%d \"Connection timeout\" entries after 2 failures, want >= 2", len(f))
+	})
 	byCount := map[int]logEntry{}
 	for _, e := range failures {
 		checkErrorDetails(t, e)
