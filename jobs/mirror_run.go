@@ -125,15 +125,9 @@ func (w *MirrorRunWorker) requeue(ctx context.Context, job *river.Job[MirrorRunA
 }
 
 // run is Work on the job as it comes. handTo is the replica the run handed
-// its mirror to; ahead, that the receiver's job was enqueued already.
+// its mirror to; ahead, that the receiver's job was enqueued already and
+// waits for the lock.
 func (w *MirrorRunWorker) run(ctx context.Context, job *river.Job[MirrorRunArgs]) (handTo string, ahead bool, err error) {
-	handTo, err = w.runJob(ctx, job, &ahead)
-	return handTo, ahead, err
-}
-
-// runJob is run; it sets *ahead when the run handed its mirror to a replica
-// whose job waits for the lock already.
-func (w *MirrorRunWorker) runJob(ctx context.Context, job *river.Job[MirrorRunArgs], ahead *bool) (handTo string, err error) {
 	store := w.cfg.runStore
 	id := job.Args.MirrorID
 	if w.cfg.runLocks.Running() >= w.cfg.MirrorWorkers {
@@ -141,15 +135,15 @@ func (w *MirrorRunWorker) runJob(ctx context.Context, job *river.Job[MirrorRunAr
 		// both its queues count): the job ends, and a replica with room
 		// adopts the mirror (balance.go).
 		w.cfg.Logger.Debug("running as many mirrors as SERVICE_MIRROR_WORKERS allows; leaving the mirror to others", "mirror_id", id)
-		return "", nil
+		return "", false, nil
 	}
 	if w.cfg.balance != nil && w.cfg.balance.draining.Load() {
 		// Shutting down (handover.go): a mirror handed here lately goes on
 		// to a live replica with room, or back to the others' adoption.
 		if to := w.cfg.balance.shutdownTarget(); to != "" {
-			return to, river.JobSnooze(0)
+			return to, false, river.JobSnooze(0)
 		}
-		return "", nil
+		return "", false, nil
 	}
 	if w.cfg.balance != nil && job.Queue == QueueMirrors && w.cfg.balance.refusing() {
 		// This replica runs its share while another runs less: the job
@@ -162,7 +156,7 @@ func (w *MirrorRunWorker) runJob(ctx context.Context, job *river.Job[MirrorRunAr
 		// adoption, or by a replica that handed it the mirror, deciding
 		// from the same shares): they run.
 		w.cfg.Logger.Debug("leaving the mirror to a replica below its share", "mirror_id", id)
-		return "", nil
+		return "", false, nil
 	}
 	if w.cfg.balance != nil && w.cfg.balance.hasRun(id) {
 		// A run of the mirror goes on here without its lock, which it is
@@ -171,22 +165,22 @@ func (w *MirrorRunWorker) runJob(ctx context.Context, job *river.Job[MirrorRunAr
 		// adoption enqueued this job. Taking the lock here first would stop
 		// that run and start the stream again for nothing.
 		w.cfg.Logger.Debug("mirror is run by this replica, which is taking its lock back", "mirror_id", id)
-		return "", nil
+		return "", false, nil
 	}
 	m, err := store.MirrorGetByID(ctx, id)
 	if errors.Is(err, db.ErrNotFound) {
-		return "", nil
+		return "", false, nil
 	}
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if !m.WantsToRun() {
 		w.cfg.Logger.Debug("mirror does not want to run; the job ends", "mirror", m.Name, "status", m.Status, "desired_state", m.DesiredState)
-		return "", nil
+		return "", false, nil
 	}
 	lock, err := w.lockMirror(ctx, job)
 	if err != nil || lock == nil {
-		return "", err
+		return "", false, err
 	}
 	r := &mirrorRun{cfg: w.cfg, store: store, mirrorID: id, name: m.Name, lock: lock, cdcBegun: make(chan struct{}, 1),
 		logger: w.cfg.Logger.With("mirror", m.Name, "mirror_id", id),
@@ -199,12 +193,12 @@ func (w *MirrorRunWorker) runJob(ctx context.Context, job *river.Job[MirrorRunAr
 	if to := r.handedTo(); to != "" {
 		r.stopMu.Lock()
 		asked := r.handoffAt
-		*ahead = r.handedAhead
+		ahead = r.handedAhead
 		r.stopMu.Unlock()
 		r.logger.Debug("the run stopped to hand the mirror over", "to", to, "took", time.Since(asked).Round(time.Millisecond).String())
-		return to, err
+		return to, ahead, err
 	}
-	return "", err
+	return "", false, err
 }
 
 // hasRun reports whether a run of the mirror on this replica is under way
