@@ -3,6 +3,8 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,4 +192,48 @@ func TestRunResync(t *testing.T) {
 	got = e.mirror(m.ID)
 	require.Equal(t, db.StatusRunning, got.Status)
 	require.Zero(t, got.ErrorCount)
+}
+
+// A column change committed on the source after a table resync prepared
+// the destination table and before the copy's snapshot is in neither the
+// prepared destination nor the stream after the snapshot: the copy sees it
+// in its snapshot, starts over with the destination prepared again, and
+// the destination column gets the source's new type, so that rows that
+// need it arrive.
+func TestRunResyncSourceChangedBeforeSnapshot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	exec(t, e.srcURL, `CREATE TABLE public.shaped (id bigint PRIMARY KEY, v varchar(10) NOT NULL)`)
+	exec(t, e.srcURL, `INSERT INTO public.shaped SELECT g, 'row ' || g FROM generate_series(1, 100) g`)
+	var armed, altered atomic.Bool
+	shaped := change.TableName{Schema: "public", Name: "shaped"}
+	e.startReplica("a", func(c *Config) {
+		c.hooks.afterDestinationPrepared = func(ctx context.Context, copying []change.TableName) {
+			if slices.Contains(copying, shaped) && armed.Load() && altered.CompareAndSwap(false, true) {
+				exec(t, e.srcURL, `ALTER TABLE public.shaped ALTER v TYPE varchar(20)`)
+			}
+		}
+	})
+	m := e.createMirror("m", []string{"shaped"})
+	waitRows(t, e.dstURL, "shaped", 100, 60*time.Second)
+	e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
+
+	armed.Store(true)
+	e.requestTableResync(m.ID, "shaped")
+	waitFor(t, "the copy to start over", 60*time.Second, func() bool {
+		return e.logCount(m.ID, "Source table changed while its copy started") == 1
+	}, func() string { return fmt.Sprintf("altered: %v", altered.Load()) })
+	exec(t, e.srcURL, `INSERT INTO public.shaped VALUES (101, 'fifteen chars..')`)
+	waitEqual(t, e, "shaped", 60*time.Second)
+	var typ string
+	withConn(t, e.dstURL, func(conn *pgx.Conn) {
+		require.NoError(t, conn.QueryRow(context.Background(), `SELECT pg_catalog.format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute
+			WHERE attrelid = 'public.shaped'::regclass AND attname = 'v'`).Scan(&typ))
+	})
+	require.Equal(t, "character varying(20)", typ)
+	got := e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
+	require.Zero(t, got.ErrorCount)
+	tables, err := e.store.MirrorTables(context.Background(), m.ID)
+	require.NoError(t, err)
+	require.Equal(t, db.TableStatusRunning, tables[0].Status)
 }

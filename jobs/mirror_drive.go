@@ -37,6 +37,9 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 		if errors.Is(err, errRunEnded) {
 			return nil
 		}
+		if r.copyStartsOver(ctx, err) {
+			continue
+		}
 		var schemaStop *cdc.SchemaStopError
 		if errors.As(err, &schemaStop) {
 			return r.pauseForSchemaChange(ctx, schemaStop)
@@ -54,6 +57,39 @@ func (r *mirrorRun) drive(ctx context.Context) error {
 		}
 		return err
 	}
+}
+
+// maxCopyRestarts bounds how often a run starts a copy over because a source
+// table's columns changed while it started; then the error fails the run
+// and it is retried as any other.
+const maxCopyRestarts = 3
+
+// copyStartsOver reports whether err is a copy's refusal of a source table
+// whose columns changed between the destination's preparation and the
+// snapshot (tablesync.SourceChangedError), which the next iteration
+// prepares and copies again, logged.
+func (r *mirrorRun) copyStartsOver(ctx context.Context, err error) bool {
+	var changed *tablesync.SourceChangedError
+	if !errors.As(err, &changed) || r.copyRestarts >= maxCopyRestarts {
+		return false
+	}
+	r.copyRestarts++
+	names := make([]string, len(changed.Tables))
+	for i, t := range changed.Tables {
+		names[i] = t.String()
+	}
+	r.log(ctx, db.LevelInfo, "Source table changed while its copy started", map[string]any{"tables": names,
+		"note": "a column change was committed between the preparation of the destination table and the copy's snapshot: the destination is prepared again and the copy starts over"})
+	return true
+}
+
+// sourceNames are the source tables of tables.
+func sourceNames(tables []db.MirrorTable) []change.TableName {
+	out := make([]change.TableName, len(tables))
+	for i, t := range tables {
+		out[i] = change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}
+	}
+	return out
 }
 
 // followMappings are the tables whose destination columns a run brings up
@@ -397,6 +433,12 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		return in, err
 	}
 	r.steps.done("connect destination")
+	// The copy compares these with the tables in its snapshot: a column
+	// change committed in between would be in neither the destination nor
+	// the stream.
+	if in.prepared, err = tablesync.ReadShapes(ctx, in.src, sourceNames(m.TablesToCopy(tables))); err != nil {
+		return in, err
+	}
 	if schemaPreparation(m) == schemaFollow {
 		// Tables that joined from a mapped schema get their destination
 		// table first, logged as schema changes.
@@ -406,6 +448,9 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	}
 	if err := r.prepareDestTables(ctx, in, m, tables); err != nil {
 		return in, err
+	}
+	if hook := r.cfg.hooks.afterDestinationPrepared; hook != nil {
+		hook(ctx, sourceNames(m.TablesToCopy(tables)))
 	}
 	r.steps.done("destination tables")
 	if err := positions.Ensure(ctx, in.dst); err != nil {
@@ -644,6 +689,7 @@ func (r *mirrorRun) snapshot(ctx context.Context, in *phaseInputs) error {
 		DestConn:               dst,
 		OriginMirrorUID:        r.originUID(m),
 		SourceColumnsMirrorUID: m.UID,
+		Prepared:               in.prepared,
 	}, rep)
 	if err != nil {
 		return r.refusedCopy(ctx, m, tables, err)

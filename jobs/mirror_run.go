@@ -237,6 +237,9 @@ type mirrorRun struct {
 	handedAhead bool
 	handoffAt   time.Time      // when handAway asked the stream to stop
 	copying     map[int64]bool // mirror tables being copied beside CDC
+	// copyRestarts counts the copies that started over because a source
+	// table's columns changed between the preparation and the snapshot.
+	copyRestarts int
 
 	// markWrites says that the destination user may use replication
 	// origins: pgmirror's writes there are marked (engine/origin), checked

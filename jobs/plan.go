@@ -8,6 +8,7 @@ import (
 	"github.com/pgmirror/pgmirror/db"
 	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/tablesync"
 )
 
 // What a run does is decided in two pure functions, from the catalog and
@@ -126,6 +127,9 @@ type phaseInputs struct {
 	hasPosition bool
 	// schemas are the source schemas the mirror maps as a whole.
 	schemas []db.SchemaMapping
+	// prepared are the shapes of the source tables to copy, read before
+	// their destination tables were prepared (tablesync.Config.Prepared).
+	prepared tablesync.Shapes
 }
 
 // Steps of a run, named in error log entries (details.operation) and

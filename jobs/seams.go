@@ -142,6 +142,9 @@ type runHooks struct {
 	// than complete did its work; an error it returns fails the step as
 	// the step's own error would (cutoverRun.step).
 	afterCutoverStep func(step string) error
+	// afterDestinationPrepared, when set, is called once a run prepared
+	// the destination tables, with the source tables it is about to copy.
+	afterDestinationPrepared func(ctx context.Context, copying []change.TableName)
 }
 
 var (

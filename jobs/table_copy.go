@@ -73,7 +73,7 @@ func (r *mirrorRun) copyTablesDuringCDC(ctx context.Context, in *phaseInputs, ta
 	copyCtx, cancelCopy := context.WithCancel(ctx)
 	defer cancelCopy()
 	copyDone := make(chan error, 1)
-	go func() { copyDone <- r.copyTablesAt(copyCtx, m, srcPeer, dstPeer, targets) }()
+	go func() { copyDone <- r.copyTablesAt(copyCtx, m, srcPeer, dstPeer, targets, in.prepared) }()
 
 	var cdcErr, copyErr error
 	select {
@@ -102,8 +102,10 @@ func (r *mirrorRun) copyTablesDuringCDC(ctx context.Context, in *phaseInputs, ta
 }
 
 // copyTablesAt copies targets from a temporary slot's snapshot and records
-// each one's position on the destination as its copy completes.
-func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, targets []db.MirrorTable) error {
+// each one's position on the destination as its copy completes; a target
+// whose columns in the snapshot differ from its prepared shape fails it
+// (tablesync.SourceChangedError).
+func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstPeer db.Peer, targets []db.MirrorTable, prepared tablesync.Shapes) error {
 	repl, err := openReplication(ctx, srcPeer)
 	if err != nil {
 		return err
@@ -147,6 +149,7 @@ func (r *mirrorRun) copyTablesAt(ctx context.Context, m db.Mirror, srcPeer, dstP
 		OriginMirrorUID:    r.originUID(m),
 		// CDC tracks the tables' columns from their shape at P.
 		SourceColumnsMirrorUID: m.UID,
+		Prepared:               prepared,
 	}, rep)
 	return r.refusedCopy(ctx, m, targets, err)
 }

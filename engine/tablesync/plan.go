@@ -121,11 +121,7 @@ func makeJobs(mappings []change.Mapping, srcs []sourceTable, dsts []schemasync.T
 	for i, m := range mappings {
 		src, dt := srcs[i], dsts[i]
 		job := &tableJob{m: m, binary: schemasync.BinaryCompatible(src.desc, dt, m), foreignOwner: dt.ForeignOwner}
-		for _, c := range src.desc.Columns {
-			if !c.Generated {
-				job.sourceColumns = append(job.sourceColumns, positions.SourceColumn{Attnum: c.Attnum, Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod})
-			}
-		}
+		job.sourceColumns = ShapeOf(src.desc)
 		for _, c := range src.desc.Replicated(m) {
 			if _, ok := dt.Column(c.Name); !ok {
 				return nil, fmt.Errorf("plan %s: destination table %s has no column %s: create or sync the destination schema first",

@@ -119,6 +119,11 @@ type Config struct {
 	// renamed or dropped before any row of the table was streamed is
 	// recognized as such.
 	SourceColumnsMirrorUID string
+	// Prepared, when set, are the shapes (ReadShapes) of source tables as
+	// read before their destination tables were prepared for this copy.
+	// A table whose shape in the snapshot differs fails the run with a
+	// SourceChangedError before anything is truncated or copied.
+	Prepared Shapes
 }
 
 // Reporter receives the snapshot's progress. Its methods are called from
@@ -336,6 +341,9 @@ func (r *run) prepare(ctx context.Context, first *worker) ([][]*tableJob, error)
 	})
 	if err := g.Wait(); err != nil {
 		return nil, err
+	}
+	if changed := changedSources(r.cfg.Tables, srcs, r.cfg.Prepared); len(changed) > 0 {
+		return nil, &SourceChangedError{Tables: changed}
 	}
 	jobs, err := makeJobs(r.cfg.Tables, srcs, dsts, limits{
 		rowsPerPartition: r.cfg.RowsPerPartition, maxWorkers: r.cfg.MaxParallelWorkers, localCPUs: cpus})
