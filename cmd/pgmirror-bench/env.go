@@ -38,6 +38,8 @@ type bench struct {
 	src, dst *localpg.Cluster
 	svc      *service
 
+	jails hostJails // the separate-hosts modes' CPU jails
+
 	tableBytes int64
 	results    results
 	// srcVersion and dstVersion are the clusters' server_version.
@@ -131,6 +133,13 @@ func (b *bench) setup(ctx context.Context) error {
 		return err
 	}
 	b.logf("generated %d rows, table %s, in %s", b.opts.rows, mib(b.tableBytes), time.Since(t0).Round(time.Second))
+	if b.mode.separate {
+		// Generating the data is not measured: it runs on every core.
+		if err := b.confineClusters(hostCPUs); err != nil {
+			return err
+		}
+		b.logf("source and destination clusters confined to %.2f CPU each", hostCPUs)
+	}
 	return nil
 }
 
@@ -162,6 +171,7 @@ func (b *bench) cleanup() {
 			b.logf("warning: %v", err)
 		}
 	}
+	b.removeJails()
 	if b.dir == "" || b.opts.keep {
 		return
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // largeTxBase is below the first id of the live large transactions' rows,
@@ -28,6 +30,110 @@ type liveTx struct {
 	streamBytes, spillBytes int64
 	// rss (pgmirror only) is the pgmirror process's RSS through it.
 	rss rssUse
+	// before and after are the lags of the small transactions written
+	// beside it that committed before and after its COMMIT (besideLoad).
+	before, after besideLag
+}
+
+// besideRate is the rate of the small transactions written beside a live
+// large one, on a connection of their own.
+const besideRate = 50
+
+// besideBase is below the first id of the small transactions written beside
+// the i-th live large transaction (besideBase + i*1e9 on).
+const besideBase = largeTxBase + 100_000_000_000
+
+// besideLag is the lag (the destination's applied_at minus the row's ts)
+// of small transactions.
+type besideLag struct {
+	n             int64
+	p50, p99, max time.Duration
+}
+
+// besideLoad inserts single-row transactions (synchronous_commit on) into
+// the source from id first on, besideRate a second, until stop is called;
+// stop returns how many committed.
+func besideLoad(ctx context.Context, srcURL string, first int64) (stop func() (int64, error), err error) {
+	conn, err := connect(ctx, srcURL+"&synchronous_commit=on")
+	if err != nil {
+		return nil, err
+	}
+	quit := make(chan struct{})
+	done := make(chan error, 1)
+	var sent int64
+	go func() {
+		defer closeConn(conn)
+		tick := time.NewTicker(time.Second / besideRate)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				done <- nil
+				return
+			case <-ctx.Done():
+				done <- ctx.Err()
+				return
+			case <-tick.C:
+			}
+			if _, err := conn.Exec(ctx, `INSERT INTO public.bench (id, a, b, c, note) VALUES ($1, 1, 2, 3, 'beside')`, first+sent); err != nil {
+				done <- fmt.Errorf("small transaction beside the large one: %w", err)
+				return
+			}
+			sent++
+		}
+	}()
+	return func() (int64, error) {
+		close(quit)
+		err := <-done
+		return sent, err
+	}, nil
+}
+
+// besideLags waits until the destination has the n small transactions
+// from id first on and reads their lags, split at the large transaction's
+// commit time.
+func besideLags(ctx context.Context, dst *pgx.Conn, first, n int64, committed time.Time) (before, after besideLag, err error) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var got int64
+		if err := dst.QueryRow(ctx, `SELECT count(*) FROM public.bench WHERE id >= $1 AND id < $2`, first, first+n).Scan(&got); err != nil {
+			return before, after, fmt.Errorf("count the small transactions: %w", err)
+		}
+		if got == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return before, after, fmt.Errorf("the destination has %d of the %d small transactions after 5 minutes", got, n)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return before, after, err
+		}
+	}
+	rows, err := dst.Query(ctx, `SELECT ts < $3, count(*),
+		percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM applied_at - ts)),
+		percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM applied_at - ts)),
+		max(extract(epoch FROM applied_at - ts))::float8
+		FROM public.bench WHERE id >= $1 AND id < $2 GROUP BY 1`, first, first+n, committed)
+	if err != nil {
+		return before, after, fmt.Errorf("lags of the small transactions: %w", err)
+	}
+	defer rows.Close()
+	secs := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	for rows.Next() {
+		var earlier bool
+		var l besideLag
+		var p50, p99, mx float64
+		if err := rows.Scan(&earlier, &l.n, &p50, &p99, &mx); err != nil {
+			return before, after, err
+		}
+		l.p50, l.p99, l.max = secs(p50), secs(p99), secs(mx)
+		if earlier {
+			before = l
+		} else {
+			after = l
+		}
+	}
+	return before, after, rows.Err()
 }
 
 // liveTxStatements are the large transactions measured, in order: rows new
@@ -80,7 +186,7 @@ func (b *bench) measureLiveTx(ctx context.Context, who, srcURL, db, dstURL strin
 	}
 	defer closeConn(dst)
 	var out []liveTx
-	for _, st := range liveTxStatements(b.opts.largeRows) {
+	for i, st := range liveTxStatements(b.opts.largeRows) {
 		if err := b.checkpoint(ctx); err != nil {
 			return nil, err
 		}
@@ -93,6 +199,11 @@ func (b *bench) measureLiveTx(ctx context.Context, who, srcURL, db, dstURL strin
 			rss = sampleRSS(pid)
 		}
 		b.logf("%s: %s on the source", who, st.name)
+		first := besideBase + int64(i)*1_000_000_000
+		stopBeside, err := besideLoad(ctx, srcURL, first)
+		if err != nil {
+			return nil, err
+		}
 		t0 := time.Now()
 		results, err := src.PgConn().Exec(ctx, "BEGIN;\n"+st.sql+";\nCOMMIT").ReadAll()
 		committed := time.Now()
@@ -103,6 +214,7 @@ func (b *bench) measureLiveTx(ctx context.Context, who, srcURL, db, dstURL strin
 			if rss != nil {
 				rss.end()
 			}
+			_, _ = stopBeside()
 			return nil, fmt.Errorf("%s: %w", st.name, err)
 		}
 		m := liveTx{name: st.name, rows: b.opts.largeRows, source: committed.Sub(t0)}
@@ -126,6 +238,18 @@ func (b *bench) measureLiveTx(ctx context.Context, who, srcURL, db, dstURL strin
 		if rss != nil {
 			m.rss = rss.end()
 		}
+		// The small transactions go on for a second after the large one
+		// showed: those right after its commit waited for its apply.
+		if err := sleep(ctx, time.Second); err != nil {
+			return nil, err
+		}
+		n, err := stopBeside()
+		if err != nil {
+			return nil, err
+		}
+		if m.before, m.after, err = besideLags(ctx, dst, first, n, committed); err != nil {
+			return nil, fmt.Errorf("%s: %w", st.name, err)
+		}
 		// The counters are updated as the walsender goes; read them after
 		// the transaction is through.
 		if err := sleep(ctx, time.Second); err != nil {
@@ -141,6 +265,9 @@ func (b *bench) measureLiveTx(ctx context.Context, who, srcURL, db, dstURL strin
 		}
 		b.logf("%s: %s took %s on the source, on the destination %s after its commit (streamed %s, spilled %s)",
 			who, st.name, m.source.Round(time.Millisecond), m.applied.Round(time.Millisecond), bytesOrDash(m.streamBytes), bytesOrDash(m.spillBytes))
+		b.logf("%s: small transactions beside it: %d committed before its commit, lag p50 %s p99 %s max %s; %d after, lag p50 %s p99 %s max %s",
+			who, m.before.n, m.before.p50.Round(time.Millisecond), m.before.p99.Round(time.Millisecond), m.before.max.Round(time.Millisecond),
+			m.after.n, m.after.p50.Round(time.Millisecond), m.after.p99.Round(time.Millisecond), m.after.max.Round(time.Millisecond))
 		out = append(out, m)
 	}
 	if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
@@ -188,6 +315,25 @@ func (b *bench) reportLiveTx(w io.Writer) {
 			secs(n[i].applied), secs(p[i].applied), ratio(n[i].applied, p[i].applied),
 			bytesOrDash(n[i].streamBytes), bytesOrDash(n[i].spillBytes), bytesOrDash(p[i].streamBytes), bytesOrDash(p[i].spillBytes),
 			mb(p[i].rss.peak), hwmNote(p[i].rss))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Small transactions beside them: single-row INSERTs (synchronous_commit on) at %d a second on a connection of their own, from the large transaction's start until a second after the destination showed it; lag is the destination's `applied_at` minus the row's `ts`, p50 / p99 / max, split by whether they committed before or after the large transaction's COMMIT (those after wait for its apply in both systems: the destination shows transactions in the source's commit order).\n\n", besideRate)
+	fmt.Fprintln(w, "| Transaction | Native: before its commit | pgmirror: before its commit | Native: after it | pgmirror: after it |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	lag := func(l besideLag) string {
+		if l.n == 0 {
+			return "-"
+		}
+		short := func(d time.Duration) string {
+			if d < time.Second {
+				return ms(d)
+			}
+			return secs(d)
+		}
+		return fmt.Sprintf("%d: %s / %s / %s", l.n, short(l.p50), short(l.p99), short(l.max))
+	}
+	for i := range min(len(n), len(p)) {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", p[i].name, lag(n[i].before), lag(p[i].before), lag(n[i].after), lag(p[i].after))
 	}
 	fmt.Fprintln(w)
 }

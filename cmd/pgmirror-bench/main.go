@@ -66,21 +66,35 @@ func main() {
 
 // mode is a cluster configuration the run measures.
 type mode struct {
-	name    string // "fast" or "durable"
+	name    string // "fast", "durable", "fast-separate" or "durable-separate"
 	durable bool   // localpg.Config.Durable: PostgreSQL's defaults
+	// separate confines the source cluster, the destination cluster and
+	// the pgmirror process to hostCPUs each (hosts.go), as three hosts of
+	// one size; otherwise they share every core of the machine.
+	separate bool
 }
 
-// settingsText describes the mode's durability settings.
+// hostCPUs is each party's CPU share in the separate-hosts modes: two
+// cores split in three.
+const hostCPUs = 0.66
+
+// settingsText describes the mode's durability settings and CPU split.
 func (m mode) settingsText() string {
+	s := "fsync, synchronous_commit and full_page_writes off, as the test clusters"
 	if m.durable {
-		return "fsync, synchronous_commit and full_page_writes on, PostgreSQL's defaults"
+		s = "fsync, synchronous_commit and full_page_writes on, PostgreSQL's defaults"
 	}
-	return "fsync, synchronous_commit and full_page_writes off, as the test clusters"
+	if m.separate {
+		s += fmt.Sprintf("; separate hosts: the source cluster, the destination cluster (with pgmirror's catalog) and the pgmirror process confined to %.2f CPU each", hostCPUs)
+	}
+	return s
 }
 
 var knownModes = map[string]mode{
-	"fast":    {name: "fast"},
-	"durable": {name: "durable", durable: true},
+	"fast":             {name: "fast"},
+	"durable":          {name: "durable", durable: true},
+	"fast-separate":    {name: "fast-separate", separate: true},
+	"durable-separate": {name: "durable-separate", durable: true, separate: true},
 }
 
 // parseModes parses a comma-separated list of mode names.
@@ -91,7 +105,7 @@ func parseModes(list string) ([]mode, error) {
 		name = strings.TrimSpace(name)
 		m, ok := knownModes[name]
 		if !ok {
-			return nil, fmt.Errorf("-modes: unknown mode %q (use fast, durable or both, comma-separated)", name)
+			return nil, fmt.Errorf("-modes: unknown mode %q (use fast, durable, fast-separate or durable-separate, comma-separated)", name)
 		}
 		if !seen[name] {
 			seen[name] = true
@@ -150,7 +164,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.lagDuration, "lag-duration", 10*time.Second, "how long the paced lag load runs")
 	fs.StringVar(&o.workDir, "workdir", "", "parent directory of the temporary cluster directories (default the system temp dir)")
 	fs.StringVar(&o.binary, "pgmirror", "", "a pgmirror binary to run (default: go build ./cmd/pgmirror)")
-	fs.StringVar(&modes, "modes", "fast,durable", "cluster modes to measure, one after the other: fast (fsync, synchronous_commit, full_page_writes off), durable (PostgreSQL's defaults)")
+	fs.StringVar(&modes, "modes", "fast,durable,durable-separate", "cluster modes to measure, one after the other: fast (fsync, synchronous_commit, full_page_writes off), durable (PostgreSQL's defaults); in fast-separate and durable-separate, the source cluster, the destination cluster and pgmirror are confined to 0.66 CPU each (a cgroup quota; root on Linux), as three hosts")
 	fs.BoolVar(&durable, "durable", false, "alias for -modes durable")
 	fs.DurationVar(&o.timeout, "timeout", 90*time.Minute, "give up after this long (the whole run, all modes)")
 	fs.IntVar(&o.snapshotWorkers, "snapshot-workers", 0, "the mirror's snapshot_max_parallel_workers (default: the API's default, 4)")

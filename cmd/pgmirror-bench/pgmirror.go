@@ -304,6 +304,11 @@ func (b *bench) startPgmirror(ctx context.Context) (*service, error) {
 		return nil, err
 	}
 	b.logf("pgmirror: serving on %s, log in %s", svc.baseURL, svc.logPath)
+	if b.jails.pgmirror != nil {
+		if err := b.jails.pgmirror.add(svc.cmd.Process.Pid); err != nil {
+			return nil, err
+		}
+	}
 	if err := svc.peer(ctx, "source", b.src, srcPgmirror); err != nil {
 		return nil, err
 	}
