@@ -129,6 +129,17 @@ func postmasterPID(c *localpg.Cluster) (int, error) {
 	return pm, nil
 }
 
+// cpuJailsWork reports whether this process can create CPU jails: a
+// cgroup with a quota is created and removed.
+func cpuJailsWork() error {
+	j, err := newCPUJail("probe", hostCPUs)
+	if err != nil {
+		return err
+	}
+	j.remove()
+	return nil
+}
+
 // hostJails are the separate-hosts mode's jails, one per party.
 type hostJails struct {
 	source, destination, pgmirror *cpuJail

@@ -208,6 +208,9 @@ func parseOptions(args []string) (options, error) {
 	if o.modes, err = parseModes(modes); err != nil {
 		return o, err
 	}
+	if o.modes, err = separateModesPossible(o.modes, fs); err != nil {
+		return o, err
+	}
 	if o.changes == 0 {
 		o.changes = o.rows / 4
 	}
@@ -215,6 +218,37 @@ func parseOptions(args []string) (options, error) {
 		o.single = o.rows / 20
 	}
 	return o, o.validate()
+}
+
+// separateModesPossible checks that the separate-hosts modes among modes
+// can confine the clusters (cgroups, root on Linux). When they cannot, they
+// are left out of the default modes with a note, and an explicit -modes
+// that asks for them is an error.
+func separateModesPossible(modes []mode, fs *flag.FlagSet) ([]mode, error) {
+	var separate bool
+	for _, m := range modes {
+		separate = separate || m.separate
+	}
+	if !separate {
+		return modes, nil
+	}
+	err := cpuJailsWork()
+	if err == nil {
+		return modes, nil
+	}
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "modes" })
+	if explicit {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "pgmirror-bench: the separate-hosts mode is left out: %v\n", err)
+	var out []mode
+	for _, m := range modes {
+		if !m.separate {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // binaries sets the majors of both clusters (pgMajor where -source-major
