@@ -46,6 +46,9 @@ type Event struct {
 	Xid uint32
 	// CommitTime is the source commit time (EventBegin, EventCommit).
 	CommitTime time.Time
+	// Streamed (EventBegin) says that the source streamed the transaction
+	// while it ran: it outgrew logical_decoding_work_mem, so it is large.
+	Streamed bool
 	// Change is set for EventChange.
 	Change *change.Change
 	// Size is the memory the event holds; pass the event to Stream.Release

@@ -280,7 +280,12 @@ func (s *Stream) replay(ctx context.Context, ticker *time.Ticker, tx *stagedTx, 
 	begin = binary.BigEndian.AppendUint64(begin, commitLSN)
 	begin = binary.BigEndian.AppendUint64(begin, at)
 	begin = binary.BigEndian.AppendUint32(begin, tx.xid)
-	if err := s.replayOne(ctx, ticker, begin); err != nil {
+	ev, _, err := s.decode(begin)
+	if err != nil {
+		return err
+	}
+	ev.Streamed = true
+	if err := s.emit(ctx, ticker, ev); err != nil {
 		return err
 	}
 	n := 0

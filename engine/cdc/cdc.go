@@ -748,6 +748,14 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 		if r.cfg.StopAt != 0 && ev.LSN >= r.cfg.StopAt {
 			return errStopReached
 		}
+		if ev.Streamed && r.applier.InBatch() {
+			// A streamed transaction is large: the transactions gathered
+			// before it are committed now, so that they do not wait for
+			// its apply.
+			if err := r.commit(ctx); err != nil {
+				return err
+			}
+		}
 		if err := r.maybeHold(ctx, ev.LSN); err != nil {
 			return err
 		}

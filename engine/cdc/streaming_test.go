@@ -326,3 +326,40 @@ func TestStreamingVersions(t *testing.T) {
 		})
 	}
 }
+
+// Small transactions that commit while a large one streams are committed on
+// the destination before the large one is applied, not in its batch: they
+// do not wait for its apply. The run starts on a backlog in which 50 small
+// transactions commit right before the large one, so that they arrive
+// together and the small ones would otherwise still be gathering when the
+// large one's replay begins.
+func TestStreamedNotHoldingBackSmall(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text); CREATE TABLE public.small (id int PRIMARY KEY, v text)`
+	b := setup(t, ddl, ddl, same("public", "big"), same("public", "small"))
+	streamSmall(t, b)
+	ctx := context.Background()
+	large, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer large.Close(ctx)
+	_, err = large.Exec(ctx, `BEGIN; INSERT INTO public.big SELECT g, 'big ' || g FROM generate_series(1, 50000) g`)
+	require.NoError(t, err)
+	for i := range 50 {
+		pgtest.Exec(t, b.src, fmt.Sprintf(`INSERT INTO public.small VALUES (%d, 'small')`, i))
+	}
+	_, err = large.Exec(ctx, `COMMIT`)
+	require.NoError(t, err)
+
+	r := b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+	b.waitEqual(t, r, `SELECT * FROM small`, `SELECT * FROM small`)
+	require.Positive(t, readSlotStats(t, b.src, b.cfg.SlotName).streamTxns, "the source streamed")
+	b.rep.mu.Lock()
+	defer b.rep.mu.Unlock()
+	bigT, smallT := change.TableName{Schema: "public", Name: "big"}, change.TableName{Schema: "public", Name: "small"}
+	for _, batch := range b.rep.batches {
+		_, hasBig := batch.Tables[bigT]
+		_, hasSmall := batch.Tables[smallT]
+		require.False(t, hasBig && hasSmall, "batch %d holds the small transactions and the large one: %+v", batch.ID, batch.Tables)
+	}
+}
