@@ -39,11 +39,17 @@ const defaultStageMemory = 16 << 20
 
 // stagedTx is the staged part of one streamed transaction. Records are a
 // 4-byte subtransaction id, a 4-byte length and a pgoutput message without
-// its transaction id; the oldest are in the file, the newest in mem.
+// its transaction id; they are in mem until the transaction is spilled,
+// then all in its file.
 type stagedTx struct {
-	xid       uint32
-	mem       []byte
+	xid uint32
+	// mem holds the records in chunks of stageChunk bytes (a record larger
+	// than that has a chunk of its own; none spans two), so that growing
+	// it never copies what it holds; memBytes counts the bytes in use.
+	mem       [][]byte
+	memBytes  int64
 	file      *os.File
+	fileW     *bufio.Writer // writes to file: once a transaction has a file, its records go there
 	fileBytes int64
 	aborted   map[uint32]bool // subtransactions rolled back
 	records   int64
@@ -196,10 +202,12 @@ func (s *Stream) streamMessage(ctx context.Context, ticker *time.Ticker, data []
 // files while the staged bytes in memory exceed StageMemory.
 func (s *Stream) stage(tx *stagedTx, sub uint32, typ byte, body []byte) error {
 	n := 9 + len(body)
-	tx.mem = binary.BigEndian.AppendUint32(tx.mem, sub)
-	tx.mem = binary.BigEndian.AppendUint32(tx.mem, uint32(1+len(body)))
-	tx.mem = append(tx.mem, typ)
-	tx.mem = append(tx.mem, body...)
+	if tx.fileW != nil {
+		// Spilled before: the rest goes to its file too, through a small
+		// buffer, instead of growing a slice in memory to spill again.
+		return s.stageToFile(tx, sub, typ, body)
+	}
+	tx.appendRecord(sub, typ, body)
 	tx.records++
 	s.stagedMem += int64(n)
 	s.countStats(func(st *StreamStats) {
@@ -209,11 +217,11 @@ func (s *Stream) stage(tx *stagedTx, sub uint32, typ byte, body []byte) error {
 	for s.stagedMem > int64(s.cfg.StageMemory) {
 		var big *stagedTx
 		for _, t := range s.streamed {
-			if big == nil || len(t.mem) > len(big.mem) {
+			if big == nil || t.memBytes > big.memBytes {
 				big = t
 			}
 		}
-		if big == nil || len(big.mem) == 0 {
+		if big == nil || big.memBytes == 0 {
 			break
 		}
 		if err := s.spill(big); err != nil {
@@ -223,7 +231,53 @@ func (s *Stream) stage(tx *stagedTx, sub uint32, typ byte, body []byte) error {
 	return nil
 }
 
-// spill writes tx's records in memory to its file.
+// stageChunk is the size of the chunks a staged transaction's records are
+// kept in while in memory.
+const stageChunk = 1 << 20
+
+// appendRecord adds a record to tx's chunks in memory.
+func (tx *stagedTx) appendRecord(sub uint32, typ byte, body []byte) {
+	need := 9 + len(body)
+	last := len(tx.mem) - 1
+	if last < 0 || cap(tx.mem[last])-len(tx.mem[last]) < need {
+		tx.mem = append(tx.mem, make([]byte, 0, max(stageChunk, need)))
+		last++
+	}
+	c := tx.mem[last]
+	c = binary.BigEndian.AppendUint32(c, sub)
+	c = binary.BigEndian.AppendUint32(c, uint32(1+len(body)))
+	c = append(c, typ)
+	tx.mem[last] = append(c, body...)
+	tx.memBytes += int64(need)
+}
+
+// stageFileBuffer is the write buffer of a spilled transaction's file.
+const stageFileBuffer = 256 << 10
+
+// stageToFile appends one record to the file of tx, which was spilled.
+func (s *Stream) stageToFile(tx *stagedTx, sub uint32, typ byte, body []byte) error {
+	var head [9]byte
+	binary.BigEndian.PutUint32(head[:4], sub)
+	binary.BigEndian.PutUint32(head[4:8], uint32(1+len(body)))
+	head[8] = typ
+	if _, err := tx.fileW.Write(head[:]); err != nil {
+		return fmt.Errorf("stage streamed transaction %d: write temporary file: %w", tx.xid, err)
+	}
+	if _, err := tx.fileW.Write(body); err != nil {
+		return fmt.Errorf("stage streamed transaction %d: write temporary file: %w", tx.xid, err)
+	}
+	n := int64(len(head) + len(body))
+	tx.records++
+	tx.fileBytes += n
+	s.countStats(func(st *StreamStats) {
+		st.StagedBytes += n
+		st.SpilledBytes += n
+	})
+	return nil
+}
+
+// spill writes tx's records in memory to its file; its later records go
+// to the file directly (stageToFile).
 func (s *Stream) spill(tx *stagedTx) error {
 	if tx.file == nil {
 		f, err := os.CreateTemp(s.cfg.SpillDir, "pgmirror-streamed-*")
@@ -234,14 +288,17 @@ func (s *Stream) spill(tx *stagedTx) error {
 		// also by a crash.
 		_ = os.Remove(f.Name())
 		tx.file = f
+		tx.fileW = bufio.NewWriterSize(f, stageFileBuffer)
 	}
-	if _, err := tx.file.Write(tx.mem); err != nil {
-		return fmt.Errorf("stage streamed transaction %d: write temporary file: %w", tx.xid, err)
+	for _, chunk := range tx.mem {
+		if _, err := tx.fileW.Write(chunk); err != nil {
+			return fmt.Errorf("stage streamed transaction %d: write temporary file: %w", tx.xid, err)
+		}
 	}
-	n := int64(len(tx.mem))
+	n := tx.memBytes
 	tx.fileBytes += n
 	s.stagedMem -= n
-	tx.mem = nil
+	tx.mem, tx.memBytes = nil, 0
 	s.countStats(func(st *StreamStats) { st.SpilledBytes += n })
 	return nil
 }
@@ -251,11 +308,12 @@ func (s *Stream) dropStaged(tx *stagedTx) {
 	if s.streamed[tx.xid] == tx {
 		delete(s.streamed, tx.xid)
 	}
-	s.stagedMem -= int64(len(tx.mem))
-	tx.mem = nil
+	s.stagedMem -= tx.memBytes
+	tx.mem, tx.memBytes = nil, 0
 	if tx.file != nil {
 		_ = tx.file.Close()
 		tx.file = nil
+		tx.fileW = nil
 	}
 }
 
@@ -308,6 +366,9 @@ func (s *Stream) replay(ctx context.Context, ticker *time.Ticker, tx *stagedTx, 
 		return s.replayOne(ctx, ticker, msg)
 	}
 	if tx.file != nil {
+		if err := tx.fileW.Flush(); err != nil {
+			return fmt.Errorf("stage streamed transaction %d: write temporary file: %w", tx.xid, err)
+		}
 		if _, err := tx.file.Seek(0, io.SeekStart); err != nil {
 			return fmt.Errorf("read staged changes: %w", err)
 		}
@@ -332,13 +393,15 @@ func (s *Stream) replay(ctx context.Context, ticker *time.Ticker, tx *stagedTx, 
 			}
 		}
 	}
-	for off := 0; off < len(tx.mem); {
-		sub := binary.BigEndian.Uint32(tx.mem[off:])
-		size := int(binary.BigEndian.Uint32(tx.mem[off+4:]))
-		msg := tx.mem[off+8 : off+8+size]
-		off += 8 + size
-		if err := record(sub, msg); err != nil {
-			return err
+	for _, chunk := range tx.mem {
+		for off := 0; off < len(chunk); {
+			sub := binary.BigEndian.Uint32(chunk[off:])
+			size := int(binary.BigEndian.Uint32(chunk[off+4:]))
+			msg := chunk[off+8 : off+8+size]
+			off += 8 + size
+			if err := record(sub, msg); err != nil {
+				return err
+			}
 		}
 	}
 	commit := make([]byte, 0, 26)
