@@ -87,7 +87,7 @@ func (r *mirrorRun) copyStartsOver(ctx context.Context, err error) bool {
 func sourceNames(tables []db.MirrorTable) []change.TableName {
 	out := make([]change.TableName, len(tables))
 	for i, t := range tables {
-		out[i] = change.TableName{Schema: t.SourceSchema, Name: t.SourceTable}
+		out[i] = t.Source()
 	}
 	return out
 }
@@ -436,7 +436,8 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 	// The copy compares these with the tables in its snapshot: a column
 	// change committed in between would be in neither the destination nor
 	// the stream.
-	if in.prepared, err = tablesync.ReadShapes(ctx, in.src, sourceNames(m.TablesToCopy(tables))); err != nil {
+	copying := sourceNames(m.TablesToCopy(tables))
+	if in.prepared, err = tablesync.ReadShapes(ctx, in.src, copying); err != nil {
 		return in, err
 	}
 	if schemaPreparation(m) == schemaFollow {
@@ -450,7 +451,7 @@ func (r *mirrorRun) prepare(ctx context.Context) (*phaseInputs, error) {
 		return in, err
 	}
 	if hook := r.cfg.hooks.afterDestinationPrepared; hook != nil {
-		hook(ctx, sourceNames(m.TablesToCopy(tables)))
+		hook(ctx, copying)
 	}
 	r.steps.done("destination tables")
 	if err := positions.Ensure(ctx, in.dst); err != nil {

@@ -114,12 +114,7 @@ func clusterCPU(stats map[int]procStat, c *localpg.Cluster) time.Duration {
 	if c == nil {
 		return 0
 	}
-	raw, err := os.ReadFile(filepath.Join(c.DataDir(), "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	pm, err := strconv.Atoi(strings.TrimSpace(line))
+	pm, err := postmasterPID(c)
 	if err != nil {
 		return 0
 	}

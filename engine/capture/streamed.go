@@ -243,12 +243,19 @@ func (tx *stagedTx) appendRecord(sub uint32, typ byte, body []byte) {
 		tx.mem = append(tx.mem, make([]byte, 0, max(stageChunk, need)))
 		last++
 	}
-	c := tx.mem[last]
-	c = binary.BigEndian.AppendUint32(c, sub)
-	c = binary.BigEndian.AppendUint32(c, uint32(1+len(body)))
-	c = append(c, typ)
-	tx.mem[last] = append(c, body...)
+	head := recordHead(sub, typ, body)
+	tx.mem[last] = append(append(tx.mem[last], head[:]...), body...)
 	tx.memBytes += int64(need)
+}
+
+// recordHead is the head of a staged record: the subtransaction id, the
+// length of the message (its type and body) and its type.
+func recordHead(sub uint32, typ byte, body []byte) [9]byte {
+	var head [9]byte
+	binary.BigEndian.PutUint32(head[:4], sub)
+	binary.BigEndian.PutUint32(head[4:8], uint32(1+len(body)))
+	head[8] = typ
+	return head
 }
 
 // stageFileBuffer is the write buffer of a spilled transaction's file.
@@ -256,10 +263,7 @@ const stageFileBuffer = 256 << 10
 
 // stageToFile appends one record to the file of tx, which was spilled.
 func (s *Stream) stageToFile(tx *stagedTx, sub uint32, typ byte, body []byte) error {
-	var head [9]byte
-	binary.BigEndian.PutUint32(head[:4], sub)
-	binary.BigEndian.PutUint32(head[4:8], uint32(1+len(body)))
-	head[8] = typ
+	head := recordHead(sub, typ, body)
 	if _, err := tx.fileW.Write(head[:]); err != nil {
 		return fmt.Errorf("stage streamed transaction %d: write temporary file: %w", tx.xid, err)
 	}
