@@ -106,7 +106,21 @@ type Config struct {
 	// SchemaHooks hear of schema changes applied, warned about or needing a
 	// table resync.
 	SchemaHooks SchemaHooks
+	// Early says that the applier writes a source transaction that is
+	// still open on the source (a streamed one, applied while it streams)
+	// beside another applier's batches on the same destination. Its
+	// transaction may take row locks only: whatever would change the
+	// destination's schema, record columns, truncate or take a table lock
+	// fails with an error matching ErrNotEarly instead, and the caller
+	// applies the transaction the ordinary way at its commit.
+	Early bool
 }
+
+// ErrNotEarly matches (errors.Is) a change that an applier in Early mode
+// does not write: a truncate, or a table whose columns or key differ from
+// what the destination and the recorded columns say (a schema change to
+// apply first).
+var ErrNotEarly = errors.New("the change needs more than row writes: apply the transaction at its commit")
 
 // Applier writes batches of source changes to the destination. It owns its
 // connection for its life (temporary staging tables live in the session)
@@ -214,6 +228,9 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 	return a, nil
 }
 
+// Config returns the applier's configuration, with its defaults filled in.
+func (a *Applier) Config() Config { return a.cfg }
+
 // InBatch reports whether a batch transaction is open.
 func (a *Applier) InBatch() bool { return a.inBatch }
 
@@ -250,6 +267,9 @@ func (a *Applier) Apply(ctx context.Context, c *change.Change) error {
 		return errors.New("apply change: no batch open")
 	}
 	if c.Op == change.OpTruncate {
+		if a.cfg.Early {
+			return fmt.Errorf("truncate: %w", ErrNotEarly)
+		}
 		return a.truncate(ctx, c)
 	}
 	p, err := a.planFor(ctx, c.Relation)

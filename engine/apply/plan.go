@@ -183,6 +183,9 @@ func (a *Applier) planFor(ctx context.Context, rel *change.Relation) (*plan, err
 		a.plans[rel] = old
 		return old, nil
 	}
+	if old != nil && a.cfg.Early {
+		return nil, fmt.Errorf("table %s described again with other columns: %w", rel.Table, ErrNotEarly)
+	}
 	// Tracked columns: reconcile reports the changes (SchemaHooks).
 	tracked := a.cfg.SchemaChanges != ""
 	reported := map[string]bool{}
@@ -323,6 +326,9 @@ func (a *Applier) relaxUnsent(ctx context.Context, m *change.Mapping, rel *chang
 		// Excluded columns are the user's choice: leave their definition.
 		if sent[col] || m.Excluded(col) {
 			continue
+		}
+		if a.cfg.Early {
+			return fmt.Errorf("destination column %s of %s is required and not sent: %w", col, dest.name, ErrNotEarly)
 		}
 		stmt := dropNotNullSQL(dest.name, col)
 		if err := a.begin(ctx); err != nil {

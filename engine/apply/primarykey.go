@@ -70,6 +70,9 @@ func (a *Applier) followKey(ctx context.Context, m *change.Mapping, rel *change.
 	if len(key) == 0 || (same && len(key) == len(dest.pk)) {
 		return dest, nil
 	}
+	if a.cfg.Early {
+		return nil, fmt.Errorf("primary key of %s differs from the source's: %w", rel.Table, ErrNotEarly)
+	}
 	var comment string
 	var constraint *string
 	err := a.conn.QueryRow(ctx, `SELECT coalesce(obj_description(c.oid, 'pg_class'), ''),

@@ -312,6 +312,9 @@ func (a *Applier) reconcile(ctx context.Context, m *change.Mapping, rel *change.
 	if known != nil && sameKnown(known, rel) {
 		return nil
 	}
+	if a.cfg.Early {
+		return fmt.Errorf("columns of %s differ from those recorded: %w", rel.Table, ErrNotEarly)
+	}
 	cat, err := a.sourceCatalog(ctx, rel.Table)
 	if err != nil {
 		return err

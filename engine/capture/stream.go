@@ -34,7 +34,45 @@ const (
 	// EventCommit ends the open transaction. LSN is its end LSN (the
 	// position to confirm once the transaction is on the destination).
 	EventCommit
+	// EventStreamChange is a change of streamed transaction Xid while it
+	// is still open on the source (StreamConfig.EarlyChanges), made by its
+	// subtransaction Sub (Xid itself for the top level). It arrives between
+	// whole transactions, never inside one.
+	EventStreamChange
+	// EventStreamUnfit says that streamed transaction Xid holds something
+	// that is not a row change (a truncate, a schema change message, an
+	// origin; Note.Reason says which): no more EventStreamChange come for
+	// it, and its changes come again, whole, at its commit.
+	EventStreamUnfit
+	// EventStreamAbort: streamed transaction Xid (Sub == Xid) or its
+	// subtransaction Sub rolled back on the source. After a subtransaction's
+	// rollback no more EventStreamChange come for Xid, and its changes
+	// come again, whole, at its commit.
+	EventStreamAbort
+	// EventStreamCommit: streamed transaction Xid committed at LSN (its
+	// commit LSN; Note.End is its end LSN). The consumer must call
+	// Note.Answer: true when it applied the transaction from its
+	// EventStreamChange events, false to have it handed over whole, as
+	// EventBegin (Streamed), its changes and EventCommit, right after.
+	// The stream waits for the answer.
+	EventStreamCommit
 )
+
+// StreamNote carries what a stream event of a streamed transaction says
+// beyond the Event's own fields.
+type StreamNote struct {
+	// End is the transaction's end LSN (EventStreamCommit).
+	End change.LSN
+	// Reason says why the transaction is unfit (EventStreamUnfit).
+	Reason string
+	answer chan bool
+}
+
+// Answer tells the stream whether the consumer applied the committed
+// transaction already (EventStreamCommit). Call it once.
+func (n *StreamNote) Answer(applied bool) {
+	n.answer <- applied
+}
 
 // Event is one item of the decoded stream.
 type Event struct {
@@ -49,6 +87,10 @@ type Event struct {
 	// Streamed (EventBegin) says that the source streamed the transaction
 	// while it ran: it outgrew logical_decoding_work_mem, so it is large.
 	Streamed bool
+	// Sub is the subtransaction of EventStreamChange and EventStreamAbort.
+	Sub uint32
+	// Note is set for EventStreamUnfit and EventStreamCommit.
+	Note *StreamNote
 	// Change is set for EventChange.
 	Change *change.Change
 	// Size is the memory the event holds; pass the event to Stream.Release
@@ -122,6 +164,12 @@ type StreamConfig struct {
 	// SpillDir is where those temporary files go. Default os.TempDir()
 	// ($TMPDIR).
 	SpillDir string
+	// EarlyChanges also hands over the row changes of one streamed
+	// transaction at a time while it streams (EventStreamChange, with
+	// EventStreamUnfit, EventStreamAbort and EventStreamCommit), so that
+	// the consumer may apply it before its commit. It is staged all the
+	// same: the consumer may still have it whole at its commit.
+	EarlyChanges bool
 	// Logger receives debug messages. Default: discard.
 	Logger *slog.Logger
 }
@@ -162,6 +210,7 @@ type Stream struct {
 	inStream       bool            // between Stream Start and Stream Stop
 	streamTx       *stagedTx       // the transaction of the open stream block
 	streamed       map[uint32]*stagedTx
+	earlyTx        *stagedTx  // the streamed transaction handed over early (EarlyChanges)
 	stagedMem      int64      // bytes of streamed transactions staged in memory
 	received       change.LSN // highest position received
 	lastStatus     time.Time

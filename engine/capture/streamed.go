@@ -53,6 +53,7 @@ type stagedTx struct {
 	fileBytes int64
 	aborted   map[uint32]bool // subtransactions rolled back
 	records   int64
+	early     earlyState // its changes handed over while it streams (early.go)
 }
 
 // StreamStats counts what the stream did with streamed transactions.
@@ -67,6 +68,10 @@ type StreamStats struct {
 	StagedBytes, SpilledBytes int64
 	// PeakMemory is the most staged bytes held in memory at once.
 	PeakMemory int64
+	// Early counts the committed streamed transactions that the consumer
+	// applied from their changes handed over while they streamed
+	// (StreamConfig.EarlyChanges); the others were handed over whole.
+	Early int64
 }
 
 // StreamedStats returns the counts of streamed transactions so far.
@@ -108,6 +113,7 @@ func (s *Stream) streamMessage(ctx context.Context, ticker *time.Ticker, data []
 				s.streamed = map[uint32]*stagedTx{}
 			}
 			s.streamed[xid] = tx
+			s.startEarly(tx)
 		case tx == nil:
 			return true, fmt.Errorf("stream block of transaction %d whose first block was not received", xid)
 		}
@@ -141,6 +147,9 @@ func (s *Stream) streamMessage(ctx context.Context, ticker *time.Ticker, data []
 		if tx == nil {
 			return true, nil // nothing of it was staged
 		}
+		if err := s.earlyAbort(ctx, ticker, tx, sub); err != nil {
+			return true, err
+		}
 		if sub == xid {
 			s.dropStaged(tx)
 			s.countStats(func(st *StreamStats) { st.Aborted++ })
@@ -173,6 +182,14 @@ func (s *Stream) streamMessage(ctx context.Context, ticker *time.Ticker, data []
 			tx = &stagedTx{xid: xid} // nothing staged: an empty transaction
 		}
 		defer s.dropStaged(tx)
+		applied, err := s.earlyCommit(ctx, ticker, tx, commitLSN, end, at)
+		if err != nil {
+			return true, fmt.Errorf("streamed transaction %d: %w", xid, err)
+		}
+		if applied {
+			s.countStats(func(st *StreamStats) { st.Committed++; st.Early++ })
+			return true, nil
+		}
 		if err := s.replay(ctx, ticker, tx, commitLSN, end, at); err != nil {
 			return true, fmt.Errorf("streamed transaction %d: %w", xid, err)
 		}
@@ -189,9 +206,15 @@ func (s *Stream) streamMessage(ctx context.Context, ticker *time.Ticker, data []
 			return true, fmt.Errorf("decode streamed message %q: %w", data[0], errTruncated)
 		}
 		sub := binary.BigEndian.Uint32(data[1:5])
-		return true, s.stage(tx, sub, data[0], data[5:])
+		if err := s.stage(tx, sub, data[0], data[5:]); err != nil {
+			return true, err
+		}
+		return true, s.earlyMessage(ctx, ticker, tx, sub, data[0], data[5:])
 	case msgOrigin:
-		return true, s.stage(tx, tx.xid, data[0], data[1:])
+		if err := s.stage(tx, tx.xid, data[0], data[1:]); err != nil {
+			return true, err
+		}
+		return true, s.earlyMessage(ctx, ticker, tx, tx.xid, data[0], data[1:])
 	default:
 		s.log.Debug("ignoring pgoutput message in a stream block", "type", string(rune(data[0])))
 		return true, nil
@@ -311,6 +334,9 @@ func (s *Stream) spill(tx *stagedTx) error {
 func (s *Stream) dropStaged(tx *stagedTx) {
 	if s.streamed[tx.xid] == tx {
 		delete(s.streamed, tx.xid)
+	}
+	if s.earlyTx == tx {
+		s.earlyTx = nil
 	}
 	s.stagedMem -= tx.memBytes
 	tx.mem, tx.memBytes = nil, 0

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -230,4 +231,88 @@ func TestStreamedErrors(t *testing.T) {
 	s := streamingTestStream(t, 1<<20)
 	_, err := s.streamMessage(context.Background(), ticker, streamAbort(5, 5))
 	require.NoError(t, err)
+}
+
+// TestEarlyChanges: with EarlyChanges, the changes of one streamed
+// transaction at a time are handed over while it streams; a truncate makes
+// it unfit; rollbacks are told; at its commit the consumer's answer decides
+// whether it is handed over whole again (false) or not (true, and its
+// relations are known after it all the same).
+func TestEarlyChanges(t *testing.T) {
+	t.Parallel()
+	s := streamingTestStream(t, 1<<20)
+	s.cfg.EarlyChanges = true
+	answers := map[uint32]bool{100: false, 400: true}
+	var got []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for evs := range s.events {
+			for _, ev := range evs {
+				switch ev.Kind {
+				case EventStreamChange:
+					got = append(got, fmt.Sprintf("early %d/%d %s", ev.Xid, ev.Sub, ev.Change.New[0].Text))
+				case EventStreamUnfit:
+					got = append(got, fmt.Sprintf("unfit %d: %s", ev.Xid, ev.Note.Reason))
+				case EventStreamAbort:
+					got = append(got, fmt.Sprintf("abort %d/%d", ev.Xid, ev.Sub))
+				case EventStreamCommit:
+					got = append(got, fmt.Sprintf("commit %d at %s end %s", ev.Xid, ev.LSN, ev.Note.End))
+					ev.Note.Answer(answers[ev.Xid])
+				case EventBegin:
+					got = append(got, fmt.Sprintf("begin %d", ev.Xid))
+				case EventChange:
+					if ev.Change.Op == change.OpTruncate {
+						got = append(got, "change truncate")
+						continue
+					}
+					got = append(got, "change "+string(ev.Change.New[0].Text))
+				case EventCommit:
+					got = append(got, "commit")
+				}
+			}
+		}
+	}()
+	ticker := time.NewTicker(time.Hour)
+	defer ticker.Stop()
+	for _, m := range [][]byte{
+		streamStart(100, true), inStream(100, relationOrders()), inStream(100, insertID("a1")), inStream(101, insertID("a-sub")), streamStop(),
+		// A second streamed transaction while the first one is early: staged only.
+		streamStart(200, true), inStream(200, relationOrders()), inStream(200, insertID("b1")), streamStop(),
+		streamStart(100, false), inStream(100, msg{'T'}.u32(1).u8(0).u32(relOrders)), inStream(100, insertID("a2")), streamStop(),
+		streamCommit(200, 0x2_0000_0000, 0x2_0000_0010),
+		streamCommit(100, 0x2_0000_0100, 0x2_0000_0110),
+		// Early again, and applied by the consumer: not handed over again.
+		streamStart(400, true), inStream(400, relationPair()), inStream(400, relationOrders()), inStream(400, insertID("d1")), streamStop(),
+		streamCommit(400, 0x3_0000_0000, 0x3_0000_0010),
+		// A subtransaction rolled back, then a whole transaction.
+		streamStart(500, true), inStream(500, relationOrders()), inStream(501, insertID("e1")), streamStop(),
+		streamAbort(500, 501), streamAbort(500, 500),
+		streamStart(600, true), inStream(600, relationOrders()), inStream(600, insertID("f1")), streamStop(),
+		streamAbort(600, 600),
+	} {
+		_, err := s.streamMessage(context.Background(), ticker, m)
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.handOver(context.Background(), ticker))
+	close(s.events)
+	<-done
+	require.Equal(t, []string{
+		"early 100/100 a1", "early 100/101 a-sub",
+		"unfit 100: a truncate",
+		"begin 200", "change b1", "commit",
+		"commit 100 at 2/100 end 2/110",
+		"begin 100", "change a1", "change a-sub", "change truncate", "change a2", "commit",
+		"early 400/400 d1",
+		"commit 400 at 3/0 end 3/10",
+		"early 500/501 e1", "abort 500/501", "abort 500/500",
+		"early 600/600 f1", "abort 600/600",
+	}, got)
+	require.Equal(t, "T x", s.relations[relPair].Table.Name, "relations of a transaction applied early are known after it")
+	require.Equal(t, change.LSN(0x3_0000_0010), s.lastCommitEnd)
+	st := s.StreamedStats()
+	require.EqualValues(t, 3, st.Committed)
+	require.EqualValues(t, 1, st.Early)
+	require.Nil(t, s.earlyTx)
+	require.Empty(t, s.streamed)
 }

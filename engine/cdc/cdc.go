@@ -170,14 +170,19 @@ type Config struct {
 	// StageMemory bounds the memory that staged streamed transactions hold
 	// (capture.StreamConfig.StageMemory; default 16 MiB). A source of
 	// PostgreSQL 14 or later streams a transaction that outgrows its
-	// logical_decoding_work_mem while it runs; the run stages it and
-	// applies it at its commit, as one transaction like any other.
+	// logical_decoding_work_mem while it runs; the run applies it while it
+	// streams, on a second destination session, and commits it at the
+	// source's commit (early.go). It is staged all the same, and applied
+	// from there at its commit when it cannot be applied early.
 	StageMemory int
 	// SpillDir is where staged streamed transactions beyond StageMemory
 	// go, in temporary files (default $TMPDIR).
 	SpillDir string
 	// Logger receives the run's log. Default: discard.
 	Logger *slog.Logger
+
+	// noEarly turns early apply off (set by Run after errEarlyLocked).
+	noEarly bool
 }
 
 // ErrStopAtUnsupported: Config.StopAt was set but the source's pgoutput
@@ -287,6 +292,10 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 			inOrder[conflict.Table] = true
 			cfg.Logger.Info("rows of a destination table met a constraint in the order folding by key gives them (a unique value traded within a batch, a self-referencing foreign key); restarting the stream with the table applied in the source's order",
 				"table", conflict.Table.String(), "error", conflict.Err.Error())
+		case errors.Is(err, errEarlyLocked) && !cfg.noEarly:
+			cfg.noEarly = true
+			cfg.Logger.Info("a batch waited for a lock held by a large transaction applied while it streamed; restarting the stream with large transactions applied at their commit",
+				"error", err.Error())
 		case errors.Is(err, apply.ErrBinaryMismatch):
 			binaryRestarts++
 			cfg.Logger.Info("a source column type changed; restarting the stream with its format decided again", "error", err.Error())
@@ -320,9 +329,9 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		return err
 	}
 	defer srcCatalog.close()
+	marked := false
 	if cfg.Origin != "" {
-		marked, err := setupOrigin(ctx, dest, cfg.Origin, logger)
-		if err != nil {
+		if marked, err = setupOrigin(ctx, dest, cfg.Origin, logger); err != nil {
 			return netError(err)
 		}
 		if marked {
@@ -346,6 +355,11 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	source := followSource(ctx, cfg, src, heartbeatEvery)
 	defer source.stop()
 	r := newRunner(cfg, rep, applier, start, source, srcCatalog)
+	r.dest = dest
+	earlyCfg := applier.Config()
+	earlyCfg.Early = true
+	r.early = &earlyApply{cfg: earlyCfg, marked: marked}
+	defer r.earlyClose()
 	var confirmLimit func(change.LSN) change.LSN
 	if cfg.ConfirmCeiling != nil {
 		confirmLimit = r.confirmLimit
@@ -355,6 +369,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
 		Binary: binary, Messages: heartbeatEvery > 0 && srv.Messages(), SchemaMessages: cfg.CaptureDDL && srv.SchemaMessages(), Origins: cfg.Origins,
 		ConfirmLimit: confirmLimit, Streaming: srv.Streaming(), StageMemory: cfg.StageMemory, SpillDir: cfg.SpillDir,
+		EarlyChanges: srv.Streaming() && !cfg.noEarly,
 	})
 	if err != nil {
 		return netError(err)
@@ -593,6 +608,10 @@ type runner struct {
 	log     *slog.Logger
 	rep     Reporter
 	applier *apply.Applier
+	// dest is the applier's session; early applies streamed transactions
+	// while they stream, on a session of its own (early.go).
+	dest  *pgx.Conn
+	early *earlyApply
 	// srcCatalog reads the source catalog when a table changes shape (nil
 	// when the run does not follow source column changes).
 	srcCatalog *sourceCatalog
@@ -695,6 +714,7 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 			r.gathering = false
 			if r.applier.InBatch() && !r.inTx && !r.skipping {
 				if err := r.commit(ctx); err != nil {
+					err = r.earlyLocked(err)
 					r.abandon()
 					if ctx.Err() != nil {
 						return ctx.Err()
@@ -731,6 +751,7 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 					return r.finish(ctx)
 				}
 				if err != nil {
+					err = r.earlyLocked(err)
 					r.abandon()
 					if ctx.Err() != nil {
 						return ctx.Err()
@@ -796,6 +817,16 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 			}
 			return err
 		}
+	case capture.EventStreamChange:
+		return r.earlyChange(ctx, ev)
+	case capture.EventStreamUnfit:
+		if r.early.xid == ev.Xid && !r.early.failed {
+			r.earlyGiveUp(ctx, ev.Note.Reason)
+		}
+	case capture.EventStreamAbort:
+		return r.earlyAbort(ctx, ev)
+	case capture.EventStreamCommit:
+		return r.earlyCommit(ctx, ev)
 	case capture.EventCommit:
 		r.inTx = false
 		r.source.received(ev.LSN)
@@ -926,6 +957,13 @@ func (r *runner) lowest() change.LSN {
 
 // commit commits the open batch, confirms its LSN and reports it.
 func (r *runner) commit(ctx context.Context) error {
+	return r.commitOn(ctx, r.applier)
+}
+
+// commitOn commits the batch open on a (the run's applier, or the early
+// one with a streamed transaction), as the mirror's next batch up to
+// r.batchEnd: confirms its LSN and reports it.
+func (r *runner) commitOn(ctx context.Context, a *apply.Applier) error {
 	if r.gathering {
 		r.gather.Stop()
 		r.gathering = false
@@ -946,12 +984,12 @@ func (r *runner) commit(ctx context.Context) error {
 		}
 	}
 	if len(set) > 0 || len(forget) > 0 {
-		if err := r.applier.SetTablePositions(ctx, set, forget); err != nil {
+		if err := a.SetTablePositions(ctx, set, forget); err != nil {
 			return fmt.Errorf("apply batch %d: %w", id, err)
 		}
 	}
 	applied := max(r.applied, end)
-	counts, err := r.applier.Commit(ctx, applied, id)
+	counts, err := a.Commit(ctx, applied, id)
 	if err != nil {
 		return fmt.Errorf("apply batch %d: %w", id, err)
 	}
@@ -970,7 +1008,7 @@ func (r *runner) commit(ctx context.Context) error {
 	r.appliedPos.Store(uint64(applied))
 	r.appliedCommit = r.batchEndCommit
 	r.floor = r.lowest()
-	commitWAL, flushedWAL := r.applier.LastCommitWAL()
+	commitWAL, flushedWAL := a.LastCommitWAL()
 	r.unflushed = append(r.unflushed, pendingConfirm{dest: commitWAL, src: end})
 	r.confirmFlushed(flushedWAL)
 	if len(r.unflushed) > 0 {

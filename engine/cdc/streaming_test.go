@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/cdc"
 	"github.com/pgmirror/pgmirror/engine/change"
 )
 
@@ -362,4 +363,90 @@ func TestStreamedNotHoldingBackSmall(t *testing.T) {
 		_, hasSmall := batch.Tables[smallT]
 		require.False(t, hasBig && hasSmall, "batch %d holds the small transactions and the large one: %+v", batch.ID, batch.Tables)
 	}
+}
+
+// earlyWriting reports whether a pgmirror session on the destination holds
+// a write lock on table while its transaction is open: a streamed
+// transaction being applied while the source still runs it.
+func earlyWriting(t *testing.T, dc *pgx.Conn, table string) bool {
+	t.Helper()
+	var busy bool
+	err := dc.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE a.datname = current_database() AND a.application_name = 'pgmirror' AND a.state = 'idle in transaction'
+		AND l.locktype = 'relation' AND l.relation = $1::regclass AND l.mode = 'RowExclusiveLock')`, table).Scan(&busy)
+	return err == nil && busy
+}
+
+// TestStreamedAppliedWhileStreaming: a streamed transaction's rows are
+// written on the destination while the source still runs it, invisible
+// there until the source commits; small transactions on the same table
+// committed meanwhile arrive without waiting for it; at the commit its
+// batch is reported with the time its first change was written; a streamed
+// transaction rolled back on the source leaves nothing; one with a
+// truncate is applied whole at its commit.
+func TestStreamedAppliedWhileStreaming(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text)`
+	b := setup(t, ddl, ddl, same("public", "big"))
+	streamSmall(t, b)
+	ctx := context.Background()
+	dc, err := pgx.Connect(ctx, b.dst)
+	require.NoError(t, err)
+	defer dc.Close(ctx)
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO big VALUES (0, 'first')`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+
+	// Applied while it streams.
+	tx := openTx(t, b.src)
+	execOn(t, tx, `INSERT INTO big SELECT g, 'big' FROM generate_series(1, 30000) g`)
+	require.Eventually(t, func() bool { return earlyWriting(t, dc, "public.big") }, 60*time.Second, 5*time.Millisecond,
+		"the streamed transaction is not being applied while the source runs it")
+	var n int
+	require.NoError(t, dc.QueryRow(ctx, `SELECT count(*) FROM big`).Scan(&n))
+	require.Equal(t, 1, n, "rows of an open source transaction are visible on the destination")
+	// A small transaction on the same table meanwhile.
+	pgtest.Exec(t, b.src, `INSERT INTO big VALUES (-1, 'small')`)
+	b.waitEqual(t, r, `SELECT * FROM big WHERE id < 1`, `SELECT * FROM big WHERE id < 1`)
+	require.True(t, earlyWriting(t, dc, "public.big"), "the early transaction ended before the source's commit")
+	execOn(t, tx, `UPDATE big SET v = 'updated' WHERE id % 3 = 0`)
+	time.Sleep(200 * time.Millisecond)
+	committedAt := time.Now()
+	execOn(t, tx, `COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+	bigT := change.TableName{Schema: "public", Name: "big"}
+	b.rep.mu.Lock()
+	var early *cdc.Batch
+	for i, batch := range b.rep.batches {
+		if batch.Tables[bigT].Inserted == 30000 {
+			early = &b.rep.batches[i]
+		}
+	}
+	require.NotNil(t, early, "no batch with the streamed transaction's 30,000 rows: %+v", b.rep.batches)
+	require.True(t, early.FetchedAt.Before(committedAt), "the streamed transaction's batch began at its commit (%s), not before (%s)",
+		early.FetchedAt, committedAt)
+	b.rep.mu.Unlock()
+
+	// Rolled back on the source while applied early: nothing stays.
+	tx = openTx(t, b.src)
+	execOn(t, tx, `INSERT INTO big SELECT g, 'gone' FROM generate_series(100001, 130000) g`)
+	require.Eventually(t, func() bool { return earlyWriting(t, dc, "public.big") }, 60*time.Second, 5*time.Millisecond)
+	execOn(t, tx, `ROLLBACK`)
+	require.Eventually(t, func() bool { return !earlyWriting(t, dc, "public.big") }, 30*time.Second, 5*time.Millisecond,
+		"the early transaction stayed open after the source rolled back")
+	pgtest.Exec(t, b.src, `INSERT INTO big VALUES (-2, 'after the rollback')`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+
+	// A truncate in a streamed transaction: applied whole at its commit.
+	tx = openTx(t, b.src)
+	execOn(t, tx, `INSERT INTO big SELECT g, 'before truncate' FROM generate_series(200001, 220000) g`)
+	execOn(t, tx, `TRUNCATE big`)
+	execOn(t, tx, `INSERT INTO big SELECT g, 'after truncate' FROM generate_series(1, 20000) g`)
+	execOn(t, tx, `COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+	require.NoError(t, r.halt(t))
+	require.Equal(t, change.Counts{Inserted: 1 + 30000 + 1 + 1 + 20000 + 20000, Updated: 10001}, b.rep.totals()["public.big"],
+		"each change applied once")
+	st := readSlotStats(t, b.src, b.cfg.SlotName)
+	require.Zero(t, st.spillBytes, "the source spilled to disk")
 }

@@ -1,0 +1,153 @@
+package capture
+
+// This file hands the row changes of one streamed transaction at a time to
+// the consumer while the transaction still streams (StreamConfig.
+// EarlyChanges), so that the consumer can apply them in a destination
+// transaction of their own and only commit it at the source's commit. The
+// transaction is staged all the same (streamed.go): whenever the consumer
+// cannot use the early changes (it declined, met something it does not
+// apply early, or a subtransaction rolled back), it answers false at the
+// commit and receives the whole transaction from the staged messages, as
+// without EarlyChanges.
+//
+// The changes are decoded with the relations described within the
+// transaction: pgoutput describes every table of a streamed transaction in
+// the transaction itself, before its first change of it. Those
+// descriptions also hold once the transaction committed (pgoutput then
+// counts them as sent), so a transaction applied early still has them
+// applied to the stream's relations at its commit, in order.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// earlyState is what a staged transaction keeps for its early hand-over.
+type earlyState struct {
+	// on: its changes are being handed over; ever: they were, from its
+	// first block (the consumer is asked at its commit).
+	on, ever bool
+	rels     map[uint32]*change.Relation // relations described in it
+	descs    [][]byte                    // its Relation and Type messages, in order
+}
+
+// startEarly decides, at the first block of tx, whether its changes are
+// handed over while it streams: with EarlyChanges, when no other
+// transaction's are.
+func (s *Stream) startEarly(tx *stagedTx) {
+	if !s.cfg.EarlyChanges || s.earlyTx != nil {
+		return
+	}
+	s.earlyTx = tx
+	tx.early = earlyState{on: true, ever: true, rels: map[uint32]*change.Relation{}}
+}
+
+// earlyMessage hands over the message typ+body of subtransaction sub of tx
+// (already staged) when tx's changes are handed over early.
+func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stagedTx, sub uint32, typ byte, body []byte) error {
+	if !tx.early.on {
+		return nil
+	}
+	msg := make([]byte, 0, 1+len(body))
+	msg = append(append(msg, typ), body...)
+	switch typ {
+	case msgRelation:
+		rel, err := decodeRelation(msg)
+		if err != nil {
+			return fmt.Errorf("decode relation message: %w", err)
+		}
+		tx.early.rels[rel.ID] = rel
+		tx.early.descs = append(tx.early.descs, msg)
+		return nil
+	case msgType:
+		tx.early.descs = append(tx.early.descs, msg)
+		return nil
+	case msgInsert, msgUpdate, msgDelete:
+		saved := s.relations
+		s.relations = tx.early.rels
+		ev, _, err := s.decode(msg)
+		s.relations = saved
+		if err != nil {
+			return s.earlyUnfit(ctx, ticker, tx, err.Error())
+		}
+		ev.Kind, ev.Xid, ev.Sub = EventStreamChange, tx.xid, sub
+		return s.emit(ctx, ticker, ev)
+	case msgTruncate:
+		return s.earlyUnfit(ctx, ticker, tx, "a truncate")
+	case msgOrigin:
+		return s.earlyUnfit(ctx, ticker, tx, "a replication origin")
+	case msgMessage:
+		if s.cfg.SchemaMessages {
+			return s.earlyUnfit(ctx, ticker, tx, "a logical decoding message")
+		}
+		return nil
+	}
+	return nil
+}
+
+// earlyUnfit stops handing over tx's changes early and tells the consumer.
+func (s *Stream) earlyUnfit(ctx context.Context, ticker *time.Ticker, tx *stagedTx, reason string) error {
+	tx.early.on = false
+	s.log.Debug("streamed transaction holds more than row changes; it is handed over whole at its commit", "xid", tx.xid, "reason", reason)
+	return s.emit(ctx, ticker, Event{Kind: EventStreamUnfit, Xid: tx.xid, Note: &StreamNote{Reason: reason}})
+}
+
+// earlyAbort tells the consumer that tx (sub == tx.xid) or its
+// subtransaction sub rolled back, when tx was handed over early.
+func (s *Stream) earlyAbort(ctx context.Context, ticker *time.Ticker, tx *stagedTx, sub uint32) error {
+	if !tx.early.ever {
+		return nil
+	}
+	if sub != tx.xid && !tx.early.on {
+		return nil // the consumer gave it up already
+	}
+	tx.early.on = false
+	return s.emit(ctx, ticker, Event{Kind: EventStreamAbort, Xid: tx.xid, Sub: sub})
+}
+
+// earlyCommit asks the consumer, for a transaction handed over early,
+// whether it applied it, and waits for the answer (sending status updates
+// meanwhile). When it did, the transaction's descriptions are applied to
+// the stream's relations and its end counts as handed over.
+func (s *Stream) earlyCommit(ctx context.Context, ticker *time.Ticker, tx *stagedTx, commitLSN, end, at uint64) (bool, error) {
+	if !tx.early.ever {
+		return false, nil
+	}
+	note := &StreamNote{End: change.LSN(end), answer: make(chan bool, 1)}
+	ev := Event{Kind: EventStreamCommit, LSN: change.LSN(commitLSN), Xid: tx.xid, CommitTime: pgTime(at), Note: note}
+	if err := s.emit(ctx, ticker, ev); err != nil {
+		return false, err
+	}
+	if err := s.handOver(ctx, ticker); err != nil {
+		return false, err
+	}
+	var applied bool
+	for waiting := true; waiting; {
+		select {
+		case applied = <-note.answer:
+			waiting = false
+		case <-ticker.C:
+			if err := s.maybeSendStatus(); err != nil {
+				return false, err
+			}
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	if !applied {
+		return false, nil
+	}
+	for _, desc := range tx.early.descs {
+		if _, _, err := s.decode(desc); err != nil {
+			return false, err
+		}
+	}
+	s.lastCommitEnd = change.LSN(end)
+	s.received = max(s.received, change.LSN(end))
+	s.log.Debug("streamed transaction committed on the source; it was applied while it streamed", "xid", tx.xid,
+		"commit_lsn", change.LSN(commitLSN).String())
+	return true, nil
+}

@@ -1,0 +1,315 @@
+package cdc
+
+// This file applies a streamed transaction while the source still streams
+// it (capture.StreamConfig.EarlyChanges): its changes go into a destination
+// transaction of their own, on a second session, and that transaction
+// commits at the source's commit, right after the batch of the transactions
+// that committed before it. At the source's commit only what the applier
+// still buffers remains to be written.
+//
+// The rules that keep it exactly once and whole:
+//   - The early transaction is invisible until it commits, and it commits
+//     with the mirror's applied position (its end LSN) in it, like a batch.
+//   - Order: before an early change is written, the batch of the
+//     transactions received before it is committed; at the source's commit
+//     the open batch commits first. So the destination commits in the
+//     source's commit order, and the early transaction never waits for a
+//     row lock of the batch. The batch cannot wait for the early
+//     transaction's row locks either: on the source, a transaction that
+//     touched those rows would have waited for the large one to commit.
+//     Against what the destination alone has (a unique index the source
+//     lacks), the batch's session runs with a lock timeout while an early
+//     transaction is open; a batch that times out restarts the run without
+//     early apply.
+//   - Anything but row changes (a truncate, a schema change, a table whose
+//     columns differ from those recorded, a rolled back subtransaction, a
+//     table being copied, a stop position) gives the early transaction up:
+//     it is rolled back, and the capture hands the transaction over whole at
+//     its commit from what it staged, as without early apply.
+//   - A transaction the destination already has (sent again after a
+//     restart) commits at a position below the mirror's: it is rolled back
+//     and skipped as usual.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgmirror/pgmirror/engine/apply"
+	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/origin"
+	"github.com/pgmirror/pgmirror/engine/session"
+)
+
+// earlyLockTimeout bounds a row lock wait of the batch session while an
+// early transaction is open.
+const earlyLockTimeout = "5s"
+
+// errEarlyLocked: the batch waited for a lock while an early transaction
+// was open; the run starts again without early apply.
+var errEarlyLocked = errors.New("a batch waited for a lock while a streamed transaction was applied early")
+
+// earlyApply is the run's session that applies streamed transactions while
+// they stream, and the one transaction it has open.
+type earlyApply struct {
+	cfg     apply.Config // the run's applier configuration, with Early set
+	marked  bool         // the run marks its writes with its origin: this session must too
+	off     bool         // early apply is off for the run (the session could not be set up)
+	conn    *pgx.Conn
+	applier *apply.Applier
+	origin  string // the copy origin marking this session's writes
+
+	xid     uint32 // the streamed transaction met last (0: none)
+	failed  bool   // xid is not applied early: it comes whole at its commit
+	open    bool   // xid's destination transaction is open
+	changes int64
+	started time.Time
+}
+
+// earlyChange writes a change of a streamed transaction that is still open
+// on the source into its early transaction.
+func (r *runner) earlyChange(ctx context.Context, ev capture.Event) error {
+	e := r.early
+	if e.xid != ev.Xid {
+		if e.open {
+			r.earlyGiveUp(ctx, "another streamed transaction began")
+		}
+		e.xid, e.failed, e.changes = ev.Xid, false, 0
+		if reason := r.earlyDeclined(); reason != "" {
+			e.failed = true
+			r.log.Debug("streamed transaction is applied at its commit", "xid", ev.Xid, "reason", reason)
+		}
+	}
+	if e.failed {
+		return nil
+	}
+	c := ev.Change
+	if r.unmapped != nil {
+		r.noticeUnmapped(c.Relation.Table)
+	}
+	if !e.open {
+		if err := r.earlyBegin(ctx); err != nil {
+			return err
+		}
+		if e.failed {
+			return nil
+		}
+	} else if r.applier.InBatch() {
+		// The transactions received since the last early change go first.
+		if err := r.commit(ctx); err != nil {
+			return err
+		}
+	}
+	e.changes++
+	if err := e.applier.Apply(ctx, c); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.earlyGiveUp(ctx, err.Error())
+	}
+	return nil
+}
+
+// earlyDeclined says why the run does not apply a streamed transaction
+// early, or "".
+func (r *runner) earlyDeclined() string {
+	switch {
+	case r.early.off:
+		return "the second destination session could not be set up"
+	case r.cfg.noEarly:
+		return "early apply is off for this run"
+	case r.cfg.StopAt != 0:
+		return "the run stops at a position"
+	case len(r.positions) > 0 || len(r.skip) > 0:
+		return "tables are being copied or stand at their own position"
+	}
+	return ""
+}
+
+// earlyBegin opens the early transaction (and the session, the first
+// time), after committing the open batch, and arms the batch session's
+// lock timeout.
+func (r *runner) earlyBegin(ctx context.Context) error {
+	e := r.early
+	if e.applier == nil {
+		if err := r.earlyConnect(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			e.off, e.failed = true, true
+			r.log.Warn("cannot open the second destination session that applies large transactions while they stream; they are applied at their commit for the rest of this run",
+				"error", err.Error())
+			return nil
+		}
+	}
+	if r.applier.InBatch() {
+		if err := r.commit(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := r.dest.Exec(ctx, "SET lock_timeout = '"+earlyLockTimeout+"'"); err != nil {
+		return fmt.Errorf("set lock_timeout on the destination: %w", err)
+	}
+	if err := e.applier.Begin(ctx); err != nil {
+		return err
+	}
+	e.open, e.started = true, time.Now()
+	return nil
+}
+
+// earlyConnect opens the early session: search_path pinned, writes marked
+// with one of the mirror's copy origins when the run's are marked.
+func (r *runner) earlyConnect(ctx context.Context) error {
+	e := r.early
+	conn, err := session.Connect(ctx, r.cfg.Dest)
+	if err != nil {
+		return connectError("destination", err)
+	}
+	if e.marked {
+		uid, _ := origin.MirrorUID(r.cfg.Origin)
+		name, err := origin.SetupCopy(ctx, conn, uid)
+		if err != nil {
+			closeQuietly(conn)
+			return err
+		}
+		e.origin = name
+	}
+	a, err := apply.New(ctx, conn, e.cfg)
+	if err != nil {
+		closeQuietly(conn)
+		return err
+	}
+	e.conn, e.applier = conn, a
+	return nil
+}
+
+// earlyEnd rolls back the early transaction when it is open and disarms
+// the batch session's lock timeout (committing the open batch first: it
+// holds whole transactions only).
+func (r *runner) earlyEnd(ctx context.Context) error {
+	e := r.early
+	if !e.open {
+		return nil
+	}
+	e.open = false
+	if e.applier.InBatch() {
+		if err := e.applier.Rollback(ctx); err != nil {
+			r.log.Debug("rolling back the early transaction failed; its session is closed", "error", err.Error())
+			r.earlyClose()
+		}
+	}
+	if r.applier.InBatch() {
+		if err := r.commit(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := r.dest.Exec(ctx, "RESET lock_timeout"); err != nil {
+		return fmt.Errorf("reset lock_timeout on the destination: %w", err)
+	}
+	return nil
+}
+
+// earlyGiveUp rolls the early transaction back: the streamed transaction
+// comes whole at its commit.
+func (r *runner) earlyGiveUp(ctx context.Context, reason string) {
+	e := r.early
+	e.failed = true
+	r.log.Debug("streamed transaction is applied at its commit instead of while it streams", "xid", e.xid, "reason", reason)
+	if err := r.earlyEnd(ctx); err != nil {
+		r.log.Debug("ending the early transaction failed", "error", err.Error())
+	}
+}
+
+// earlyAbort handles a rollback of streamed transaction ev.Xid or of one of
+// its subtransactions.
+func (r *runner) earlyAbort(ctx context.Context, ev capture.Event) error {
+	e := r.early
+	if e.xid != ev.Xid {
+		return nil
+	}
+	if ev.Sub != ev.Xid {
+		if !e.failed {
+			r.earlyGiveUp(ctx, "a subtransaction rolled back")
+		}
+		return nil
+	}
+	e.xid, e.failed = 0, false
+	return r.earlyEnd(ctx)
+}
+
+// earlyCommit handles the commit of a streamed transaction on the source:
+// it commits the early transaction after the open batch and answers the
+// capture whether it did.
+func (r *runner) earlyCommit(ctx context.Context, ev capture.Event) (err error) {
+	e := r.early
+	applied := false
+	defer func() { ev.Note.Answer(applied) }()
+	mine := e.xid == ev.Xid && e.open && !e.failed
+	if e.xid == ev.Xid {
+		e.xid = 0
+	}
+	switch {
+	case !mine:
+		return r.earlyEnd(ctx)
+	case ev.LSN < r.floor:
+		// On the destination already (sent again after a restart).
+		return r.earlyEnd(ctx)
+	}
+	r.source.received(ev.Note.End)
+	if err := r.maybeHold(ctx, ev.LSN); err != nil {
+		return err
+	}
+	if r.applier.InBatch() {
+		if err := r.commit(ctx); err != nil {
+			return err
+		}
+	}
+	r.batchEnd, r.batchEndCommit, r.batchCommit = ev.Note.End, ev.CommitTime, ev.CommitTime
+	r.changes, r.started = e.changes, e.started
+	e.open = false
+	if err := r.commitOn(ctx, e.applier); err != nil {
+		return err
+	}
+	applied = true
+	if _, err := r.dest.Exec(ctx, "RESET lock_timeout"); err != nil {
+		return fmt.Errorf("reset lock_timeout on the destination: %w", err)
+	}
+	return nil
+}
+
+// earlyLocked marks err, a failure of the batch session, with
+// errEarlyLocked when it is a lock timeout met while an early transaction
+// was open.
+func (r *runner) earlyLocked(err error) error {
+	var pgErr *pgconn.PgError
+	if r.early == nil || !r.early.open || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errEarlyLocked, err)
+}
+
+// earlyClose closes the early session (rolling back what it has open) and
+// lets its copy origin go.
+func (r *runner) earlyClose() {
+	e := r.early
+	if e == nil || e.conn == nil {
+		return
+	}
+	e.open = false
+	if e.origin != "" && !e.conn.IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if e.conn.PgConn().TxStatus() != 'I' {
+			_, _ = e.conn.Exec(ctx, "ROLLBACK")
+		}
+		if err := origin.Release(ctx, e.conn, e.origin); err != nil {
+			r.log.Debug("letting the early session's origin go failed; the next run takes it or the mirror's deletion drops it", "error", err.Error())
+		}
+		cancel()
+	}
+	closeQuietly(e.conn)
+	e.conn, e.applier, e.origin = nil, nil, ""
+}
