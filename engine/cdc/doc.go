@@ -50,11 +50,14 @@
 //
 // A source of PostgreSQL 14 or later streams a transaction that outgrows
 // its logical_decoding_work_mem while it runs (pgoutput protocol 2): the
-// stream stages it (Config.StageMemory in memory, the rest in a temporary
-// file in Config.SpillDir) and hands it to the loop at its commit, whole and
-// in commit order, so the loop and the applier treat it as any other
-// transaction (docs/consistency.md, "Large transactions streamed by the
-// source").
+// loop applies its row changes as they arrive into a destination
+// transaction of their own, on a second session, and commits it at the
+// source's commit right after the batch before it (early.go). The stream
+// also stages it (Config.StageMemory in memory, the rest in a temporary
+// file in Config.SpillDir); when it cannot be applied early, the stream
+// hands it to the loop at its commit, whole and in commit order, so the
+// loop and the applier treat it as any other transaction
+// (docs/consistency.md, "Large transactions streamed by the source").
 //
 // With Config.Origin the apply connection's transactions carry the
 // mirror's replication origin (engine/origin), and the stream leaves out
