@@ -612,6 +612,9 @@ type runner struct {
 	// while they stream, on a session of its own (early.go).
 	dest  *pgx.Conn
 	early *earlyApply
+	// handedOver: the event just handled went to the early worker, which
+	// releases it.
+	handedOver bool
 	// srcCatalog reads the source catalog when a table changes shape (nil
 	// when the run does not follow source column changes).
 	srcCatalog *sourceCatalog
@@ -745,7 +748,10 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 				r.dry = i == len(evs)-1 && len(events) == 0
 				err := r.handle(ctx, ev, r.dry)
 				// The applier bounds what it buffers itself (ChunkBytes).
-				r.stream.Release(ev)
+				if !r.handedOver {
+					r.stream.Release(ev)
+				}
+				r.handedOver = false
 				if errors.Is(err, errStopReached) {
 					r.log.Info("reached the stop position", "stop_at", r.cfg.StopAt.String(), "applied", r.applied.String())
 					return r.finish(ctx)

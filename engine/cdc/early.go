@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,8 +61,17 @@ type earlyApply struct {
 	marked  bool         // the run marks its writes with its origin: this session must too
 	off     bool         // early apply is off for the run (the session could not be set up)
 	conn    *pgx.Conn
-	applier *apply.Applier
-	origin  string // the copy origin marking this session's writes
+	applier *apply.Applier // used on the worker's goroutine only (see work)
+	origin  string         // the copy origin marking this session's writes
+	// ops feeds the worker goroutine that writes the early changes, so
+	// that the loop goes on with the transactions that commit meanwhile;
+	// workerDone is closed when it ends.
+	ops        *earlyQueue
+	workerDone chan struct{}
+	stopWorker context.CancelFunc // interrupts what the worker waits for
+	// applyErr is the first error the worker met writing the open early
+	// transaction's changes (read and reset through work).
+	applyErr error
 
 	xid     uint32 // the streamed transaction met last (0: none)
 	failed  bool   // xid is not applied early: it comes whole at its commit
@@ -105,13 +115,116 @@ func (r *runner) earlyChange(ctx context.Context, ev capture.Event) error {
 		}
 	}
 	e.changes++
-	if err := e.applier.Apply(ctx, c); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		r.earlyGiveUp(ctx, err.Error())
-	}
+	e.ops.push(earlyOp{ev: ev})
+	r.handedOver = true // the worker releases it
 	return nil
+}
+
+// earlyOp is work for the early worker: a change to write (ev), or fn to
+// run with the applier to itself once the changes before it are written.
+type earlyOp struct {
+	ev    capture.Event
+	fn    func() error
+	reply chan error
+}
+
+// earlyQueue is the early worker's queue. It has no bound of its own: the
+// changes in it are bounded by the stream's MaxBufferedBytes until the
+// worker releases them, so that a worker that waits (a row lock on the
+// destination) does not stop the loop before the stream does.
+type earlyQueue struct {
+	mu     sync.Mutex
+	ops    []earlyOp
+	closed bool
+	ready  chan struct{} // signalled when ops grow or the queue closes
+}
+
+func (q *earlyQueue) push(op earlyOp) {
+	q.mu.Lock()
+	q.ops = append(q.ops, op)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *earlyQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take waits for queued ops and returns them all; none once closed.
+func (q *earlyQueue) take(buf []earlyOp) []earlyOp {
+	for {
+		q.mu.Lock()
+		if len(q.ops) > 0 {
+			buf = append(buf[:0], q.ops...)
+			clear(q.ops)
+			q.ops = q.ops[:0]
+			q.mu.Unlock()
+			return buf
+		}
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
+			return nil
+		}
+		<-q.ready
+	}
+}
+
+// startWorker starts the goroutine that writes the early changes.
+func (e *earlyApply) startWorker(ctx context.Context, stream *capture.Stream) {
+	e.ops = &earlyQueue{ready: make(chan struct{}, 1)}
+	e.workerDone = make(chan struct{})
+	ctx, e.stopWorker = context.WithCancel(ctx)
+	go func() {
+		defer close(e.workerDone)
+		var ops []earlyOp
+		for {
+			if ops = e.ops.take(ops); len(ops) == 0 {
+				return
+			}
+			for i, op := range ops {
+				e.do(ctx, stream, op)
+				ops[i] = earlyOp{}
+			}
+		}
+	}()
+}
+
+// do runs one op on the worker.
+func (e *earlyApply) do(ctx context.Context, stream *capture.Stream, op earlyOp) {
+	if op.fn != nil {
+		op.reply <- op.fn()
+		return
+	}
+	if e.applyErr == nil && e.applier.InBatch() {
+		if err := e.applier.Apply(ctx, op.ev.Change); err != nil {
+			e.applyErr = err
+		}
+	}
+	stream.Release(op.ev)
+}
+
+// work runs fn on the early worker once the changes queued before it are
+// written, and returns its error. The loop waits meanwhile, so fn may use
+// the runner's state as well as the applier.
+func (e *earlyApply) work(ctx context.Context, fn func() error) error {
+	reply := make(chan error, 1)
+	e.ops.push(earlyOp{fn: fn, reply: reply})
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // earlyDeclined says why the run does not apply a streamed transaction
@@ -154,7 +267,11 @@ func (r *runner) earlyBegin(ctx context.Context) error {
 	if _, err := r.dest.Exec(ctx, "SET lock_timeout = '"+earlyLockTimeout+"'"); err != nil {
 		return fmt.Errorf("set lock_timeout on the destination: %w", err)
 	}
-	if err := e.applier.Begin(ctx); err != nil {
+	err := e.work(ctx, func() error {
+		e.applyErr = nil
+		return e.applier.Begin(ctx)
+	})
+	if err != nil {
 		return err
 	}
 	e.open, e.started = true, time.Now()
@@ -184,6 +301,7 @@ func (r *runner) earlyConnect(ctx context.Context) error {
 		return err
 	}
 	e.conn, e.applier = conn, a
+	e.startWorker(ctx, r.stream)
 	return nil
 }
 
@@ -196,11 +314,13 @@ func (r *runner) earlyEnd(ctx context.Context) error {
 		return nil
 	}
 	e.open = false
-	if e.applier.InBatch() {
-		if err := e.applier.Rollback(ctx); err != nil {
-			r.log.Debug("rolling back the early transaction failed; its session is closed", "error", err.Error())
-			r.earlyClose()
+	err := e.work(ctx, func() error { return e.applier.Rollback(ctx) })
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
+		r.log.Debug("rolling back the early transaction failed; its session is closed", "error", err.Error())
+		r.earlyClose()
 	}
 	if r.applier.InBatch() {
 		if err := r.commit(ctx); err != nil {
@@ -268,10 +388,25 @@ func (r *runner) earlyCommit(ctx context.Context, ev capture.Event) (err error) 
 			return err
 		}
 	}
-	r.batchEnd, r.batchEndCommit, r.batchCommit = ev.Note.End, ev.CommitTime, ev.CommitTime
-	r.changes, r.started = e.changes, e.started
+	// Once the worker wrote every change: commit, unless it met an error
+	// (then the transaction comes whole right after).
+	var writeErr error
+	err = e.work(ctx, func() error {
+		if writeErr = e.applyErr; writeErr != nil {
+			return nil
+		}
+		r.batchEnd, r.batchEndCommit, r.batchCommit = ev.Note.End, ev.CommitTime, ev.CommitTime
+		r.changes, r.started = e.changes, e.started
+		return r.commitOn(ctx, e.applier)
+	})
+	if writeErr != nil {
+		e.xid = ev.Xid
+		r.earlyGiveUp(ctx, writeErr.Error())
+		e.xid = 0
+		return nil
+	}
 	e.open = false
-	if err := r.commitOn(ctx, e.applier); err != nil {
+	if err != nil {
 		return err
 	}
 	applied = true
@@ -300,6 +435,14 @@ func (r *runner) earlyClose() {
 		return
 	}
 	e.open = false
+	if e.ops != nil {
+		// A worker that waits (a row lock on the destination) is
+		// interrupted: its transaction is rolled back with its session.
+		e.stopWorker()
+		e.ops.close()
+		<-e.workerDone
+		e.ops = nil
+	}
 	if e.origin != "" && !e.conn.IsClosed() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if e.conn.PgConn().TxStatus() != 'I' {

@@ -386,8 +386,8 @@ func earlyWriting(t *testing.T, dc *pgx.Conn, table string) bool {
 // truncate is applied whole at its commit.
 func TestStreamedAppliedWhileStreaming(t *testing.T) {
 	t.Parallel()
-	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text)`
-	b := setup(t, ddl, ddl, same("public", "big"))
+	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text); CREATE TABLE public.small (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "big"), same("public", "small"))
 	streamSmall(t, b)
 	ctx := context.Background()
 	dc, err := pgx.Connect(ctx, b.dst)
@@ -437,6 +437,26 @@ func TestStreamedAppliedWhileStreaming(t *testing.T) {
 	pgtest.Exec(t, b.src, `INSERT INTO big VALUES (-2, 'after the rollback')`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
 
+	// The early transaction's writes wait (a destination session holds a
+	// row lock they need): small transactions committed meanwhile still
+	// arrive, their apply does not wait behind the large one's.
+	holder := openTx(t, b.dst)
+	execOn(t, holder, `SELECT * FROM big WHERE id = 0 FOR UPDATE`)
+	tx = openTx(t, b.src)
+	execOn(t, tx, `UPDATE big SET v = 'held' WHERE id = 0`)
+	execOn(t, tx, `INSERT INTO big SELECT g, 'held' FROM generate_series(300001, 330000) g`)
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := dc.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+			AND application_name = 'pgmirror' AND wait_event_type = 'Lock')`).Scan(&waiting)
+		return err == nil && waiting
+	}, 60*time.Second, 5*time.Millisecond, "the early transaction never met the held row")
+	pgtest.Exec(t, b.src, `INSERT INTO small VALUES (1)`)
+	b.waitEqual(t, r, `SELECT * FROM small`, `SELECT * FROM small`)
+	execOn(t, holder, `COMMIT`)
+	execOn(t, tx, `COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+
 	// A truncate in a streamed transaction: applied whole at its commit.
 	tx = openTx(t, b.src)
 	execOn(t, tx, `INSERT INTO big SELECT g, 'before truncate' FROM generate_series(200001, 220000) g`)
@@ -445,7 +465,7 @@ func TestStreamedAppliedWhileStreaming(t *testing.T) {
 	execOn(t, tx, `COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
 	require.NoError(t, r.halt(t))
-	require.Equal(t, change.Counts{Inserted: 1 + 30000 + 1 + 1 + 20000 + 20000, Updated: 10001}, b.rep.totals()["public.big"],
+	require.Equal(t, change.Counts{Inserted: 1 + 30000 + 1 + 1 + 30000 + 20000 + 20000, Updated: 10001 + 1}, b.rep.totals()["public.big"],
 		"each change applied once")
 	st := readSlotStats(t, b.src, b.cfg.SlotName)
 	require.Zero(t, st.spillBytes, "the source spilled to disk")
