@@ -3,6 +3,7 @@ package cdc_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"sync"
@@ -469,4 +470,45 @@ func TestStreamedAppliedWhileStreaming(t *testing.T) {
 		"each change applied once")
 	st := readSlotStats(t, b.src, b.cfg.SlotName)
 	require.Zero(t, st.spillBytes, "the source spilled to disk")
+}
+
+// TestStreamedEarlyLockWait: a destination-only unique index makes a small
+// transaction wait for a row the early transaction deleted (the source,
+// without the index, let it commit first). The batch's lock wait ends at
+// its timeout instead of waiting forever for a transaction that commits
+// only after it, and the run starts again with large transactions applied
+// at their commit, where the destination's index refuses the small
+// transaction's row: the run ends with that violation, as it would without
+// early apply.
+func TestStreamedEarlyLockWait(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text)`
+	b := setup(t, ddl, ddl+`; CREATE UNIQUE INDEX ON public.big (v)`, same("public", "big"))
+	streamSmall(t, b)
+	var log lockedBuffer
+	b.cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO big VALUES (1, 'x')`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+	dc, err := pgx.Connect(context.Background(), b.dst)
+	require.NoError(t, err)
+	defer dc.Close(context.Background())
+
+	tx := openTx(t, b.src)
+	execOn(t, tx, `DELETE FROM big WHERE id = 1`)
+	execOn(t, tx, `INSERT INTO big SELECT g, 'big ' || g FROM generate_series(2, 30000) g`)
+	require.Eventually(t, func() bool { return earlyWriting(t, dc, "public.big") }, 60*time.Second, 5*time.Millisecond)
+	pgtest.Exec(t, b.src, `INSERT INTO big VALUES (100000, 'x')`)
+	execOn(t, tx, `COMMIT`)
+	start := time.Now()
+	select {
+	case err := <-r.done:
+		r.stopped = true
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "unique", "the run ended with the destination's violation")
+		require.Contains(t, log.String(), "restarting the stream with large transactions applied at their commit")
+		t.Logf("run ended after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(90 * time.Second):
+		t.Fatal("the run still waits: the batch waits for the early transaction, which waits for the batch")
+	}
 }
