@@ -54,8 +54,9 @@ const earlyLockTimeout = "5s"
 // was open; the run starts again without early apply.
 var errEarlyLocked = errors.New("a batch waited for a lock while a streamed transaction was applied early")
 
-// earlyApply is the run's session that applies streamed transactions while
-// they stream, and the one transaction it has open.
+// earlyApply is the run's session that applies a streamed transaction
+// while it streams, and the one transaction it has open. The session is
+// opened for each such transaction and closed when it ends.
 type earlyApply struct {
 	cfg     apply.Config // the run's applier configuration, with Early set
 	marked  bool         // the run marks its writes with its origin: this session must too
@@ -305,23 +306,16 @@ func (r *runner) earlyConnect(ctx context.Context) error {
 	return nil
 }
 
-// earlyEnd rolls back the early transaction when it is open and disarms
-// the batch session's lock timeout (committing the open batch first: it
-// holds whole transactions only).
+// earlyEnd rolls back the early transaction when it is open (closing its
+// session) and disarms the batch session's lock timeout (committing the
+// open batch first: it holds whole transactions only).
 func (r *runner) earlyEnd(ctx context.Context) error {
 	e := r.early
 	if !e.open {
 		return nil
 	}
 	e.open = false
-	err := e.work(ctx, func() error { return e.applier.Rollback(ctx) })
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		r.log.Debug("rolling back the early transaction failed; its session is closed", "error", err.Error())
-		r.earlyClose()
-	}
+	r.earlyClose() // rolls the early transaction back
 	if r.applier.InBatch() {
 		if err := r.commit(ctx); err != nil {
 			return err
@@ -410,6 +404,7 @@ func (r *runner) earlyCommit(ctx context.Context, ev capture.Event) (err error) 
 		return err
 	}
 	applied = true
+	r.earlyClose()
 	if _, err := r.dest.Exec(ctx, "RESET lock_timeout"); err != nil {
 		return fmt.Errorf("reset lock_timeout on the destination: %w", err)
 	}
