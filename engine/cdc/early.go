@@ -217,15 +217,12 @@ func (e *earlyApply) do(ctx context.Context, stream *capture.Stream, op earlyOp)
 // work runs fn on the early worker once the changes queued before it are
 // written, and returns its error. The loop waits meanwhile, so fn may use
 // the runner's state as well as the applier.
-func (e *earlyApply) work(ctx context.Context, fn func() error) error {
+func (e *earlyApply) work(fn func() error) error {
 	reply := make(chan error, 1)
 	e.ops.push(earlyOp{fn: fn, reply: reply})
-	select {
-	case err := <-reply:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	// Always waited for, also when ctx ends: fn may use the runner's state.
+	// The worker's context ends with ctx, so what it waits for ends too.
+	return <-reply
 }
 
 // earlyDeclined says why the run does not apply a streamed transaction
@@ -244,9 +241,8 @@ func (r *runner) earlyDeclined() string {
 	return ""
 }
 
-// earlyBegin opens the early transaction (and the session, the first
-// time), after committing the open batch, and arms the batch session's
-// lock timeout.
+// earlyBegin opens the early session and its transaction, after
+// committing the open batch, and arms the batch session's lock timeout.
 func (r *runner) earlyBegin(ctx context.Context) error {
 	e := r.early
 	if e.applier == nil {
@@ -268,7 +264,7 @@ func (r *runner) earlyBegin(ctx context.Context) error {
 	if _, err := r.dest.Exec(ctx, "SET lock_timeout = '"+earlyLockTimeout+"'"); err != nil {
 		return fmt.Errorf("set lock_timeout on the destination: %w", err)
 	}
-	err := e.work(ctx, func() error {
+	err := e.work(func() error {
 		e.applyErr = nil
 		return e.applier.Begin(ctx)
 	})
@@ -385,7 +381,7 @@ func (r *runner) earlyCommit(ctx context.Context, ev capture.Event) (err error) 
 	// Once the worker wrote every change: commit, unless it met an error
 	// (then the transaction comes whole right after).
 	var writeErr error
-	err = e.work(ctx, func() error {
+	err = e.work(func() error {
 		if writeErr = e.applyErr; writeErr != nil {
 			return nil
 		}
