@@ -20,6 +20,7 @@ package capture
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pgmirror/pgmirror/engine/change"
@@ -45,25 +46,24 @@ func (s *Stream) startEarly(tx *stagedTx) {
 	tx.early = earlyState{on: true, ever: true, rels: map[uint32]*change.Relation{}}
 }
 
-// earlyMessage hands over the message typ+body of subtransaction sub of tx
-// (already staged) when tx's changes are handed over early.
-func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stagedTx, sub uint32, typ byte, body []byte) error {
+// earlyMessage hands over msg (a pgoutput message without its xid, already
+// staged; it may point into the receive buffer) of subtransaction sub of tx
+// when tx's changes are handed over early.
+func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stagedTx, sub uint32, msg []byte) error {
 	if !tx.early.on {
 		return nil
 	}
-	msg := make([]byte, 0, 1+len(body))
-	msg = append(append(msg, typ), body...)
-	switch typ {
+	switch msg[0] {
 	case msgRelation:
 		rel, err := decodeRelation(msg)
 		if err != nil {
 			return fmt.Errorf("decode relation message: %w", err)
 		}
 		tx.early.rels[rel.ID] = rel
-		tx.early.descs = append(tx.early.descs, msg)
+		tx.early.descs = append(tx.early.descs, slices.Clone(msg))
 		return nil
 	case msgType:
-		tx.early.descs = append(tx.early.descs, msg)
+		tx.early.descs = append(tx.early.descs, slices.Clone(msg))
 		return nil
 	case msgInsert, msgUpdate, msgDelete:
 		saved := s.relations

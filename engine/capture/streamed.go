@@ -209,12 +209,18 @@ func (s *Stream) streamMessage(ctx context.Context, ticker *time.Ticker, data []
 		if err := s.stage(tx, sub, data[0], data[5:]); err != nil {
 			return true, err
 		}
-		return true, s.earlyMessage(ctx, ticker, tx, sub, data[0], data[5:])
+		if !tx.early.on {
+			return true, nil
+		}
+		// The message without its xid, for the decoder, in place: it was
+		// staged (copied) already and data is not used after this.
+		data[4] = data[0]
+		return true, s.earlyMessage(ctx, ticker, tx, sub, data[4:])
 	case msgOrigin:
 		if err := s.stage(tx, tx.xid, data[0], data[1:]); err != nil {
 			return true, err
 		}
-		return true, s.earlyMessage(ctx, ticker, tx, tx.xid, data[0], data[1:])
+		return true, s.earlyMessage(ctx, ticker, tx, tx.xid, data)
 	default:
 		s.log.Debug("ignoring pgoutput message in a stream block", "type", string(rune(data[0])))
 		return true, nil

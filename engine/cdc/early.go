@@ -142,8 +142,12 @@ type earlyQueue struct {
 
 func (q *earlyQueue) push(op earlyOp) {
 	q.mu.Lock()
+	wasEmpty := len(q.ops) == 0
 	q.ops = append(q.ops, op)
 	q.mu.Unlock()
+	if !wasEmpty {
+		return // the worker has not taken the queue yet: no need to wake it
+	}
 	select {
 	case q.ready <- struct{}{}:
 	default:
