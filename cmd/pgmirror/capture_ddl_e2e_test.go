@@ -239,30 +239,30 @@ func TestCaptureDDLSchemaChanges(t *testing.T) {
 	t.Parallel()
 	_, src, dst, s := newEnv(t, `CREATE TABLE public.a (id int PRIMARY KEY, v text);`)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "sc", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"name": "scddl", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"capture_ddl": true, "schema_changes": "stop", "table_mappings": []any{mapping("public", "a", "public", "a")},
 	}, 201, nil)
-	s.dumpOnFailure("sc")
-	s.waitStatus("sc", "running", 60*time.Second)
+	s.dumpOnFailure("scddl")
+	s.waitStatus("scddl", "running", 60*time.Second)
 	exec1(t, src, `INSERT INTO public.a VALUES (1, 'x'); CREATE INDEX a_v ON public.a (v)`)
-	s.waitStatus("sc", "paused", 60*time.Second)
-	s.waitLog("sc", "Mirror paused before a schema change", 10*time.Second, nil)
+	s.waitStatus("scddl", "paused", 60*time.Second)
+	s.waitLog("scddl", "Mirror paused before a schema change", 10*time.Second, nil)
 	if n := queryInt64(t, dst, `SELECT count(*) FROM pg_indexes WHERE indexname = 'a_v'`); n != 0 {
 		t.Fatal("schema_changes stop: the index was created on the destination")
 	}
-	s.mustDo("PATCH", "/v1/mirrors/sc", map[string]any{"schema_changes": "warn"}, 200, nil)
-	s.mustDo("POST", "/v1/mirrors/sc/resume", nil, 200, nil)
-	s.waitLog("sc", "Schema change not applied", 60*time.Second, func(e logEntry) bool {
+	s.mustDo("PATCH", "/v1/mirrors/scddl", map[string]any{"schema_changes": "warn"}, 200, nil)
+	s.mustDo("POST", "/v1/mirrors/scddl/resume", nil, 200, nil)
+	s.waitLog("scddl", "Schema change not applied", 60*time.Second, func(e logEntry) bool {
 		return strings.Contains(fmt.Sprint(e.Details["change"]), `CREATE INDEX "a_v"`)
 	})
 	waitEqual(t, src, dst, "public.a", "public.a", "id, v", 60*time.Second)
 	if n := queryInt64(t, dst, `SELECT count(*) FROM pg_indexes WHERE indexname = 'a_v'`); n != 0 {
 		t.Fatal("schema_changes warn: the index was created on the destination")
 	}
-	s.mustDo("POST", "/v1/mirrors/sc/pause", nil, 200, nil)
-	s.waitStatus("sc", "paused", 60*time.Second)
-	s.mustDo("PATCH", "/v1/mirrors/sc", map[string]any{"schema_changes": "apply"}, 200, nil)
-	s.mustDo("POST", "/v1/mirrors/sc/resume", nil, 200, nil)
+	s.mustDo("POST", "/v1/mirrors/scddl/pause", nil, 200, nil)
+	s.waitStatus("scddl", "paused", 60*time.Second)
+	s.mustDo("PATCH", "/v1/mirrors/scddl", map[string]any{"schema_changes": "apply"}, 200, nil)
+	s.mustDo("POST", "/v1/mirrors/scddl/resume", nil, 200, nil)
 	exec1(t, src, `ALTER TABLE public.a ALTER COLUMN v SET DEFAULT 'd'`)
 	destHas(t, dst, "index a_v and default of a.v, applied with the next change",
 		`SELECT count(*) FROM information_schema.columns c WHERE table_name = 'a' AND column_name = 'v' AND column_default IS NOT NULL

@@ -613,10 +613,10 @@ func TestCLIHostileTableName(t *testing.T) {
 		CREATE TABLE app."`+name+`" (id int PRIMARY KEY, v text);
 		INSERT INTO app."`+name+`" SELECT g, 'v' || g FROM generate_series(1, 50) g`)
 	exec1(t, dst, `CREATE SCHEMA app`)
-	s.mustDo("POST", "/v1/mirrors", map[string]any{"name": "hostile", "source_peer": "src", "destination_peer": "dst",
+	s.mustDo("POST", "/v1/mirrors", map[string]any{"name": "clihostile", "source_peer": "src", "destination_peer": "dst",
 		"cdc_sync_interval_seconds": 1, "table_mappings": []any{mapping("app", "*", "app", "*")}}, 201, nil)
-	s.dumpOnFailure("hostile")
-	s.waitStatus("hostile", "running", 90*time.Second)
+	s.dumpOnFailure("clihostile")
+	s.waitStatus("clihostile", "running", 90*time.Second)
 
 	u := newCLIUser(t)
 	u.ok("login", "--url", s.baseURL, "--user", "admin", "--password", testAdminPassword)
@@ -625,9 +625,9 @@ func TestCLIHostileTableName(t *testing.T) {
 		code int
 		args []string
 	}{
-		{0, []string{"mirrors", "get", "hostile"}},
+		{0, []string{"mirrors", "get", "clihostile"}},
 		{0, []string{"mirrors", "list"}},
-		{0, []string{"logs", "hostile", "--limit", "500"}},
+		{0, []string{"logs", "clihostile", "--limit", "500"}},
 	} {
 		r := u.run("", c.args...)
 		if r.code != c.code {
@@ -645,7 +645,7 @@ func TestCLIHostileTableName(t *testing.T) {
 	}
 	// --json keeps the exact name.
 	var status client.MirrorStatus
-	u.jsonOut(&status, "mirrors", "get", "hostile")
+	u.jsonOut(&status, "mirrors", "get", "clihostile")
 	if len(status.Tables) != 1 || !strings.HasSuffix(status.Tables[0].TableName, name) {
 		t.Fatalf("mirrors get --json: tables %+v", status.Tables)
 	}

@@ -282,7 +282,7 @@ func TestCatalogOutageKeepsWorkers(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		table := fmt.Sprintf("t%d", i)
 		[]*service{r1, r2}[i%2].mustDo("POST", "/v1/mirrors", map[string]any{
-			"name": fmt.Sprintf("m%02d", i), "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+			"name": fmt.Sprintf("k%02d", i), "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 			"table_mappings": []any{mapping("public", table, "public", table)},
 		}, 201, nil)
 	}

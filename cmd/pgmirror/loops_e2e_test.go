@@ -24,10 +24,10 @@ func TestCutoverSafeguards(t *testing.T) {
 		INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 50) g;
 		INSERT INTO orders SELECT g, 1 + g % 50, g FROM generate_series(1, 500) g;`)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "move", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"name": "guard", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": []any{mapping("public", "customers", "public", "customers"), mapping("public", "orders", "public", "orders")},
 	}, 201, nil)
-	s.waitStatus("move", "running", 90*time.Second)
+	s.waitStatus("guard", "running", 90*time.Second)
 	exec1(t, src, `INSERT INTO orders VALUES (501, 7, 1); UPDATE orders SET total = 0 WHERE id <= 10; DELETE FROM customers WHERE id = 50`)
 	waitEqual(t, src, dst, "public.orders", "public.orders", "id, customer, total", 30*time.Second)
 
@@ -37,7 +37,7 @@ func TestCutoverSafeguards(t *testing.T) {
 	var refused struct {
 		Error string `json:"error"`
 	}
-	if got := s.do("POST", "/v1/mirrors/move/cutover", map[string]any{"quiet_seconds": 1}, &refused); got != 409 ||
+	if got := s.do("POST", "/v1/mirrors/guard/cutover", map[string]any{"quiet_seconds": 1}, &refused); got != 409 ||
 		!strings.Contains(refused.Error, "step create_foreign_keys") || !strings.Contains(refused.Error, "orders_customer_fk on public.orders (references public.customers)") ||
 		!strings.Contains(refused.Error, "(customer)=(4242)") {
 		t.Fatalf("cut-over with an orphan destination row: %d %q, want 409 naming the foreign key and the row", got, refused.Error)
@@ -45,7 +45,7 @@ func TestCutoverSafeguards(t *testing.T) {
 	if n := queryInt64(t, dst, `SELECT count(*) FROM pg_constraint WHERE contype = 'f'`); n != 0 {
 		t.Errorf("%d foreign keys left on the destination after the failed cut-over, want 0", n)
 	}
-	s.waitStatus("move", "running", 30*time.Second)
+	s.waitStatus("guard", "running", 30*time.Second)
 	exec1(t, dst, `DELETE FROM orders WHERE id = 9999`)
 
 	var done struct {
@@ -53,7 +53,7 @@ func TestCutoverSafeguards(t *testing.T) {
 		Warnings []string    `json:"warnings"`
 		Cutover  cutoverView `json:"cutover"`
 	}
-	s.mustDo("POST", "/v1/mirrors/move/cutover", map[string]any{"quiet_seconds": 1, "reverse_mirror_name": "move-back"}, 200, &done)
+	s.mustDo("POST", "/v1/mirrors/guard/cutover", map[string]any{"quiet_seconds": 1, "reverse_mirror_name": "guard-back"}, 200, &done)
 	var names []string
 	for _, step := range done.Cutover.Steps {
 		names = append(names, step.Name)
@@ -79,14 +79,14 @@ func TestCutoverSafeguards(t *testing.T) {
 
 	// The issue's mistake: a second mirror from the old source into the new
 	// database over orders, which the roll-back mirror carries back.
-	s.waitStatus("move-back", "running", 60*time.Second)
+	s.waitStatus("guard-back", "running", 60*time.Second)
 	var loop struct {
 		Error string `json:"error"`
 	}
 	if got := s.do("POST", "/v1/mirrors", map[string]any{
 		"name": "again", "source_peer": "src", "destination_peer": "dst",
 		"table_mappings": []any{mapping("public", "orders", "public", "orders")},
-	}, &loop); got != 409 || !strings.Contains(loop.Error, `Mirror "move-back"`) || !strings.Contains(loop.Error, "public.orders") {
+	}, &loop); got != 409 || !strings.Contains(loop.Error, `Mirror "guard-back"`) || !strings.Contains(loop.Error, "public.orders") {
 		t.Fatalf("mirror that closes a loop: %d %q, want 409 naming move-back and the table", got, loop.Error)
 	}
 
@@ -95,7 +95,7 @@ func TestCutoverSafeguards(t *testing.T) {
 	waitEqual(t, dst, src, "public.orders", "public.orders", "id, customer, total", 60*time.Second)
 	waitEqual(t, dst, src, "public.customers", "public.customers", "id, name", 60*time.Second)
 	time.Sleep(2 * time.Second)
-	back := s.mirror("move-back")
+	back := s.mirror("guard-back")
 	var inserted, deleted, updated int64
 	for _, tb := range back.Tables {
 		inserted += tb.RowsInserted
@@ -108,13 +108,13 @@ func TestCutoverSafeguards(t *testing.T) {
 
 	// The mirror's replication origin on the destination goes with it.
 	var uid string
-	queryOne(t, catalog, &uid, `SELECT uid::text FROM mirrors WHERE name = 'move'`)
+	queryOne(t, catalog, &uid, `SELECT uid::text FROM mirrors WHERE name = 'guard'`)
 	origins := func() int64 {
 		return queryInt64(t, dst, `SELECT count(*) FROM pg_replication_origin WHERE roname = $1 OR roname LIKE $2`, "pgmirror_"+uid, "pgmirror_"+uid+`\_c%`)
 	}
 	if n := origins(); n != 1 {
-		t.Fatalf("%d replication origins of mirror move on the destination before its deletion, want 1", n)
+		t.Fatalf("%d replication origins of mirror guard on the destination before its deletion, want 1", n)
 	}
-	s.mustDo("DELETE", "/v1/mirrors/move", nil, 200, nil)
+	s.mustDo("DELETE", "/v1/mirrors/guard", nil, 200, nil)
 	waitFor(t, "the deleted mirror's origin to be dropped", 30*time.Second, func() bool { return origins() == 0 })
 }

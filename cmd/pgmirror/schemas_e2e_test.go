@@ -164,15 +164,15 @@ INSERT INTO app.a (n, v) SELECT g, 'init' FROM generate_series(1, 500) g;`)
 		ExpandedTableMappings []map[string]any `json:"expanded_table_mappings"`
 	}
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "sm", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"name": "smnew", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"table_mappings": []any{mapping("app", "*", "app", "*")},
 	}, 201, &cfg)
-	s.dumpOnFailure("sm")
+	s.dumpOnFailure("smnew")
 	if len(cfg.TableMappings) != 1 || cfg.TableMappings[0]["source_table"] != "*" ||
 		len(cfg.ExpandedTableMappings) != 1 || cfg.ExpandedTableMappings[0]["source_table"] != "a" {
 		t.Fatalf("create answered mappings %v, expanded %v", cfg.TableMappings, cfg.ExpandedTableMappings)
 	}
-	s.waitStatus("sm", "running", 90*time.Second)
+	s.waitStatus("smnew", "running", 90*time.Second)
 
 	var enabled sync.Map
 	stop := make(chan struct{})
@@ -191,23 +191,23 @@ COMMIT;`)
 	// c: created empty, written once the mirror has it.
 	exec1(t, src, `CREATE TABLE app.c (id bigserial PRIMARY KEY, n int NOT NULL, v text)`)
 	waitFor(t, "app.b and app.c running in the mirror", 90*time.Second, func() bool {
-		m := s.mirror("sm")
+		m := s.mirror("smnew")
 		return tableStatusOf(m, "app.b") == "running" && tableStatusOf(m, "app.c") == "running"
 	})
 	waitGrown(t, "load transactions", &txs, 100, 30*time.Second)
 	exec1(t, src, `INSERT INTO app.c (n, v) SELECT g, 'later' FROM generate_series(1, 200) g`)
 	enabled.Store("app.c", true)
 	waitGrown(t, "load transactions", &txs, 100, 30*time.Second)
-	if m := s.mirror("sm"); m.Status != "running" {
+	if m := s.mirror("smnew"); m.Status != "running" {
 		t.Errorf("mirror status %q while tables were added, want running", m.Status)
 	}
 
 	// d is dropped: its rows stay on the destination, the others go on.
 	exec1(t, src, `CREATE TABLE app.d (id int PRIMARY KEY); INSERT INTO app.d SELECT generate_series(1, 10)`)
-	waitFor(t, "app.d running", 90*time.Second, func() bool { return tableStatusOf(s.mirror("sm"), "app.d") == "running" })
+	waitFor(t, "app.d running", 90*time.Second, func() bool { return tableStatusOf(s.mirror("smnew"), "app.d") == "running" })
 	waitEqual(t, src, dst, "app.d", "app.d", "id", 30*time.Second)
 	exec1(t, src, `DROP TABLE app.d`)
-	waitFor(t, "app.d dropped", 30*time.Second, func() bool { return tableStatusOf(s.mirror("sm"), "app.d") == "dropped" })
+	waitFor(t, "app.d dropped", 30*time.Second, func() bool { return tableStatusOf(s.mirror("smnew"), "app.d") == "dropped" })
 	waitGrown(t, "load transactions", &txs, 50, 30*time.Second)
 	close(stop)
 	wg.Wait()
@@ -219,13 +219,13 @@ COMMIT;`)
 	if n := queryInt64(t, dst, `SELECT count(*) FROM app.d`); n != 10 {
 		t.Errorf("destination app.d has %d rows after the source dropped it, want its 10 kept", n)
 	}
-	m := s.mirror("sm")
+	m := s.mirror("smnew")
 	if m.Status != "running" {
 		t.Errorf("mirror status %q after a table was dropped, want running", m.Status)
 	}
 	var created []string
 	var droppedLogged bool
-	for _, e := range s.logs("sm", "") {
+	for _, e := range s.logs("smnew", "") {
 		if e.Message == "Schema change applied" {
 			if st, _ := e.Details["statement"].(string); strings.HasPrefix(st, "CREATE TABLE") {
 				created = append(created, e.Details["table"].(string))
@@ -241,12 +241,12 @@ COMMIT;`)
 	if !droppedLogged {
 		t.Error(`no WARN "Source table dropped; its destination table is kept" for app.d`)
 	}
-	s.mustDo("GET", "/v1/mirrors/sm", nil, 200, &cfg)
+	s.mustDo("GET", "/v1/mirrors/smnew", nil, 200, &cfg)
 	if len(cfg.ExpandedTableMappings) != 4 || len(cfg.TableMappings) != 1 {
 		t.Errorf("GET shows mappings %v, expanded %v; want the schema mapping and a, b, c, d", cfg.TableMappings, cfg.ExpandedTableMappings)
 	}
-	if v, ok := metricValue(s.scrape(token), "pgmirror_schema_changes_applied_total", map[string]string{"mirror": "sm"}); !ok || v < 3 {
-		t.Errorf("pgmirror_schema_changes_applied_total{mirror=sm} = %v (present %v), want at least 3 (three tables created)", v, ok)
+	if v, ok := metricValue(s.scrape(token), "pgmirror_schema_changes_applied_total", map[string]string{"mirror": "smnew"}); !ok || v < 3 {
+		t.Errorf("pgmirror_schema_changes_applied_total{mirror=smnew} = %v (present %v), want at least 3 (three tables created)", v, ok)
 	}
 }
 
@@ -264,12 +264,12 @@ CREATE TABLE app.a (id bigserial PRIMARY KEY, n int NOT NULL, v text);
 INSERT INTO app.a (n, v) SELECT g, 'init' FROM generate_series(1, 500) g;
 CREATE PUBLICATION app_pub FOR TABLES IN SCHEMA app WITH (publish_via_partition_root = true);`)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "sc", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"name": "sccrash", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"publication_name": "app_pub", "snapshot_num_rows_per_partition": 20000, "snapshot_max_parallel_workers": 1,
 		"table_mappings": []any{mapping("app", "*", "app", "*")},
 	}, 201, nil)
-	s.dumpOnFailure("sc")
-	s.waitStatus("sc", "running", 90*time.Second)
+	s.dumpOnFailure("sccrash")
+	s.waitStatus("sccrash", "running", 90*time.Second)
 
 	var enabled sync.Map
 	stop := make(chan struct{})
@@ -285,14 +285,14 @@ INSERT INTO app.big (n, v) SELECT g, repeat('x', 200) FROM generate_series(1, 20
 COMMIT;`)
 	enabled.Store("app.big", true)
 	waitFor(t, "app.big being copied", 60*time.Second, func() bool {
-		return tableStatusOf(s.mirror("sc"), "app.big") == "snapshotting"
+		return tableStatusOf(s.mirror("sccrash"), "app.big") == "snapshotting"
 	})
 	s.kill()
 	s = startService(t, catalog)
-	s.dumpOnFailure("sc")
+	s.dumpOnFailure("sccrash")
 	waitGrown(t, "load transactions", &txs, 50, 30*time.Second)
 	waitFor(t, "app.big running", 120*time.Second, func() bool {
-		return tableStatusOf(s.mirror("sc"), "app.big") == "running"
+		return tableStatusOf(s.mirror("sccrash"), "app.big") == "running"
 	})
 	waitGrown(t, "load transactions", &txs, 50, 30*time.Second)
 	close(stop)
@@ -301,7 +301,7 @@ COMMIT;`)
 		waitEqual(t, src, dst, table, table, "id, n, v", 120*time.Second)
 		noDuplicates(t, dst, table, "id")
 	}
-	if m := s.mirror("sc"); m.Status != "running" {
+	if m := s.mirror("sccrash"); m.Status != "running" {
 		t.Errorf("mirror status %q, want running", m.Status)
 	}
 }

@@ -80,11 +80,11 @@ func TestTableResync(t *testing.T) {
 	t.Parallel()
 	catalog, src, dst, s := newEnv(t, twoTableSchema)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "rs", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
+		"name": "trs", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1,
 		"snapshot_num_rows_per_partition": 20000, "snapshot_max_parallel_workers": 1,
 		"table_mappings": []any{mapping("public", "big", "public", "big"), mapping("public", "other", "public", "other")},
 	}, 201, nil)
-	s.waitStatus("rs", "running", 120*time.Second)
+	s.waitStatus("trs", "running", 120*time.Second)
 	waitEqual(t, src, dst, "public.big", "public.big", "id, v, pad", 60*time.Second)
 
 	// The destination copy of big gets damaged; other is fine.
@@ -98,16 +98,16 @@ func TestTableResync(t *testing.T) {
 	waitGrown(t, "load transactions", &txs, 30, 30*time.Second)
 
 	var out map[string]string
-	s.mustDo("POST", "/v1/mirrors/rs/resync/public.big", nil, 200, &out)
+	s.mustDo("POST", "/v1/mirrors/trs/resync/public.big", nil, 200, &out)
 	if out["table"] != "public.big" {
 		t.Errorf("resync response %v", out)
 	}
-	s.mustDo("POST", "/v1/mirrors/rs/resync/public.missing", nil, 404, nil)
+	s.mustDo("POST", "/v1/mirrors/trs/resync/public.missing", nil, 404, nil)
 
 	// While big is copied, a marker written to other arrives and the mirror
 	// stays running.
 	waitFor(t, "big to be snapshotting", 30*time.Second, func() bool {
-		return tableStatusOf(s.mirror("rs"), "public.big") == "snapshotting"
+		return tableStatusOf(s.mirror("trs"), "public.big") == "snapshotting"
 	})
 	marker := rand.IntN(1_000_000) + 1_000_000
 	exec1(t, src, `INSERT INTO public.other (k, v) VALUES ($1, 'marker')`, marker)
@@ -116,7 +116,7 @@ func TestTableResync(t *testing.T) {
 		pgxConnQuery(t, dst, fmt.Sprintf(`SELECT count(*) FROM public.other WHERE k = %d`, marker), &n)
 		return n == 1
 	})
-	m := s.mirror("rs")
+	m := s.mirror("trs")
 	if m.Status != "running" {
 		t.Errorf("mirror status %q during a table resync, want running", m.Status)
 	}
@@ -134,14 +134,14 @@ func TestTableResync(t *testing.T) {
 		t.Fatalf("the load ran only %d transactions", txs.Load())
 	}
 	waitFor(t, "big back to running", 120*time.Second, func() bool {
-		return tableStatusOf(s.mirror("rs"), "public.big") == "running"
+		return tableStatusOf(s.mirror("trs"), "public.big") == "running"
 	})
 	waitEqual(t, src, dst, "public.big", "public.big", "id, v, pad", 90*time.Second)
 	waitEqual(t, src, dst, "public.other", "public.other", "k, v", 30*time.Second)
-	if !hasLog(s.logs("rs", ""), "Table resync started") {
+	if !hasLog(s.logs("trs", ""), "Table resync started") {
 		t.Error(`log has no "Table resync started" entry`)
 	}
-	s.waitStatus("rs", "running", 10*time.Second)
+	s.waitStatus("trs", "running", 10*time.Second)
 }
 
 // TestEditTables pauses a mirror, replaces its tables (one added, one
@@ -223,10 +223,10 @@ func TestSourceDDLWithoutSyncSchema(t *testing.T) {
 		CREATE TABLE public.ddl (id int PRIMARY KEY, a text, b text NOT NULL, c text NOT NULL);
 		INSERT INTO public.ddl SELECT g, 'a', 'b', 'c' FROM generate_series(1, 10) g`)
 	s.mustDo("POST", "/v1/mirrors", map[string]any{
-		"name": "ddl", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1, "schema_changes": "warn",
+		"name": "ddlwarn", "source_peer": "src", "destination_peer": "dst", "cdc_sync_interval_seconds": 1, "schema_changes": "warn",
 		"table_mappings": []any{mapping("public", "ddl", "public", "ddl")},
 	}, 201, nil)
-	s.waitStatus("ddl", "running", 60*time.Second)
+	s.waitStatus("ddlwarn", "running", 60*time.Second)
 
 	// A column added with a default: the rows that were there get it
 	// without a change the slot would send, on the destination too.
@@ -246,14 +246,14 @@ func TestSourceDDLWithoutSyncSchema(t *testing.T) {
 		t.Errorf("renamed column on the destination holds %q for a new row, want c2", c2)
 	}
 	waitFor(t, "a WARN entry for the dropped columns", 20*time.Second, func() bool {
-		for _, e := range s.logs("ddl", "level=WARN") {
+		for _, e := range s.logs("ddlwarn", "level=WARN") {
 			if e.Message == "Source columns dropped or renamed" {
 				return true
 			}
 		}
 		return false
 	})
-	m := s.waitStatus("ddl", "running", 10*time.Second)
+	m := s.waitStatus("ddlwarn", "running", 10*time.Second)
 	if m.ErrorCount != 0 {
 		t.Errorf("error_count %d after source DDL, want 0", m.ErrorCount)
 	}

@@ -264,18 +264,18 @@ func TestVerifySurvivesRestart(t *testing.T) {
 	s := startService(t, catalog)
 	s.createPeer("src", src)
 	s.createPeer("dst", dst)
-	s.mustDo("POST", "/v1/mirrors", map[string]any{"name": "rs", "source_peer": "src", "destination_peer": "dst",
+	s.mustDo("POST", "/v1/mirrors", map[string]any{"name": "vrs", "source_peer": "src", "destination_peer": "dst",
 		"cdc_sync_interval_seconds": 1, "table_mappings": []any{mapping("public", "wide", "public", "wide")}}, 201, nil)
-	s.waitStatus("rs", "running", 120*time.Second)
+	s.waitStatus("vrs", "running", 120*time.Second)
 	var v verifyResult
-	s.mustDo("POST", "/v1/mirrors/rs/verify", nil, 202, &v)
+	s.mustDo("POST", "/v1/mirrors/vrs/verify", nil, 202, &v)
 	// Kill the process while the verification runs (its log says it started).
-	s.waitLog("rs", "Verification started", 30*time.Second, nil)
+	s.waitLog("vrs", "Verification started", 30*time.Second, nil)
 	s.kill()
 
 	s2 := startService(t, catalog)
-	s2.dumpOnFailure("rs")
-	end := s2.waitVerify(t, "rs", v.ID)
+	s2.dumpOnFailure("vrs")
+	end := s2.waitVerify(t, "vrs", v.ID)
 	switch end.State {
 	case "done":
 		require.Equal(t, int64(0), *end.RowsDiffering)
@@ -285,6 +285,6 @@ func TestVerifySurvivesRestart(t *testing.T) {
 		t.Fatalf("verification ended %s after the restart", end.State)
 	}
 	// A new verification works on the restarted service.
-	again := s2.runVerify(t, "rs", nil)
+	again := s2.runVerify(t, "vrs", nil)
 	require.Equal(t, "done", again.State, "%+v", again)
 }
