@@ -106,6 +106,10 @@ func (s *Stream) streamMessage(ctx context.Context, ticker *time.Ticker, data []
 		switch {
 		case first == 1:
 			if tx != nil {
+				// Begun again: what the consumer had of it early goes too.
+				if err := s.earlyAbort(ctx, ticker, tx, xid); err != nil {
+					return true, err
+				}
 				s.dropStaged(tx)
 			}
 			tx = &stagedTx{xid: xid}

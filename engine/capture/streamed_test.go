@@ -290,6 +290,10 @@ func TestEarlyChanges(t *testing.T) {
 		streamAbort(500, 501), streamAbort(500, 500),
 		streamStart(600, true), inStream(600, relationOrders()), inStream(600, insertID("f1")), streamStop(),
 		streamAbort(600, 600),
+		// Begun again from its first block: what came early before goes.
+		streamStart(700, true), inStream(700, relationOrders()), inStream(700, insertID("g1")), streamStop(),
+		streamStart(700, true), inStream(700, relationOrders()), inStream(700, insertID("g2")), streamStop(),
+		streamCommit(700, 0x4_0000_0000, 0x4_0000_0010),
 	} {
 		_, err := s.streamMessage(context.Background(), ticker, m)
 		require.NoError(t, err)
@@ -307,11 +311,13 @@ func TestEarlyChanges(t *testing.T) {
 		"commit 400 at 3/0 end 3/10",
 		"early 500/501 e1", "abort 500/501", "abort 500/500",
 		"early 600/600 f1", "abort 600/600",
+		"early 700/700 g1", "abort 700/700", "early 700/700 g2",
+		"commit 700 at 4/0 end 4/10", "begin 700", "change g2", "commit",
 	}, got)
 	require.Equal(t, "T x", s.relations[relPair].Table.Name, "relations of a transaction applied early are known after it")
-	require.Equal(t, change.LSN(0x3_0000_0010), s.lastCommitEnd)
+	require.Equal(t, change.LSN(0x4_0000_0010), s.lastCommitEnd)
 	st := s.StreamedStats()
-	require.EqualValues(t, 3, st.Committed)
+	require.EqualValues(t, 4, st.Committed)
 	require.EqualValues(t, 1, st.Early)
 	require.Nil(t, s.earlyTx)
 	require.Empty(t, s.streamed)
