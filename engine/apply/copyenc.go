@@ -2,6 +2,7 @@ package apply
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 
@@ -205,4 +206,16 @@ func hasValue(vals []change.Value) bool {
 		}
 	}
 	return false
+}
+
+// copyFrom sends data, the COPY data of w, with the COPY statement sql on
+// the applier's session. When it fails, pgconn may return while a goroutine
+// of its own still reads data (on a broken or cancelled connection it does
+// not wait for it), so w then lets go of its buffer instead of reusing it.
+func (a *Applier) copyFrom(ctx context.Context, w *copyWriter, data []byte, sql string) error {
+	_, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), sql)
+	if err != nil {
+		w.buf = bytes.Buffer{}
+	}
+	return err
 }

@@ -1,7 +1,6 @@
 package apply
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -113,7 +112,7 @@ func (a *Applier) stageChunk(ctx context.Context, p *plan, binary bool) (stagedC
 	if err != nil {
 		return st, fmt.Errorf("load staging rows for %s: %w", p.dest.name, err)
 	}
-	if _, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), copyStageSQL(p.stage, w.binary)); err != nil {
+	if err := a.copyFrom(ctx, w, data, copyStageSQL(p.stage, w.binary)); err != nil {
 		return st, fmt.Errorf("load staging rows for %s: %w", p.dest.name, err)
 	}
 	p.stageUsed = true
@@ -218,7 +217,7 @@ func (a *Applier) copyRows(ctx context.Context, p *plan, binary bool, rows [][]c
 	}
 	data, err := w.data()
 	if err == nil {
-		_, err = a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), copyTargetSQL(p.dest.name, p.names, binary))
+		err = a.copyFrom(ctx, w, data, copyTargetSQL(p.dest.name, p.names, binary))
 	}
 	if err == nil {
 		return nil

@@ -1,7 +1,6 @@
 package apply
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
@@ -34,7 +33,7 @@ func (a *Applier) flushOrdered(ctx context.Context, p *plan) error {
 		}
 		data, err := w.data()
 		if err == nil {
-			_, err = a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(data), copySQL)
+			err = a.copyFrom(ctx, w, data, copySQL)
 		}
 		w.reset(binary)
 		rows = 0
