@@ -51,6 +51,7 @@ func watchGaps(t *testing.T, catalogURL string) *gapWatch {
 			rows, err := conn.Query(ctx, `SELECT m.id FROM mirrors m
 				WHERE m.deleted_at IS NULL AND m.desired_state = 'running' AND m.status = 'running'
 				  AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+				    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 				    AND l.classid = x'70676d'::int::oid AND l.objid = m.id::oid AND l.objsubid = 2)`)
 			var ids []int64
 			if err == nil {

@@ -399,8 +399,11 @@ func TestLockTakenWhileCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lockClass = 0x70676d // db.mirrorLockClass
+	// Only this catalog's lock: other tests' catalogs in the cluster have
+	// mirrors with the same id.
 	if _, err := other.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND granted`, lockClass, id); err != nil {
+		WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, lockClass, id); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the test to hold the mirror lock", 10*time.Second, func() bool {
