@@ -265,8 +265,8 @@ func (r *runner) earlyBegin(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := r.dest.Exec(ctx, "SET lock_timeout = '"+earlyLockTimeout+"'"); err != nil {
-		return fmt.Errorf("set lock_timeout on the destination: %w", err)
+	if err := r.batchLockTimeout(ctx, true); err != nil {
+		return err
 	}
 	err := e.work(func() error {
 		e.applyErr = nil
@@ -321,10 +321,7 @@ func (r *runner) earlyEnd(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := r.dest.Exec(ctx, "RESET lock_timeout"); err != nil {
-		return fmt.Errorf("reset lock_timeout on the destination: %w", err)
-	}
-	return nil
+	return r.batchLockTimeout(ctx, false)
 }
 
 // earlyGiveUp rolls the early transaction back: the streamed transaction
@@ -405,8 +402,18 @@ func (r *runner) earlyCommit(ctx context.Context, ev capture.Event) (err error) 
 	}
 	applied = true
 	r.earlyClose()
-	if _, err := r.dest.Exec(ctx, "RESET lock_timeout"); err != nil {
-		return fmt.Errorf("reset lock_timeout on the destination: %w", err)
+	return r.batchLockTimeout(ctx, false)
+}
+
+// batchLockTimeout arms (on) or disarms the batch session's lock timeout
+// for the time an early transaction is open.
+func (r *runner) batchLockTimeout(ctx context.Context, on bool) error {
+	sql := "RESET lock_timeout"
+	if on {
+		sql = "SET lock_timeout = '" + earlyLockTimeout + "'"
+	}
+	if _, err := r.dest.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("%s on the destination: %w", sql, err)
 	}
 	return nil
 }
