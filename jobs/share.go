@@ -18,11 +18,18 @@ import (
 //     by capacity (SERVICE_MIRROR_WORKERS), the smallest first, and evenly
 //     otherwise: the shares add up to the wanted mirrors, and differ by one
 //     at most between replicas with room.
-//   - Hysteresis: a replica at its share, or one above it, keeps its mirrors.
+//   - Hysteresis: a replica at its share keeps its mirrors; so does one
+//     above it by one while some wanted mirrors run nowhere (not handed to
+//     anyone either): those go to the replicas below their share, which
+//     likely fills them. Once every wanted mirror runs, a replica one above
+//     its share hands one away to a replica below its share (two replicas
+//     at 7 and 5 of 12 end at 6 and 6; the shares are the same on every
+//     replica, so the mirror does not come back).
 //     A replica more than one above its share starts handing mirrors away
 //     and goes on down to its share (not to share + 1: three replicas at
-//     share + 1, share + 1 and share - 2 would stay so), only to replicas
-//     below theirs (with room), so a mirror never moves back and forth.
+//     share + 1, share + 1 and share - 2 would stay so while mirrors run
+//     nowhere), only to replicas below theirs (with room), so a mirror
+//     never moves back and forth.
 //   - Pacing: at most maxInFlight hand-offs of a replica are under way at
 //     once (runs stopping at their batch boundary, and mirrors handed to a
 //     receiver that has not taken them yet), and never more than the
@@ -140,10 +147,15 @@ func decideBalance(in balanceInput) balanceDecision {
 	d.Refuse = me.Running >= d.Share
 	d.Adopt = min(room, max(0, d.Share-me.Running))
 
+	placed := 0
+	for _, r := range in.Replicas {
+		placed += r.Running + r.Incoming
+	}
 	staying := me.Running - in.Stopping
-	if staying <= d.Share || (staying == d.Share+1 && !in.Shedding) {
-		// At its share or within one: it keeps its mirrors (one above
-		// its share, it goes on handing away only when it was already).
+	if staying <= d.Share || (staying == d.Share+1 && !in.Shedding && placed < in.Wanted) {
+		// At its share, or one above while mirrors without a worker
+		// remain for those below theirs: it keeps its mirrors (one
+		// above, it goes on handing away when it was already).
 		return d
 	}
 	deficit := 0

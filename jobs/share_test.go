@@ -71,9 +71,19 @@ func TestDecideBalance(t *testing.T) {
 			wantShare: 50, wantRefuse: true, wantHand: []string{"b", "b"},
 		},
 		{
-			name:      "at its share + 1: keeps its mirrors (hysteresis)",
+			name:      "at its share + 1 while mirrors run nowhere: keeps its mirrors (hysteresis)",
 			in:        balanceInput{Me: "a", Replicas: two(51, 40), Wanted: 100},
 			wantShare: 50, wantRefuse: true,
+		},
+		{
+			name:      "at its share + 1 with every mirror running: hands one to the replica below its share",
+			in:        balanceInput{Me: "a", Replicas: two(7, 5), Wanted: 12},
+			wantShare: 6, wantRefuse: true, wantHand: []string{"b"},
+		},
+		{
+			name:      "at its share + 1, a mirror running nowhere yet: keeps, the other adopts it",
+			in:        balanceInput{Me: "a", Replicas: two(7, 4), Wanted: 12},
+			wantShare: 6, wantRefuse: true,
 		},
 		{
 			name:      "at its share while the other lacks: keeps, refuses new ones",
@@ -126,9 +136,15 @@ func TestDecideBalance(t *testing.T) {
 			wantShare: 67, wantRefuse: true, wantHand: []string{"c"},
 		},
 		{
-			name: "one above its share, not handing away: keeps its mirrors",
+			name: "one above its share, not handing away, every mirror running: hands one away",
 			in: balanceInput{Me: "a", Replicas: []replicaLoad{
 				{Name: "a", Running: 68, Cap: 200}, {Name: "b", Running: 68, Cap: 200}, {Name: "c", Running: 64, Cap: 200}}, Wanted: 200},
+			wantShare: 67, wantRefuse: true, wantHand: []string{"c"},
+		},
+		{
+			name: "one above its share, not handing away, mirrors running nowhere: keeps its mirrors",
+			in: balanceInput{Me: "a", Replicas: []replicaLoad{
+				{Name: "a", Running: 68, Cap: 200}, {Name: "b", Running: 68, Cap: 200}, {Name: "c", Running: 60, Cap: 200}}, Wanted: 200},
 			wantShare: 67, wantRefuse: true,
 		},
 		{
@@ -168,6 +184,8 @@ func TestBalanceConverges(t *testing.T) {
 		{"a third replica joins 200 mirrors", []int{100, 100, 0}, 200},
 		{"a restarted replica comes back", []int{101, 0}, 101},
 		{"after a catalog outage, locks half regained", []int{50, 20}, 100},
+		{"two replicas at 7 and 5 of 12", []int{7, 5}, 12},
+		{"three replicas at share + 1, share + 1, share - 2", []int{68, 68, 64}, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := len(tc.running)

@@ -366,15 +366,34 @@ func TestStreamedNotHoldingBackSmall(t *testing.T) {
 	}
 }
 
-// earlyWriting reports whether a pgmirror session on the destination holds
-// a write lock on table while its transaction is open: a streamed
-// transaction being applied while the source still runs it.
+// earlyWriter returns the process id of a pgmirror session on the
+// destination that holds a write lock on table while its transaction is
+// open and idle (a streamed transaction being applied while the source
+// still runs it, waiting for more), or 0 if there is none.
+func earlyWriter(t *testing.T, dc *pgx.Conn, table string) int32 {
+	t.Helper()
+	var pid int32
+	err := dc.QueryRow(context.Background(), `SELECT coalesce(min(a.pid), 0) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE a.datname = current_database() AND a.application_name = 'pgmirror' AND a.state = 'idle in transaction'
+		AND l.locktype = 'relation' AND l.relation = $1::regclass AND l.mode = 'RowExclusiveLock'`, table).Scan(&pid)
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+// earlyWriting reports whether an early transaction is open on table.
 func earlyWriting(t *testing.T, dc *pgx.Conn, table string) bool {
+	return earlyWriter(t, dc, table) != 0
+}
+
+// stillWriting reports whether the session pid still holds its write lock
+// on table, writing or waiting: its transaction is still open.
+func stillWriting(t *testing.T, dc *pgx.Conn, pid int32, table string) bool {
 	t.Helper()
 	var busy bool
-	err := dc.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE a.datname = current_database() AND a.application_name = 'pgmirror' AND a.state = 'idle in transaction'
-		AND l.locktype = 'relation' AND l.relation = $1::regclass AND l.mode = 'RowExclusiveLock')`, table).Scan(&busy)
+	err := dc.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks
+		WHERE pid = $1 AND locktype = 'relation' AND relation = $2::regclass AND mode = 'RowExclusiveLock')`, pid, table).Scan(&busy)
 	return err == nil && busy
 }
 
@@ -401,7 +420,8 @@ func TestStreamedAppliedWhileStreaming(t *testing.T) {
 	// Applied while it streams.
 	tx := openTx(t, b.src)
 	execOn(t, tx, `INSERT INTO big SELECT g, 'big' FROM generate_series(1, 30000) g`)
-	require.Eventually(t, func() bool { return earlyWriting(t, dc, "public.big") }, 60*time.Second, 5*time.Millisecond,
+	var writer int32
+	require.Eventually(t, func() bool { writer = earlyWriter(t, dc, "public.big"); return writer != 0 }, 60*time.Second, 5*time.Millisecond,
 		"the streamed transaction is not being applied while the source runs it")
 	var n int
 	require.NoError(t, dc.QueryRow(ctx, `SELECT count(*) FROM big`).Scan(&n))
@@ -409,7 +429,7 @@ func TestStreamedAppliedWhileStreaming(t *testing.T) {
 	// A small transaction on the same table meanwhile.
 	pgtest.Exec(t, b.src, `INSERT INTO big VALUES (-1, 'small')`)
 	b.waitEqual(t, r, `SELECT * FROM big WHERE id < 1`, `SELECT * FROM big WHERE id < 1`)
-	require.True(t, earlyWriting(t, dc, "public.big"), "the early transaction ended before the source's commit")
+	require.True(t, stillWriting(t, dc, writer, "public.big"), "the early transaction ended before the source's commit")
 	execOn(t, tx, `UPDATE big SET v = 'updated' WHERE id % 3 = 0`)
 	time.Sleep(200 * time.Millisecond)
 	committedAt := time.Now()
@@ -431,9 +451,9 @@ func TestStreamedAppliedWhileStreaming(t *testing.T) {
 	// Rolled back on the source while applied early: nothing stays.
 	tx = openTx(t, b.src)
 	execOn(t, tx, `INSERT INTO big SELECT g, 'gone' FROM generate_series(100001, 130000) g`)
-	require.Eventually(t, func() bool { return earlyWriting(t, dc, "public.big") }, 60*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { writer = earlyWriter(t, dc, "public.big"); return writer != 0 }, 60*time.Second, 5*time.Millisecond)
 	execOn(t, tx, `ROLLBACK`)
-	require.Eventually(t, func() bool { return !earlyWriting(t, dc, "public.big") }, 30*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return !stillWriting(t, dc, writer, "public.big") }, 30*time.Second, 5*time.Millisecond,
 		"the early transaction stayed open after the source rolled back")
 	pgtest.Exec(t, b.src, `INSERT INTO big VALUES (-2, 'after the rollback')`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
