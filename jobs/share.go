@@ -21,7 +21,8 @@ import (
 //   - Hysteresis: a replica at its share keeps its mirrors; so does one
 //     above it by one while some wanted mirrors run nowhere (not handed to
 //     anyone either): those go to the replicas below their share, which
-//     likely fills them. Once every wanted mirror runs, a replica one above
+//     likely fills them; and while runs that end still hold their locks.
+//     Once every wanted mirror runs, and nothing else, a replica one above
 //     its share hands one away to a replica below its share (two replicas
 //     at 7 and 5 of 12 end at 6 and 6; the shares are the same on every
 //     replica, so the mirror does not come back).
@@ -152,10 +153,12 @@ func decideBalance(in balanceInput) balanceDecision {
 		placed += r.Running + r.Incoming
 	}
 	staying := me.Running - in.Stopping
-	if staying <= d.Share || (staying == d.Share+1 && !in.Shedding && placed < in.Wanted) {
+	if staying <= d.Share || (staying == d.Share+1 && !in.Shedding && placed != in.Wanted) {
 		// At its share, or one above while mirrors without a worker
-		// remain for those below theirs: it keeps its mirrors (one
-		// above, it goes on handing away when it was already).
+		// remain for those below theirs, or while runs that end (paused,
+		// deleted) still hold locks and the shares are about to change:
+		// it keeps its mirrors (one above, it goes on handing away when
+		// it was already).
 		return d
 	}
 	deficit := 0

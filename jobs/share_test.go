@@ -81,6 +81,11 @@ func TestDecideBalance(t *testing.T) {
 			wantShare: 6, wantRefuse: true, wantHand: []string{"b"},
 		},
 		{
+			name:      "at its share + 1 while a paused mirror's run still holds its lock: keeps (the shares are about to change)",
+			in:        balanceInput{Me: "a", Replicas: two(7, 5), Wanted: 11},
+			wantShare: 6, wantRefuse: true,
+		},
+		{
 			name:      "at its share + 1, a mirror running nowhere yet: keeps, the other adopts it",
 			in:        balanceInput{Me: "a", Replicas: two(7, 4), Wanted: 12},
 			wantShare: 6, wantRefuse: true,

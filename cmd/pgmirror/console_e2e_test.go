@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"image/png"
 	"net/http"
@@ -110,6 +111,21 @@ func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	if err := chromedp.Do(b.ctx, steps...); err != nil {
 		b.t.Fatalf("browser: %s: %v", what, err)
 	}
+}
+
+// press clicks the button selector names once it is there and enabled,
+// in one step in the page. A mouse click at the button's place, as
+// chromedp.Click gives, can miss it when a poll redraws the page above it or
+// disables it for a moment between the check and the click; for buttons
+// whose state follows the mirror's, that made a test lose a click.
+func (b *browser) press(what, selector string) {
+	b.t.Helper()
+	q, err := json.Marshal(selector)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.wait(what, `(() => { const e = document.querySelector(`+string(q)+`);
+		if (!e || e.disabled || e.offsetParent === null) return false; e.click(); return true; })()`)
 }
 
 // wait waits until the JavaScript expression is truthy.
@@ -293,7 +309,7 @@ func TestConsoleAdmin(t *testing.T) {
 	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)
 
 	// Pause and resume with the buttons.
-	b.do("pause", chromedp.Click(chromedp.CSS("#pause"), chromedp.NodeEnabled))
+	b.press("pause", "#pause")
 	b.wait("status paused", `document.querySelector('h1').dataset.status === 'paused' && document.getElementById('control-result').textContent !== 'Pause…'`)
 	if m := getMirror(t, api, "webmirror"); m.Status != "paused" {
 		t.Fatalf("after Pause the API says %q", m.Status)
@@ -301,7 +317,7 @@ func TestConsoleAdmin(t *testing.T) {
 	if msg := evalIn[string](b, `document.getElementById('control-result').className`); msg != "notice" {
 		t.Fatalf("pause result: %q: %s", msg, evalIn[string](b, `document.getElementById('control-result').textContent`))
 	}
-	b.do("resume", chromedp.Click(chromedp.CSS("#resume"), chromedp.NodeEnabled))
+	b.press("resume", "#resume")
 	b.wait("status running again", `document.querySelector('h1').dataset.status === 'running'`)
 	if m := getMirror(t, api, "webmirror"); m.Status != "running" {
 		t.Fatalf("after Resume the API says %q", m.Status)
@@ -310,7 +326,7 @@ func TestConsoleAdmin(t *testing.T) {
 	// Verify with the button: the result appears with the per-table
 	// counts; a row changed on the destination behind the mirror's back is
 	// then found with its key, and Repair makes the destination equal again.
-	b.do("verify", chromedp.Click(chromedp.CSS("#verify"), chromedp.NodeEnabled))
+	b.press("verify", "#verify")
 	b.wait("a clean verification", `(() => { const v = document.querySelector('#verification-list .verification');
 		if (!v || v.dataset.state !== 'done') return false;
 		const r = v.querySelector('tr[data-table="public.items"]');
@@ -319,7 +335,7 @@ func TestConsoleAdmin(t *testing.T) {
 			&& v.querySelector('.outcome').textContent === 'no differences' && v.querySelector('.repair') === null; })()`)
 	exec1(t, dst, `UPDATE public.items SET label = 'changed behind the mirror' WHERE id = 7`)
 	b.wait("Verify enabled again", `!document.getElementById('verify').disabled`)
-	b.do("verify again", chromedp.Click(chromedp.CSS("#verify"), chromedp.NodeEnabled))
+	b.press("verify again", "#verify")
 	b.wait("the difference with its key", `(() => { const v = document.querySelector('#verification-list .verification');
 		return v && v.dataset.state === 'done' && v.querySelector('.outcome').textContent === '1 row differs'
 			&& [...v.querySelectorAll('.examples code')].some((c) => c.textContent === "(id)=('7')")
@@ -327,7 +343,7 @@ func TestConsoleAdmin(t *testing.T) {
 	evalIn[bool](b, `(document.getElementById('verifications').scrollIntoView(), true)`)
 	b.screenshot("verification")
 	evalIn[bool](b, `(window.scrollTo(0, 0), true)`)
-	b.do("repair", chromedp.Click(chromedp.CSS("#verification-list .verification .repair"), chromedp.NodeEnabled))
+	b.press("repair", "#verification-list .verification .repair")
 	b.wait("the repair's clean result", `(() => { const vs = document.querySelectorAll('#verification-list .verification');
 		return vs.length === 3 && vs[0].dataset.state === 'done' && vs[0].textContent.includes('Repair of')
 			&& vs[0].querySelector('.outcome').textContent === 'no differences' && vs[1].querySelector('.repair') === null; })()`)

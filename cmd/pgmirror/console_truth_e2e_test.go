@@ -135,7 +135,7 @@ func TestConsoleStale(t *testing.T) {
 		t.Fatalf("the status badge is %s after the recovery, want %s", bg, green)
 	}
 	// The controls work again: pause with the button.
-	b.do("pause", chromedp.Click(chromedp.CSS("#pause"), chromedp.NodeEnabled))
+	b.press("pause", "#pause")
 	b.wait("status paused", `document.querySelector('h1').dataset.status === 'paused' && document.getElementById('control-result').className === 'notice'`)
 	if m := getMirror(t, api, "watched"); m.Status != "paused" {
 		t.Fatalf("after Pause the API says %q", m.Status)
