@@ -23,8 +23,9 @@ import (
 //     anyone either): those go to the replicas below their share, which
 //     likely fills them; and while runs that end still hold their locks.
 //     Once every wanted mirror runs, and nothing else, a replica one above
-//     its share hands one away to a replica below its share (two replicas
-//     at 7 and 5 of 12 end at 6 and 6; the shares are the same on every
+//     its share hands one away to a replica below its share that runs two
+//     fewer (two replicas at 7 and 5 of 12 end at 6 and 6; one mirror on
+//     two replicas stays where it is; the shares are the same on every
 //     replica, so the mirror does not come back).
 //     A replica more than one above its share starts handing mirrors away
 //     and goes on down to its share (not to share + 1: three replicas at
@@ -160,6 +161,16 @@ func decideBalance(in balanceInput) balanceDecision {
 		// it keeps its mirrors (one above, it goes on handing away when
 		// it was already).
 		return d
+	}
+	if staying == d.Share+1 && !in.Shedding {
+		// One above with every mirror running: a mirror moves only to a
+		// replica that runs two fewer, where the spread gets better (one
+		// mirror on two replicas stays where it is, whoever's share it
+		// is by name).
+		lacking = slices.DeleteFunc(lacking, func(l lack) bool {
+			r := in.Replicas[slices.IndexFunc(in.Replicas, func(r replicaLoad) bool { return r.Name == l.name })]
+			return r.Running+r.Incoming > staying-2
+		})
 	}
 	deficit := 0
 	for _, l := range lacking {

@@ -81,6 +81,16 @@ func TestDecideBalance(t *testing.T) {
 			wantShare: 6, wantRefuse: true, wantHand: []string{"b"},
 		},
 		{
+			name:      "one mirror on the replica whose share is 0: stays (moving it spreads nothing)",
+			in:        balanceInput{Me: "b", Replicas: two(0, 1), Wanted: 1},
+			wantShare: 0, wantRefuse: true,
+		},
+		{
+			name:      "at its share + 1, the other one below its share + 1: keeps (13 as 7 and 6 stays)",
+			in:        balanceInput{Me: "b", Replicas: two(6, 7), Wanted: 13},
+			wantShare: 6, wantRefuse: true,
+		},
+		{
 			name:      "at its share + 1 while a paused mirror's run still holds its lock: keeps (the shares are about to change)",
 			in:        balanceInput{Me: "a", Replicas: two(7, 5), Wanted: 11},
 			wantShare: 6, wantRefuse: true,
