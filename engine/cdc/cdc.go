@@ -631,6 +631,7 @@ type runner struct {
 	// (see gatherWindow) must be committed; gathering says it is armed.
 	gather    *time.Timer
 	gathering bool
+	undecided bool // see decideBatch
 
 	applied change.LSN // end LSN of the last transaction on the destination
 	batchID int64
@@ -717,12 +718,7 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 			r.gathering = false
 			if r.applier.InBatch() && !r.inTx && !r.skipping {
 				if err := r.commit(ctx); err != nil {
-					err = r.earlyLocked(err)
-					r.abandon()
-					if ctx.Err() != nil {
-						return ctx.Err()
-					}
-					return netError(err)
+					return r.loopFailed(ctx, err)
 				}
 			}
 		case <-stop:
@@ -757,16 +753,29 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 					return r.finish(ctx)
 				}
 				if err != nil {
-					err = r.earlyLocked(err)
-					r.abandon()
-					if ctx.Err() != nil {
-						return ctx.Err()
+					return r.loopFailed(ctx, err)
+				}
+			}
+			if r.undecided && len(events) == 0 {
+				r.undecided = false
+				if r.applier.InBatch() && !r.inTx && !r.gathering {
+					if err := r.decideBatch(ctx, true); err != nil {
+						return r.loopFailed(ctx, err)
 					}
-					return netError(err)
 				}
 			}
 		}
 	}
+}
+
+// loopFailed ends the loop on err: the open batch is rolled back.
+func (r *runner) loopFailed(ctx context.Context, err error) error {
+	err = r.earlyLocked(err)
+	r.abandon()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return netError(err)
 }
 
 func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
@@ -850,16 +859,29 @@ func (r *runner) handle(ctx context.Context, ev capture.Event, dry bool) error {
 		}
 		r.batchEnd = ev.LSN
 		r.batchEndCommit = ev.CommitTime
-		behind := r.source.behind(ev.LSN)
-		r.stream.SetCatchingUp(behind >= catchUpBehind)
-		now, wait := r.cfg.closeBatch(r.changes, time.Since(r.started), dry, behind)
-		if now {
-			return r.commit(ctx)
-		}
-		if wait > 0 {
-			r.gather.Reset(wait)
-			r.gathering = true
-		}
+		return r.decideBatch(ctx, dry)
+	}
+	return nil
+}
+
+// decideBatch decides, after the commit of a source transaction in the
+// open batch (r.batchEnd), whether the batch commits now or gathers more
+// transactions (closeBatch). When it waits for the next transaction because
+// more events are already here (not dry), r.undecided is set: should those
+// events hold no transaction commit (changes of a streamed transaction, its
+// end), the loop decides again once it has nothing more to handle, so the
+// batch never waits for a later source commit.
+func (r *runner) decideBatch(ctx context.Context, dry bool) error {
+	behind := r.source.behind(r.batchEnd)
+	r.stream.SetCatchingUp(behind >= catchUpBehind)
+	now, wait := r.cfg.closeBatch(r.changes, time.Since(r.started), dry, behind)
+	r.undecided = !now && wait == 0
+	if now {
+		return r.commit(ctx)
+	}
+	if wait > 0 {
+		r.gather.Reset(wait)
+		r.gathering = true
 	}
 	return nil
 }

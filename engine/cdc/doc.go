@@ -28,7 +28,9 @@
 // changes, when SyncInterval has passed since its first change, or once
 // nothing more is waiting in the stream right after a commit: under low load
 // every transaction is applied at once, under high load batches grow by
-// themselves. When the stream is momentarily empty but the source's WAL ends
+// themselves. Should what waited after the commit hold no commit (the
+// changes of a streamed transaction still open on the source), the batch is
+// decided again once the loop has handled it, as at a dry commit. When the stream is momentarily empty but the source's WAL ends
 // past the commit (a plain source connection polls pg_current_wal_flush_lsn()
 // every 100 ms, sourcepos.go; the stream's own "WAL end" is only the
 // message's position), the batch waits up to 2 ms for more transactions, or

@@ -1,10 +1,12 @@
 package cdc_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"testing"
@@ -42,6 +44,38 @@ func readSlotStats(t *testing.T, url, slot string) slotStats {
 		Scan(&st.streamTxns, &st.streamBytes, &st.spillTxns, &st.spillBytes)
 	require.NoError(t, err)
 	return st
+}
+
+// sessionsDump describes, for a failure message, the cluster's sessions
+// with what they wait for, the slot's positions and the WAL's end.
+func sessionsDump(url, slot string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close(ctx)
+	var out bytes.Buffer
+	rows, err := conn.Query(ctx, `SELECT format('%s %s %s %s %s/%s xact %s: %s', pid, datname, backend_type, application_name, state,
+		coalesce(wait_event_type || ':' || wait_event, '-'), coalesce(now() - xact_start, '0'), left(query, 120))
+		FROM pg_stat_activity WHERE pid <> pg_backend_pid() ORDER BY backend_type, pid`)
+	if err == nil {
+		lines, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, l := range lines {
+			fmt.Fprintln(&out, l)
+		}
+	}
+	if slot != "" {
+		var line string
+		err := conn.QueryRow(ctx, `SELECT format('slot %s active %s restart %s confirmed %s; wal end %s', slot_name, active_pid, restart_lsn,
+			confirmed_flush_lsn, pg_current_wal_lsn()) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&line)
+		if err != nil {
+			line = err.Error()
+		}
+		fmt.Fprintln(&out, line)
+	}
+	return out.String()
 }
 
 // watchCounts samples query (a count) on the destination until stop and
@@ -506,7 +540,7 @@ func TestStreamedEarlyLockWait(t *testing.T) {
 	b := setup(t, ddl, ddl+`; CREATE UNIQUE INDEX ON public.big (v)`, same("public", "big"))
 	streamSmall(t, b)
 	var log lockedBuffer
-	b.cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	b.cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r := b.start(t)
 	pgtest.Exec(t, b.src, `INSERT INTO big VALUES (1, 'x')`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
@@ -529,6 +563,52 @@ func TestStreamedEarlyLockWait(t *testing.T) {
 		require.Contains(t, log.String(), "restarting the stream with large transactions applied at their commit")
 		t.Logf("run ended after %s: %v", time.Since(start).Round(time.Millisecond), err)
 	case <-time.After(90 * time.Second):
-		t.Fatal("the run still waits: the batch waits for the early transaction, which waits for the batch")
+		var stacks bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+		b.rep.mu.Lock()
+		batches := fmt.Sprintf("%+v", b.rep.batches)
+		b.rep.mu.Unlock()
+		var rows string
+		_ = dc.QueryRow(context.Background(), `SELECT format('%s rows, ids 1 and 100000: %s', count(*), string_agg(id || '=' || v, ', ') FILTER (WHERE id IN (1, 100000))) FROM big`).Scan(&rows)
+		t.Fatalf("the run still waits: the batch waits for the early transaction, which waits for the batch\nlog:\n%s\nbatches: %s\ndestination table: %s\nsource:\n%s\ndestination:\n%s\ngoroutines:\n%s",
+			log.String(), batches, rows, sessionsDump(b.src, b.cfg.SlotName), sessionsDump(b.dst, ""), stacks.String())
 	}
+}
+
+// TestSmallNotHeldWhileLargeDeclined: while a streamed transaction is not
+// applied early (declined here by a stop position), its changes still
+// arrive as it streams; a small transaction that commits among them is
+// committed on the destination within moments, not at the next source
+// commit (the large one's, or a heartbeat's).
+func TestSmallNotHeldWhileLargeDeclined(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text); CREATE TABLE public.small (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "big"), same("public", "small"))
+	streamSmall(t, b)
+	b.cfg.StopAt = change.LSN(1 << 62) // never reached; early apply is declined with a stop position
+	// A backlog in which the large transaction's changes come right after
+	// the small one's commit, still open when the run starts.
+	tx := openTx(t, b.src)
+	execOn(t, tx, `INSERT INTO big SELECT g, 'big' FROM generate_series(1, 20000) g`)
+	pgtest.Exec(t, b.src, `INSERT INTO small VALUES (1)`)
+	execOn(t, tx, `INSERT INTO big SELECT g, 'big' FROM generate_series(100000, 120000) g`)
+	started := time.Now()
+	r := b.start(t)
+	b.waitEqual(t, r, `SELECT * FROM small`, `SELECT * FROM small`)
+	t.Logf("the small transaction arrived %s after the run started", time.Since(started).Round(time.Millisecond))
+	require.Less(t, time.Since(started), 8*time.Second, "the small transaction waited for a later source commit")
+	// The same while the run streams.
+	for round := 2; round <= 3; round++ {
+		pgtest.Exec(t, b.src, fmt.Sprintf(`INSERT INTO small VALUES (%d)`, round))
+		execOn(t, tx, fmt.Sprintf(`INSERT INTO big SELECT g, 'big' FROM generate_series(%d, %d) g`, round*100000+50000, round*100000+55000))
+		committed := time.Now()
+		b.waitEqual(t, r, `SELECT * FROM small`, `SELECT * FROM small`)
+		t.Logf("round %d: the small transaction arrived %s after the large one streamed on", round, time.Since(committed).Round(time.Millisecond))
+		require.Less(t, time.Since(committed), 5*time.Second, "the small transaction waited for a later source commit")
+	}
+	execOn(t, tx, `COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+	require.NoError(t, r.halt(t))
+	require.Equal(t, change.Counts{Inserted: 3}, b.rep.totals()["public.small"])
+	require.Equal(t, change.Counts{Inserted: 20000 + 20001 + 2*5001}, b.rep.totals()["public.big"])
 }
