@@ -132,6 +132,7 @@ func decideBalance(in balanceInput) balanceDecision {
 	type lack struct {
 		name string
 		n    int
+		has  int // what it runs, and what is on its way to it
 	}
 	var lacking []lack
 	for _, r := range in.Replicas {
@@ -139,7 +140,7 @@ func decideBalance(in balanceInput) balanceDecision {
 			continue
 		}
 		if n := min(shares[r.Name], r.Cap) - r.Running - r.Incoming; n > 0 {
-			lacking = append(lacking, lack{r.Name, n})
+			lacking = append(lacking, lack{r.Name, n, r.Running + r.Incoming})
 		}
 	}
 	if len(lacking) == 0 {
@@ -167,10 +168,7 @@ func decideBalance(in balanceInput) balanceDecision {
 		// replica that runs two fewer, where the spread gets better (one
 		// mirror on two replicas stays where it is, whoever's share it
 		// is by name).
-		lacking = slices.DeleteFunc(lacking, func(l lack) bool {
-			r := in.Replicas[slices.IndexFunc(in.Replicas, func(r replicaLoad) bool { return r.Name == l.name })]
-			return r.Running+r.Incoming > staying-2
-		})
+		lacking = slices.DeleteFunc(lacking, func(l lack) bool { return l.has > staying-2 })
 	}
 	deficit := 0
 	for _, l := range lacking {
