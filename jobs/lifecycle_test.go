@@ -289,13 +289,21 @@ func TestRunFailureBackoff(t *testing.T) {
 	require.Equal(t, int64(1), e.logCount(m.ID, db.MsgConnectionTimeout))
 	wait := time.Until(*failed.NextRetryAt)
 	require.True(t, wait > 2*time.Second && wait <= Backoff(1), "next retry in %s, want about %s", wait, Backoff(1))
-	// The job waits for the retry time, snoozed (not retried by River).
-	scheduled := queryInt(t, e.catalogURL, `SELECT count(*) FROM river_job WHERE kind = $1 AND (metadata->>'snoozes')::int = 1
-		AND abs(extract(epoch FROM scheduled_at - $2::timestamptz)) < 1`, MirrorRunArgs{}.Kind(), *failed.NextRetryAt)
-	if scheduled == 0 {
+	// The job waits for the retry time, snoozed (not retried by River). The
+	// mirror's status is written before the job returns its snooze, and
+	// River's completer records the snooze a moment later.
+	scheduled := func() int64 {
+		return queryInt(t, e.catalogURL, `SELECT count(*) FROM river_job WHERE kind = $1 AND (metadata->>'snoozes')::int = 1
+			AND abs(extract(epoch FROM scheduled_at - $2::timestamptz)) < 1`, MirrorRunArgs{}.Kind(), *failed.NextRetryAt)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for scheduled() == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if scheduled() == 0 {
 		e.dumpJobs()
 	}
-	require.Equal(t, int64(1), scheduled, "a run job scheduled at next_retry_at %s", failed.NextRetryAt)
+	require.Equal(t, int64(1), scheduled(), "a run job scheduled at next_retry_at %s", failed.NextRetryAt)
 	require.Equal(t, 0, r.locks.Running())
 
 	_, err = e.store.PeerUpdate(context.Background(), e.dstPeer.Name, db.PeerUpdateParams{Port: &port})
