@@ -245,7 +245,7 @@ func (d *sharedDest) run(ctx context.Context) {
 // step reads the flush position and, when a run has waited past its
 // patience, forces a flush.
 func (d *sharedDest) step(ctx context.Context, conn *pgx.Conn) (change.LSN, error) {
-	stepCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	stepCtx, cancel := statementContext(ctx, 10*time.Second)
 	defer cancel()
 	flushed, err := flushPosition(stepCtx, conn)
 	if err != nil {

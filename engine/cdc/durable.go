@@ -183,10 +183,12 @@ func (w *flushWatcher) run(ctx context.Context) error {
 		if target.urgent {
 			poll, patience = urgentPoll, urgentPatience
 		}
-		flushed, err := flushPosition(ctx, w.conn)
+		stepCtx, cancel := statementContext(ctx, 10*time.Second)
+		flushed, err := flushPosition(stepCtx, w.conn)
 		if err == nil && flushed < target.lsn && time.Since(since) >= patience {
-			flushed, err = positions.FlushWAL(ctx, w.conn, w.mirror)
+			flushed, err = positions.FlushWAL(stepCtx, w.conn, w.mirror)
 		}
+		cancel()
 		if err != nil {
 			return err
 		}

@@ -148,3 +148,14 @@ func (s *sharedPoll[K, V]) connect(ctx context.Context) (*pgx.Conn, error) {
 	s.mu.Unlock()
 	return session.Connect(connectCtx, cfg)
 }
+
+// statementContext is the context of one short statement of a poll, a
+// heartbeat or a flush: it ends after timeout, but not when ctx is
+// cancelled. A run that stops (or the last run leaving a shared poller)
+// lets the statement in flight finish, a matter of milliseconds, instead
+// of cancelling it: a cancelled statement is an ERROR line ("canceling
+// statement due to user request") in the peer's server log, where DBAs'
+// alerts look.
+func statementContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
+}

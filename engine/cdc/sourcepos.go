@@ -110,7 +110,7 @@ func (p *sourcePosition) hasBegun() bool {
 }
 
 func (p *sourcePosition) poll(ctx context.Context) error {
-	pollCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	pollCtx, cancel := statementContext(ctx, 5*time.Second)
 	defer cancel()
 	lsn, err := readWALEnd(pollCtx, p.conn)
 	if err != nil {
@@ -164,7 +164,7 @@ func (p *sourcePosition) addHeartbeat(lsn change.LSN, at time.Time, before, afte
 // unlike the flush position, includes a commit just made even under
 // synchronous_commit off); 0 when it cannot be read.
 func readInsertPosition(ctx context.Context, conn *pgx.Conn) change.LSN {
-	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	qctx, cancel := statementContext(ctx, 5*time.Second)
 	defer cancel()
 	var text string
 	if err := conn.QueryRow(qctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&text); err != nil {

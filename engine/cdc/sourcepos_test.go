@@ -157,3 +157,27 @@ func passwordRole(t *testing.T, dbURL, prefix string) (*pgx.Conn, string, func(p
 	}
 	return admin, role, withPassword
 }
+
+// TestStatementOutlivesStop: a poll's or heartbeat's statement that is in
+// flight when its run stops finishes instead of being cancelled, since a
+// cancelled statement is an ERROR line in the peer's server log; its own
+// timeout still ends it.
+func TestStatementOutlivesStop(t *testing.T) {
+	t.Parallel()
+	src := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	conn, err := pgx.Connect(context.Background(), src)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+
+	runCtx, stopRun := context.WithCancel(context.Background())
+	qctx, cancel := statementContext(runCtx, 5*time.Second)
+	defer cancel()
+	time.AfterFunc(50*time.Millisecond, stopRun)
+	var slept string
+	require.NoError(t, conn.QueryRow(qctx, `SELECT pg_catalog.pg_sleep(0.3)::text`).Scan(&slept), "the run's stop cancelled the statement")
+
+	short, cancelShort := statementContext(context.Background(), 50*time.Millisecond)
+	defer cancelShort()
+	_, err = conn.Exec(short, `SELECT pg_catalog.pg_sleep(5)`)
+	require.Error(t, err, "the statement's own timeout ends it")
+}

@@ -107,7 +107,7 @@ func (s *sharedSource) run(ctx context.Context) {
 }
 
 func (s *sharedSource) poll(ctx context.Context, conn *pgx.Conn) error {
-	pollCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	pollCtx, cancel := statementContext(ctx, 5*time.Second)
 	defer cancel()
 	lsn, err := readWALEnd(pollCtx, conn)
 	if err != nil {
@@ -169,7 +169,7 @@ func readWALEnd(ctx context.Context, conn *pgx.Conn) (change.LSN, error) {
 // every slot of the database delivers as a transaction of its own
 // (pgoutput's messages option), and returns its position.
 func writeHeartbeat(ctx context.Context, conn *pgx.Conn) (change.LSN, error) {
-	beatCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	beatCtx, cancel := statementContext(ctx, 5*time.Second)
 	defer cancel()
 	var text string
 	if err := conn.QueryRow(beatCtx, `SELECT pg_logical_emit_message(true, 'pgmirror_heartbeat', '')::text`).Scan(&text); err != nil {
