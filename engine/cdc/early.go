@@ -42,6 +42,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/apply"
 	"github.com/pgmirror/pgmirror/engine/capture"
+	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/session"
 )
@@ -116,17 +117,21 @@ func (r *runner) earlyChange(ctx context.Context, ev capture.Event) error {
 		}
 	}
 	e.changes++
-	e.ops.push(earlyOp{ev: ev})
+	e.ops.push(earlyOp{change: ev.Change, size: ev.Size})
 	r.handedOver = true // the worker releases it
 	return nil
 }
 
-// earlyOp is work for the early worker: a change to write (ev), or fn to
-// run with the applier to itself once the changes before it are written.
+// earlyOp is work for the early worker: a change to write (change, with
+// the stream memory it holds, size), or fn to run with the applier to
+// itself once the changes before it are written. It keeps only those of
+// the event's fields, since a queue behind a slow destination holds a
+// hundred thousand of them.
 type earlyOp struct {
-	ev    capture.Event
-	fn    func() error
-	reply chan error
+	change *change.Change
+	size   int
+	fn     func() error
+	reply  chan error
 }
 
 // earlyQueue is the early worker's queue. It has no bound of its own: the
@@ -164,16 +169,18 @@ func (q *earlyQueue) close() {
 	}
 }
 
-// take waits for queued ops and returns them all; none once closed.
+// take waits for queued ops and returns them all; none once closed. buf,
+// the slice the caller took last time (cleared), becomes the queue's: the
+// two trade places instead of copying, so that a long queue costs two
+// arrays, not three.
 func (q *earlyQueue) take(buf []earlyOp) []earlyOp {
 	for {
 		q.mu.Lock()
 		if len(q.ops) > 0 {
-			buf = append(buf[:0], q.ops...)
-			clear(q.ops)
-			q.ops = q.ops[:0]
+			ops := q.ops
+			q.ops = buf[:0]
 			q.mu.Unlock()
-			return buf
+			return ops
 		}
 		closed := q.closed
 		q.mu.Unlock()
@@ -211,11 +218,11 @@ func (e *earlyApply) do(ctx context.Context, stream *capture.Stream, op earlyOp)
 		return
 	}
 	if e.applyErr == nil && e.applier.InBatch() {
-		if err := e.applier.Apply(ctx, op.ev.Change); err != nil {
+		if err := e.applier.Apply(ctx, op.change); err != nil {
 			e.applyErr = err
 		}
 	}
-	stream.Release(op.ev)
+	stream.Release(capture.Event{Change: op.change, Size: op.size})
 }
 
 // work runs fn on the early worker once the changes queued before it are

@@ -4,6 +4,8 @@ package change
 // relations (table descriptions) and the row changes that engine/capture
 // produces and engine/apply consumes.
 
+import "unsafe"
+
 // Column describes one column of a replicated relation as the source sent it.
 type Column struct {
 	// Name is the column name, unquoted.
@@ -101,6 +103,14 @@ func (o Op) String() string {
 	return "unknown"
 }
 
+// changeSize and valueSize are the sizes of a Change and a Value;
+// valueWireSize is a value's kind and length in the pgoutput message.
+const (
+	changeSize    = int(unsafe.Sizeof(Change{}))
+	valueSize     = int(unsafe.Sizeof(Value{}))
+	valueWireSize = 5
+)
+
 // Change is one row change (or a truncate) of a source transaction.
 type Change struct {
 	Op Op
@@ -122,9 +132,11 @@ type Change struct {
 	Schema *SchemaMessage
 }
 
-// Size estimates the memory the change holds, in bytes.
+// Size estimates the memory the change holds, in bytes: the Change, its
+// Values and their bytes, plus each value's kind and length, which a
+// decoded change keeps in its copy of the wire message.
 func (c *Change) Size() int {
-	n := 64 + 32*(len(c.Old)+len(c.New))
+	n := changeSize + (valueSize+valueWireSize)*(len(c.Old)+len(c.New))
 	if c.Schema != nil {
 		n += len(c.Schema.Content)
 	}
