@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -151,11 +152,7 @@ func TestRunResync(t *testing.T) {
 	got := e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
 	require.Nil(t, got.PendingAction, "the resync request")
 	require.Equal(t, int64(1), e.logCount(m.ID, "Full resync started"))
-	tables, err := e.store.MirrorTables(context.Background(), m.ID)
-	require.NoError(t, err)
-	for _, tbl := range tables {
-		require.Equal(t, db.TableStatusRunning, tbl.Status, "table %s after the resync", tbl.SourceTable)
-	}
+	waitTablesRunning(t, e, m.ID)
 
 	// One table: others is copied again while items streams.
 	driftDestination(t, e, "others")
@@ -168,10 +165,7 @@ func TestRunResync(t *testing.T) {
 	exec(t, e.srcURL, `INSERT INTO public.others VALUES (102, 'after the table resync')`)
 	waitEqual(t, e, "items", 30*time.Second)
 	waitEqual(t, e, "others", 30*time.Second)
-	tables, err = e.store.MirrorTables(context.Background(), m.ID)
-	require.NoError(t, err)
-	for _, tbl := range tables {
-		require.Equal(t, db.TableStatusRunning, tbl.Status, "table %s after the table resync", tbl.SourceTable)
+	for _, tbl := range waitTablesRunning(t, e, m.ID) {
 		require.Nil(t, tbl.ResyncRequestedAt, "table %s after the table resync", tbl.SourceTable)
 	}
 	require.Equal(t, db.StatusRunning, e.mirror(m.ID).Status)
@@ -233,7 +227,31 @@ func TestRunResyncSourceChangedBeforeSnapshot(t *testing.T) {
 	require.Equal(t, "character varying(20)", typ)
 	got := e.waitStatus(m.ID, db.StatusRunning, 30*time.Second)
 	require.Zero(t, got.ErrorCount)
-	tables, err := e.store.MirrorTables(context.Background(), m.ID)
-	require.NoError(t, err)
-	require.Equal(t, db.TableStatusRunning, tables[0].Status)
+	waitTablesRunning(t, e, m.ID)
+}
+
+// waitTablesRunning waits until every table of the mirror is running and
+// returns them: after a resync a table is marked running a moment after
+// its rows arrive.
+func waitTablesRunning(t *testing.T, e *lcEnv, mirrorID int64) []db.MirrorTable {
+	t.Helper()
+	var tables []db.MirrorTable
+	waitFor(t, "every table to run after the resync", 30*time.Second, func() bool {
+		var err error
+		tables, err = e.store.MirrorTables(context.Background(), mirrorID)
+		require.NoError(t, err)
+		for _, tbl := range tables {
+			if tbl.Status != db.TableStatusRunning {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		var s []string
+		for _, tbl := range tables {
+			s = append(s, tbl.SourceTable+" "+string(tbl.Status))
+		}
+		return strings.Join(s, ", ")
+	})
+	return tables
 }
