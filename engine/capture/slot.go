@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/session"
@@ -35,9 +37,14 @@ type SlotInfo struct {
 // ConnectReplication opens a replication connection (replication=database)
 // to the database that source configures (a copy; source is not changed),
 // with pgmirror's session settings (engine/session), so that values in the
-// stream have one unambiguous text form.
+// stream have one unambiguous text form. The connection reads its socket
+// through newStreamReader.
 func ConnectReplication(ctx context.Context, source *pgconn.Config) (*pgconn.PgConn, error) {
-	conn, err := session.ConnectReplication(ctx, source)
+	cfg := source.Copy()
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(newStreamReader(r), w)
+	}
+	conn, err := session.ConnectReplication(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open replication connection to %s:%d: %w", source.Host, source.Port, err)
 	}
