@@ -173,6 +173,9 @@ type Applier struct {
 	replicaRole bool
 	lastPlan    *plan // plan of the previous change (ordering without replica role)
 	copy        copyWriter
+	// arrays and arrayFormats are updateFromArrays' parameter buffers.
+	arrays       [][]byte
+	arrayFormats []int16
 	// commitWAL and flushedWAL are the destination's WAL insert and flush
 	// positions read right after the last commit.
 	commitWAL, flushedWAL change.LSN

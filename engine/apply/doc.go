@@ -37,6 +37,13 @@
 //   - UPDATE ... FROM staging for rows with unchanged TOAST values, one
 //     statement per set of unchanged columns, leaving those columns alone.
 //
+// A chunk of binary values that holds only updates of complete rows (a bulk
+// UPDATE on the source) skips the staging table when every column has a
+// built-in scalar type and the key none with a collation: one UPDATE ...
+// FROM ROWS FROM (unnest of one binary array parameter per column), one
+// round trip instead of three and a sixth less destination CPU per row
+// (arrays.go).
+//
 // An update is thus one UPDATE, not an insert attempt that conflicts and
 // then updates: cheaper for the destination, in CPU and in WAL. As the
 // staging table is typed, COPY parses each value once and keys compare with

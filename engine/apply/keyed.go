@@ -32,6 +32,9 @@ import (
 //     (copyRows), the whole chunk when it holds nothing else
 //     (copyNewRows).
 //
+// A binary chunk of deletes, complete-row updates and new rows goes without
+// the staging table, from arrays, when its columns allow (flushFromArrays).
+//
 // Keys are distinct within a chunk, so the statements touch distinct rows
 // and their order does not matter.
 func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
@@ -47,10 +50,13 @@ func (a *Applier) flushKeyed(ctx context.Context, p *plan) error {
 	if err := a.begin(ctx); err != nil {
 		return err
 	}
+	binary := p.binaryChunk()
+	if binary && p.arrayCasts != nil && p.fitsArrays() {
+		return a.flushFromArrays(ctx, p, binary)
+	}
 	if err := a.prepareStage(ctx, p); err != nil {
 		return err
 	}
-	binary := p.binaryChunk()
 	staged, err := a.stageChunk(ctx, p, binary)
 	if err != nil {
 		return err

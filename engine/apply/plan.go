@@ -154,6 +154,11 @@ type plan struct {
 	// (ordered mode, when the old row image holds only the key).
 	identPos []int
 
+	// arrayCasts are the array types of the columns when a chunk of
+	// complete-row updates can be written from arrays (updateFromArrays);
+	// nil when not.
+	arrayCasts []string
+
 	stage     string // keyed: staging table name, "" until created
 	stageUsed bool   // keyed: the staging table has rows in this transaction
 
@@ -308,6 +313,9 @@ func newPlan(m *change.Mapping, rel *change.Relation, dest *destTable) (*plan, e
 				p.keyed = false
 			}
 		}
+	}
+	if p.keyed {
+		p.arrayCasts = arrayCasts(p.typeOIDs, p.keyPos)
 	}
 	return p, nil
 }

@@ -44,10 +44,14 @@
 // origin are kept: those of a mirror whose destination this mirror reads
 // (a chain of mirrors), and those of native replication.
 //
-// While the consumer is far behind the source (SetCatchingUp), a read that
-// had to wait for the walsender is followed by a 1 ms pause, so that the next
-// read takes what gathered in the socket instead of one small message at a
-// time.
+// A busy stream is read in gulps: the replication connection reads its
+// socket up to 256 KiB at a time, and when a read drained the socket of a
+// stream running above 8 MiB/s, the next one waits 1 ms first
+// (gatheringReader), so that it takes what gathered instead of one small
+// message at a time (the walsender flushes each message of a streamed
+// transaction on its own). Likewise while the consumer is far behind the
+// source (SetCatchingUp), a read that had to wait for the walsender is
+// followed by a 1 ms pause.
 //
 // A stream on which nothing arrives (not even a keepalive requested with a
 // status update) for longer than the heartbeat timeout ends with

@@ -1,0 +1,170 @@
+package apply_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/apply"
+	"github.com/pgmirror/pgmirror/engine/change"
+)
+
+// scalarDDL has a column of each kind of built-in scalar type that chunks
+// of updates are written from arrays for.
+const scalarDDL = `(k int8 PRIMARY KEY, i2 int2, i4 int4, n numeric(30,10), t text, vc varchar(20), b bytea, j jsonb, ts timestamptz,
+	u uuid, bo bool, f float8, d date, iv interval)`
+
+// TestUpdatesFromArrays: a binary chunk of complete-row updates, deletes
+// and new rows is written from one array per column instead of through a
+// staging table, and ends as the same changes given as text (which go
+// through the staging table): every value and NULL, and a row the
+// destination lacks inserted. A chunk with an unchanged TOAST value, and a
+// table with a text key, still go through the staging table.
+func TestUpdatesFromArrays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, `CREATE TABLE src `+scalarDDL+`; CREATE TABLE src2 `+scalarDDL+`;
+		CREATE TABLE text_s `+scalarDDL+`; CREATE TABLE bin_s `+scalarDDL+`;
+		CREATE TABLE tk (k text PRIMARY KEY, v int4);
+		INSERT INTO src SELECT g, g % 100, g, g / 7.0, 'row ' || g, 'v' || g, decode(md5(g::text), 'hex'), jsonb_build_object('g', g),
+			'2024-01-01 00:00:00+00'::timestamptz + g * interval '1 minute', md5(g::text)::uuid, g % 2 = 0, g / 3.0,
+			date '2024-01-01' + g, g * interval '1 second' FROM generate_series(1, 40) g;
+		INSERT INTO src2 SELECT k, -i2, i4 * 2, -n, E'changed\t"' || t || E'"\n', vc || 'x', b || '\x00'::bytea, j || '{"u": true}',
+			ts + interval '1 day', md5(k::text || 'x')::uuid, NOT bo, -f, d - 1, iv * 2 FROM src;
+		UPDATE src2 SET i2 = NULL, t = NULL, j = NULL, ts = NULL WHERE k % 5 = 0;
+		INSERT INTO src2 VALUES (41, 41, 41, 41, 'new', 'new', '\x41', '41', 'infinity', '41414141-4141-4141-4141-414141414141', true, 'NaN', 'infinity', '41 days');
+		INSERT INTO src2 SELECT k + 30, i2, i4, n, t, vc, b, j, ts, md5(k::text || 'y')::uuid, bo, f, d, iv FROM src2 WHERE k IN (12, 13)`)
+	conn := connect(t, dst)
+
+	for _, format := range []int16{0, 1} {
+		prefix := map[int16]string{0: "text", 1: "bin"}[format]
+		src := readImages(t, conn, "src", format)
+		src2 := readImages(t, conn, "src2", format)
+		rel := &change.Relation{ID: 1, Table: change.TableName{Schema: "public", Name: "src"}, ReplicaIdentity: change.IdentityDefault, Columns: src.columns}
+		cfg := apply.Config{MirrorUID: prefix, RowStatementsUpTo: -1, Mappings: []change.Mapping{
+			{Source: rel.Table, Destination: change.TableName{Schema: "public", Name: prefix + "_s"}},
+		}}
+		if format == 1 {
+			types := map[string]uint32{}
+			for _, c := range src.columns {
+				types[c.Name] = c.TypeOID
+			}
+			cfg.Binary = true
+			cfg.BinaryTypes = map[change.TableName]map[string]uint32{rel.Table: types}
+		}
+		session := connect(t, dst)
+		a, err := apply.New(ctx, session, cfg)
+		require.NoError(t, err)
+		apply1 := func(lsn change.LSN, changes []*change.Change) {
+			t.Helper()
+			require.NoError(t, a.Begin(ctx))
+			for _, c := range changes {
+				require.NoError(t, a.Apply(ctx, c))
+			}
+			_, err := a.Commit(ctx, lsn, 1)
+			require.NoError(t, err, prefix)
+		}
+		// One chunk of updates (of a row the destination lacks too),
+		// deletes and new rows.
+		var inserts, changes []*change.Change
+		for k := int64(1); k <= 40; k++ {
+			if k != 17 { // 17 is missing on the destination
+				inserts = append(inserts, &change.Change{Op: change.OpInsert, Relation: rel, New: src.rows[k]})
+			}
+			if k >= 31 && k <= 35 {
+				old := make([]change.Value, len(src.columns))
+				for i := range old {
+					old[i] = null
+				}
+				old[0] = src.rows[k][0]
+				changes = append(changes, &change.Change{Op: change.OpDelete, Relation: rel, Old: old, OldKeyOnly: true})
+				continue
+			}
+			changes = append(changes, &change.Change{Op: change.OpUpdate, Relation: rel, New: src2.rows[k]})
+		}
+		changes = append(changes,
+			&change.Change{Op: change.OpUpdate, Relation: rel, New: src2.rows[41]}, // missing too
+			&change.Change{Op: change.OpInsert, Relation: rel, New: src2.rows[42]},
+			&change.Change{Op: change.OpInsert, Relation: rel, New: src2.rows[43]})
+		apply1(0x100, inserts)
+		apply1(0x200, changes)
+
+		// Only a text chunk needed a staging table.
+		var staging int
+		require.NoError(t, session.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()`).Scan(&staging))
+		require.Equal(t, format == 0, staging > 0, "%s: %d staging tables", prefix, staging)
+	}
+	dump := func(query string) string {
+		var s string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT coalesce(string_agg(x::text, E'\n' ORDER BY x.k), '') FROM (`+query+`) x`).Scan(&s))
+		return s
+	}
+	const want = `SELECT * FROM src2 WHERE k NOT BETWEEN 31 AND 35`
+	require.Equal(t, dump(want), dump(`SELECT * FROM text_s`))
+	require.Equal(t, dump(want), dump(`SELECT * FROM bin_s`))
+
+	// A chunk with an unchanged value and a table with a text key go
+	// through the staging table (their updates cannot be written from
+	// arrays) and are still applied.
+	for _, tc := range []struct {
+		name    string
+		table   string
+		columns []change.Column
+	}{
+		{"text key", "tk", []change.Column{{Name: "k", TypeOID: 25, Key: true}, {Name: "v", TypeOID: 23}}},
+		{"unchanged value", "bin_s", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			session := connect(t, dst)
+			table := change.TableName{Schema: "public", Name: tc.table}
+			var rel *change.Relation
+			var rows [][]change.Value
+			src2 := readImages(t, conn, "src2", 1)
+			if tc.columns != nil {
+				pgtest.Exec(t, dst, `INSERT INTO tk SELECT g::text, g FROM generate_series(1, 20) g`)
+				rel = &change.Relation{ID: 2, Table: table, ReplicaIdentity: change.IdentityDefault, Columns: tc.columns}
+				for g := byte(1); g <= 20; g++ {
+					rows = append(rows, []change.Value{{Kind: change.ValueBinary, Text: fmt.Appendf(nil, "%d", g)}, {Kind: change.ValueBinary, Text: []byte{0, 0, 1, g}}})
+				}
+			} else {
+				rel = &change.Relation{ID: 2, Table: table, ReplicaIdentity: change.IdentityDefault, Columns: src2.columns}
+				for k := int64(1); k <= 20; k++ {
+					row := append([]change.Value(nil), src2.rows[k]...)
+					row[1] = change.Value{Kind: change.ValueBinary, Text: []byte{0, 7}}
+					if k == 3 {
+						row[4] = unchanged
+					}
+					rows = append(rows, row)
+				}
+			}
+			types := map[string]uint32{}
+			for _, c := range rel.Columns {
+				types[c.Name] = c.TypeOID
+			}
+			a, err := apply.New(ctx, session, apply.Config{MirrorUID: "x", RowStatementsUpTo: -1, Binary: true,
+				BinaryTypes: map[change.TableName]map[string]uint32{table: types},
+				Mappings:    []change.Mapping{{Source: table, Destination: table}}})
+			require.NoError(t, err)
+			require.NoError(t, a.Begin(ctx))
+			for _, row := range rows {
+				require.NoError(t, a.Apply(ctx, &change.Change{Op: change.OpUpdate, Relation: rel, New: row}))
+			}
+			_, err = a.Commit(ctx, 0x300, 1)
+			require.NoError(t, err)
+			var staging int
+			require.NoError(t, session.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()`).Scan(&staging))
+			require.Positive(t, staging, "the chunk went through a staging table")
+			var applied int
+			query := `SELECT count(*) FROM tk WHERE v = 256 + k::int`
+			if tc.columns == nil {
+				query = `SELECT count(*) FROM bin_s b JOIN src2 s USING (k) WHERE b.i2 = 7 AND b.t IS NOT DISTINCT FROM s.t AND k <= 20`
+			}
+			require.NoError(t, conn.QueryRow(ctx, query).Scan(&applied))
+			require.Equal(t, 20, applied)
+		})
+	}
+}
