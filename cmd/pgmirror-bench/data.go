@@ -255,6 +255,10 @@ type workloadEnd struct {
 	// transaction was sent: a position past it is that transaction's.
 	beforeLast lsn
 	elapsed    time.Duration
+	// lastID is the highest id inserted so far: the workload's last
+	// insert (every workload but the single-row one inserts in each
+	// transaction), which the destination shows once it applied it.
+	lastID int64
 }
 
 // runWorkload runs w on the source database at url, with
@@ -304,6 +308,7 @@ func runWorkload(ctx context.Context, url string, cur *cursor, w workload) (work
 		return end, err
 	}
 	end.elapsed = time.Since(t0)
+	end.lastID = cur.nextInsert - 1
 	return end, nil
 }
 

@@ -122,26 +122,36 @@ type positions func(ctx context.Context) (reported, applied lsn, err error)
 // reaches end.target. When it passed the workload's last transaction but
 // stays below end.target for 3 s (WAL written after the last commit that
 // carries no change for the system), the time it passed that transaction
-// counts.
-func waitCaughtUp(ctx context.Context, t0 time.Time, end workloadEnd, pos positions, timeout time.Duration) (measurement, error) {
+// counts. The workload counts as applied once the applied position passed
+// its last transaction and the destination (dst) shows the last row it
+// inserted: a subscriber with parallel apply confirms a streamed
+// transaction as soon as its leader has handed the commit over, before the
+// transaction shows.
+func waitCaughtUp(ctx context.Context, t0 time.Time, end workloadEnd, pos positions, dst *pgx.Conn, timeout time.Duration) (measurement, error) {
 	var m measurement
 	var lastSeen time.Time
 	var r, a lsn
 	var err error
+	shown := end.lastID == 0
 	deadline := t0.Add(timeout)
 	for {
 		if r, a, err = pos(ctx); err != nil {
 			return m, err
 		}
+		if !shown {
+			if err := dst.QueryRow(ctx, `SELECT EXISTS (SELECT FROM public.bench WHERE id = $1)`, end.lastID).Scan(&shown); err != nil {
+				return m, fmt.Errorf("look for row %d on the destination: %w", end.lastID, err)
+			}
+		}
 		now := time.Now()
-		if m.applied == 0 && a > end.beforeLast {
+		if m.applied == 0 && a > end.beforeLast && shown {
 			m.applied = now.Sub(t0)
 		}
-		if r >= end.target {
+		if r >= end.target && shown {
 			m.dur = now.Sub(t0)
 			break
 		}
-		if r > end.beforeLast {
+		if r > end.beforeLast && shown {
 			if lastSeen.IsZero() {
 				lastSeen = now
 			} else if now.Sub(lastSeen) > 3*time.Second {
@@ -150,7 +160,7 @@ func waitCaughtUp(ctx context.Context, t0 time.Time, end workloadEnd, pos positi
 			}
 		}
 		if now.After(deadline) {
-			return m, fmt.Errorf("not caught up after %s: reported position %s, applied %s, target %s", timeout, r, a, end.target)
+			return m, fmt.Errorf("not caught up after %s: reported position %s, applied %s, target %s, row %d shown: %t", timeout, r, a, end.target, end.lastID, shown)
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
 			return m, err

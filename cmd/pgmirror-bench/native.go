@@ -135,7 +135,7 @@ func (b *bench) nativeCatchup(ctx context.Context, src, dst *pgx.Conn) error {
 		if _, err := dst.Exec(ctx, "ALTER SUBSCRIPTION "+nativeSub+" ENABLE"); err != nil {
 			return fmt.Errorf("enable subscription: %w", err)
 		}
-		m, err := waitCaughtUp(ctx, t0, end, pos, 30*time.Minute)
+		m, err := waitCaughtUp(ctx, t0, end, pos, dst, 30*time.Minute)
 		if err != nil {
 			return fmt.Errorf("catch-up after %s: %w", w.name, err)
 		}

@@ -428,7 +428,7 @@ func (b *bench) pgmirrorCatchup(ctx context.Context, svc *service, dst *pgx.Conn
 			rss.end()
 			return err
 		}
-		m, err := waitCaughtUp(ctx, t0, end, pos, 30*time.Minute)
+		m, err := waitCaughtUp(ctx, t0, end, pos, dst, 30*time.Minute)
 		m.cpu, m.units, m.rss = b.cpuNow().sub(c0), w.changes, rss.end()
 		profiled()
 		if err != nil {
