@@ -152,7 +152,8 @@ type StreamConfig struct {
 	// Streaming asks pgoutput to stream large in-progress transactions
 	// (proto_version '2', streaming 'on'; PostgreSQL 14+, see
 	// pgversion.Server.Streaming): the source sends a transaction that
-	// outgrows its logical_decoding_work_mem while it runs, instead of
+	// outgrows its logical_decoding_work_mem (lowered to 8 MB for the
+	// stream's walsender, see streamingWorkMemKB) while it runs, instead of
 	// spilling it to its own disk and sending it at commit. The stream
 	// stages it (StageMemory, SpillDir) and hands it over at its commit as
 	// one whole transaction, like any other (see streamed.go).
@@ -242,6 +243,12 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Streaming {
+		if err := lowerDecodingWorkMem(ctx, conn); err != nil {
+			// Only how soon the source streams depends on it.
+			logger.Warn("streaming sooner than the source's logical_decoding_work_mem is not possible", "slot", cfg.Slot, "error", err)
+		}
 	}
 	err := pglogrepl.StartReplication(ctx, conn, cfg.Slot, pglogrepl.LSN(cfg.StartLSN), pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,

@@ -639,3 +639,29 @@ func TestSmallNotHeldWhileLargeDeclined(t *testing.T) {
 	require.Equal(t, change.Counts{Inserted: 3}, b.rep.totals()["public.small"])
 	require.Equal(t, change.Counts{Inserted: 20000 + 20001 + 2*5001}, b.rep.totals()["public.big"])
 }
+
+// TestSourceStreamsSooner: a transaction of about 20 MB of changes, below
+// PostgreSQL's default logical_decoding_work_mem (64 MB) and above the 8 MB
+// pgmirror's stream asks its walsender for, is streamed while it runs
+// instead of sent whole at its commit, and applied once.
+func TestSourceStreamsSooner(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.mid (id bigint PRIMARY KEY, v text)`
+	b := setup(t, ddl, ddl, same("public", "mid"))
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	var setting string
+	require.NoError(t, conn.QueryRow(ctx, `SHOW logical_decoding_work_mem`).Scan(&setting))
+	require.NoError(t, conn.Close(ctx))
+	require.Equal(t, "64MB", setting, "the source's own setting")
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO mid SELECT g, repeat(md5(g::text), 6) FROM generate_series(1, 60000) g`)
+	b.waitEqual(t, r, `SELECT * FROM mid`, `SELECT * FROM mid`)
+	require.NoError(t, r.halt(t))
+	require.Equal(t, change.Counts{Inserted: 60000}, b.rep.totals()["public.mid"])
+	st := readSlotStats(t, b.src, b.cfg.SlotName)
+	t.Logf("slot: %+v", st)
+	require.Positive(t, st.streamTxns, "the source streamed the transaction")
+	require.Zero(t, st.spillBytes, "the source spilled to disk")
+}
