@@ -26,7 +26,8 @@
 // With StreamConfig.Streaming (sources of PostgreSQL 14 or later) the
 // stream asks pgoutput for protocol version 2 and streaming: the source
 // sends a transaction that outgrows its logical_decoding_work_mem in blocks
-// while it runs. The stream stages each such transaction (in memory up to
+// while it runs (the stream lowers that setting to 8 MB for its walsender,
+// see streamingWorkMemKB). The stream stages each such transaction (in memory up to
 // StageMemory for all of them, then in an unlinked temporary file per
 // transaction), drops it on Stream Abort and drops a subtransaction's
 // changes when that one is rolled back, and hands a committed one over at
