@@ -229,13 +229,7 @@ func unnestFrom(casts []string, cols []int) string {
 // values. The key is never set. It returns "" when no column is left to
 // set.
 func updateArraysSQL(target change.TableName, names []string, keyPos []int, casts []string) string {
-	isKey := flagsAt(len(names), keyPos)
-	var sets []string
-	for i, n := range names {
-		if !isKey[i] {
-			sets = append(sets, sqlquote.Ident(n)+" = "+stageValue(i))
-		}
-	}
+	sets := stagedSets(names, flagsAt(len(names), keyPos))
 	if len(sets) == 0 {
 		return ""
 	}

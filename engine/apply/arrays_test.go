@@ -49,12 +49,8 @@ func TestUpdatesFromArrays(t *testing.T) {
 			{Source: rel.Table, Destination: change.TableName{Schema: "public", Name: prefix + "_s"}},
 		}}
 		if format == 1 {
-			types := map[string]uint32{}
-			for _, c := range src.columns {
-				types[c.Name] = c.TypeOID
-			}
 			cfg.Binary = true
-			cfg.BinaryTypes = map[change.TableName]map[string]uint32{rel.Table: types}
+			cfg.BinaryTypes = map[change.TableName]map[string]uint32{rel.Table: checkedTypes(src.columns)}
 		}
 		session := connect(t, dst)
 		a, err := apply.New(ctx, session, cfg)
@@ -141,12 +137,8 @@ func TestUpdatesFromArrays(t *testing.T) {
 					rows = append(rows, row)
 				}
 			}
-			types := map[string]uint32{}
-			for _, c := range rel.Columns {
-				types[c.Name] = c.TypeOID
-			}
 			a, err := apply.New(ctx, session, apply.Config{MirrorUID: "x", RowStatementsUpTo: -1, Binary: true,
-				BinaryTypes: map[change.TableName]map[string]uint32{table: types},
+				BinaryTypes: map[change.TableName]map[string]uint32{table: checkedTypes(rel.Columns)},
 				Mappings:    []change.Mapping{{Source: table, Destination: table}}})
 			require.NoError(t, err)
 			require.NoError(t, a.Begin(ctx))

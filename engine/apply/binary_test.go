@@ -70,10 +70,7 @@ func testBinaryEqualsText(t *testing.T, rowsUpTo int) {
 			{Source: ordered.Table, Destination: change.TableName{Schema: "public", Name: prefix + "_o"}},
 		}}
 		if format == 1 {
-			types := map[string]uint32{}
-			for _, c := range src.columns {
-				types[c.Name] = c.TypeOID
-			}
+			types := checkedTypes(src.columns)
 			cfg.Binary = true
 			cfg.BinaryTypes = map[change.TableName]map[string]uint32{keyed.Table: types, ordered.Table: types}
 		}
@@ -150,6 +147,16 @@ func testBinaryEqualsText(t *testing.T, rowsUpTo int) {
 			SELECT * FROM src2 WHERE k IN (1, 5)
 			UNION ALL SELECT k, i2, i4, n, (SELECT t FROM src WHERE k = 2), b, (SELECT j FROM src WHERE k = 2), ts, u, bo, f, a FROM src2 WHERE k = 2) x)`).Scan(&ok))
 	require.True(t, ok, "keyed:\n%s\nordered:\n%s", dump("bin_k"), dump("bin_o"))
+}
+
+// checkedTypes are the binary types of columns, as a run checks them
+// (Config.BinaryTypes of their table).
+func checkedTypes(columns []change.Column) map[string]uint32 {
+	types := map[string]uint32{}
+	for _, c := range columns {
+		types[c.Name] = c.TypeOID
+	}
+	return types
 }
 
 // images are the rows of a table by key, as values in one format.

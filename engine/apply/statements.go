@@ -117,12 +117,7 @@ func updateSQL(target change.TableName, stage string, names []string, keyPos []i
 	for _, i := range unchanged {
 		skip[i] = true
 	}
-	var sets []string
-	for i, n := range names {
-		if !skip[i] {
-			sets = append(sets, sqlquote.Ident(n)+" = "+stageValue(i))
-		}
-	}
+	sets := stagedSets(names, skip)
 	if len(sets) == 0 {
 		return ""
 	}
@@ -132,6 +127,17 @@ func updateSQL(target change.TableName, stage string, names []string, keyPos []i
 	}
 	return "UPDATE " + target.Quoted() + " AS t SET " + strings.Join(sets, ", ") + " FROM " + stageRef(stage) +
 		" AS s WHERE s.op = 'u' AND s.mask = " + mask + " AND " + keyMatch(names, keyPos)
+}
+
+// stagedSets sets each column not in skip to its staged value (s.c<i>).
+func stagedSets(names []string, skip []bool) []string {
+	var sets []string
+	for i, n := range names {
+		if !skip[i] {
+			sets = append(sets, sqlquote.Ident(n)+" = "+stageValue(i))
+		}
+	}
+	return sets
 }
 
 // moveSQL updates the row whose key columns equal the parameters after
