@@ -32,6 +32,22 @@ import (
 // Keys deleted and inserted again, and updates with unchanged TOAST
 // values, need the staging table's statements: a chunk with one goes
 // through it whole.
+//
+// Dense integer keys. By default PostgreSQL joins the arrays' rows to the
+// table by a nested loop: one descent of the key's index per row. When the
+// key is one integer column and a statement's keys are dense (they span
+// fewer than twice as many values as there are keys: the chunks of a bulk
+// UPDATE or DELETE in the table's order, a backfill), the statement also
+// bounds the key to the keys' smallest and largest value and is planned as
+// a merge join: one walk along that stretch of the index, about a sixth
+// less destination CPU per updated row (PostgreSQL 18, a million rows in
+// 5,000-row chunks, 9.5 s against 11.1 s on average over four pairs of
+// runs). The planner, left to itself, picks a hash join for the bounded
+// statement, no cheaper than the nested loop, so the batch turns nested
+// loops and hash joins off around these statements (SET LOCAL, back to the
+// session's value right after them, in the same round trip). The key is
+// the destination's primary key, so the index exists; sparse keys keep the
+// nested loop, which reads only what it needs.
 
 // arrayElementTypes are the built-in types whose values go in arrays: their
 // OIDs (the binary array's element type) and names.
@@ -111,43 +127,30 @@ func (a *Applier) flushFromArrays(ctx context.Context, p *plan, binary bool) err
 		}
 	}
 	all := allColumns(len(p.names))
-	batch := &pgconn.Batch{}
-	var what []string
+	var stmts []arrayStatement
 	if len(deletes) > 0 {
 		params, err := a.arrayParams(p, deletes, p.keyPos)
 		if err != nil {
 			return err
 		}
-		batch.ExecParams(deleteArraysSQL(p.dest.name, p.names, p.keyPos, p.arrayCasts), params, nil, a.binaryFormats(len(params)), nil)
-		what = append(what, "delete")
+		bounds := p.denseKeyRange(deletes)
+		stmts = append(stmts, arrayStatement{"delete", deleteArraysSQL(p.dest.name, p.names, p.keyPos, p.arrayCasts, bounds != nil), params, bounds})
 	}
 	var updateParams [][]byte
-	updateSQL := updateArraysSQL(p.dest.name, p.names, p.keyPos, p.arrayCasts)
 	if len(updates) > 0 {
 		params, err := a.arrayParams(p, updates, all)
 		if err != nil {
 			return err
 		}
 		updateParams = params
-		if updateSQL != "" {
-			batch.ExecParams(updateSQL, params, nil, a.binaryFormats(len(params)), nil)
-			what = append(what, "update")
+		bounds := p.denseKeyRange(updates)
+		if sql := updateArraysSQL(p.dest.name, p.names, p.keyPos, p.arrayCasts, bounds != nil); sql != "" {
+			stmts = append(stmts, arrayStatement{"update", sql, params, bounds})
 		}
 	}
-	var updated int64
-	if len(what) > 0 {
-		results, err := a.conn.PgConn().ExecBatch(ctx, batch).ReadAll()
-		for i, r := range results {
-			if r.Err != nil {
-				return a.classifyFolded(p, fmt.Errorf("apply %s to %s: %w", what[i], p.dest.name, r.Err))
-			}
-			if what[i] == "update" {
-				updated = r.CommandTag.RowsAffected()
-			}
-		}
-		if err != nil {
-			return a.classifyFolded(p, fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
-		}
+	updated, err := a.execArrayStatements(ctx, p, stmts)
+	if err != nil {
+		return err
 	}
 	if updated < int64(len(updates)) {
 		// Updated rows the destination lacks: insert them as they are now
@@ -160,6 +163,116 @@ func (a *Applier) flushFromArrays(ctx context.Context, p *plan, binary bool) err
 	clear(p.entries)
 	p.order = p.order[:0]
 	return a.copyRows(ctx, p, binary, fresh)
+}
+
+// arrayStatement is a DELETE or UPDATE from arrays: what it does (for
+// errors), its SQL, its array parameters and, when its keys are bounded to
+// a dense range, the two bounds (sent after the arrays).
+type arrayStatement struct {
+	what   string
+	sql    string
+	arrays [][]byte
+	bounds [][]byte
+}
+
+// mergeJoinOnly and plannerDefaults turn the planner's nested loops and
+// hash joins off for the rest of the transaction, and back to the
+// session's value.
+var (
+	mergeJoinOnly   = []string{"SET LOCAL enable_nestloop = off", "SET LOCAL enable_hashjoin = off"}
+	plannerDefaults = []string{"SET LOCAL enable_nestloop TO DEFAULT", "SET LOCAL enable_hashjoin TO DEFAULT"}
+)
+
+// execArrayStatements runs stmts in one round trip, the ranged ones as
+// merge joins, and returns how many rows the update changed.
+func (a *Applier) execArrayStatements(ctx context.Context, p *plan, stmts []arrayStatement) (int64, error) {
+	if len(stmts) == 0 {
+		return 0, nil
+	}
+	batch := &pgconn.Batch{}
+	var what []string
+	planner := func(sqls []string) {
+		for _, sql := range sqls {
+			batch.ExecParams(sql, nil, nil, nil, nil)
+			what = append(what, "planner settings")
+		}
+	}
+	ranged := false
+	for _, st := range stmts {
+		ranged = ranged || st.bounds != nil
+	}
+	if ranged {
+		planner(mergeJoinOnly)
+	}
+	for _, st := range stmts {
+		params := append(st.arrays[:len(st.arrays):len(st.arrays)], st.bounds...)
+		batch.ExecParams(st.sql, params, nil, a.binaryFormats(len(params)), nil)
+		what = append(what, st.what)
+	}
+	if ranged {
+		planner(plannerDefaults)
+	}
+	var updated int64
+	results, err := a.conn.PgConn().ExecBatch(ctx, batch).ReadAll()
+	for i, r := range results {
+		if r.Err != nil {
+			return 0, a.classifyFolded(p, fmt.Errorf("apply %s to %s: %w", what[i], p.dest.name, r.Err))
+		}
+		if what[i] == "update" {
+			updated = r.CommandTag.RowsAffected()
+		}
+	}
+	if err != nil {
+		return 0, a.classifyFolded(p, fmt.Errorf("apply changes to %s: %w", p.dest.name, err))
+	}
+	return updated, nil
+}
+
+// denseKeyRange returns the smallest and the largest key of entries (their
+// binary values) when p's key is one integer column and the keys are
+// dense: they span fewer than twice as many values as there are entries.
+// It returns nil otherwise.
+func (p *plan) denseKeyRange(entries []*entry) [][]byte {
+	if len(p.keyPos) != 1 || len(entries) == 0 {
+		return nil
+	}
+	k := p.keyPos[0]
+	var least, greatest int64
+	var lo, hi []byte
+	for i, e := range entries {
+		v, ok := binaryInteger(p.typeOIDs[k], e.vals[k])
+		if !ok {
+			return nil
+		}
+		if i == 0 || v < least {
+			least, lo = v, e.vals[k].Text
+		}
+		if i == 0 || v > greatest {
+			greatest, hi = v, e.vals[k].Text
+		}
+	}
+	// The span as unsigned: greatest - least never overflows there.
+	if uint64(greatest)-uint64(least) >= 2*uint64(len(entries)) {
+		return nil
+	}
+	return [][]byte{lo, hi}
+}
+
+// binaryInteger decodes v, a binary int2, int4 or int8 value of a column of
+// type typeOID; ok is false for any other type or value.
+func binaryInteger(typeOID uint32, v change.Value) (int64, bool) {
+	if v.Kind != change.ValueBinary {
+		return 0, false
+	}
+	switch {
+	case typeOID == 20 && len(v.Text) == 8:
+		return int64(binary.BigEndian.Uint64(v.Text)), true
+	case typeOID == 23 && len(v.Text) == 4:
+		return int64(int32(binary.BigEndian.Uint32(v.Text))), true
+	case typeOID == 21 && len(v.Text) == 2:
+		return int64(int16(binary.BigEndian.Uint16(v.Text))), true
+	}
+	return 0, false
 }
 
 // binaryFormats returns n binary parameter formats.
@@ -227,14 +340,26 @@ func unnestFrom(casts []string, cols []int) string {
 
 // updateArraysSQL updates the target rows at the arrays' keys to their
 // values. The key is never set. It returns "" when no column is left to
-// set.
-func updateArraysSQL(target change.TableName, names []string, keyPos []int, casts []string) string {
+// set. Ranged: the key is also bounded by the two parameters after the
+// arrays (keyBounds).
+func updateArraysSQL(target change.TableName, names []string, keyPos []int, casts []string, ranged bool) string {
 	sets := stagedSets(names, flagsAt(len(names), keyPos))
 	if len(sets) == 0 {
 		return ""
 	}
 	return "UPDATE " + target.Quoted() + " AS t SET " + strings.Join(sets, ", ") + " FROM " + unnestFrom(casts, allColumns(len(names))) +
-		" WHERE " + keyMatch(names, keyPos)
+		" WHERE " + keyMatch(names, keyPos) + keyBounds(names, keyPos, casts, len(names), ranged)
+}
+
+// keyBounds bounds the one key column to parameters n+1 and n+2 when
+// ranged, and is "" otherwise.
+func keyBounds(names []string, keyPos []int, casts []string, n int, ranged bool) string {
+	if !ranged {
+		return ""
+	}
+	k := keyPos[0]
+	key, typ := "t."+sqlquote.Ident(names[k]), strings.TrimSuffix(casts[k], "[]")
+	return fmt.Sprintf(" AND %s OPERATOR(pg_catalog.>=) $%d::%s AND %s OPERATOR(pg_catalog.<=) $%d::%s", key, n+1, typ, key, n+2, typ)
 }
 
 // insertArraysSQL inserts the arrays' rows whose key the target lacks.
@@ -252,9 +377,10 @@ func insertArraysSQL(target change.TableName, names []string, keyPos []int, cast
 }
 
 // deleteArraysSQL deletes the target rows at the keys of the key columns'
-// arrays.
-func deleteArraysSQL(target change.TableName, names []string, keyPos []int, casts []string) string {
-	return "DELETE FROM " + target.Quoted() + " AS t USING " + unnestFrom(casts, keyPos) + " WHERE " + keyMatch(names, keyPos)
+// arrays (ranged: see keyBounds).
+func deleteArraysSQL(target change.TableName, names []string, keyPos []int, casts []string, ranged bool) string {
+	return "DELETE FROM " + target.Quoted() + " AS t USING " + unnestFrom(casts, keyPos) + " WHERE " + keyMatch(names, keyPos) +
+		keyBounds(names, keyPos, casts, len(keyPos), ranged)
 }
 
 // allColumns returns the positions 0 to n-1.

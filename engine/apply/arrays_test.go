@@ -2,7 +2,9 @@ package apply_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -159,4 +161,106 @@ func TestUpdatesFromArrays(t *testing.T) {
 			require.Equal(t, 20, applied)
 		})
 	}
+}
+
+// TestDenseKeysMergeJoin: a chunk whose integer keys are dense is written
+// with one walk along the key's index (a merge join: one index scan),
+// sparse keys by a lookup per row, and both end right: updates, deletes,
+// keys on both sides of zero, an updated row the destination lacks, int8
+// keys at the type's ends. The planner settings are back to the session's
+// after each chunk, inside the open transaction.
+func TestDenseKeysMergeJoin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, `CREATE TABLE r4 (k int4 PRIMARY KEY, v int8); INSERT INTO r4 SELECT g, g FROM generate_series(-1000, 3000) g;
+		DELETE FROM r4 WHERE k = 1001;
+		CREATE TABLE r8 (k int8 PRIMARY KEY, v int8); INSERT INTO r8 SELECT g, g FROM generate_series(1, 100000) g;
+		INSERT INTO r8 VALUES (-9223372036854775808, 0), (9223372036854775807, 0); ANALYZE r4, r8`)
+	conn := connect(t, dst)
+	session := connect(t, dst)
+	int4 := func(v int64) change.Value {
+		return change.Value{Kind: change.ValueBinary, Text: binary.BigEndian.AppendUint32(nil, uint32(int32(v)))}
+	}
+	int8 := func(v int64) change.Value {
+		return change.Value{Kind: change.ValueBinary, Text: binary.BigEndian.AppendUint64(nil, uint64(v))}
+	}
+	rel4 := &change.Relation{ID: 1, Table: change.TableName{Schema: "public", Name: "r4"}, ReplicaIdentity: change.IdentityDefault,
+		Columns: []change.Column{{Name: "k", TypeOID: 23, Key: true}, {Name: "v", TypeOID: 20}}}
+	rel8 := &change.Relation{ID: 2, Table: change.TableName{Schema: "public", Name: "r8"}, ReplicaIdentity: change.IdentityDefault,
+		Columns: []change.Column{{Name: "k", TypeOID: 20, Key: true}, {Name: "v", TypeOID: 20}}}
+	a, err := apply.New(ctx, session, apply.Config{MirrorUID: "m", RowStatementsUpTo: -1, ChunkSize: 1000, Binary: true,
+		BinaryTypes: map[change.TableName]map[string]uint32{rel4.Table: checkedTypes(rel4.Columns), rel8.Table: checkedTypes(rel8.Columns)},
+		Mappings:    []change.Mapping{{Source: rel4.Table, Destination: rel4.Table}, {Source: rel8.Table, Destination: rel8.Table}}})
+	require.NoError(t, err)
+
+	// scans is how many index scans and sequential scans the open
+	// transaction started on table (each lookup of a nested loop is an
+	// index scan).
+	scans := func(table string) (index, seq int64) {
+		require.NoError(t, session.QueryRow(ctx, `SELECT coalesce(idx_scan, 0), seq_scan FROM pg_stat_xact_user_tables WHERE relname = $1`, table).Scan(&index, &seq))
+		return index, seq
+	}
+	chunk := func(name, table string, changes []*change.Change, dense bool) {
+		t.Helper()
+		index0, seq0 := scans(table)
+		for _, c := range changes {
+			require.NoError(t, a.Apply(ctx, c))
+		}
+		index, seq := scans(table)
+		walk := index-index0 <= 3 && seq == seq0
+		if dense {
+			require.True(t, walk, "%s: dense keys are read in one walk along the index (%d index scans, %d sequential)", name, index-index0, seq-seq0)
+		} else {
+			require.False(t, walk, "%s: sparse keys are not read by walking the index from the smallest to the largest", name)
+		}
+		var nestloop, hashjoin string
+		require.NoError(t, session.QueryRow(ctx, `SELECT current_setting('enable_nestloop'), current_setting('enable_hashjoin')`).Scan(&nestloop, &hashjoin))
+		require.Equal(t, []string{"on", "on"}, []string{nestloop, hashjoin}, "%s: planner settings restored", name)
+	}
+	update := func(rel *change.Relation, enc func(int64) change.Value, k int64) *change.Change {
+		return &change.Change{Op: change.OpUpdate, Relation: rel, New: []change.Value{enc(k), int8(-k)}}
+	}
+	require.NoError(t, a.Begin(ctx))
+	var changes []*change.Change
+	for k := int64(-500); k < 500; k++ { // dense, across zero
+		changes = append(changes, update(rel4, int4, k))
+	}
+	chunk("dense updates", "r4", changes, true)
+	changes = changes[:0]
+	for k := int64(1001); k <= 3000; k += 2 { // every other key: sparse; 1001 is missing
+		changes = append(changes, update(rel4, int4, k))
+	}
+	chunk("sparse updates", "r4", changes, false)
+	changes = changes[:0]
+	for k := int64(-1000); k < 0; k++ { // dense deletes
+		changes = append(changes, &change.Change{Op: change.OpDelete, Relation: rel4, Old: []change.Value{int4(k), null}, OldKeyOnly: true})
+	}
+	chunk("dense deletes", "r4", changes, true)
+	_, err = a.Commit(ctx, 0x100, 1)
+	require.NoError(t, err)
+
+	// int8 keys from one end of the type to the other: sparse.
+	require.NoError(t, a.Begin(ctx))
+	changes = changes[:0]
+	for k := int64(1); k <= 998; k++ {
+		changes = append(changes, update(rel8, int8, k))
+	}
+	changes = append(changes,
+		&change.Change{Op: change.OpUpdate, Relation: rel8, New: []change.Value{int8(math.MinInt64), int8(math.MaxInt64)}},
+		update(rel8, int8, math.MaxInt64))
+	chunk("int8 keys end to end", "r8", changes, false)
+	_, err = a.Commit(ctx, 0x200, 2)
+	require.NoError(t, err)
+
+	var wrong int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM r4 WHERE v IS DISTINCT FROM CASE
+		WHEN k < 0 AND k >= -500 THEN -k WHEN k BETWEEN 0 AND 499 THEN -k WHEN k > 1000 AND k % 2 = 1 THEN -k ELSE k END`).Scan(&wrong))
+	require.Zero(t, wrong)
+	var rows, below, missing int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE k < 0), count(*) FILTER (WHERE k = 1001 AND v = -1001) FROM r4`).Scan(&rows, &below, &missing))
+	require.Equal(t, []int{3000 + 1, 0, 1}, []int{rows, below, missing}, "deletes applied, the missing row 1001 inserted")
+	var r8 string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(k || ':' || v, ',' ORDER BY k) FROM r8 WHERE k < 1 OR k > 100000 OR (k <= 998 AND v <> -k) OR (k > 998 AND v <> k)`).Scan(&r8))
+	require.Equal(t, "-9223372036854775808:9223372036854775807,9223372036854775807:-9223372036854775807", r8)
 }

@@ -42,7 +42,10 @@
 // built-in scalar type and the key none with a collation: one UPDATE ...
 // FROM ROWS FROM (unnest of one binary array parameter per column), one
 // round trip instead of three and a sixth less destination CPU per row
-// (arrays.go).
+// (arrays.go). When the key is one integer column and a statement's keys
+// are dense (a bulk statement in the table's order), it is also bounded to
+// the keys' range and run as a merge join: one walk along the primary
+// key's index instead of a descent per row.
 //
 // An update is thus one UPDATE, not an insert attempt that conflicts and
 // then updates: cheaper for the destination, in CPU and in WAL. As the
