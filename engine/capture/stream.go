@@ -365,15 +365,29 @@ func (s *Stream) ConfirmNow(lsn change.LSN) {
 // Release tells the stream that ev's memory is no longer needed (the
 // change was written to the destination or dropped), so more changes may be
 // handed over. Releasing an event more than once over-counts free memory.
+//
+// A reader that waits for memory is woken only once a quarter of
+// MaxBufferedBytes is free again (resumeBelow), not at each release: behind
+// a destination slower than the source, waking it for each change let it
+// read one change and wait again, tens of thousands of goroutine wake-ups a
+// second.
 func (s *Stream) Release(ev Event) {
 	if ev.Size == 0 {
 		return
 	}
-	s.buffered.Add(-int64(ev.Size))
+	if s.buffered.Add(-int64(ev.Size)) > s.resumeBelow() {
+		return
+	}
 	select {
 	case s.space <- struct{}{}:
 	default:
 	}
+}
+
+// resumeBelow is the memory in use under which a reader waiting for
+// memory goes on: three quarters of MaxBufferedBytes.
+func (s *Stream) resumeBelow() int64 {
+	return int64(s.cfg.MaxBufferedBytes) - int64(s.cfg.MaxBufferedBytes)/4
 }
 
 // SkippedTransactions returns how many source transactions the stream left
