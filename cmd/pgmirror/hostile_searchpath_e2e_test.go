@@ -77,6 +77,12 @@ CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.evi
 CREATE FUNCTION public.evil_int4eq(a integer, b integer) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN PERFORM public.pgmirror_canary('= integer'); RETURN pg_catalog.int4eq(a, b); END $$;
 CREATE OPERATOR public.= (LEFTARG = integer, RIGHTARG = integer, FUNCTION = public.evil_int4eq);
+CREATE FUNCTION public.evil_int4ge(a integer, b integer) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pgmirror_canary('>= integer'); RETURN pg_catalog.int4ge(a, b); END $$;
+CREATE OPERATOR public.>= (LEFTARG = integer, RIGHTARG = integer, FUNCTION = public.evil_int4ge);
+CREATE FUNCTION public.evil_int4le(a integer, b integer) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pgmirror_canary('<= integer'); RETURN pg_catalog.int4le(a, b); END $$;
+CREATE OPERATOR public.<= (LEFTARG = integer, RIGHTARG = integer, FUNCTION = public.evil_int4le);
 CREATE FUNCTION public.evil_textcat(a text, b text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN PERFORM public.pgmirror_canary('|| text'); RETURN pg_catalog.textcat(a, b); END $$;
 CREATE OPERATOR public.|| (LEFTARG = text, RIGHTARG = text, FUNCTION = public.evil_textcat);
@@ -209,6 +215,13 @@ func TestHostileSearchPath(t *testing.T) {
 	for _, d := range []string{dst, latin} {
 		waitEqual(t, src, d, "shop.items", "shop.items", "id, name, qty", 90*time.Second)
 		waitEqual(t, src, d, "shop.events", "shop.events", "k, v", 90*time.Second)
+	}
+	// A bulk UPDATE and DELETE of consecutive keys: written as merge joins
+	// bounded to the keys' range (the applier's own >= and <=).
+	asRole(t, src, srcRole, `UPDATE shop.items SET qty = qty + 2 WHERE id BETWEEN 100 AND 199;
+		DELETE FROM shop.items WHERE id BETWEEN 200 AND 229`)
+	for _, d := range []string{dst, latin} {
+		waitEqual(t, src, d, "shop.items", "shop.items", "id, name, qty", 90*time.Second)
 	}
 
 	for _, name := range []string{"fast", "portable"} {
