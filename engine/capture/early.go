@@ -130,7 +130,7 @@ func (s *Stream) earlyCommit(ctx context.Context, ticker *time.Ticker, tx *stage
 		case applied = <-note.answer:
 			waiting = false
 		case <-ticker.C:
-			if err := s.maybeSendStatus(); err != nil {
+			if err := s.maybeSendStatus(time.Now()); err != nil {
 				return false, err
 			}
 		case <-ctx.Done():

@@ -440,12 +440,21 @@ func (s *Stream) run(ctx context.Context) error {
 	// deadline to now.
 	var readDeadline time.Time
 	timedOut := false // the last read ended at the deadline
+	heard := false    // the last read returned a message
 	defer func() { _ = s.conn.Conn().SetReadDeadline(time.Time{}) }()
 	for {
-		if err := s.maybeSendStatus(); err != nil {
+		// One clock reading per message (a reading costs tens of
+		// nanoseconds, several per message were a tenth of a busy
+		// stream's CPU). The message just read, and any wait for the
+		// consumer while it was handled, count as heard now.
+		now := time.Now()
+		if heard {
+			s.lastHeard, s.silenceAsked, heard = now, false, false
+		}
+		if err := s.maybeSendStatus(now); err != nil {
 			return err
 		}
-		silence := time.Since(s.lastHeard)
+		silence := now.Sub(s.lastHeard)
 		if silence > s.cfg.HeartbeatTimeout {
 			return fmt.Errorf("slot %s: nothing received for %s: %w", s.cfg.Slot, silence.Round(time.Second), ErrHeartbeatTimeout)
 		}
@@ -467,6 +476,7 @@ func (s *Stream) run(ctx context.Context) error {
 		// Hand the decoded events over before a read that may wait: when
 		// pgconn has no more bytes buffered. (After a timeout pgconn may
 		// still be reading in the background: then do not ask it.)
+		gulp := s.catchingUp.Load()
 		if len(s.pending) > 0 && (timedOut || s.conn.Frontend().ReadBufferLen() == 0) {
 			if err := s.handOver(ctx, ticker); err != nil {
 				if ctx.Err() != nil {
@@ -474,11 +484,13 @@ func (s *Stream) run(ctx context.Context) error {
 				}
 				return err
 			}
+			if gulp {
+				now = time.Now() // the hand-over may have waited
+			}
 		}
-		before := time.Now()
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		timedOut = false
-		if err == nil && s.catchingUp.Load() && time.Since(before) > blockedRead {
+		if err == nil && gulp && time.Since(now) > blockedRead {
 			time.Sleep(readGulp)
 		}
 		if err != nil {
@@ -494,8 +506,7 @@ func (s *Stream) run(ctx context.Context) error {
 			}
 			return fmt.Errorf("receive from slot %s: %w", s.cfg.Slot, err)
 		}
-		s.lastHeard = time.Now()
-		s.silenceAsked = false
+		heard = true
 		if err := s.receive(ctx, ticker, msg); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -520,11 +531,11 @@ func (s *Stream) readDeadline() time.Time {
 func (s *Stream) receive(ctx context.Context, ticker *time.Ticker, msg pgproto3.BackendMessage) error {
 	switch msg := msg.(type) {
 	case *pgproto3.CopyData:
+		// Time spent waiting for the consumer is not silence: the loop
+		// takes the message as heard once it is handled.
 		if err := s.handleCopyData(ctx, ticker, msg.Data); err != nil {
 			return err
 		}
-		// Time spent waiting for the consumer is not silence.
-		s.lastHeard = time.Now()
 	case *pgproto3.ErrorResponse:
 		return fmt.Errorf("slot %s: server error: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(msg))
 	case *pgproto3.CopyDone:
@@ -536,14 +547,14 @@ func (s *Stream) receive(ctx context.Context, ticker *time.Ticker, msg pgproto3.
 	return nil
 }
 
-// maybeSendStatus sends a standby status update when one is due. When the
-// stream has been silent for a third of the heartbeat timeout it asks the
-// server to reply, so an idle but healthy server is heard from.
-func (s *Stream) maybeSendStatus() error {
-	if time.Since(s.lastStatus) < s.statusInterval {
+// maybeSendStatus sends a standby status update when one is due at now.
+// When the stream has been silent for a third of the heartbeat timeout it
+// asks the server to reply, so an idle but healthy server is heard from.
+func (s *Stream) maybeSendStatus(now time.Time) error {
+	if now.Sub(s.lastStatus) < s.statusInterval {
 		return nil
 	}
-	ask := !s.silenceAsked && time.Since(s.lastHeard) > s.cfg.HeartbeatTimeout/3
+	ask := !s.silenceAsked && now.Sub(s.lastHeard) > s.cfg.HeartbeatTimeout/3
 	if ask {
 		s.silenceAsked = true
 	}
@@ -641,7 +652,7 @@ func (s *Stream) emit(ctx context.Context, ticker *time.Ticker, ev Event) error 
 			select {
 			case <-s.space:
 			case <-ticker.C:
-				if err := s.maybeSendStatus(); err != nil {
+				if err := s.maybeSendStatus(time.Now()); err != nil {
 					return err
 				}
 			case <-ctx.Done():
@@ -678,7 +689,7 @@ func (s *Stream) handOver(ctx context.Context, ticker *time.Ticker) error {
 		case s.events <- evs:
 			return nil
 		case <-ticker.C:
-			if err := s.maybeSendStatus(); err != nil {
+			if err := s.maybeSendStatus(time.Now()); err != nil {
 				return err
 			}
 		case <-ctx.Done():

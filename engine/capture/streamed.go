@@ -390,7 +390,7 @@ func (s *Stream) replay(ctx context.Context, ticker *time.Ticker, tx *stagedTx, 
 	record := func(sub uint32, msg []byte) error {
 		n++
 		if n%replayStatusEvery == 0 {
-			if err := s.maybeSendStatus(); err != nil {
+			if err := s.maybeSendStatus(time.Now()); err != nil {
 				return err
 			}
 		}
