@@ -228,6 +228,14 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
 		return nil, fmt.Errorf("set synchronous_commit on destination: %w", err)
 	}
+	// The statements of every commit's round trip, parsed and planned once.
+	if err := positions.PrepareApplied(ctx, conn.PgConn()); err != nil {
+		return nil, err
+	}
+	_, err = conn.PgConn().Prepare(ctx, walPositionsStatement, walPositionsSQL, nil)
+	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P05") { // prepared by an applier before on this session
+		return nil, fmt.Errorf("prepare the statement that reads the WAL positions: %w", err)
+	}
 	return a, nil
 }
 
@@ -354,7 +362,7 @@ func (a *Applier) Commit(ctx context.Context, lsn change.LSN, batchID int64) (ma
 	}
 	positions.QueueApplied(b, a.cfg.MirrorUID, lsn, batchID)
 	b.ExecParams("COMMIT", nil, nil, nil, nil)
-	b.ExecParams(walPositionsSQL, nil, nil, nil, nil)
+	b.ExecPrepared(walPositionsStatement, nil, nil, nil)
 	results, err := a.conn.PgConn().ExecBatch(ctx, b).ReadAll()
 	if began && len(results) > 0 && results[0].Err == nil {
 		a.begun = true
@@ -448,6 +456,9 @@ func (a *Applier) LastCommitWAL() (commit, flushed change.LSN) {
 // walPositionsSQL reads the destination's WAL insert and flush positions;
 // Commit runs it right after COMMIT in the same round trip.
 const walPositionsSQL = "SELECT pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text"
+
+// walPositionsStatement is walPositionsSQL prepared on the session (New).
+const walPositionsStatement = "pgmirror_wal_positions"
 
 // commitPositions checks the results of COMMIT and walPositionsSQL and
 // returns the WAL insert and flush positions read.
