@@ -95,6 +95,14 @@ func TestSmallBatchOneRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, change.LSN(0x200), lsn)
 	require.Equal(t, int64(2), id)
+
+	// The commit's own statements ran prepared, planned once for the
+	// session, not parsed and planned at each batch: two committed batches,
+	// two executions each.
+	var runs int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT coalesce(sum(generic_plans + custom_plans), 0)::int8 FROM pg_catalog.pg_prepared_statements
+		WHERE name IN ('pgmirror_set_applied', 'pgmirror_wal_positions')`).Scan(&runs))
+	require.Equal(t, int64(4), runs, "executions of the prepared commit statements")
 }
 
 func queryInt(t *testing.T, url, sql string) int64 {
