@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -357,6 +358,19 @@ func (h *LockHolder) Running() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.held)
+}
+
+// Held returns the ids of the mirrors whose locks the replica holds, in
+// order (for the log of a decision that counted them).
+func (h *LockHolder) Held() []int64 {
+	h.mu.Lock()
+	ids := make([]int64, 0, len(h.held))
+	for id := range h.held {
+		ids = append(ids, id)
+	}
+	h.mu.Unlock()
+	slices.Sort(ids)
+	return ids
 }
 
 // Subscribe returns a channel that receives a signal when a control request

@@ -500,20 +500,24 @@ func (b *balancer) handoffsUnderWay(ctx context.Context) (incoming map[string]in
 func (b *balancer) handAway(d balanceDecision, wanted int) {
 	b.mu.Lock()
 	var runs []*mirrorRun
+	runsHere := make([]int64, 0, len(b.runs))
 	for _, r := range b.runs {
+		runsHere = append(runsHere, r.mirrorID)
 		if len(runs) == len(d.Handoffs) {
-			break
+			continue
 		}
 		if r.inCDC() && !r.stopping() && !b.leaving[r.mirrorID] {
 			runs = append(runs, r)
 		}
 	}
 	b.mu.Unlock()
+	slices.Sort(runsHere)
 	for i, r := range runs {
 		to := d.Handoffs[i]
 		if b.handRun(r, to) {
 			r.logger.Info("handing the mirror to a replica below its share", "to", to, "share", d.Share,
-				"running_here", b.cfg.Locks.Running(), "mirrors_to_run", wanted)
+				"running_here", b.cfg.Locks.Running(), "mirrors_to_run", wanted,
+				"locks_held", b.cfg.Locks.Held(), "runs_here", runsHere)
 		}
 	}
 }
