@@ -14,6 +14,7 @@ import (
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/exprcheck"
 	"github.com/pgmirror/pgmirror/engine/positions"
+	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // ErrForeignKeyViolation matches (errors.Is) a destination foreign key
@@ -232,8 +233,7 @@ func New(ctx context.Context, conn *pgx.Conn, cfg Config) (*Applier, error) {
 	if err := positions.PrepareApplied(ctx, conn.PgConn()); err != nil {
 		return nil, err
 	}
-	_, err = conn.PgConn().Prepare(ctx, walPositionsStatement, walPositionsSQL, nil)
-	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P05") { // prepared by an applier before on this session
+	if err := session.Prepare(ctx, conn.PgConn(), walPositionsStatement, walPositionsSQL); err != nil {
 		return nil, fmt.Errorf("prepare the statement that reads the WAL positions: %w", err)
 	}
 	return a, nil
@@ -455,7 +455,7 @@ func (a *Applier) LastCommitWAL() (commit, flushed change.LSN) {
 
 // walPositionsSQL reads the destination's WAL insert and flush positions;
 // Commit runs it right after COMMIT in the same round trip.
-const walPositionsSQL = "SELECT pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text"
+const walPositionsSQL = "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, pg_catalog.pg_current_wal_flush_lsn()::text"
 
 // walPositionsStatement is walPositionsSQL prepared on the session (New).
 const walPositionsStatement = "pgmirror_wal_positions"

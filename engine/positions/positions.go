@@ -40,6 +40,7 @@ import (
 
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/ownership"
+	"github.com/pgmirror/pgmirror/engine/session"
 )
 
 // DB is what the operations need: a *pgx.Conn, a pgx.Tx or a
@@ -148,7 +149,7 @@ func Applied(ctx context.Context, conn DB, mirrorUID string) (lsn change.LSN, ba
 // setAppliedSQL records the applied position: $1 mirror uid, $2 LSN as
 // text, $3 batch id.
 const setAppliedSQL = `INSERT INTO _pgmirror.applied (mirror_uid, lsn, batch_id, updated_at)
-	VALUES ($1, $2::text::pg_lsn, $3::bigint, now())
+	VALUES ($1, $2::text::pg_lsn, $3::bigint, pg_catalog.now())
 	ON CONFLICT (mirror_uid) DO UPDATE SET lsn = EXCLUDED.lsn, batch_id = EXCLUDED.batch_id, updated_at = EXCLUDED.updated_at`
 
 // appliedStatement is the name of setAppliedSQL prepared on a session that
@@ -161,20 +162,12 @@ const appliedStatement = "pgmirror_set_applied"
 // destination more than the rest of a small transaction's batch (measured
 // on PostgreSQL 18: about 190 µs of backend CPU per single-row batch, 85 µs
 // with the statement prepared).
-// The session may have it already (an applier set up again on the same
-// session): that is no error.
 func PrepareApplied(ctx context.Context, conn *pgconn.PgConn) error {
-	_, err := conn.Prepare(ctx, appliedStatement, setAppliedSQL, nil)
-	var pgErr *pgconn.PgError
-	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == duplicatePreparedStatement) {
+	if err := session.Prepare(ctx, conn, appliedStatement, setAppliedSQL); err != nil {
 		return fmt.Errorf("prepare the statement that records the applied position: %w", err)
 	}
 	return nil
 }
-
-// duplicatePreparedStatement is the SQLSTATE of PREPARE under a name the
-// session has already.
-const duplicatePreparedStatement = "42P05"
 
 // QueueApplied adds the statement that records the applied position to b,
 // a batch that runs inside the destination transaction of a CDC batch, on

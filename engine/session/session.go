@@ -244,3 +244,19 @@ func Classify(err error) Failure {
 	}
 	return Other
 }
+
+// duplicatePreparedStatement is the SQLSTATE of a statement prepared under
+// a name the session has already.
+const duplicatePreparedStatement = "42P05"
+
+// Prepare prepares sql under name on conn for the rest of the session. A
+// statement the session has under that name already (prepared by an
+// earlier user of the same session) is no error.
+func Prepare(ctx context.Context, conn *pgconn.PgConn, name, sql string) error {
+	_, err := conn.Prepare(ctx, name, sql, nil)
+	var pgErr *pgconn.PgError
+	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == duplicatePreparedStatement) {
+		return err
+	}
+	return nil
+}
