@@ -38,7 +38,8 @@ type LockHolder struct {
 	trying  map[int64]bool // locks being taken
 	subs    map[int64]map[chan struct{}]struct{}
 	stopped chan struct{}
-	retired atomic.Bool // shutting down: no longer reported as a replica
+	retired atomic.Bool  // shutting down: no longer reported as a replica
+	backAt  atomic.Int64 // when the connection was made again after one died (UnixNano; 0 before)
 
 	jobClient    string   // the replica's River client id (SetJobClientID)
 	predecessors []string // River client ids of earlier processes of the same name (TakePredecessors)
@@ -95,6 +96,7 @@ func (h *LockHolder) Name() string { return h.name }
 func (h *LockHolder) Run(ctx context.Context) {
 	defer close(h.stopped)
 	var pending *holderReq // a request that came while the connection was down
+	lostOne := false       // a connection was made and died before
 	for ctx.Err() == nil {
 		conn, err := h.connect(ctx)
 		if err != nil {
@@ -110,6 +112,9 @@ func (h *LockHolder) Run(ctx context.Context) {
 		h.mu.Lock()
 		h.lost = make(chan struct{})
 		h.mu.Unlock()
+		if lostOne {
+			h.backAt.Store(time.Now().UnixNano())
+		}
 		h.wakeAll() // control requests may have been missed meanwhile
 		h.serve(ctx, conn, pending)
 		pending = nil
@@ -125,6 +130,7 @@ func (h *LockHolder) Run(ctx context.Context) {
 			cancel()
 			return
 		}
+		lostOne = true
 		h.logger.Warn("the catalog connection holding the mirror locks died; reconnecting")
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = conn.Close(closeCtx)
@@ -351,6 +357,16 @@ func (h *LockHolder) unlock(l *MirrorLock) {
 	if err != nil {
 		h.logger.Debug("release mirror lock", "mirror_id", l.mirrorID, "error", err)
 	}
+}
+
+// BackSince is when the holder's connection was made again after one had
+// died (the zero time if none died): until the replicas' runs have taken
+// their locks back, counts of locks are not yet what they will be.
+func (h *LockHolder) BackSince() time.Time {
+	if at := h.backAt.Load(); at != 0 {
+		return time.Unix(0, at)
+	}
+	return time.Time{}
 }
 
 // Running is how many mirror locks the holder holds.

@@ -184,10 +184,21 @@ func (b *balancer) left(mirrorID int64) {
 // runs retry their locks every lockRetryEvery.
 const catalogSettle = 10 * time.Second
 
-// settling reports whether the catalog came back lately (catalogSettle):
-// nothing is adopted, by this replica's checks or its supervisor.
+// settling reports whether the catalog came back lately (catalogSettle),
+// as this replica's checks saw it or as its lock connection did (made again
+// after it died; a check may have fallen between the outage's ends): nothing
+// is adopted, by this replica's checks or its supervisor, and no run is
+// handed away, since the counts of locks are not settled yet.
 func (b *balancer) settling() bool {
-	return b != nil && time.Now().UnixNano() < b.settleUntil.Load()
+	if b == nil {
+		return false
+	}
+	now := time.Now()
+	if now.UnixNano() < b.settleUntil.Load() {
+		return true
+	}
+	back := b.cfg.Locks.BackSince()
+	return !back.IsZero() && now.Sub(back) < catalogSettle
 }
 
 // refusing reports whether this replica leaves new mirrors to others now.
@@ -424,6 +435,12 @@ func (b *balancer) balance(ctx context.Context) {
 	}
 	b.refuse.Store(d.Refuse)
 	b.adopt.Store(int64(d.Adopt))
+	if len(d.Handoffs) > 0 && b.settling() {
+		// The counts of locks are not settled yet: a run about to take its
+		// lock back is missing from another replica's count.
+		b.cfg.Logger.Debug("not handing runs away while the catalog settles", "handoffs", len(d.Handoffs))
+		return
+	}
 	switch {
 	case len(d.Handoffs) > 0:
 		b.shedding = true

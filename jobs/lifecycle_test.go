@@ -193,6 +193,12 @@ func TestRunCatalogOutage(t *testing.T) {
 
 	r.faults.heal()
 	waitFor(t, "the run to take its lock back", 20*time.Second, func() bool { return e.lockOwner(m.ID) == lockApp("a") })
+	// The lock connection came back: the balancer holds adoptions and
+	// hand-offs until the replicas' runs have retaken their locks.
+	require.WithinDuration(t, time.Now(), r.locks.BackSince(), 25*time.Second, "when the lock connection came back")
+	if time.Since(r.locks.BackSince()) < catalogSettle-time.Second {
+		require.True(t, r.bal.settling(), "the balancer settles after the lock connection came back")
+	}
 	waitFor(t, "the catalog to catch up", 20*time.Second, func() bool {
 		got := e.mirror(m.ID)
 		return tableInserted(e, m.ID) == 21 && got.LastSyncBatchID > before.LastSyncBatchID && *got.LastLSN != *before.LastLSN
