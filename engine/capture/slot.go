@@ -42,7 +42,7 @@ type SlotInfo struct {
 func ConnectReplication(ctx context.Context, source *pgconn.Config) (*pgconn.PgConn, error) {
 	cfg := source.Copy()
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(newStreamReader(r), w)
+		return pgproto3.NewFrontend(newStreamReader(r, w), w)
 	}
 	conn, err := session.ConnectReplication(ctx, cfg)
 	if err != nil {

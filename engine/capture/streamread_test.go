@@ -2,7 +2,12 @@ package capture
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"net"
+	"os"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -73,8 +78,137 @@ func TestStreamReaderPassesTheStreamThrough(t *testing.T) {
 		want.WriteString("message ")
 		want.WriteByte(byte('a' + i%26))
 	}
-	got, err := io.ReadAll(newStreamReader(bytes.NewReader(want.Bytes())))
+	got, err := io.ReadAll(newStreamReader(bytes.NewReader(want.Bytes()), nil))
 	if err != nil || !bytes.Equal(got, want.Bytes()) {
 		t.Fatalf("read %d bytes (err %v), want the %d written", len(got), err, want.Len())
+	}
+}
+
+// lowWaterMarkOf reads the socket's SO_RCVLOWAT.
+func lowWaterMarkOf(t *testing.T, c *net.TCPConn) int {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mark int
+	var gerr error
+	if err := raw.Control(func(fd uintptr) {
+		mark, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT)
+	}); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	return mark
+}
+
+// Over a real loopback socket: between the reads of a busy stream the
+// socket's low-water mark is raised (no wake-up for each message that
+// arrives meanwhile), and a read still returns a lone small message at
+// once: the mark is lowered before it waits.
+func TestStreamReaderHushesABusySocketBetweenReads(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the low-water mark is set on Linux only")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sender, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Close()
+	accepted, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer accepted.Close()
+	sock := accepted.(*net.TCPConn)
+	g := &gatheringReader{r: sock, sleep: time.Sleep, hush: lowWaterMark(sock)}
+	if g.hush == nil {
+		t.Fatal("no low-water mark setter for a TCP connection")
+	}
+
+	// Quiet: a message now and then leaves the mark alone.
+	msg := bytes.Repeat([]byte{'q'}, 240)
+	buf := make([]byte, streamReadBuffer)
+	for range 3 {
+		if _, err := sender.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		if got := lowWaterMarkOf(t, sock); got > 1 {
+			t.Fatalf("quiet stream: low-water mark %d between reads, want 1 (or the default 0)", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// Busy: far more than 8 MiB/s for more than a rate window.
+	chunk := bytes.Repeat([]byte{'b'}, 64<<10)
+	done := make(chan error, 1)
+	go func() {
+		for end := time.Now().Add(3 * rateWindow); time.Now().Before(end); {
+			if _, err := sender.Write(chunk); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	// Read until the sender is done; the sender stops after its last
+	// write, so a read that waits past it ends at the deadline.
+	hushedSeen, sent := 0, false
+	for !sent {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent = true
+		default:
+		}
+		_ = sock.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := g.Read(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal(err)
+		}
+		if g.busy {
+			hushedSeen = max(hushedSeen, lowWaterMarkOf(t, sock))
+		}
+	}
+	if hushedSeen < hushBytes {
+		t.Fatalf("busy stream: low-water mark at most %d between reads, want %d or more", hushedSeen, hushBytes)
+	}
+	// Drain what is left.
+	for {
+		_ = sock.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := g.Read(buf); err != nil {
+			break
+		}
+	}
+	_ = sock.SetReadDeadline(time.Time{})
+
+	// A lone message after the busy spell, sent while the read waits: read
+	// at once, not at the deadline that a raised mark would wait for.
+	g.hushed, g.busy = true, true // as after the busy spell's last read
+	g.hush(hushBytes)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		_, err := sender.Write(msg)
+		done <- err
+	}()
+	_ = sock.SetReadDeadline(time.Now().Add(2 * time.Second))
+	start := time.Now()
+	n, err := g.Read(buf)
+	if err != nil || n != len(msg) {
+		t.Fatalf("lone message after a busy spell: read %d bytes, err %v, after %s", n, err, time.Since(start))
+	}
+	if waited := time.Since(start); waited > 500*time.Millisecond {
+		t.Fatalf("lone message after a busy spell read after %s", waited)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
