@@ -41,13 +41,17 @@ type SlotInfo struct {
 // through newStreamReader.
 func ConnectReplication(ctx context.Context, source *pgconn.Config) (*pgconn.PgConn, error) {
 	cfg := source.Copy()
+	var reader *gatheringReader
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(newStreamReader(r, w), w)
+		var buffered io.Reader
+		buffered, reader = newStreamReader(r, w)
+		return pgproto3.NewFrontend(buffered, w)
 	}
 	conn, err := session.ConnectReplication(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open replication connection to %s:%d: %w", source.Host, source.Port, err)
 	}
+	conn.CustomData()[streamReaderKey] = reader // for StartStream
 	return conn, nil
 }
 

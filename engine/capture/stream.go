@@ -191,14 +191,15 @@ type Stream struct {
 	done    chan struct{}
 	err     error
 
-	confirmed  atomic.Uint64 // set by the consumer (Confirm)
-	reported   atomic.Uint64 // confirmed position last sent to the source
-	reportedOf atomic.Uint64 // the confirmed position that update was made of (before ConfirmLimit)
-	statusDue  atomic.Bool   // ConfirmNow asked for a status update at once
-	catchingUp atomic.Bool   // SetCatchingUp: read in gulps (see readGulp)
-	buffered   atomic.Int64  // bytes handed over and not yet released
-	skippedTx  atomic.Int64  // transactions left out for their origin (a loop)
-	space      chan struct{} // signalled by Release
+	confirmed  atomic.Uint64    // set by the consumer (Confirm)
+	reported   atomic.Uint64    // confirmed position last sent to the source
+	reportedOf atomic.Uint64    // the confirmed position that update was made of (before ConfirmLimit)
+	statusDue  atomic.Bool      // ConfirmNow asked for a status update at once
+	catchingUp atomic.Bool      // SetCatchingUp: read in gulps (see readGulp)
+	reader     *gatheringReader // the connection's socket reader (ConnectReplication); nil for another connection
+	buffered   atomic.Int64     // bytes handed over and not yet released
+	skippedTx  atomic.Int64     // transactions left out for their origin (a loop)
+	space      chan struct{}    // signalled by Release
 	statsMu    sync.Mutex
 	stats      StreamStats // of streamed transactions
 
@@ -279,6 +280,7 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 		received:       cfg.StartLSN,
 		lastCommitEnd:  cfg.StartLSN,
 		statusInterval: cfg.StatusInterval,
+		reader:         streamReaderOf(conn),
 	}
 	s.confirmed.Store(uint64(cfg.StartLSN))
 	go func() {
@@ -341,6 +343,9 @@ const (
 func (s *Stream) SetCatchingUp(on bool) {
 	if s.catchingUp.Load() != on {
 		s.catchingUp.Store(on)
+		if s.reader != nil {
+			s.reader.catchingUp.Store(on)
+		}
 	}
 }
 

@@ -3,7 +3,10 @@ package capture
 import (
 	"bufio"
 	"io"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A walsender flushes every message of a busy stream to its socket on its
@@ -58,24 +61,40 @@ type gatheringReader struct {
 	sleep func(time.Duration) // time.Sleep; tests count the waits
 	hush  func(bytes int)     // sets the socket's low-water mark (lowWaterMark); nil: none
 
-	hushed      bool      // the mark is raised
-	drained     bool      // the last read returned less than it could take
-	busy        bool      // the last rate window ran above busyBytesPerSecond
-	windowStart time.Time // start of the current rate window
-	windowBytes int       // bytes read in it
+	catchingUp  atomic.Bool // the stream's consumer is far behind the source (Stream.SetCatchingUp)
+	hushed      bool        // the mark is raised
+	drained     bool        // the last read returned less than it could take
+	busy        bool        // the last rate window ran above busyBytesPerSecond
+	windowStart time.Time   // start of the current rate window
+	windowBytes int         // bytes read in it
 }
 
 // newStreamReader returns the reader a replication connection's frontend
 // reads from: buffered, so that one read of the socket takes up to
 // streamReadBuffer, and gathering. r reads conn, the connection (whose
 // socket's low-water mark it raises between the reads of a busy stream).
-func newStreamReader(r io.Reader, conn any) io.Reader {
-	return bufio.NewReaderSize(&gatheringReader{r: r, sleep: time.Sleep, hush: lowWaterMark(conn)}, streamReadBuffer)
+func newStreamReader(r io.Reader, conn any) (io.Reader, *gatheringReader) {
+	g := &gatheringReader{r: r, sleep: time.Sleep, hush: lowWaterMark(conn)}
+	return bufio.NewReaderSize(g, streamReadBuffer), g
+}
+
+// streamReaderKey is the key of a replication connection's gatheringReader
+// in its pgconn CustomData (ConnectReplication), so that the stream started
+// on it can tell the reader that its consumer catches up.
+const streamReaderKey = "pgmirror.capture.streamReader"
+
+// streamReaderOf returns conn's gatheringReader, or nil when conn was not
+// made by ConnectReplication.
+func streamReaderOf(conn *pgconn.PgConn) *gatheringReader {
+	g, _ := conn.CustomData()[streamReaderKey].(*gatheringReader)
+	return g
 }
 
 // Read reads from the socket, first waiting gatherWait when the stream is
 // busy and the previous read drained it. After a read of a busy stream the
-// socket's low-water mark stays raised until the next read.
+// socket's low-water mark stays raised until the next read, and so it does
+// while the stream's consumer catches up, whatever the rate: it is behind by
+// far more than a wait for the mark could add.
 func (g *gatheringReader) Read(p []byte) (int, error) {
 	if g.busy && g.drained {
 		g.sleep(gatherWait)
@@ -95,7 +114,7 @@ func (g *gatheringReader) Read(p []byte) (int, error) {
 		g.busy = float64(g.windowBytes) >= busyBytesPerSecond*elapsed.Seconds()
 		g.windowStart, g.windowBytes = now, 0
 	}
-	if g.busy && err == nil && g.hush != nil {
+	if (g.busy || g.catchingUp.Load()) && err == nil && g.hush != nil {
 		g.hush(hushBytes)
 		g.hushed = true
 	}

@@ -78,7 +78,8 @@ func TestStreamReaderPassesTheStreamThrough(t *testing.T) {
 		want.WriteString("message ")
 		want.WriteByte(byte('a' + i%26))
 	}
-	got, err := io.ReadAll(newStreamReader(bytes.NewReader(want.Bytes()), nil))
+	r, _ := newStreamReader(bytes.NewReader(want.Bytes()), nil)
+	got, err := io.ReadAll(r)
 	if err != nil || !bytes.Equal(got, want.Bytes()) {
 		t.Fatalf("read %d bytes (err %v), want the %d written", len(got), err, want.Len())
 	}
