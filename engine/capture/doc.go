@@ -52,7 +52,10 @@
 // message at a time (the walsender flushes each message of a streamed
 // transaction on its own). Likewise while the consumer is far behind the
 // source (SetCatchingUp), a read that had to wait for the walsender is
-// followed by a 1 ms pause.
+// followed by a 1 ms pause. In both cases, between two reads the socket's
+// receive low-water mark is raised (Linux), so that the messages arriving
+// meanwhile do not each wake an idle thread of the process, which would
+// preempt the walsender; it is lowered to one byte before the next read.
 //
 // A stream on which nothing arrives (not even a keepalive requested with a
 // status update) for longer than the heartbeat timeout ends with
