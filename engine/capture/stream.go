@@ -191,15 +191,14 @@ type Stream struct {
 	done    chan struct{}
 	err     error
 
-	confirmed  atomic.Uint64    // set by the consumer (Confirm)
-	reported   atomic.Uint64    // confirmed position last sent to the source
-	reportedOf atomic.Uint64    // the confirmed position that update was made of (before ConfirmLimit)
-	statusDue  atomic.Bool      // ConfirmNow asked for a status update at once
-	catchingUp atomic.Bool      // SetCatchingUp: read in gulps (see readGulp)
-	reader     *gatheringReader // the connection's socket reader (ConnectReplication); nil for another connection
-	buffered   atomic.Int64     // bytes handed over and not yet released
-	skippedTx  atomic.Int64     // transactions left out for their origin (a loop)
-	space      chan struct{}    // signalled by Release
+	confirmed  atomic.Uint64 // set by the consumer (Confirm)
+	reported   atomic.Uint64 // confirmed position last sent to the source
+	reportedOf atomic.Uint64 // the confirmed position that update was made of (before ConfirmLimit)
+	statusDue  atomic.Bool   // ConfirmNow asked for a status update at once
+	catchingUp atomic.Bool   // SetCatchingUp: read in gulps (see readGulp); the socket reader reads it too
+	buffered   atomic.Int64  // bytes handed over and not yet released
+	skippedTx  atomic.Int64  // transactions left out for their origin (a loop)
+	space      chan struct{} // signalled by Release
 	statsMu    sync.Mutex
 	stats      StreamStats // of streamed transactions
 
@@ -280,9 +279,11 @@ func StartStream(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig) (*S
 		received:       cfg.StartLSN,
 		lastCommitEnd:  cfg.StartLSN,
 		statusInterval: cfg.StatusInterval,
-		reader:         streamReaderOf(conn),
 	}
 	s.confirmed.Store(uint64(cfg.StartLSN))
+	if g := streamReaderOf(conn); g != nil {
+		g.catchingUp = &s.catchingUp // before the stream's goroutine reads
+	}
 	go func() {
 		defer close(s.done)
 		defer close(s.events)
@@ -343,9 +344,6 @@ const (
 func (s *Stream) SetCatchingUp(on bool) {
 	if s.catchingUp.Load() != on {
 		s.catchingUp.Store(on)
-		if s.reader != nil {
-			s.reader.catchingUp.Store(on)
-		}
 	}
 }
 

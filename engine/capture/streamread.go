@@ -61,12 +61,12 @@ type gatheringReader struct {
 	sleep func(time.Duration) // time.Sleep; tests count the waits
 	hush  func(bytes int)     // sets the socket's low-water mark (lowWaterMark); nil: none
 
-	catchingUp  atomic.Bool // the stream's consumer is far behind the source (Stream.SetCatchingUp)
-	hushed      bool        // the mark is raised
-	drained     bool        // the last read returned less than it could take
-	busy        bool        // the last rate window ran above busyBytesPerSecond
-	windowStart time.Time   // start of the current rate window
-	windowBytes int         // bytes read in it
+	catchingUp  *atomic.Bool // the stream's SetCatchingUp flag (StartStream); nil before a stream starts
+	hushed      bool         // the mark is raised
+	drained     bool         // the last read returned less than it could take
+	busy        bool         // the last rate window ran above busyBytesPerSecond
+	windowStart time.Time    // start of the current rate window
+	windowBytes int          // bytes read in it
 }
 
 // newStreamReader returns the reader a replication connection's frontend
@@ -80,7 +80,7 @@ func newStreamReader(r io.Reader, conn any) (io.Reader, *gatheringReader) {
 
 // streamReaderKey is the key of a replication connection's gatheringReader
 // in its pgconn CustomData (ConnectReplication), so that the stream started
-// on it can tell the reader that its consumer catches up.
+// on it can hand the reader its catching-up flag.
 const streamReaderKey = "pgmirror.capture.streamReader"
 
 // streamReaderOf returns conn's gatheringReader, or nil when conn was not
@@ -114,7 +114,7 @@ func (g *gatheringReader) Read(p []byte) (int, error) {
 		g.busy = float64(g.windowBytes) >= busyBytesPerSecond*elapsed.Seconds()
 		g.windowStart, g.windowBytes = now, 0
 	}
-	if (g.busy || g.catchingUp.Load()) && err == nil && g.hush != nil {
+	if (g.busy || g.catchingUp != nil && g.catchingUp.Load()) && err == nil && g.hush != nil {
 		g.hush(hushBytes)
 		g.hushed = true
 	}

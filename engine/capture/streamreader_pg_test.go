@@ -37,7 +37,7 @@ func TestCatchingUpHushesTheReplicationSocket(t *testing.T) {
 		Buffer: 1, MaxBufferedBytes: 1})
 	require.NoError(t, err)
 	defer s.Close()
-	require.Same(t, g, s.reader, "the stream holds its connection's reader")
+	require.Same(t, &s.catchingUp, g.catchingUp, "the connection's reader follows the stream's catching-up flag")
 
 	next := 0
 	insert := func() {
