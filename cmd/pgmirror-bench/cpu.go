@@ -27,6 +27,14 @@ func (c cpuUse) sub(o cpuUse) cpuUse {
 	return cpuUse{c.source - o.source, c.destination - o.destination, c.pgmirror - o.pgmirror, c.bench - o.bench, c.machine - o.machine}
 }
 
+func (c cpuUse) add(o cpuUse) cpuUse {
+	return cpuUse{c.source + o.source, c.destination + o.destination, c.pgmirror + o.pgmirror, c.bench + o.bench, c.machine + o.machine}
+}
+
+func (c cpuUse) div(n time.Duration) cpuUse {
+	return cpuUse{c.source / n, c.destination / n, c.pgmirror / n, c.bench / n, c.machine / n}
+}
+
 // other is the CPU time of processes outside the measurement.
 func (c cpuUse) other() time.Duration {
 	return max(0, c.machine-c.source-c.destination-c.pgmirror-c.bench)

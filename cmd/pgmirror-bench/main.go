@@ -11,8 +11,10 @@
 // starts a logical source cluster and a destination cluster on loopback in
 // a temporary directory, generates the data, and measures:
 //
-//   - the snapshot: a single binary COPY pipe, native CREATE SUBSCRIPTION
-//     with copy_data, and a pgmirror mirror created through its REST API;
+//   - the snapshot: a single binary COPY pipe (run twice, first and right
+//     after pgmirror's snapshot, and taken as the mean), native CREATE
+//     SUBSCRIPTION with copy_data, and a pgmirror mirror created through
+//     its REST API;
 //   - catch-up after a pause, for four workloads (changes in 100-row
 //     transactions, single-row transactions, changes in 10,000-row
 //     transactions, one large INSERT transaction), native and pgmirror,
@@ -373,7 +375,7 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	if !b.opts.largeOnly {
-		if err := b.measureCopyPipe(ctx); err != nil {
+		if err := b.measureCopyPipe(ctx, srcNative); err != nil {
 			return fmt.Errorf("COPY pipe: %w", err)
 		}
 	}
