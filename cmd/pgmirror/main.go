@@ -25,7 +25,11 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The collector's pace is the process's, so it is set here and not in
+	// run, which tests call in their own process.
+	untune := tuneGC(os.Getenv)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
+	untune()
 	stop()
 	if err != nil {
 		if msg := err.Error(); msg != "" {
