@@ -16,14 +16,14 @@ import (
 // 271 MB. So the service collects at GOGC=200 pace while that costs at most
 // gcFloor of memory, and at GOGC=100 pace above it: after every collection
 // the memory limit is set to the larger of gcFloor and what GOGC=100 would
-// let the process grow to (twice the live heap, plus the memory that is not
-// heap objects). An operator's GOGC or GOMEMLIMIT turns this off.
+// let the process grow to (see limit). An operator's GOGC or GOMEMLIMIT
+// turns this off.
 const (
 	gcPercent = 200
 	gcFloor   = 128 << 20
 )
 
-// gcMetrics are the runtime/metrics samples gcLimit reads.
+// gcMetrics are the runtime/metrics samples limit reads.
 var gcMetrics = []string{
 	"/gc/heap/live:bytes",
 	"/memory/classes/total:bytes",
@@ -32,7 +32,7 @@ var gcMetrics = []string{
 	"/memory/classes/heap/free:bytes",
 }
 
-// gcTuner keeps the memory limit at gcLimit after every collection.
+// gcTuner sets the memory limit (see limit) after every collection.
 type gcTuner struct {
 	mu      sync.Mutex
 	stopped bool
