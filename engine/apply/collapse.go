@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 
@@ -47,17 +48,22 @@ type move struct {
 	old, new []change.Value // applied-column order
 }
 
-// key encodes the key columns of vals (applied-column order).
-func (p *plan) key(vals []change.Value) string {
-	var b strings.Builder
+// appendKey appends the encoding of the key columns of vals
+// (applied-column order) to dst: per column its kind, its length (4 bytes)
+// and its bytes.
+func (p *plan) appendKey(dst []byte, vals []change.Value) []byte {
 	for _, k := range p.keyPos {
 		v := vals[k]
-		b.WriteByte(byte(v.Kind))
-		b.WriteString(strconv.Itoa(len(v.Text)))
-		b.WriteByte(':')
-		b.Write(v.Text)
+		dst = append(dst, byte(v.Kind))
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(v.Text)))
+		dst = append(dst, v.Text...)
 	}
-	return b.String()
+	return dst
+}
+
+// key encodes the key columns of vals (applied-column order).
+func (p *plan) key(vals []change.Value) string {
+	return string(p.appendKey(nil, vals))
 }
 
 func hasUnchanged(vals []change.Value) bool {
@@ -72,26 +78,38 @@ func hasUnchanged(vals []change.Value) bool {
 // fold folds c (an insert, update or delete of p's relation) into the final
 // state of its key(s). It returns a move, and leaves the chunk as it was,
 // when c must be applied in place instead.
+//
+// It runs once per change of a catch-up, so it allocates little: the key is
+// encoded into a reused buffer and looked up without a copy, a key's entry
+// is overwritten in place when the key is already in the chunk, and new
+// entries come from a block of them (see newEntry).
 func (p *plan) fold(c *change.Change) *move {
 	switch c.Op {
 	case change.OpInsert:
 		vals := p.project(c.New)
-		key := p.key(vals)
-		_, seen := p.entries[key]
-		p.put(key, &entry{op: opInsert, vals: vals, fresh: !seen})
+		p.keyBuf = p.appendKey(p.keyBuf[:0], vals)
+		if prev := p.entries[string(p.keyBuf)]; prev != nil {
+			*prev = entry{op: opInsert, vals: vals}
+			return nil
+		}
+		p.add(p.keyBuf, entry{op: opInsert, vals: vals, fresh: true})
 	case change.OpUpdate:
 		vals := p.project(c.New)
-		newKey := p.key(vals)
+		p.keyBuf = p.appendKey(p.keyBuf[:0], vals)
+		newKey := p.keyBuf
 		oldKey := newKey
 		var oldVals []change.Value
 		if c.Old != nil {
 			oldVals = p.project(c.Old)
-			oldKey = p.key(oldVals)
+			p.oldKeyBuf = p.appendKey(p.oldKeyBuf[:0], oldVals)
+			oldKey = p.oldKeyBuf
 		}
 		if hasUnchanged(vals) {
 			// Unchanged TOAST values: take them from an earlier image of
-			// the row in this chunk when there is one.
-			if prev := p.entries[oldKey]; prev != nil && prev.op != opDelete {
+			// the row in this chunk when there is one (into a copy: vals
+			// may be the change's own slice).
+			if prev := p.entries[string(oldKey)]; prev != nil && prev.op != opDelete {
+				vals = append([]change.Value(nil), vals...)
 				for i, v := range vals {
 					if v.Kind == change.ValueUnchanged {
 						vals[i] = prev.vals[i]
@@ -99,35 +117,68 @@ func (p *plan) fold(c *change.Change) *move {
 				}
 			}
 		}
-		if oldKey != newKey {
+		if string(oldKey) != string(newKey) {
 			if hasUnchanged(vals) {
 				return &move{old: oldVals, new: vals}
 			}
 			// The row left its old key and is new at its new one.
-			_, seen := p.entries[newKey]
-			p.put(oldKey, &entry{op: opDelete, vals: oldVals})
-			p.put(newKey, &entry{op: opInsert, vals: vals, fresh: !seen})
+			p.set(oldKey, entry{op: opDelete, vals: oldVals})
+			if prev := p.entries[string(newKey)]; prev != nil {
+				*prev = entry{op: opInsert, vals: vals}
+				return nil
+			}
+			p.add(newKey, entry{op: opInsert, vals: vals, fresh: true})
 			return nil
 		}
-		op, fresh := opUpdate, false
-		if prev := p.entries[newKey]; prev != nil && prev.op != opUpdate {
+		prev := p.entries[string(newKey)]
+		switch {
+		case prev == nil:
+			p.add(newKey, entry{op: opUpdate, vals: vals})
+		case prev.op != opUpdate:
 			// Inserted in this chunk (or deleted first): still new.
-			op, fresh = opInsert, prev.fresh
+			*prev = entry{op: opInsert, vals: vals, fresh: prev.fresh}
+		default:
+			*prev = entry{op: opUpdate, vals: vals}
 		}
-		p.put(newKey, &entry{op: op, vals: vals, fresh: fresh})
 	case change.OpDelete:
 		vals := p.project(c.Old)
-		p.put(p.key(vals), &entry{op: opDelete, vals: vals})
+		p.keyBuf = p.appendKey(p.keyBuf[:0], vals)
+		p.set(p.keyBuf, entry{op: opDelete, vals: vals})
 	}
 	return nil
 }
 
-// put sets the final state of key.
-func (p *plan) put(key string, e *entry) {
-	if _, ok := p.entries[key]; !ok {
-		p.order = append(p.order, key)
+// set makes e the final state of key.
+func (p *plan) set(key []byte, e entry) {
+	if prev := p.entries[string(key)]; prev != nil {
+		*prev = e
+		return
 	}
-	p.entries[key] = e
+	p.add(key, e)
+}
+
+// add makes e the final state of key, which the chunk does not have yet.
+func (p *plan) add(key []byte, e entry) {
+	k := string(key)
+	ne := p.newEntry()
+	*ne = e
+	p.entries[k] = ne
+	p.order = append(p.order, k)
+}
+
+// entryBlock is how many entries newEntry allocates at once.
+const entryBlock = 256
+
+// newEntry returns a zero entry from the current block of entries, starting
+// a new block when it is used up. A block lives as long as one of its
+// entries does: a chunk's entries are dropped together when it is flushed.
+func (p *plan) newEntry() *entry {
+	if len(p.entryFree) == 0 {
+		p.entryFree = make([]entry, entryBlock)
+	}
+	e := &p.entryFree[0]
+	p.entryFree = p.entryFree[1:]
+	return e
 }
 
 // unchangedMask lists the positions of vals' unchanged values, comma

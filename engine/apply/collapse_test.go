@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 
@@ -153,4 +154,42 @@ func TestMask(t *testing.T) {
 	require.Equal(t, "0,2", unchangedMask([]change.Value{tu, tnull, tu}))
 	require.Equal(t, []int{0, 2}, parseMask("0,2"))
 	require.Nil(t, parseMask(""))
+}
+
+// TestFoldLeavesTheChangeAlone: with every column applied in order, a
+// change's own values are the entry's, and filling an update's unchanged
+// TOAST value from an earlier image in the chunk must not write into the
+// change (a batch that fails is folded again from the same changes).
+func TestFoldLeavesTheChangeAlone(t *testing.T) {
+	t.Parallel()
+	p := newKeyedPlan()
+	p.identity = true
+	p.fold(ins(tv("1"), tv("a"), tv("toast")))
+	u := upd(tv("1"), tv("b"), tu)
+	p.fold(u)
+	require.Equal(t, []string{"i[] 1 b toast"}, states(p))
+	require.Equal(t, []change.Value{tv("1"), tv("b"), tu}, u.New)
+}
+
+// BenchmarkFold folds single-row updates of distinct keys (binary bigint
+// keys, every column applied) in chunks of 10,000, as a catch-up does.
+func BenchmarkFold(b *testing.B) {
+	p := newKeyedPlan()
+	p.identity = true
+	const chunk = 10_000
+	changes := make([]*change.Change, chunk)
+	for i := range changes {
+		key := binary.BigEndian.AppendUint64(nil, uint64(i))
+		changes[i] = &change.Change{Op: change.OpUpdate, Relation: keyedRel, New: []change.Value{
+			{Kind: change.ValueBinary, Text: key}, tv("some value"), tnull}}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if i%chunk == 0 {
+			clear(p.entries)
+			p.order = p.order[:0]
+		}
+		p.fold(changes[i%chunk])
+	}
 }

@@ -135,9 +135,12 @@ func (a *Applier) destTable(ctx context.Context, name change.TableName) (*destTa
 type plan struct {
 	rel    *change.Relation
 	dest   *destTable
-	srcIdx []int    // relation column index of each applied column
-	names  []string // applied column names (same on both sides)
-	types  []string // destination SQL types of the applied columns
+	srcIdx []int // relation column index of each applied column
+	// identity: srcIdx is 0, 1, ... over all of the relation's columns, so
+	// project returns a row image as it is.
+	identity bool
+	names    []string // applied column names (same on both sides)
+	types    []string // destination SQL types of the applied columns
 	// typeOIDs are the destination type OIDs of the applied columns (the
 	// types of binary parameters).
 	typeOIDs []uint32
@@ -165,6 +168,11 @@ type plan struct {
 	entries map[string]*entry // keyed: final state per key
 	order   []string          // keyed: keys in first-seen order
 	ops     []*change.Change  // ordered and inOrder: changes in order
+
+	// keyBuf and oldKeyBuf hold the key encodings of the change being
+	// folded; entryFree is what is left of the block newEntry hands out.
+	keyBuf, oldKeyBuf []byte
+	entryFree         []entry
 }
 
 func (p *plan) buffered() bool { return len(p.entries) > 0 || len(p.ops) > 0 }
@@ -306,6 +314,10 @@ func newPlan(m *change.Mapping, rel *change.Relation, dest *destTable) (*plan, e
 		p.typeOIDs = append(p.typeOIDs, col.typeOID)
 		p.stageTypes = append(p.stageTypes, col.stage)
 	}
+	p.identity = len(p.srcIdx) == len(rel.Columns)
+	for i, s := range p.srcIdx {
+		p.identity = p.identity && s == i
+	}
 	p.keyed = len(dest.pk) > 0 && len(p.keyPos) == len(dest.pk)
 	if p.keyed && rel.ReplicaIdentity != change.IdentityFull {
 		for _, k := range p.keyPos {
@@ -384,8 +396,12 @@ func sameShape(a, b *change.Relation) bool {
 	return true
 }
 
-// project maps a source row image to applied-column order.
+// project maps a source row image to applied-column order. The result may
+// be vals itself (see plan.identity): callers must not modify it.
 func (p *plan) project(vals []change.Value) []change.Value {
+	if p.identity && len(vals) == len(p.srcIdx) {
+		return vals
+	}
 	out := make([]change.Value, len(p.srcIdx))
 	for i, s := range p.srcIdx {
 		out[i] = vals[s]

@@ -5,10 +5,11 @@ package capture
 // the received bytes. Protocol version 2 (streamed transactions, see
 // streamed.go) sends the same messages outside a stream; inside one they
 // carry the transaction id after their type byte, which streamed.go strips
-// before it stages them, so that they replay through this decoder. A row change costs three allocations: one copy of the
-// message (the receive buffer is reused by the next receive, so values point
-// into the copy), one slice of values (shared by the old and new image of an
-// update) and the *change.Change.
+// before it stages them, so that they replay through this decoder. A row
+// change takes three pieces of memory, handed out of blocks (arena.go): a
+// copy of the message (the receive buffer is reused by the next receive, so
+// values point into the copy), one slice of values (shared by the old and
+// new image of an update) and the *change.Change.
 
 import (
 	"bytes"
@@ -387,9 +388,7 @@ func (s *Stream) changeHeader(data []byte) (*change.Relation, wire, byte, error)
 	if err != nil {
 		return nil, wire{}, 0, err
 	}
-	buf := make([]byte, len(data))
-	copy(buf, data)
-	return rel, wire{b: buf, off: w.off}, part, nil
+	return rel, wire{b: s.arena.copyOf(data), off: w.off}, part, nil
 }
 
 // tuple decodes a TupleData submessage of rel into vals (len(vals) is the
@@ -433,14 +432,16 @@ func (s *Stream) decodeInsert(data []byte) (*change.Change, error) {
 	if part != tupleNew {
 		return nil, fmt.Errorf("tuple part %q, want 'N'", part)
 	}
-	vals := make([]change.Value, len(rel.Columns))
+	vals := s.arena.valueSlice(len(rel.Columns))
 	if err := w.tuple(rel, vals); err != nil {
 		return nil, err
 	}
 	if err := w.done(); err != nil {
 		return nil, err
 	}
-	return &change.Change{Op: change.OpInsert, Relation: rel, New: vals}, nil
+	c := s.arena.newChange()
+	*c = change.Change{Op: change.OpInsert, Relation: rel, New: vals}
+	return c, nil
 }
 
 func (s *Stream) decodeUpdate(data []byte) (*change.Change, error) {
@@ -449,10 +450,11 @@ func (s *Stream) decodeUpdate(data []byte) (*change.Change, error) {
 		return nil, err
 	}
 	n := len(rel.Columns)
-	c := &change.Change{Op: change.OpUpdate, Relation: rel}
+	c := s.arena.newChange()
+	*c = change.Change{Op: change.OpUpdate, Relation: rel}
 	switch part {
 	case tupleKey, tupleOld:
-		vals := make([]change.Value, 2*n)
+		vals := s.arena.valueSlice(2 * n)
 		c.Old, c.New = vals[:n:n], vals[n:]
 		c.OldKeyOnly = part == tupleKey
 		if err := w.tuple(rel, c.Old); err != nil {
@@ -462,7 +464,7 @@ func (s *Stream) decodeUpdate(data []byte) (*change.Change, error) {
 			return nil, fmt.Errorf("tuple part %q after the old tuple, want 'N'", next)
 		}
 	case tupleNew:
-		c.New = make([]change.Value, n)
+		c.New = s.arena.valueSlice(n)
 	default:
 		return nil, fmt.Errorf("tuple part %q, want 'K', 'O' or 'N'", part)
 	}
@@ -483,7 +485,8 @@ func (s *Stream) decodeDelete(data []byte) (*change.Change, error) {
 	if part != tupleKey && part != tupleOld {
 		return nil, fmt.Errorf("tuple part %q, want 'K' or 'O'", part)
 	}
-	c := &change.Change{Op: change.OpDelete, Relation: rel, OldKeyOnly: part == tupleKey, Old: make([]change.Value, len(rel.Columns))}
+	c := s.arena.newChange()
+	*c = change.Change{Op: change.OpDelete, Relation: rel, OldKeyOnly: part == tupleKey, Old: s.arena.valueSlice(len(rel.Columns))}
 	if err := w.tuple(rel, c.Old); err != nil {
 		return nil, err
 	}

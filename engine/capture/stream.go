@@ -204,6 +204,7 @@ type Stream struct {
 
 	// Owned by the reader goroutine.
 	relations      map[uint32]*change.Relation
+	arena          arena // memory of decoded changes
 	inTx           bool
 	skipTx         bool            // the open transaction's origin closes a loop: its changes are left out
 	originSeen     map[string]bool // pgmirror origins met, and whether they were left out (logged when that changes)
