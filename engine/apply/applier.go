@@ -553,7 +553,9 @@ func (a *Applier) flushPlan(ctx context.Context, p *plan) error {
 	case p.inOrder:
 		return a.flushKeyedInOrder(ctx, p)
 	case p.keyed:
-		return a.flushKeyed(ctx, p)
+		err := a.flushKeyed(ctx, p)
+		p.recycleEntries()
+		return err
 	default:
 		return a.flushOrdered(ctx, p)
 	}

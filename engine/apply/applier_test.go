@@ -1,12 +1,16 @@
 package apply
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgmirror/pgmirror/db/pgtest"
 	"github.com/pgmirror/pgmirror/engine/change"
 )
 
@@ -26,4 +30,39 @@ func TestCommitPositions(t *testing.T) {
 	require.ErrorIs(t, err, failed)
 	_, _, err = commitPositions([]*pgconn.Result{{CommandTag: pgconn.NewCommandTag("COMMIT")}})
 	require.Error(t, err)
+}
+
+// TestFlushRecyclesEntries: a written chunk leaves its plan's block of
+// entries zeroed, so an idle mirror keeps none of its last changes alive.
+func TestFlushRecyclesEntries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, `CREATE TABLE public.t (id int PRIMARY KEY, v text)`)
+	conn, err := pgx.Connect(ctx, dst)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	rel := &change.Relation{ID: 1, Table: change.TableName{Schema: "public", Name: "t"}, ReplicaIdentity: change.IdentityDefault,
+		Columns: []change.Column{{Name: "id", Key: true}, {Name: "v"}}}
+	a, err := New(ctx, conn, Config{MirrorUID: "m", Mappings: []change.Mapping{{Source: rel.Table, Destination: rel.Table}}})
+	require.NoError(t, err)
+	require.NoError(t, a.Begin(ctx))
+	const rows = entryBlock + 44
+	for i := range rows {
+		c := &change.Change{Op: change.OpInsert, Relation: rel, New: []change.Value{
+			{Kind: change.ValueText, Text: fmt.Append(nil, i)}, {Kind: change.ValueText, Text: []byte("v")}}}
+		require.NoError(t, a.Apply(ctx, c))
+	}
+	p := a.current[rel.Table]
+	require.Equal(t, entryBlock, p.entriesUsed)
+	_, err = a.Commit(ctx, 0x100, 1)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM public.t`).Scan(&n))
+	require.Equal(t, rows, n)
+	require.Zero(t, p.entriesUsed)
+	require.Nil(t, p.entryOverflow)
+	for i, e := range p.entryBlock {
+		require.Equal(t, entry{}, e, "entry %d still holds its values", i)
+	}
 }

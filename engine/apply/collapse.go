@@ -82,7 +82,8 @@ func hasUnchanged(vals []change.Value) bool {
 // It runs once per change of a catch-up, so it allocates little: the key is
 // encoded into a reused buffer and looked up without a copy, a key's entry
 // is overwritten in place when the key is already in the chunk, and new
-// entries come from a block of them (see newEntry).
+// entries come from the plan's block of them, reused chunk after chunk
+// (see newEntry).
 func (p *plan) fold(c *change.Change) *move {
 	switch c.Op {
 	case change.OpInsert:
@@ -166,19 +167,43 @@ func (p *plan) add(key []byte, e entry) {
 	p.order = append(p.order, k)
 }
 
-// entryBlock is how many entries newEntry allocates at once.
+// entryBlock is how many entries a plan keeps for reuse, and how many more
+// newEntry allocates at once when a chunk needs more.
 const entryBlock = 256
 
-// newEntry returns a zero entry from the current block of entries, starting
-// a new block when it is used up. A block lives as long as one of its
-// entries does: a chunk's entries are dropped together when it is flushed.
+// newEntry returns a zero entry: from the plan's own block of entries,
+// reused chunk after chunk (see recycleEntries), and once that is used up
+// from blocks allocated for the chunk.
 func (p *plan) newEntry() *entry {
-	if len(p.entryFree) == 0 {
-		p.entryFree = make([]entry, entryBlock)
+	if p.entriesUsed < len(p.entryBlock) {
+		e := &p.entryBlock[p.entriesUsed]
+		p.entriesUsed++
+		return e
 	}
-	e := &p.entryFree[0]
-	p.entryFree = p.entryFree[1:]
+	if p.entryBlock == nil {
+		p.entryBlock = make([]entry, entryBlock)
+		return p.newEntry()
+	}
+	if len(p.entryOverflow) == 0 {
+		p.entryOverflow = make([]entry, entryBlock)
+	}
+	e := &p.entryOverflow[0]
+	p.entryOverflow = p.entryOverflow[1:]
 	return e
+}
+
+// recycleEntries makes the plan's block of entries reusable once its chunk
+// is written (the chunk is empty and the flush that wrote it is over, so
+// nothing refers to the entries any more): they are zeroed, which also lets
+// go of the changes' values they held, and blocks allocated for a large
+// chunk are dropped.
+func (p *plan) recycleEntries() {
+	if len(p.entries) > 0 {
+		return
+	}
+	clear(p.entryBlock[:p.entriesUsed])
+	p.entriesUsed = 0
+	p.entryOverflow = nil
 }
 
 // unchangedMask lists the positions of vals' unchanged values, comma

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -171,6 +172,31 @@ func TestFoldLeavesTheChangeAlone(t *testing.T) {
 	require.Equal(t, []change.Value{tv("1"), tv("b"), tu}, u.New)
 }
 
+// TestFoldRecyclesEntries: once a chunk is written, its entries are
+// zeroed (an idle plan keeps no change's values alive) and handed out again
+// for the next chunk; a chunk larger than the plan's block gets more.
+func TestFoldRecyclesEntries(t *testing.T) {
+	t.Parallel()
+	p := newKeyedPlan()
+	for i := range entryBlock + 10 {
+		p.fold(ins(tv(fmt.Sprint(i)), tv("a"), tnull))
+	}
+	require.Len(t, p.entries, entryBlock+10)
+	p.recycleEntries() // the chunk is not written yet: nothing changes
+	require.Equal(t, entryBlock, p.entriesUsed)
+
+	clear(p.entries) // as a flush leaves it
+	p.order = p.order[:0]
+	p.recycleEntries()
+	require.Zero(t, p.entriesUsed)
+	require.Nil(t, p.entryOverflow)
+	for i, e := range p.entryBlock {
+		require.Equal(t, entry{}, e, "entry %d still holds its values", i)
+	}
+	p.fold(ins(tv("x"), tv("b"), tnull))
+	require.Same(t, &p.entryBlock[0], p.entries[p.key([]change.Value{tv("x"), tv("b"), tnull})])
+}
+
 // BenchmarkFold folds single-row updates of distinct keys (binary bigint
 // keys, every column applied) in chunks of 10,000, as a catch-up does.
 func BenchmarkFold(b *testing.B) {
@@ -189,6 +215,7 @@ func BenchmarkFold(b *testing.B) {
 		if i%chunk == 0 {
 			clear(p.entries)
 			p.order = p.order[:0]
+			p.recycleEntries()
 		}
 		p.fold(changes[i%chunk])
 	}

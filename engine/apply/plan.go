@@ -170,9 +170,13 @@ type plan struct {
 	ops     []*change.Change  // ordered and inOrder: changes in order
 
 	// keyBuf and oldKeyBuf hold the key encodings of the change being
-	// folded; entryFree is what is left of the block newEntry hands out.
+	// folded. entryBlock[:entriesUsed] are the entries newEntry handed out
+	// of the plan's own block, entryOverflow what is left of a block
+	// allocated for a chunk larger than it.
 	keyBuf, oldKeyBuf []byte
-	entryFree         []entry
+	entryBlock        []entry
+	entriesUsed       int
+	entryOverflow     []entry
 }
 
 func (p *plan) buffered() bool { return len(p.entries) > 0 || len(p.ops) > 0 }

@@ -10,7 +10,9 @@ import "github.com/pgmirror/pgmirror/engine/change"
 // block. A block lives as long as anything handed out of it: changes are
 // consumed in the order they were decoded (applied, then dropped with their
 // batch), so blocks die about as early as their changes would. What is
-// larger than a block's share is allocated on its own.
+// larger than a block's share is allocated on its own. The blocks are small
+// (about 30 KiB together) because an idle stream keeps its current ones,
+// and with them what their changes pointed to.
 type arena struct {
 	bytes   []byte
 	values  []change.Value
@@ -20,12 +22,12 @@ type arena struct {
 const (
 	// arenaBytes is the size of a block of message copies; a message
 	// larger than arenaBytes/8 gets a copy of its own.
-	arenaBytes = 64 << 10
+	arenaBytes = 16 << 10
 	// arenaValues is the number of values in a block; a row image of
 	// more than arenaValues/8 columns gets a slice of its own.
-	arenaValues = 1024
+	arenaValues = 256
 	// arenaChanges is the number of changes in a block.
-	arenaChanges = 128
+	arenaChanges = 64
 )
 
 // copyOf returns a copy of b. Its capacity ends with it, so an append to it
