@@ -89,11 +89,7 @@ func (p *plan) fold(c *change.Change) *move {
 	case change.OpInsert:
 		vals := p.project(c.New)
 		p.keyBuf = p.appendKey(p.keyBuf[:0], vals)
-		if prev := p.entries[string(p.keyBuf)]; prev != nil {
-			*prev = entry{op: opInsert, vals: vals}
-			return nil
-		}
-		p.add(p.keyBuf, entry{op: opInsert, vals: vals, fresh: true})
+		p.setNew(p.keyBuf, vals)
 	case change.OpUpdate:
 		vals := p.project(c.New)
 		p.keyBuf = p.appendKey(p.keyBuf[:0], vals)
@@ -124,11 +120,7 @@ func (p *plan) fold(c *change.Change) *move {
 			}
 			// The row left its old key and is new at its new one.
 			p.set(oldKey, entry{op: opDelete, vals: oldVals})
-			if prev := p.entries[string(newKey)]; prev != nil {
-				*prev = entry{op: opInsert, vals: vals}
-				return nil
-			}
-			p.add(newKey, entry{op: opInsert, vals: vals, fresh: true})
+			p.setNew(newKey, vals)
 			return nil
 		}
 		prev := p.entries[string(newKey)]
@@ -158,6 +150,16 @@ func (p *plan) set(key []byte, e entry) {
 	p.add(key, e)
 }
 
+// setNew makes vals a new row at key: fresh when the chunk has no state
+// for key yet, so that an insert cannot meet a row on the destination.
+func (p *plan) setNew(key []byte, vals []change.Value) {
+	if prev := p.entries[string(key)]; prev != nil {
+		*prev = entry{op: opInsert, vals: vals}
+		return
+	}
+	p.add(key, entry{op: opInsert, vals: vals, fresh: true})
+}
+
 // add makes e the final state of key, which the chunk does not have yet.
 func (p *plan) add(key []byte, e entry) {
 	k := string(key)
@@ -175,14 +177,13 @@ const entryBlock = 256
 // reused chunk after chunk (see recycleEntries), and once that is used up
 // from blocks allocated for the chunk.
 func (p *plan) newEntry() *entry {
+	if p.entryBlock == nil {
+		p.entryBlock = make([]entry, entryBlock)
+	}
 	if p.entriesUsed < len(p.entryBlock) {
 		e := &p.entryBlock[p.entriesUsed]
 		p.entriesUsed++
 		return e
-	}
-	if p.entryBlock == nil {
-		p.entryBlock = make([]entry, entryBlock)
-		return p.newEntry()
 	}
 	if len(p.entryOverflow) == 0 {
 		p.entryOverflow = make([]entry, entryBlock)
