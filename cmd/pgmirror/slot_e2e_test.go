@@ -54,9 +54,13 @@ func TestSlotHealth(t *testing.T) {
 
 	s.mustDo("POST", "/v1/mirrors/lag/pause", nil, 200, nil)
 	pausedAt := time.Now()
-	// The run stops at its next batch boundary: wait for it, or it may
-	// still stream part of the WAL below.
+	// The status says paused at once; the run stops at its next batch
+	// boundary: wait until its slot is released too, or it may still
+	// stream (and confirm) part of the WAL below.
 	s.waitStatus("lag", "paused", 30*time.Second)
+	waitFor(t, "the paused mirror's slot to be released", 30*time.Second, func() bool {
+		return queryInt64(t, src, `SELECT count(*) FROM pg_replication_slots WHERE database = current_database() AND active`) == 0
+	})
 	// About 6 MB of WAL that the paused mirror's slot must keep.
 	exec1(t, src, `INSERT INTO public.t SELECT g, repeat('x', 200) FROM generate_series(1001, 25000) g`)
 	var written int64
