@@ -29,7 +29,8 @@
 // while it runs (the stream lowers that setting to 8 MB for its walsender,
 // see streamingWorkMemKB). The stream stages each such transaction (in memory up to
 // StageMemory for all of them, then in an unlinked temporary file per
-// transaction), drops it on Stream Abort and drops a subtransaction's
+// transaction; one handed over early with StreamConfig.EarlyChanges is
+// never written to a file, see early.go), drops it on Stream Abort and drops a subtransaction's
 // changes when that one is rolled back, and hands a committed one over at
 // its Stream Commit as Begin, changes and Commit: the consumer sees the same
 // whole transactions, in commit order, as from a source that does not

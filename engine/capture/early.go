@@ -3,12 +3,23 @@ package capture
 // This file hands the row changes of one streamed transaction at a time to
 // the consumer while the transaction still streams (StreamConfig.
 // EarlyChanges), so that the consumer can apply them in a destination
-// transaction of their own and only commit it at the source's commit. The
-// transaction is staged all the same (streamed.go): whenever the consumer
-// cannot use the early changes (it declined, met something it does not
-// apply early, or a subtransaction rolled back), it answers false at the
-// commit and receives the whole transaction from the staged messages, as
-// without EarlyChanges.
+// transaction of their own and only commit it at the source's commit.
+//
+// The fallback. Whenever the consumer cannot use the early changes (it
+// declined, met something it does not apply early, or a subtransaction
+// rolled back), it answers false at the commit and must receive the whole
+// transaction as without EarlyChanges. While the transaction's staged
+// records fit in memory (streamed.go) they are kept for that, and the
+// transaction is handed over from them. A transaction that outgrows
+// StageMemory is not spilled to a file like the others: its records are
+// dropped (a bulk statement applied early would otherwise write all its
+// changes to a temporary file only to delete it at the commit, 290 MB per
+// million rows of the bench's table). If such a transaction is then given
+// up, the stream ends with a *RereadError, and the consumer reads the
+// stream again from its confirmed position with the transaction in
+// StreamConfig.NotEarly: the source sends a transaction that is still in
+// progress, or committed after that position, again from its first change,
+// and the stream stages it like any other.
 //
 // The changes are decoded with the relations described within the
 // transaction: pgoutput describes every table of a streamed transaction in
@@ -39,7 +50,7 @@ type earlyState struct {
 // handed over while it streams: with EarlyChanges, when no other
 // transaction's are.
 func (s *Stream) startEarly(tx *stagedTx) {
-	if !s.cfg.EarlyChanges || s.earlyTx != nil {
+	if !s.cfg.EarlyChanges || s.earlyTx != nil || s.cfg.NotEarly[tx.xid] {
 		return
 	}
 	s.earlyTx = tx
@@ -92,7 +103,33 @@ func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stag
 func (s *Stream) earlyUnfit(ctx context.Context, ticker *time.Ticker, tx *stagedTx, reason string) error {
 	tx.early.on = false
 	s.log.Debug("streamed transaction holds more than row changes; it is handed over whole at its commit", "xid", tx.xid, "reason", reason)
-	return s.emit(ctx, ticker, Event{Kind: EventStreamUnfit, Xid: tx.xid, Note: &StreamNote{Reason: reason}})
+	if err := s.emit(ctx, ticker, Event{Kind: EventStreamUnfit, Xid: tx.xid, Note: &StreamNote{Reason: reason}}); err != nil {
+		return err
+	}
+	return tx.rereadIfUnstaged(reason)
+}
+
+// RereadError ends a stream when a streamed transaction whose staged
+// records were dropped (it was handed over early and outgrew
+// StageMemory) cannot be finished early after all. Start the stream again
+// from the confirmed position with Xid in StreamConfig.NotEarly: the
+// source sends the transaction again from its first change.
+type RereadError struct {
+	Xid    uint32
+	Reason string // why the consumer could not finish it early
+}
+
+func (e *RereadError) Error() string {
+	return fmt.Sprintf("streamed transaction %d cannot be applied while it streams (%s) and was not staged: it must be read again from the source", e.Xid, e.Reason)
+}
+
+// rereadIfUnstaged returns a *RereadError when tx's staged records were
+// dropped, nil when it can still be handed over whole from them.
+func (tx *stagedTx) rereadIfUnstaged(reason string) error {
+	if !tx.unstaged {
+		return nil
+	}
+	return &RereadError{Xid: tx.xid, Reason: reason}
 }
 
 // earlyAbort tells the consumer that tx (sub == tx.xid) or its
@@ -105,7 +142,13 @@ func (s *Stream) earlyAbort(ctx context.Context, ticker *time.Ticker, tx *staged
 		return nil // the consumer gave it up already
 	}
 	tx.early.on = false
-	return s.emit(ctx, ticker, Event{Kind: EventStreamAbort, Xid: tx.xid, Sub: sub})
+	if err := s.emit(ctx, ticker, Event{Kind: EventStreamAbort, Xid: tx.xid, Sub: sub}); err != nil {
+		return err
+	}
+	if sub == tx.xid {
+		return nil // nothing of it is applied
+	}
+	return tx.rereadIfUnstaged("a subtransaction rolled back")
 }
 
 // earlyCommit asks the consumer, for a transaction handed over early,
@@ -138,7 +181,7 @@ func (s *Stream) earlyCommit(ctx context.Context, ticker *time.Ticker, tx *stage
 		}
 	}
 	if !applied {
-		return false, nil
+		return false, tx.rereadIfUnstaged("the consumer declined it at its commit")
 	}
 	for _, desc := range tx.early.descs {
 		if _, _, err := s.decode(desc); err != nil {

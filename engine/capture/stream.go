@@ -168,9 +168,17 @@ type StreamConfig struct {
 	// EarlyChanges also hands over the row changes of one streamed
 	// transaction at a time while it streams (EventStreamChange, with
 	// EventStreamUnfit, EventStreamAbort and EventStreamCommit), so that
-	// the consumer may apply it before its commit. It is staged all the
-	// same: the consumer may still have it whole at its commit.
+	// the consumer may apply it before its commit. It is staged in memory
+	// as well while it fits StageMemory, so that the consumer may still
+	// have it whole at its commit; past that its staged records are
+	// dropped instead of spilled, and a transaction the consumer then
+	// cannot finish early ends the stream with a *RereadError (read it
+	// again with the transaction in NotEarly).
 	EarlyChanges bool
+	// NotEarly lists transactions whose changes are not handed over early
+	// (they are staged and handed over whole at their commit), those a
+	// *RereadError named. Read only while the stream runs.
+	NotEarly map[uint32]bool
 	// Logger receives debug messages. Default: discard.
 	Logger *slog.Logger
 }

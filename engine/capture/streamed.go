@@ -14,7 +14,8 @@ package capture
 // the bytes pgoutput sent with the transaction id taken out: in memory up to
 // StreamConfig.StageMemory for all of them together, past that in a temporary
 // file per transaction (unlinked at once, so nothing is left behind by a
-// crash). At Stream Commit it replays the staged messages through the
+// crash), except the one handed over early, which is dropped instead of
+// written to a file (early.go). At Stream Commit it replays the staged messages through the
 // ordinary decoder as one transaction: Begin (its commit LSN), its changes
 // (those of aborted subtransactions left out), Commit (its end LSN), exactly
 // the events a transaction that was not streamed gives. The consumer thus
@@ -54,6 +55,9 @@ type stagedTx struct {
 	aborted   map[uint32]bool // subtransactions rolled back
 	records   int64
 	early     earlyState // its changes handed over while it streams (early.go)
+	// unstaged: it was handed over early and outgrew StageMemory, so its
+	// records were dropped and no more are staged (early.go).
+	unstaged bool
 }
 
 // StreamStats counts what the stream did with streamed transactions.
@@ -72,6 +76,9 @@ type StreamStats struct {
 	// applied from their changes handed over while they streamed
 	// (StreamConfig.EarlyChanges); the others were handed over whole.
 	Early int64
+	// Unstaged counts the transactions handed over early whose staged
+	// records were dropped when they outgrew StageMemory.
+	Unstaged int64
 }
 
 // StreamedStats returns the counts of streamed transactions so far.
@@ -235,6 +242,9 @@ func (s *Stream) streamMessage(ctx context.Context, ticker *time.Ticker, data []
 // files while the staged bytes in memory exceed StageMemory.
 func (s *Stream) stage(tx *stagedTx, sub uint32, typ byte, body []byte) error {
 	n := 9 + len(body)
+	if tx.unstaged {
+		return nil
+	}
 	if tx.fileW != nil {
 		// Spilled before: the rest goes to its file too, through a small
 		// buffer, instead of growing a slice in memory to spill again.
@@ -256,6 +266,13 @@ func (s *Stream) stage(tx *stagedTx, sub uint32, typ byte, body []byte) error {
 		}
 		if big == nil || big.memBytes == 0 {
 			break
+		}
+		if big.early.on {
+			// Handed over early: the consumer applies it from those
+			// changes, so its records are dropped rather than written
+			// to a file (see early.go).
+			s.unstage(big)
+			continue
 		}
 		if err := s.spill(big); err != nil {
 			return err
@@ -338,6 +355,16 @@ func (s *Stream) spill(tx *stagedTx) error {
 	tx.mem, tx.memBytes = nil, 0
 	s.countStats(func(st *StreamStats) { st.SpilledBytes += n })
 	return nil
+}
+
+// unstage drops the records of tx, a transaction handed over early, and
+// stages none of its later ones.
+func (s *Stream) unstage(tx *stagedTx) {
+	s.log.Debug("streamed transaction applied while it streams outgrew the staging memory; it is no longer staged", "xid", tx.xid,
+		"staged_bytes", tx.memBytes)
+	s.stagedMem -= tx.memBytes
+	tx.mem, tx.memBytes, tx.unstaged = nil, 0, true
+	s.countStats(func(st *StreamStats) { st.Unstaged++ })
 }
 
 // dropStaged forgets tx and frees what it holds.

@@ -322,3 +322,135 @@ func TestEarlyChanges(t *testing.T) {
 	require.Nil(t, s.earlyTx)
 	require.Empty(t, s.streamed)
 }
+
+// TestEarlyUnstaged: a transaction handed over early that outgrows the
+// staging memory is not spilled: its records are dropped. Applied early at
+// its commit, it ends like any other; given up after that (a truncate, a
+// rolled back subtransaction, the consumer's answer at its commit), the
+// stream ends with a RereadError naming it. A transaction in NotEarly is
+// staged (and spilled) and handed over whole at its commit.
+func TestEarlyUnstaged(t *testing.T) {
+	t.Parallel()
+	const limit = 2048
+	// run feeds xid's first block of n inserts (sub for the last one),
+	// then the messages in end, to a new stream, and returns the events
+	// and the error of the last message.
+	run := func(t *testing.T, xid uint32, n int, answer bool, notEarly map[uint32]bool, end ...[]byte) ([]string, *Stream, error) {
+		t.Helper()
+		s := streamingTestStream(t, limit)
+		s.cfg.EarlyChanges, s.cfg.NotEarly = true, notEarly
+		var got []string
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for evs := range s.events {
+				for _, ev := range evs {
+					switch ev.Kind {
+					case EventStreamChange:
+						got = append(got, "early")
+					case EventStreamUnfit:
+						got = append(got, "unfit")
+					case EventStreamAbort:
+						got = append(got, fmt.Sprintf("abort %d", ev.Sub))
+					case EventStreamCommit:
+						got = append(got, "commit")
+						ev.Note.Answer(answer)
+					case EventBegin:
+						got = append(got, "begin")
+					case EventCommit:
+						got = append(got, "end")
+					case EventChange:
+						got = append(got, "whole")
+					}
+				}
+			}
+		}()
+		ticker := time.NewTicker(time.Hour)
+		defer ticker.Stop()
+		ctx := context.Background()
+		msgs := [][]byte{streamStart(xid, true), inStream(xid, relationOrders())}
+		for i := range n {
+			msgs = append(msgs, inStream(xid, insertID(fmt.Sprintf("r%03d", i))))
+		}
+		msgs = append(msgs, streamStop())
+		var err error
+		for i, m := range append(msgs, end...) {
+			_, err = s.streamMessage(ctx, ticker, m)
+			if i < len(msgs)+len(end)-1 {
+				require.NoError(t, err)
+			}
+		}
+		require.NoError(t, s.handOver(ctx, ticker))
+		close(s.events)
+		<-done
+		return compact(got), s, err
+	}
+	const rows = 200 // about 8 kB staged: past the limit
+	commit := streamCommit(9, 0x6_0000_0000, 0x6_0000_0100)
+
+	t.Run("applied early", func(t *testing.T) {
+		got, s, err := run(t, 9, rows, true, nil, commit)
+		require.NoError(t, err)
+		require.Equal(t, []string{fmt.Sprintf("early x%d", rows), "commit"}, got)
+		st := s.StreamedStats()
+		require.EqualValues(t, 1, st.Unstaged)
+		require.EqualValues(t, 1, st.Early)
+		require.Zero(t, st.SpilledBytes, "nothing written to a file")
+		require.Zero(t, s.stagedMem)
+		require.LessOrEqual(t, st.PeakMemory, int64(limit+200))
+		require.Equal(t, change.LSN(0x6_0000_0100), s.lastCommitEnd)
+	})
+	t.Run("small one given up is handed over whole", func(t *testing.T) {
+		got, _, err := run(t, 9, 10, false, nil, commit)
+		require.NoError(t, err)
+		require.Equal(t, []string{"early x10", "commit", "begin", "whole x10", "end"}, got)
+	})
+	for _, c := range []struct {
+		name   string
+		end    [][]byte
+		want   []string
+		reason string
+	}{
+		{"truncate", [][]byte{streamStart(9, false), inStream(9, msg{'T'}.u32(1).u8(0).u32(relOrders))},
+			[]string{fmt.Sprintf("early x%d", rows), "unfit"}, "a truncate"},
+		{"subtransaction rolled back", [][]byte{streamStart(9, false), inStream(10, insertID("sub")), streamStop(), streamAbort(9, 10)},
+			[]string{fmt.Sprintf("early x%d", rows+1), "abort 10"}, "a subtransaction rolled back"},
+		{"declined at the commit", [][]byte{commit},
+			[]string{fmt.Sprintf("early x%d", rows), "commit"}, "declined"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, _, err := run(t, 9, rows, false, nil, c.end...)
+			var reread *RereadError
+			require.ErrorAs(t, err, &reread)
+			require.EqualValues(t, 9, reread.Xid)
+			require.Contains(t, reread.Reason, c.reason)
+			require.Equal(t, c.want, got)
+		})
+	}
+	t.Run("not early", func(t *testing.T) {
+		got, s, err := run(t, 9, rows, false, map[uint32]bool{9: true}, commit)
+		require.NoError(t, err)
+		require.Equal(t, []string{"begin", fmt.Sprintf("whole x%d", rows), "end"}, got)
+		st := s.StreamedStats()
+		require.Zero(t, st.Unstaged)
+		require.Positive(t, st.SpilledBytes, "staged past the limit in a file, as any other")
+	})
+}
+
+// compact joins runs of one event name into "name xN".
+func compact(names []string) []string {
+	var out []string
+	for i := 0; i < len(names); {
+		j := i
+		for j < len(names) && names[j] == names[i] {
+			j++
+		}
+		if n := j - i; n > 1 || names[i] == "early" || names[i] == "whole" {
+			out = append(out, fmt.Sprintf("%s x%d", names[i], n))
+		} else {
+			out = append(out, names[i])
+		}
+		i = j
+	}
+	return out
+}

@@ -172,8 +172,9 @@ type Config struct {
 	// PostgreSQL 14 or later streams a transaction that outgrows its
 	// logical_decoding_work_mem while it runs; the run applies it while it
 	// streams, on a second destination session, and commits it at the
-	// source's commit (early.go). It is staged all the same, and applied
-	// from there at its commit when it cannot be applied early.
+	// source's commit (early.go). It is staged as well while it fits in
+	// StageMemory, and applied from there at its commit when it cannot be
+	// applied early; a larger one is then read again from the source.
 	StageMemory int
 	// SpillDir is where staged streamed transactions beyond StageMemory
 	// go, in temporary files (default $TMPDIR).
@@ -183,7 +184,14 @@ type Config struct {
 
 	// noEarly turns early apply off (set by Run after errEarlyLocked).
 	noEarly bool
+	// notEarly lists the streamed transactions read again after a
+	// capture.RereadError: they are applied at their commit.
+	notEarly map[uint32]bool
 }
+
+// notEarlyMax bounds Config.notEarly: a transaction read again ends before
+// many more are.
+const notEarlyMax = 64
 
 // ErrStopAtUnsupported: Config.StopAt was set but the source's pgoutput
 // passes no marker to the stream (pgversion.Server.Markers; never on a
@@ -280,6 +288,7 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 		}
 		var conflict *apply.OrderConflictError
 		var schemaStop *SchemaStopError
+		var reread *capture.RereadError
 		switch {
 		case errors.As(err, &schemaStop) && schemaStop.At != 0 && (cfg.StopAt == 0 || schemaStop.At < cfg.StopAt):
 			schemaStopped = schemaStop
@@ -296,6 +305,16 @@ func Run(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}) er
 			cfg.noEarly = true
 			cfg.Logger.Info("a batch waited for a lock held by a large transaction applied while it streamed; restarting the stream with large transactions applied at their commit",
 				"error", err.Error())
+		case errors.As(err, &reread) && !cfg.notEarly[reread.Xid]:
+			if len(cfg.notEarly) >= notEarlyMax {
+				cfg.notEarly = nil
+			}
+			if cfg.notEarly == nil {
+				cfg.notEarly = map[uint32]bool{}
+			}
+			cfg.notEarly[reread.Xid] = true
+			cfg.Logger.Info("a large transaction applied while it streamed cannot be finished that way and was not kept; reading it again from the source, to be applied at its commit",
+				"xid", reread.Xid, "reason", reread.Reason)
 		case errors.Is(err, apply.ErrBinaryMismatch):
 			binaryRestarts++
 			cfg.Logger.Info("a source column type changed; restarting the stream with its format decided again", "error", err.Error())
@@ -369,7 +388,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
 		Binary: binary, Messages: heartbeatEvery > 0 && srv.Messages(), SchemaMessages: cfg.CaptureDDL && srv.SchemaMessages(), Origins: cfg.Origins,
 		ConfirmLimit: confirmLimit, Streaming: srv.Streaming(), StageMemory: cfg.StageMemory, SpillDir: cfg.SpillDir,
-		EarlyChanges: srv.Streaming() && !cfg.noEarly,
+		EarlyChanges: srv.Streaming() && !cfg.noEarly && cfg.StopAt == 0, NotEarly: cfg.notEarly,
 	})
 	if err != nil {
 		return netError(err)

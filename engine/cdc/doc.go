@@ -55,11 +55,14 @@
 // loop applies its row changes as they arrive into a destination
 // transaction of their own, on a second session, and commits it at the
 // source's commit right after the batch before it (early.go). The stream
-// also stages it (Config.StageMemory in memory, the rest in a temporary
-// file in Config.SpillDir); when it cannot be applied early, the stream
-// hands it to the loop at its commit, whole and in commit order, so the
-// loop and the applier treat it as any other transaction
-// (docs/consistency.md, "Large transactions streamed by the source").
+// stages the streamed transactions it does not hand over early
+// (Config.StageMemory in memory, the rest in a temporary file in
+// Config.SpillDir) and hands them to the loop at their commit, whole and in
+// commit order, so the loop and the applier treat them as any other
+// transaction; the one handed over early is staged while it fits in
+// memory, and when the loop gives it up after it outgrew that, Run starts
+// the stream again with it staged (capture.RereadError;
+// docs/consistency.md, "Large transactions streamed by the source").
 //
 // With Config.Origin the apply connection's transactions carry the
 // mirror's replication origin (engine/origin), and the stream leaves out
