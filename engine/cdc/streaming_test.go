@@ -606,7 +606,7 @@ func TestStreamedEarlyLockWait(t *testing.T) {
 }
 
 // TestSmallNotHeldWhileLargeDeclined: while a streamed transaction is not
-// applied early (declined here by a stop position), its changes still
+// applied early (a run with a stop position applies none early), its changes still
 // arrive as it streams; a small transaction that commits among them is
 // committed on the destination within moments, not at the next source
 // commit (the large one's, or a heartbeat's).
@@ -615,7 +615,7 @@ func TestSmallNotHeldWhileLargeDeclined(t *testing.T) {
 	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text); CREATE TABLE public.small (id int PRIMARY KEY)`
 	b := setup(t, ddl, ddl, same("public", "big"), same("public", "small"))
 	streamSmall(t, b)
-	b.cfg.StopAt = change.LSN(1 << 62) // never reached; early apply is declined with a stop position
+	b.cfg.StopAt = change.LSN(1 << 62) // never reached; no early apply with a stop position
 	// A backlog in which the large transaction's changes come right after
 	// the small one's commit, still open when the run starts.
 	tx := openTx(t, b.src)
