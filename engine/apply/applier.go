@@ -180,6 +180,9 @@ type Applier struct {
 	// commitWAL and flushedWAL are the destination's WAL insert and flush
 	// positions read right after the last commit.
 	commitWAL, flushedWAL change.LSN
+	// savepoints are those of the open batch, in the order set
+	// (savepoint.go).
+	savepoints []savepoint
 }
 
 // New prepares an Applier on conn: it creates the metadata table when
@@ -502,6 +505,7 @@ func (a *Applier) reset() {
 	a.pendingSize = 0
 	a.counts = map[change.TableName]*change.Counts{}
 	a.tail = nil
+	a.savepoints = nil
 }
 
 // guardWrites refuses, before the batch's first write into dest, a

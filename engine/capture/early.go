@@ -5,10 +5,14 @@ package capture
 // EarlyChanges), so that the consumer can apply them in a destination
 // transaction of their own and only commit it at the source's commit.
 //
+// A subtransaction rolled back within the transaction is told to the
+// consumer (EventStreamAbort with its Sub), which undoes that
+// subtransaction's changes, and the transaction goes on early.
+//
 // The fallback. Whenever the consumer cannot use the early changes (it
-// declined, met something it does not apply early, or a subtransaction
-// rolled back), it answers false at the commit and must receive the whole
-// transaction as without EarlyChanges. While the transaction's staged
+// declined, or met something it does not apply early), it answers false at
+// the commit and must receive the whole transaction as without
+// EarlyChanges. While the transaction's staged
 // records fit in memory (streamed.go) they are kept for that, and the
 // transaction is handed over from them. A transaction that outgrows
 // StageMemory is not spilled to a file like the others: its records are
@@ -133,7 +137,8 @@ func (tx *stagedTx) rereadIfUnstaged(reason string) error {
 }
 
 // earlyAbort tells the consumer that tx (sub == tx.xid) or its
-// subtransaction sub rolled back, when tx was handed over early.
+// subtransaction sub rolled back, when tx was handed over early. After a
+// subtransaction's rollback tx's changes go on being handed over.
 func (s *Stream) earlyAbort(ctx context.Context, ticker *time.Ticker, tx *stagedTx, sub uint32) error {
 	if !tx.early.ever {
 		return nil
@@ -141,14 +146,12 @@ func (s *Stream) earlyAbort(ctx context.Context, ticker *time.Ticker, tx *staged
 	if sub != tx.xid && !tx.early.on {
 		return nil // the consumer gave it up already
 	}
-	tx.early.on = false
-	if err := s.emit(ctx, ticker, Event{Kind: EventStreamAbort, Xid: tx.xid, Sub: sub}); err != nil {
-		return err
-	}
 	if sub == tx.xid {
-		return nil // nothing of it is applied
+		tx.early.on = false
 	}
-	return tx.rereadIfUnstaged("a subtransaction rolled back")
+	// A subtransaction's rollback: the consumer undoes its changes (a
+	// savepoint at its first one) and the transaction goes on early.
+	return s.emit(ctx, ticker, Event{Kind: EventStreamAbort, Xid: tx.xid, Sub: sub})
 }
 
 // earlyCommit asks the consumer, for a transaction handed over early,

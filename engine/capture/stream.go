@@ -45,9 +45,11 @@ const (
 	// it, and its changes come again, whole, at its commit.
 	EventStreamUnfit
 	// EventStreamAbort: streamed transaction Xid (Sub == Xid) or its
-	// subtransaction Sub rolled back on the source. After a subtransaction's
-	// rollback no more EventStreamChange come for Xid, and its changes
-	// come again, whole, at its commit.
+	// subtransaction Sub rolled back on the source. The changes of Sub
+	// (and of the subtransactions that began within it, whose own aborts
+	// come first) are void; after a subtransaction's rollback more
+	// EventStreamChange may come for Xid. The source sends no abort for a
+	// subtransaction none of whose changes it sent.
 	EventStreamAbort
 	// EventStreamCommit: streamed transaction Xid committed at LSN (its
 	// commit LSN; Note.End is its end LSN). The consumer must call

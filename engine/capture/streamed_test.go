@@ -325,9 +325,9 @@ func TestEarlyChanges(t *testing.T) {
 
 // TestEarlyUnstaged: a transaction handed over early that outgrows the
 // staging memory is not spilled: its records are dropped. Applied early at
-// its commit, it ends like any other; given up after that (a truncate, a
-// rolled back subtransaction, the consumer's answer at its commit), the
-// stream ends with a RereadError naming it. A transaction in NotEarly is
+// its commit, it ends like any other, also after a rolled back
+// subtransaction; given up after that (a truncate, the consumer's answer
+// at its commit), the stream ends with a RereadError naming it. A transaction in NotEarly is
 // staged (and spilled) and handed over whole at its commit.
 func TestEarlyUnstaged(t *testing.T) {
 	t.Parallel()
@@ -413,8 +413,6 @@ func TestEarlyUnstaged(t *testing.T) {
 	}{
 		{"truncate", [][]byte{streamStart(9, false), inStream(9, msg{'T'}.u32(1).u8(0).u32(relOrders))},
 			[]string{fmt.Sprintf("early x%d", rows), "unfit"}, "a truncate"},
-		{"subtransaction rolled back", [][]byte{streamStart(9, false), inStream(10, insertID("sub")), streamStop(), streamAbort(9, 10)},
-			[]string{fmt.Sprintf("early x%d", rows+1), "abort 10"}, "a subtransaction rolled back"},
 		{"declined at the commit", [][]byte{commit},
 			[]string{fmt.Sprintf("early x%d", rows), "commit"}, "declined"},
 	} {
@@ -427,6 +425,13 @@ func TestEarlyUnstaged(t *testing.T) {
 			require.Equal(t, c.want, got)
 		})
 	}
+	t.Run("subtransaction rolled back", func(t *testing.T) {
+		got, s, err := run(t, 9, rows, true, nil, streamStart(9, false), inStream(10, insertID("sub")), streamStop(), streamAbort(9, 10),
+			streamStart(9, false), inStream(9, insertID("after")), streamStop(), commit)
+		require.NoError(t, err, "the consumer undoes the subtransaction and goes on")
+		require.Equal(t, []string{fmt.Sprintf("early x%d", rows+1), "abort 10", "early x1", "commit"}, got)
+		require.EqualValues(t, 1, s.StreamedStats().Early)
+	})
 	t.Run("not early", func(t *testing.T) {
 		got, s, err := run(t, 9, rows, false, map[uint32]bool{9: true}, commit)
 		require.NoError(t, err)

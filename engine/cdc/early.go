@@ -21,11 +21,18 @@ package cdc
 //     lacks), the batch's session runs with a lock timeout while an early
 //     transaction is open; a batch that times out restarts the run without
 //     early apply.
+//   - A subtransaction the source rolls back is rolled back in the early
+//     transaction too, as PostgreSQL's parallel apply does it: a savepoint
+//     at the first change of each subtransaction (what the applier buffers
+//     is written first), and at the subtransaction's abort a rollback to
+//     its savepoint, which also undoes the subtransactions begun within it
+//     (their changes came after its first one).
 //   - Anything but row changes (a truncate, a schema change, a table whose
-//     columns differ from those recorded, a rolled back subtransaction, a
-//     table being copied, a stop position) gives the early transaction up:
-//     it is rolled back, and the capture hands the transaction over whole at
-//     its commit from what it staged, as without early apply.
+//     columns differ from those recorded, a table being copied) gives the
+//     early transaction up: it is rolled back, and the capture hands the
+//     transaction over whole at its commit from what it staged, as without
+//     early apply, or has the run read it again from the source when it
+//     outgrew the staging memory (capture.RereadError).
 //   - A transaction the destination already has (sent again after a
 //     restart) commits at a position below the mirror's: it is rolled back
 //     and skipped as usual.
@@ -34,6 +41,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,6 +88,10 @@ type earlyApply struct {
 	open    bool   // xid's destination transaction is open
 	changes int64
 	started time.Time
+	// subs are xid's subtransactions with a savepoint, in the order of
+	// their first change, and subChanges the changes before each.
+	subs       []uint32
+	subChanges []int64
 }
 
 // earlyChange writes a change of a streamed transaction that is still open
@@ -91,6 +103,7 @@ func (r *runner) earlyChange(ctx context.Context, ev capture.Event) error {
 			r.earlyGiveUp(ctx, "another streamed transaction began")
 		}
 		e.xid, e.failed, e.changes = ev.Xid, false, 0
+		e.subs, e.subChanges = e.subs[:0], e.subChanges[:0]
 		if reason := r.earlyDeclined(); reason != "" {
 			e.failed = true
 			r.log.Debug("streamed transaction is applied at its commit", "xid", ev.Xid, "reason", reason)
@@ -116,6 +129,12 @@ func (r *runner) earlyChange(ctx context.Context, ev capture.Event) error {
 			return err
 		}
 	}
+	if ev.Sub != ev.Xid && !slices.Contains(e.subs, ev.Sub) {
+		// The first change of a subtransaction: a savepoint to roll back
+		// to if the source rolls it back.
+		e.subs, e.subChanges = append(e.subs, ev.Sub), append(e.subChanges, e.changes)
+		e.ops.push(earlyOp{savepoint: savepointName(ev.Sub)})
+	}
 	e.changes++
 	e.ops.push(earlyOp{change: ev.Change, size: ev.Size})
 	r.handedOver = true // the worker releases it
@@ -132,6 +151,16 @@ type earlyOp struct {
 	size   int
 	fn     func() error
 	reply  chan error
+	// savepoint is set for a savepoint to set, or with rollback to roll
+	// back to.
+	savepoint string
+	rollback  bool
+}
+
+// savepointName names the early transaction's savepoint of subtransaction
+// sub.
+func savepointName(sub uint32) string {
+	return fmt.Sprintf("pgmirror_sub_%d", sub)
 }
 
 // earlyQueue is the early worker's queue. It has no bound of its own: the
@@ -215,6 +244,21 @@ func (e *earlyApply) startWorker(ctx context.Context, stream *capture.Stream) {
 func (e *earlyApply) do(ctx context.Context, stream *capture.Stream, op earlyOp) {
 	if op.fn != nil {
 		op.reply <- op.fn()
+		return
+	}
+	if op.savepoint != "" {
+		if e.applyErr != nil || !e.applier.InBatch() {
+			return
+		}
+		var err error
+		if op.rollback {
+			err = e.applier.RollbackToSavepoint(ctx, op.savepoint)
+		} else {
+			err = e.applier.Savepoint(ctx, op.savepoint)
+		}
+		if err != nil {
+			e.applyErr = err
+		}
 		return
 	}
 	if e.applyErr == nil && e.applier.InBatch() {
@@ -350,9 +394,17 @@ func (r *runner) earlyAbort(ctx context.Context, ev capture.Event) error {
 		return nil
 	}
 	if ev.Sub != ev.Xid {
-		if !e.failed {
-			r.earlyGiveUp(ctx, "a subtransaction rolled back")
+		// Undo its changes, and those of the subtransactions that came
+		// after its first change (begun within it: their aborts came
+		// first, or they were released into it). One without a savepoint
+		// had no change here.
+		i := slices.Index(e.subs, ev.Sub)
+		if e.failed || !e.open || i < 0 {
+			return nil
 		}
+		e.changes = e.subChanges[i]
+		e.subs, e.subChanges = e.subs[:i], e.subChanges[:i]
+		e.ops.push(earlyOp{savepoint: savepointName(ev.Sub), rollback: true})
 		return nil
 	}
 	e.xid, e.failed = 0, false

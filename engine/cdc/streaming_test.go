@@ -122,7 +122,7 @@ func watchCounts(t *testing.T, url, query string, allowed func() []int64) (stop 
 // transactions, and two streamed transactions interleaved with a small one
 // all reach the destination exactly, and a reader of the destination never
 // sees part of one. The source streamed them and spilled nothing (but for
-// TOAST values and the transaction read again).
+// TOAST values).
 func TestStreamedTransactions(t *testing.T) {
 	t.Parallel()
 	ddl := `CREATE TABLE public.items (id int PRIMARY KEY, v text, body text); CREATE TABLE public.dup (id int, v text)`
@@ -155,16 +155,9 @@ func TestStreamedTransactions(t *testing.T) {
 	// A streamed rollback.
 	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO items SELECT g, 'gone', NULL FROM generate_series(100001, 120000) g;
 		INSERT INTO dup SELECT 1, 'gone' FROM generate_series(1, 5000); ROLLBACK`)
-	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
-	first := readSlotStats(t, b.src, b.cfg.SlotName)
-	t.Logf("slot: %+v", first)
-	require.Positive(t, first.streamTxns, "the source streamed")
-	require.Zero(t, first.spillBytes, "the source spilled to disk")
 	// A subtransaction rolled back within a streamed transaction (nested
 	// savepoints, a released one kept), and duplicates in a table without
-	// a key. When it outgrew the staging memory while applied early, the
-	// rollback makes the run read it again from the source (which spills
-	// the part it decodes again before the position it streams from).
+	// a key: undone in its early transaction.
 	committed(5001)
 	pgtest.Exec(t, b.src, `BEGIN;
 		INSERT INTO dup SELECT 1, 'kept' FROM generate_series(1, 3001);
@@ -176,6 +169,10 @@ func TestStreamedTransactions(t *testing.T) {
 		COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
 	b.waitEqual(t, r, `SELECT * FROM dup`, `SELECT * FROM dup`)
+	first := readSlotStats(t, b.src, b.cfg.SlotName)
+	t.Logf("slot: %+v", first)
+	require.Positive(t, first.streamTxns, "the source streamed")
+	require.Zero(t, first.spillBytes, "the source spilled to disk")
 
 	// TOAST: values stored out of line, inserted in a streamed transaction,
 	// then kept unchanged by a streamed update of another column.
@@ -669,12 +666,14 @@ func TestSourceStreamsSooner(t *testing.T) {
 	require.Zero(t, st.spillBytes, "the source spilled to disk")
 }
 
-// TestStreamedReadAgain: a streamed transaction applied while it streams
-// and too large to stay staged is given up (a subtransaction rolled back, a
-// truncate) after its changes went to the destination: the run reads it
-// again from the source and applies it at its commit. The destination
-// never shows part of it, each change is applied once, and later streamed
-// transactions are applied early again.
+// TestStreamedReadAgain: streamed transactions applied while they stream,
+// past the staging memory. Subtransactions rolled back in one (nested
+// savepoints, a released one, rollbacks before and after other changes)
+// are undone in its early transaction, which goes on; a truncate gives
+// the next one up after its changes went to the destination, and the run
+// reads it again from the source and applies it at its commit. The
+// destination never shows part of one, each change is applied once, and
+// the transaction after it is applied early again.
 func TestStreamedReadAgain(t *testing.T) {
 	t.Parallel()
 	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text)`
@@ -701,44 +700,55 @@ func TestStreamedReadAgain(t *testing.T) {
 	})
 	r := b.start(t)
 	const reread = "reading it again from the source"
+	early := func(what string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return earlyWriting(t, dc, "public.big") }, 60*time.Second, 5*time.Millisecond, what)
+	}
 
-	// A subtransaction rolled back once the early transaction holds 30,000
-	// rows.
+	// Subtransactions rolled back once the early transaction holds 30,000
+	// rows: undone there, and it goes on.
 	tx := openTx(t, b.src)
 	execOn(t, tx, `INSERT INTO big SELECT g, 'big' FROM generate_series(1, 30000) g`)
-	require.Eventually(t, func() bool { return earlyWriting(t, dc, "public.big") }, 60*time.Second, 5*time.Millisecond,
-		"the streamed transaction is not being applied while the source runs it")
-	execOn(t, tx, `SAVEPOINT a; INSERT INTO big SELECT g, 'gone' FROM generate_series(50001, 51000) g; ROLLBACK TO SAVEPOINT a`)
-	execOn(t, tx, `INSERT INTO big SELECT g, 'after' FROM generate_series(30001, 35000) g`)
+	early("the streamed transaction is not being applied while the source runs it")
+	execOn(t, tx, `SAVEPOINT a; INSERT INTO big SELECT g, 'gone' FROM generate_series(50001, 60000) g;
+		SAVEPOINT b; UPDATE big SET v = 'gone' WHERE id <= 20000; RELEASE SAVEPOINT b;
+		INSERT INTO big SELECT g, 'gone' FROM generate_series(60001, 70000) g;
+		ROLLBACK TO SAVEPOINT a;
+		SAVEPOINT c; UPDATE big SET v = 'kept' WHERE id <= 10000; RELEASE SAVEPOINT c;
+		INSERT INTO big SELECT g, 'after' FROM generate_series(30001, 35000) g;
+		SAVEPOINT d; DELETE FROM big WHERE id > 34000; ROLLBACK TO SAVEPOINT d;
+		UPDATE big SET v = 'last' WHERE id > 34990`)
+	early("the early transaction was given up")
 	committed(35000)
 	execOn(t, tx, `COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
-	require.Contains(t, log.String(), reread)
-	require.Contains(t, log.String(), "a subtransaction rolled back")
+	require.NotContains(t, log.String(), reread)
+	require.NotContains(t, log.String(), "applied at its commit instead of while it streams")
 
-	// The next one is applied early again; a truncate gives it up.
+	// The next one is applied early too; a truncate gives it up.
 	tx = openTx(t, b.src)
 	execOn(t, tx, `INSERT INTO big SELECT g, 'before truncate' FROM generate_series(100001, 130000) g`)
-	require.Eventually(t, func() bool { return earlyWriting(t, dc, "public.big") }, 60*time.Second, 5*time.Millisecond,
-		"after a transaction read again, the next one is not applied while it streams")
+	early("the next streamed transaction is not being applied while it streams")
 	execOn(t, tx, `TRUNCATE big`)
 	execOn(t, tx, `INSERT INTO big SELECT g, 'after truncate' FROM generate_series(1, 20000) g`)
 	committed(20000)
 	execOn(t, tx, `COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
-	require.Equal(t, 2, strings.Count(log.String(), reread), "each transaction read again once")
+	require.Equal(t, 1, strings.Count(log.String(), reread), "the transaction read again once")
+	require.Contains(t, log.String(), "a truncate")
 
-	// One applied early to its end.
+	// One applied early to its end after the one read again.
 	tx = openTx(t, b.src)
 	execOn(t, tx, `INSERT INTO big SELECT g, 'early' FROM generate_series(200001, 230000) g`)
-	require.Eventually(t, func() bool { return earlyWriting(t, dc, "public.big") }, 60*time.Second, 5*time.Millisecond)
+	early("after a transaction read again, the next one is not applied while it streams")
 	committed(50000)
 	execOn(t, tx, `COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
 	require.NoError(t, r.halt(t))
 	stop()
-	require.Equal(t, 2, strings.Count(log.String(), reread))
-	require.Equal(t, change.Counts{Inserted: 35000 + 30000 + 20000 + 30000}, b.rep.totals()["public.big"], "each change applied once")
+	require.Equal(t, 1, strings.Count(log.String(), reread))
+	require.Equal(t, change.Counts{Inserted: 35000 + 30000 + 20000 + 30000, Updated: 10000 + 10, Deleted: 0},
+		b.rep.totals()["public.big"], "each change applied once, none of those rolled back")
 	// Decoding a transaction again up to the position it restarts from,
 	// the source spills what it cannot stream yet: no bound on that here.
 	t.Logf("slot: %+v", readSlotStats(t, b.src, b.cfg.SlotName))
