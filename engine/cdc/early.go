@@ -402,6 +402,8 @@ func (r *runner) earlyAbort(ctx context.Context, ev capture.Event) error {
 		if e.failed || !e.open || i < 0 {
 			return nil
 		}
+		r.log.Debug("a subtransaction rolled back on the source; rolling the early transaction back to its savepoint",
+			"xid", ev.Xid, "subtransaction", ev.Sub, "changes_undone", e.changes-e.subChanges[i])
 		e.changes = e.subChanges[i]
 		e.subs, e.subChanges = e.subs[:i], e.subChanges[:i]
 		e.ops.push(earlyOp{savepoint: savepointName(ev.Sub), rollback: true})
