@@ -37,15 +37,7 @@ func TestCommitPositions(t *testing.T) {
 func TestFlushRecyclesEntries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	pgtest.Exec(t, dst, `CREATE TABLE public.t (id int PRIMARY KEY, v text)`)
-	conn, err := pgx.Connect(ctx, dst)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	rel := &change.Relation{ID: 1, Table: change.TableName{Schema: "public", Name: "t"}, ReplicaIdentity: change.IdentityDefault,
-		Columns: []change.Column{{Name: "id", Key: true}, {Name: "v"}}}
-	a, err := New(ctx, conn, Config{MirrorUID: "m", Mappings: []change.Mapping{{Source: rel.Table, Destination: rel.Table}}})
-	require.NoError(t, err)
+	a, conn, rel := testApplier(t, Config{})
 	require.NoError(t, a.Begin(ctx))
 	const rows = entryBlock + 44
 	for i := range rows {
@@ -55,7 +47,7 @@ func TestFlushRecyclesEntries(t *testing.T) {
 	}
 	p := a.current[rel.Table]
 	require.Equal(t, entryBlock, p.entriesUsed)
-	_, err = a.Commit(ctx, 0x100, 1)
+	_, err := a.Commit(ctx, 0x100, 1)
 	require.NoError(t, err)
 	var n int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM public.t`).Scan(&n))
@@ -65,4 +57,24 @@ func TestFlushRecyclesEntries(t *testing.T) {
 	for i, e := range p.entryBlock {
 		require.Equal(t, entry{}, e, "entry %d still holds its values", i)
 	}
+}
+
+// testApplier makes a destination database with table public.t (id int
+// key, v text) and returns an applier on it (cfg with the mirror and the
+// table's mapping), its connection and the table's source relation.
+func testApplier(t *testing.T, cfg Config) (*Applier, *pgx.Conn, *change.Relation) {
+	t.Helper()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, `CREATE TABLE public.t (id int PRIMARY KEY, v text)`)
+	conn, err := pgx.Connect(ctx, dst)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	rel := &change.Relation{ID: 1, Table: change.TableName{Schema: "public", Name: "t"}, ReplicaIdentity: change.IdentityDefault,
+		Columns: []change.Column{{Name: "id", Key: true}, {Name: "v"}}}
+	cfg.MirrorUID = "m"
+	cfg.Mappings = []change.Mapping{{Source: rel.Table, Destination: rel.Table}}
+	a, err := New(ctx, conn, cfg)
+	require.NoError(t, err)
+	return a, conn, rel
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgmirror/pgmirror/db/pgtest"
 	"github.com/pgmirror/pgmirror/engine/change"
 )
 
@@ -19,16 +18,7 @@ import (
 func TestSavepoints(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
-	pgtest.Exec(t, dst, `CREATE TABLE public.t (id int PRIMARY KEY, v text)`)
-	conn, err := pgx.Connect(ctx, dst)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	rel := &change.Relation{ID: 1, Table: change.TableName{Schema: "public", Name: "t"}, ReplicaIdentity: change.IdentityDefault,
-		Columns: []change.Column{{Name: "id", Key: true}, {Name: "v"}}}
-	a, err := New(ctx, conn, Config{MirrorUID: "m", Early: true, ChunkSize: 100, RowStatementsUpTo: -1,
-		Mappings: []change.Mapping{{Source: rel.Table, Destination: rel.Table}}})
-	require.NoError(t, err)
+	a, conn, rel := testApplier(t, Config{Early: true, ChunkSize: 100, RowStatementsUpTo: -1})
 	row := func(op change.Op, id int, v string) *change.Change {
 		vals := []change.Value{{Kind: change.ValueText, Text: fmt.Append(nil, id)}, {Kind: change.ValueText, Text: []byte(v)}}
 		if op == change.OpDelete {

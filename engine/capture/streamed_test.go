@@ -243,36 +243,28 @@ func TestEarlyChanges(t *testing.T) {
 	s := streamingTestStream(t, 1<<20)
 	s.cfg.EarlyChanges = true
 	answers := map[uint32]bool{100: false, 400: true}
-	var got []string
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for evs := range s.events {
-			for _, ev := range evs {
-				switch ev.Kind {
-				case EventStreamChange:
-					got = append(got, fmt.Sprintf("early %d/%d %s", ev.Xid, ev.Sub, ev.Change.New[0].Text))
-				case EventStreamUnfit:
-					got = append(got, fmt.Sprintf("unfit %d: %s", ev.Xid, ev.Note.Reason))
-				case EventStreamAbort:
-					got = append(got, fmt.Sprintf("abort %d/%d", ev.Xid, ev.Sub))
-				case EventStreamCommit:
-					got = append(got, fmt.Sprintf("commit %d at %s end %s", ev.Xid, ev.LSN, ev.Note.End))
-					ev.Note.Answer(answers[ev.Xid])
-				case EventBegin:
-					got = append(got, fmt.Sprintf("begin %d", ev.Xid))
-				case EventChange:
-					if ev.Change.Op == change.OpTruncate {
-						got = append(got, "change truncate")
-						continue
-					}
-					got = append(got, "change "+string(ev.Change.New[0].Text))
-				case EventCommit:
-					got = append(got, "commit")
-				}
+	events := consume(s, func(xid uint32) bool { return answers[xid] }, func(ev Event) string {
+		switch ev.Kind {
+		case EventStreamChange:
+			return fmt.Sprintf("early %d/%d %s", ev.Xid, ev.Sub, ev.Change.New[0].Text)
+		case EventStreamUnfit:
+			return fmt.Sprintf("unfit %d: %s", ev.Xid, ev.Note.Reason)
+		case EventStreamAbort:
+			return fmt.Sprintf("abort %d/%d", ev.Xid, ev.Sub)
+		case EventStreamCommit:
+			return fmt.Sprintf("commit %d at %s end %s", ev.Xid, ev.LSN, ev.Note.End)
+		case EventBegin:
+			return fmt.Sprintf("begin %d", ev.Xid)
+		case EventChange:
+			if ev.Change.Op == change.OpTruncate {
+				return "change truncate"
 			}
+			return "change " + string(ev.Change.New[0].Text)
+		case EventCommit:
+			return "commit"
 		}
-	}()
+		return ""
+	})
 	ticker := time.NewTicker(time.Hour)
 	defer ticker.Stop()
 	for _, m := range [][]byte{
@@ -299,8 +291,6 @@ func TestEarlyChanges(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, s.handOver(context.Background(), ticker))
-	close(s.events)
-	<-done
 	require.Equal(t, []string{
 		"early 100/100 a1", "early 100/101 a-sub",
 		"unfit 100: a truncate",
@@ -313,7 +303,7 @@ func TestEarlyChanges(t *testing.T) {
 		"early 600/600 f1", "abort 600/600",
 		"early 700/700 g1", "abort 700/700", "early 700/700 g2",
 		"commit 700 at 4/0 end 4/10", "begin 700", "change g2", "commit",
-	}, got)
+	}, events())
 	require.Equal(t, "T x", s.relations[relPair].Table.Name, "relations of a transaction applied early are known after it")
 	require.Equal(t, change.LSN(0x4_0000_0010), s.lastCommitEnd)
 	st := s.StreamedStats()
@@ -339,32 +329,25 @@ func TestEarlyUnstaged(t *testing.T) {
 		t.Helper()
 		s := streamingTestStream(t, limit)
 		s.cfg.EarlyChanges, s.cfg.NotEarly = true, notEarly
-		var got []string
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for evs := range s.events {
-				for _, ev := range evs {
-					switch ev.Kind {
-					case EventStreamChange:
-						got = append(got, "early")
-					case EventStreamUnfit:
-						got = append(got, "unfit")
-					case EventStreamAbort:
-						got = append(got, fmt.Sprintf("abort %d", ev.Sub))
-					case EventStreamCommit:
-						got = append(got, "commit")
-						ev.Note.Answer(answer)
-					case EventBegin:
-						got = append(got, "begin")
-					case EventCommit:
-						got = append(got, "end")
-					case EventChange:
-						got = append(got, "whole")
-					}
-				}
+		events := consume(s, func(uint32) bool { return answer }, func(ev Event) string {
+			switch ev.Kind {
+			case EventStreamChange:
+				return "early"
+			case EventStreamUnfit:
+				return "unfit"
+			case EventStreamAbort:
+				return fmt.Sprintf("abort %d", ev.Sub)
+			case EventStreamCommit:
+				return "commit"
+			case EventBegin:
+				return "begin"
+			case EventCommit:
+				return "end"
+			case EventChange:
+				return "whole"
 			}
-		}()
+			return ""
+		})
 		ticker := time.NewTicker(time.Hour)
 		defer ticker.Stop()
 		ctx := context.Background()
@@ -381,9 +364,7 @@ func TestEarlyUnstaged(t *testing.T) {
 			}
 		}
 		require.NoError(t, s.handOver(ctx, ticker))
-		close(s.events)
-		<-done
-		return compact(got), s, err
+		return compact(events()), s, err
 	}
 	const rows = 200 // about 8 kB staged: past the limit
 	commit := streamCommit(9, 0x6_0000_0000, 0x6_0000_0100)
@@ -458,4 +439,31 @@ func compact(names []string) []string {
 		i = j
 	}
 	return out
+}
+
+// consume reads s's events on a goroutine as a consumer does, answering
+// each EventStreamCommit with answer(xid), and describes each event with
+// describe ("" leaves it out). The returned function closes the events
+// and returns the descriptions.
+func consume(s *Stream, answer func(xid uint32) bool, describe func(Event) string) func() []string {
+	var got []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for evs := range s.events {
+			for _, ev := range evs {
+				if ev.Kind == EventStreamCommit {
+					ev.Note.Answer(answer(ev.Xid))
+				}
+				if d := describe(ev); d != "" {
+					got = append(got, d)
+				}
+			}
+		}
+	}()
+	return func() []string {
+		close(s.events)
+		<-done
+		return got
+	}
 }
