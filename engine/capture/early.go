@@ -48,7 +48,18 @@ type earlyState struct {
 	on, ever bool
 	rels     map[uint32]*change.Relation // relations described in it
 	descs    [][]byte                    // its Relation and Type messages, in order
+	subs     map[uint32]bool             // its subtransactions with changes handed over
 }
+
+// maxEarlySubtransactions bounds the subtransactions of a transaction
+// handed over early: the consumer sets a savepoint (a subtransaction of its
+// destination transaction) for each, and past 64 a PostgreSQL backend's
+// cache of its subtransaction ids overflows, which makes every snapshot
+// taken on the destination meanwhile look transactions up in pg_subtrans.
+// A transaction with more (a PL/pgSQL exception block per row) is handed
+// over whole at its commit instead, its rolled back subtransactions left
+// out there.
+const maxEarlySubtransactions = 64
 
 // startEarly decides, at the first block of tx, whether its changes are
 // handed over while it streams: with EarlyChanges, when no other
@@ -81,6 +92,15 @@ func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stag
 		tx.early.descs = append(tx.early.descs, slices.Clone(msg))
 		return nil
 	case msgInsert, msgUpdate, msgDelete:
+		if sub != tx.xid && !tx.early.subs[sub] {
+			if len(tx.early.subs) == maxEarlySubtransactions {
+				return s.earlyUnfit(ctx, ticker, tx, fmt.Sprintf("more than %d subtransactions", maxEarlySubtransactions))
+			}
+			if tx.early.subs == nil {
+				tx.early.subs = map[uint32]bool{}
+			}
+			tx.early.subs[sub] = true
+		}
 		saved := s.relations
 		s.relations = tx.early.rels
 		ev, _, err := s.decode(msg)

@@ -413,6 +413,18 @@ func TestEarlyUnstaged(t *testing.T) {
 		require.Equal(t, []string{fmt.Sprintf("early x%d", rows+1), "abort 10", "early x1", "commit"}, got)
 		require.EqualValues(t, 1, s.StreamedStats().Early)
 	})
+	t.Run("too many subtransactions", func(t *testing.T) {
+		var subs [][]byte
+		for i := range maxEarlySubtransactions + 1 {
+			subs = append(subs, inStream(uint32(100+i), insertID(fmt.Sprintf("s%d", i))))
+		}
+		msgs := append([][]byte{streamStart(9, false)}, subs...) // the last one is one too many
+		got, _, err := run(t, 9, 10, false, nil, msgs...)
+		var reread *RereadError
+		require.ErrorAs(t, err, &reread, "past the staging memory by then")
+		require.Contains(t, reread.Reason, "more than 64 subtransactions")
+		require.Equal(t, []string{fmt.Sprintf("early x%d", 10+maxEarlySubtransactions), "unfit"}, got)
+	})
 	t.Run("not early", func(t *testing.T) {
 		got, s, err := run(t, 9, rows, false, map[uint32]bool{9: true}, commit)
 		require.NoError(t, err)

@@ -26,7 +26,8 @@ package cdc
 //     at the first change of each subtransaction (what the applier buffers
 //     is written first), and at the subtransaction's abort a rollback to
 //     its savepoint, which also undoes the subtransactions begun within it
-//     (their changes came after its first one).
+//     (their changes came after its first one). The capture gives up a
+//     transaction with more than 64 of them (maxEarlySubtransactions).
 //   - Anything but row changes (a truncate, a schema change, a table whose
 //     columns differ from those recorded, a table being copied) gives the
 //     early transaction up: it is rolled back, and the capture hands the

@@ -673,7 +673,9 @@ func TestSourceStreamsSooner(t *testing.T) {
 // the next one up after its changes went to the destination, and the run
 // reads it again from the source and applies it at its commit. The
 // destination never shows part of one, each change is applied once, and
-// the transaction after it is applied early again.
+// the transaction after it is applied early again. One with more
+// subtransactions than the early transaction takes savepoints for (an
+// exception block per row) is read again too.
 func TestStreamedReadAgain(t *testing.T) {
 	t.Parallel()
 	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text)`
@@ -744,10 +746,24 @@ func TestStreamedReadAgain(t *testing.T) {
 	committed(50000)
 	execOn(t, tx, `COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+
+	// A PL/pgSQL exception block per row: more subtransactions than the
+	// early transaction takes savepoints for; read again, each tenth row's
+	// block rolled back.
+	tx = openTx(t, b.src)
+	execOn(t, tx, `INSERT INTO big SELECT g, 'bulk' FROM generate_series(300001, 330000) g`)
+	early("the fourth streamed transaction is not being applied while it streams")
+	execOn(t, tx, `DO $$ BEGIN FOR i IN 400001..400200 LOOP
+		BEGIN INSERT INTO big VALUES (i, 'row'); IF i % 10 = 0 THEN RAISE EXCEPTION 'no'; END IF;
+		EXCEPTION WHEN raise_exception THEN NULL; END; END LOOP; END $$`)
+	committed(50000 + 30000 + 180)
+	execOn(t, tx, `COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+	require.Contains(t, log.String(), "more than 64 subtransactions")
 	require.NoError(t, r.halt(t))
 	stop()
-	require.Equal(t, 1, strings.Count(log.String(), reread))
-	require.Equal(t, change.Counts{Inserted: 35000 + 30000 + 20000 + 30000, Updated: 10000 + 10, Deleted: 0},
+	require.Equal(t, 2, strings.Count(log.String(), reread))
+	require.Equal(t, change.Counts{Inserted: 35000 + 30000 + 20000 + 30000 + 30000 + 180, Updated: 10000 + 10, Deleted: 0},
 		b.rep.totals()["public.big"], "each change applied once, none of those rolled back")
 	// Decoding a transaction again up to the position it restarts from,
 	// the source spills what it cannot stream yet: no bound on that here.
