@@ -126,7 +126,7 @@ func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stag
 // earlyUnfit stops handing over tx's changes early and tells the consumer.
 func (s *Stream) earlyUnfit(ctx context.Context, ticker *time.Ticker, tx *stagedTx, reason string) error {
 	tx.early.on = false
-	s.log.Debug("streamed transaction holds more than row changes; it is handed over whole at its commit", "xid", tx.xid, "reason", reason)
+	s.log.Debug("streamed transaction cannot be applied while it streams; it is handed over whole at its commit", "xid", tx.xid, "reason", reason)
 	if err := s.emit(ctx, ticker, Event{Kind: EventStreamUnfit, Xid: tx.xid, Note: &StreamNote{Reason: reason}}); err != nil {
 		return err
 	}
