@@ -63,9 +63,9 @@ const maxEarlySubtransactions = 64
 
 // startEarly decides, at the first block of tx, whether its changes are
 // handed over while it streams: with EarlyChanges, when no other
-// transaction's are.
+// transaction's are and the consumer does not decline them.
 func (s *Stream) startEarly(tx *stagedTx) {
-	if !s.cfg.EarlyChanges || s.earlyTx != nil || s.cfg.NotEarly[tx.xid] {
+	if !s.cfg.EarlyChanges || s.earlyTx != nil || s.cfg.NotEarly[tx.xid] || s.cfg.EarlyDeclined != nil && s.cfg.EarlyDeclined() {
 		return
 	}
 	s.earlyTx = tx

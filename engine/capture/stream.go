@@ -181,6 +181,11 @@ type StreamConfig struct {
 	// (they are staged and handed over whole at their commit), those a
 	// *RereadError named. Read only while the stream runs.
 	NotEarly map[uint32]bool
+	// EarlyDeclined, when set, is asked at the first block of each
+	// streamed transaction: true while the consumer would decline its
+	// changes early, so that it is staged from the start instead of being
+	// handed over and read again. Called on the stream's goroutine.
+	EarlyDeclined func() bool
 	// Logger receives debug messages. Default: discard.
 	Logger *slog.Logger
 }

@@ -378,6 +378,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 	earlyCfg := applier.Config()
 	earlyCfg.Early = true
 	r.early = &earlyApply{cfg: earlyCfg, marked: marked}
+	r.noteDeclining()
 	defer r.earlyClose()
 	var confirmLimit func(change.LSN) change.LSN
 	if cfg.ConfirmCeiling != nil {
@@ -388,7 +389,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		HeartbeatTimeout: cfg.HeartbeatTimeout, StatusInterval: cfg.StatusInterval, MaxBufferedBytes: cfg.MaxBufferedBytes, Logger: logger,
 		Binary: binary, Messages: heartbeatEvery > 0 && srv.Messages(), SchemaMessages: cfg.CaptureDDL && srv.SchemaMessages(), Origins: cfg.Origins,
 		ConfirmLimit: confirmLimit, Streaming: srv.Streaming(), StageMemory: cfg.StageMemory, SpillDir: cfg.SpillDir,
-		EarlyChanges: srv.Streaming() && !cfg.noEarly && cfg.StopAt == 0, NotEarly: cfg.notEarly,
+		EarlyChanges: srv.Streaming() && !cfg.noEarly && cfg.StopAt == 0, NotEarly: cfg.notEarly, EarlyDeclined: r.declining.Load,
 	})
 	if err != nil {
 		return netError(err)
@@ -656,6 +657,9 @@ type runner struct {
 	batchID int64
 	// appliedPos is applied, for the stream's goroutine (confirmLimit).
 	appliedPos atomic.Uint64
+	// declining says, for the stream's goroutine, that the run declines
+	// early apply for now (earlyDeclined; kept by noteDeclining).
+	declining atomic.Bool
 
 	// positions are the tables whose data stands at another position than
 	// applied (key: source schema.table); skip are the tables being copied.
@@ -1050,6 +1054,7 @@ func (r *runner) commitOn(ctx context.Context, a *apply.Applier) error {
 	for _, table := range forget {
 		delete(r.positions, table)
 	}
+	r.noteDeclining()
 	r.batchID = id
 	r.applied = applied
 	r.appliedPos.Store(uint64(applied))

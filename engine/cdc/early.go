@@ -297,6 +297,15 @@ func (r *runner) earlyDeclined() string {
 	return ""
 }
 
+// noteDeclining publishes to the stream whether the run declines early
+// apply now (earlyDeclined), so that the stream stages a streamed
+// transaction from its start instead of handing its changes over.
+func (r *runner) noteDeclining() {
+	if r.early != nil {
+		r.declining.Store(r.earlyDeclined() != "")
+	}
+}
+
 // earlyBegin opens the early session and its transaction, after
 // committing the open batch, and arms the batch session's lock timeout.
 func (r *runner) earlyBegin(ctx context.Context) error {
@@ -307,6 +316,7 @@ func (r *runner) earlyBegin(ctx context.Context) error {
 				return ctx.Err()
 			}
 			e.off, e.failed = true, true
+			r.noteDeclining()
 			r.log.Warn("cannot open the second destination session that applies large transactions while they stream; they are applied at their commit for the rest of this run",
 				"error", err.Error())
 			return nil

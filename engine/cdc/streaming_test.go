@@ -769,3 +769,25 @@ func TestStreamedReadAgain(t *testing.T) {
 	// the source spills what it cannot stream yet: no bound on that here.
 	t.Logf("slot: %+v", readSlotStats(t, b.src, b.cfg.SlotName))
 }
+
+// TestDeclinedStagedFromStart: while the run declines early apply (a table
+// is being copied on its own), a large streamed transaction is staged from
+// its first change, not handed over early and then read again from the
+// source.
+func TestDeclinedStagedFromStart(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text); CREATE TABLE public.copied (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "big"), same("public", "copied"))
+	streamSmall(t, b)
+	b.cfg.StageMemory = 64 << 10
+	b.cfg.SkipTables = []change.TableName{{Schema: "public", Name: "copied"}}
+	var log lockedBuffer
+	b.cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO big SELECT g, 'big' FROM generate_series(1, 30000) g`)
+	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
+	require.NoError(t, r.halt(t))
+	require.NotContains(t, log.String(), "reading it again", "the declined transaction was handed over early")
+	require.Contains(t, log.String(), "handing it over", "the transaction was not streamed and staged")
+	require.Equal(t, change.Counts{Inserted: 30000}, b.rep.totals()["public.big"])
+}
