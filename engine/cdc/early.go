@@ -134,7 +134,7 @@ func (r *runner) earlyChange(ctx context.Context, ev capture.Event) error {
 		// The first change of a subtransaction: a savepoint to roll back
 		// to if the source rolls it back.
 		e.subs, e.subChanges = append(e.subs, ev.Sub), append(e.subChanges, e.changes)
-		e.ops.push(earlyOp{savepoint: savepointName(ev.Sub)})
+		e.savepoint(ev.Sub, false)
 	}
 	e.changes++
 	e.ops.push(earlyOp{change: ev.Change, size: ev.Size})
@@ -150,18 +150,34 @@ func (r *runner) earlyChange(ctx context.Context, ev capture.Event) error {
 type earlyOp struct {
 	change *change.Change
 	size   int
-	fn     func() error
-	reply  chan error
-	// savepoint is set for a savepoint to set, or with rollback to roll
-	// back to.
-	savepoint string
-	rollback  bool
+	// fn runs with the worker's context, and its error goes to reply
+	// unless reply is nil.
+	fn    func(ctx context.Context) error
+	reply chan error
 }
 
-// savepointName names the early transaction's savepoint of subtransaction
-// sub.
-func savepointName(sub uint32) string {
-	return fmt.Sprintf("pgmirror_sub_%d", sub)
+// savepoint queues, after the changes queued before it, setting the
+// savepoint of subtransaction sub in the early transaction, or with
+// rollback rolling back to it. An error is kept for the commit (applyErr),
+// as a change's is. (An op, not a field of earlyOp: the queue holds one
+// op per change, 32 bytes each.)
+func (e *earlyApply) savepoint(sub uint32, rollback bool) {
+	name := fmt.Sprintf("pgmirror_sub_%d", sub)
+	e.ops.push(earlyOp{fn: func(ctx context.Context) error {
+		if e.applyErr != nil || !e.applier.InBatch() {
+			return nil
+		}
+		var err error
+		if rollback {
+			err = e.applier.RollbackToSavepoint(ctx, name)
+		} else {
+			err = e.applier.Savepoint(ctx, name)
+		}
+		if err != nil {
+			e.applyErr = err
+		}
+		return nil
+	}})
 }
 
 // earlyQueue is the early worker's queue. It has no bound of its own: the
@@ -244,21 +260,9 @@ func (e *earlyApply) startWorker(ctx context.Context, stream *capture.Stream) {
 // do runs one op on the worker.
 func (e *earlyApply) do(ctx context.Context, stream *capture.Stream, op earlyOp) {
 	if op.fn != nil {
-		op.reply <- op.fn()
-		return
-	}
-	if op.savepoint != "" {
-		if e.applyErr != nil || !e.applier.InBatch() {
-			return
-		}
-		var err error
-		if op.rollback {
-			err = e.applier.RollbackToSavepoint(ctx, op.savepoint)
-		} else {
-			err = e.applier.Savepoint(ctx, op.savepoint)
-		}
-		if err != nil {
-			e.applyErr = err
+		err := op.fn(ctx)
+		if op.reply != nil {
+			op.reply <- err
 		}
 		return
 	}
@@ -275,7 +279,7 @@ func (e *earlyApply) do(ctx context.Context, stream *capture.Stream, op earlyOp)
 // the runner's state as well as the applier.
 func (e *earlyApply) work(fn func() error) error {
 	reply := make(chan error, 1)
-	e.ops.push(earlyOp{fn: fn, reply: reply})
+	e.ops.push(earlyOp{fn: func(context.Context) error { return fn() }, reply: reply})
 	// Always waited for, also when ctx ends: fn may use the runner's state.
 	// The worker's context ends with ctx, so what it waits for ends too.
 	return <-reply
@@ -417,7 +421,7 @@ func (r *runner) earlyAbort(ctx context.Context, ev capture.Event) error {
 			"xid", ev.Xid, "subtransaction", ev.Sub, "changes_undone", e.changes-e.subChanges[i])
 		e.changes = e.subChanges[i]
 		e.subs, e.subChanges = e.subs[:i], e.subChanges[:i]
-		e.ops.push(earlyOp{savepoint: savepointName(ev.Sub), rollback: true})
+		e.savepoint(ev.Sub, true)
 		return nil
 	}
 	e.xid, e.failed = 0, false
