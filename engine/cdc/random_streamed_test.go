@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -26,13 +23,7 @@ import (
 // PGMIRROR_RANDOM_SEEDS=n runs n seeds from the clock instead.
 func TestRandomStreamedSavepoints(t *testing.T) {
 	t.Parallel()
-	seeds, fixed := []uint64{11, 12, 13}, true
-	if n, err := strconv.Atoi(os.Getenv("PGMIRROR_RANDOM_SEEDS")); err == nil && n > 0 {
-		seeds, fixed = seeds[:0], false
-		for i := range n {
-			seeds = append(seeds, uint64(time.Now().UnixNano())+uint64(i))
-		}
-	}
+	seeds, fixed := randomSeeds(11, 12, 13)
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			t.Parallel()

@@ -30,19 +30,26 @@ import (
 // instead (each one's seed is in the test name).
 func TestRandomWorkload(t *testing.T) {
 	t.Parallel()
-	seeds := []uint64{1, 2, 3}
-	if n, err := strconv.Atoi(os.Getenv("PGMIRROR_RANDOM_SEEDS")); err == nil && n > 0 {
-		seeds = seeds[:0]
-		for i := range n {
-			seeds = append(seeds, uint64(time.Now().UnixNano())+uint64(i))
-		}
-	}
+	seeds, _ := randomSeeds(1, 2, 3)
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			t.Parallel()
 			runRandomWorkload(t, seed)
 		})
 	}
+}
+
+// randomSeeds returns fixed, or with PGMIRROR_RANDOM_SEEDS=n n seeds from
+// the clock; isFixed says which.
+func randomSeeds(fixed ...uint64) (seeds []uint64, isFixed bool) {
+	n, err := strconv.Atoi(os.Getenv("PGMIRROR_RANDOM_SEEDS"))
+	if err != nil || n <= 0 {
+		return fixed, true
+	}
+	for i := range n {
+		seeds = append(seeds, uint64(time.Now().UnixNano())+uint64(i))
+	}
+	return seeds, false
 }
 
 const randomDDL = `CREATE TABLE public.acct (id int PRIMARY KEY, email text NOT NULL UNIQUE, n int, body text);
