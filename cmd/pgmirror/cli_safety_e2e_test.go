@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -335,7 +334,7 @@ func TestCLIHostileServer(t *testing.T) {
 
 // TestCLIResponseCap points the real binary at a server that answers with
 // an endless body: the command stops at 16 MiB with a clear error and exit
-// 1, promptly, and its memory stays bounded.
+// 1, promptly, having let the server write little more than that.
 func TestCLIResponseCap(t *testing.T) {
 	t.Parallel()
 	var sent atomic.Int64
@@ -391,12 +390,15 @@ func TestCLIResponseCap(t *testing.T) {
 		if elapsed > 30*time.Second {
 			t.Fatalf("pgmirror %s took %s against an endless body", strings.Join(args, " "), elapsed)
 		}
-		maxRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10 // KiB on Linux
-		if maxRSS > 150<<20 {
-			t.Fatalf("pgmirror %s used %d MiB of memory against an endless body", strings.Join(args, " "), maxRSS>>20)
+		// What the server got to write before the CLI hung up: the 16 MiB
+		// read and what the sockets buffer. (The CLI's peak RSS is no
+		// measure here: Linux keeps, across exec, the high-water mark of
+		// the memory a child shared with this test process until its exec,
+		// so it reported the test process's own size, 163 MiB once in CI.)
+		if sent.Load() > 64<<20 {
+			t.Fatalf("pgmirror %s let the server write %d MiB of an endless body", strings.Join(args, " "), sent.Load()>>20)
 		}
-		t.Logf("pgmirror %s: exit %d after %s, peak RSS %d MiB, server wrote %d MiB", strings.Join(args, " "), code, elapsed.Round(time.Millisecond),
-			maxRSS>>20, sent.Load()>>20)
+		t.Logf("pgmirror %s: exit %d after %s, server wrote %d MiB", strings.Join(args, " "), code, elapsed.Round(time.Millisecond), sent.Load()>>20)
 	}
 	// The server's handlers stop writing once the client is gone.
 	done := make(chan struct{})
