@@ -41,11 +41,12 @@ func (b *browser) forgetErrors(text string) {
 }
 
 // forgetOutageErrors forgets the errors the browser logs while the
-// service is down on purpose: refused connections, responses cut off when
-// the process was killed in the middle of one, and 5xx answers.
+// service is down on purpose: refused connections, connections cut while
+// they were set up, responses cut off when the process was killed in the
+// middle of one, and 5xx answers.
 func (b *browser) forgetOutageErrors() {
 	for _, text := range []string{"net::ERR_CONNECTION_REFUSED", "net::ERR_INCOMPLETE_CHUNKED_ENCODING",
-		"net::ERR_EMPTY_RESPONSE", "net::ERR_CONNECTION_RESET", "status of 5"} {
+		"net::ERR_EMPTY_RESPONSE", "net::ERR_CONNECTION_RESET", "net::ERR_SOCKET_NOT_CONNECTED", "status of 5"} {
 		b.forgetErrors(text)
 	}
 }
