@@ -494,9 +494,16 @@ func (s *Stream) run(ctx context.Context) error {
 		}
 		// Hand the decoded events over before a read that may wait: when
 		// pgconn has no more bytes buffered. (After a timeout pgconn may
-		// still be reading in the background: then do not ask it.)
+		// still be reading in the background: then do not ask it.) Not in
+		// the middle of a transaction, though: the walsender sends one
+		// once its commit is decoded, its messages one after the other,
+		// each flushed on its own, so the socket is often empty between
+		// them; the consumer can do nothing with a part before the commit,
+		// and a live stream of small transactions would wake it three
+		// times per transaction instead of once. handOverMax and the
+		// memory bound (emit) still hand a large one over in parts.
 		gulp := s.catchingUp.Load()
-		if len(s.pending) > 0 && (timedOut || s.conn.Frontend().ReadBufferLen() == 0) {
+		if len(s.pending) > 0 && (timedOut || !s.inTx && s.conn.Frontend().ReadBufferLen() == 0) {
 			if err := s.handOver(ctx, ticker); err != nil {
 				if ctx.Err() != nil {
 					return nil

@@ -82,3 +82,49 @@ func drain(s *Stream, d time.Duration) {
 		}
 	}
 }
+
+// The walsender sends a transaction's messages one by one, each flushed on
+// its own, so a reader that keeps up often finds the socket empty between a
+// transaction's BEGIN and its COMMIT. The stream hands a small transaction
+// over whole all the same: the consumer wakes once per transaction of a
+// live stream, not once per message. Observed on a real replication
+// connection, one single-row transaction at a time.
+func TestSmallTransactionHandedOverWhole(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	pgtest.Exec(t, url, `CREATE TABLE whole (id int PRIMARY KEY, v text); CREATE PUBLICATION whole_pub FOR TABLE whole`)
+	repl, err := ConnectReplication(ctx, &pgtest.ConnConfig(t, url).Config)
+	require.NoError(t, err)
+	defer repl.Close(ctx)
+	info, err := CreateSlot(ctx, repl, "whole_slot", false)
+	require.NoError(t, err)
+	s, err := StartStream(ctx, repl, StreamConfig{Slot: "whole_slot", Publication: "whole_pub", StartLSN: info.ConsistentPoint})
+	require.NoError(t, err)
+	defer s.Close()
+
+	const transactions = 30
+	for i := range transactions {
+		pgtest.Exec(t, url, `INSERT INTO whole VALUES ($1, 'x')`, i)
+		evs := awaitEvents(t, s)
+		require.Equal(t, EventBegin, evs[0].Kind, "transaction %d: the first event handed over", i)
+		require.Equal(t, EventCommit, evs[len(evs)-1].Kind, "transaction %d handed over in parts: %d events, the last of kind %d", i, len(evs), evs[len(evs)-1].Kind)
+		for _, ev := range evs {
+			s.Release(ev)
+		}
+	}
+}
+
+// awaitEvents returns the stream's next hand-over.
+func awaitEvents(t *testing.T, s *Stream) []Event {
+	t.Helper()
+	select {
+	case evs, ok := <-s.Events():
+		if !ok {
+			t.Fatalf("the stream ended: %v", s.Err())
+		}
+		return evs
+	case <-time.After(30 * time.Second):
+		t.Fatal("no events within 30 s")
+		return nil
+	}
+}
