@@ -20,13 +20,13 @@ test: check-files test-deps
 # took longer than in turn on two cores: the race detector and the
 # end-to-end package's clusters starved each other, and every wait in the
 # tests grew with it. The end-to-end package waits on the service most of
-# its time, so its tests run three at a time. The CDC engine's heap bound
-# through million-row transactions runs without the race detector, whose
-# overhead would break it.
+# its time, so its tests run three at a time. The CDC engine's heap bounds
+# (million-row transactions, 1 MB values, streamed transactions) run
+# without the race detector, whose overhead would break them.
 .PHONY: test-packages test-race
 test-packages:
 	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -count=1 -parallel 3 -timeout 45m $$($(GO) list ./... | grep -v -x -e '.*/pgmirror/jobs' -e '.*/engine/apply' -e '.*/engine/cdc' -e '.*/pgmirror/db')
-	$(GO) test -count=1 -run 'TestMillionRowTransaction$$' ./engine/cdc
+	$(GO) test -count=1 -run '^(TestMillionRowTransaction|TestLargeValuesBounded|TestStreamedMemoryBounded)$$' ./engine/cdc
 test-race:
 	PGMIRROR_TEST_REQUIRE_MAJORS=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
 

@@ -10,7 +10,11 @@ import "github.com/pgmirror/pgmirror/engine/change"
 // block. A block lives as long as anything handed out of it: changes are
 // consumed in the order they were decoded (applied, then dropped with their
 // batch), so blocks die about as early as their changes would. What is
-// larger than a block's share is allocated on its own. The blocks are small
+// larger than a block's share is allocated on its own, and so are the
+// values and the change of a message copied on its own: in a block, they
+// would keep that copy alive as long as the block, with every other large
+// copy the block's neighbours point to (a block of values holds 128 rows of
+// two columns: 128 MB of 1 MB values). The blocks are small
 // (about 30 KiB together) because an idle stream keeps its current ones,
 // and with them what their changes pointed to.
 type arena struct {
@@ -30,11 +34,15 @@ const (
 	arenaChanges = 64
 )
 
+// ownCopy says whether a message of n bytes is copied on its own (copyOf),
+// and then its values and change too (valueSlice, newChange).
+func ownCopy(n int) bool { return n > arenaBytes/8 }
+
 // copyOf returns a copy of b. Its capacity ends with it, so an append to it
 // cannot write into a neighbour.
 func (a *arena) copyOf(b []byte) []byte {
 	n := len(b)
-	if n > arenaBytes/8 {
+	if ownCopy(n) {
 		return append(make([]byte, 0, n), b...)
 	}
 	if n > cap(a.bytes)-len(a.bytes) {
@@ -45,9 +53,10 @@ func (a *arena) copyOf(b []byte) []byte {
 	return a.bytes[start : start+n : start+n]
 }
 
-// valueSlice returns n zero values, with no capacity beyond them.
-func (a *arena) valueSlice(n int) []change.Value {
-	if n > arenaValues/8 {
+// valueSlice returns n zero values, with no capacity beyond them; own: on
+// their own, not out of a block.
+func (a *arena) valueSlice(n int, own bool) []change.Value {
+	if own || n > arenaValues/8 {
 		return make([]change.Value, n)
 	}
 	if n > len(a.values) {
@@ -58,8 +67,11 @@ func (a *arena) valueSlice(n int) []change.Value {
 	return v
 }
 
-// newChange returns a zero change.
-func (a *arena) newChange() *change.Change {
+// newChange returns a zero change; own: on its own, not out of a block.
+func (a *arena) newChange(own bool) *change.Change {
+	if own {
+		return new(change.Change)
+	}
 	if len(a.changes) == 0 {
 		a.changes = make([]change.Change, arenaChanges)
 	}

@@ -429,17 +429,18 @@ func (s *Stream) decodeInsert(data []byte) (*change.Change, error) {
 	if err != nil {
 		return nil, err
 	}
+	own := ownCopy(len(data)) // see arena.go
 	if part != tupleNew {
 		return nil, fmt.Errorf("tuple part %q, want 'N'", part)
 	}
-	vals := s.arena.valueSlice(len(rel.Columns))
+	vals := s.arena.valueSlice(len(rel.Columns), own)
 	if err := w.tuple(rel, vals); err != nil {
 		return nil, err
 	}
 	if err := w.done(); err != nil {
 		return nil, err
 	}
-	c := s.arena.newChange()
+	c := s.arena.newChange(own)
 	*c = change.Change{Op: change.OpInsert, Relation: rel, New: vals}
 	return c, nil
 }
@@ -449,12 +450,13 @@ func (s *Stream) decodeUpdate(data []byte) (*change.Change, error) {
 	if err != nil {
 		return nil, err
 	}
+	own := ownCopy(len(data)) // see arena.go
 	n := len(rel.Columns)
-	c := s.arena.newChange()
+	c := s.arena.newChange(own)
 	*c = change.Change{Op: change.OpUpdate, Relation: rel}
 	switch part {
 	case tupleKey, tupleOld:
-		vals := s.arena.valueSlice(2 * n)
+		vals := s.arena.valueSlice(2*n, own)
 		c.Old, c.New = vals[:n:n], vals[n:]
 		c.OldKeyOnly = part == tupleKey
 		if err := w.tuple(rel, c.Old); err != nil {
@@ -464,7 +466,7 @@ func (s *Stream) decodeUpdate(data []byte) (*change.Change, error) {
 			return nil, fmt.Errorf("tuple part %q after the old tuple, want 'N'", next)
 		}
 	case tupleNew:
-		c.New = s.arena.valueSlice(n)
+		c.New = s.arena.valueSlice(n, own)
 	default:
 		return nil, fmt.Errorf("tuple part %q, want 'K', 'O' or 'N'", part)
 	}
@@ -482,11 +484,12 @@ func (s *Stream) decodeDelete(data []byte) (*change.Change, error) {
 	if err != nil {
 		return nil, err
 	}
+	own := ownCopy(len(data)) // see arena.go
 	if part != tupleKey && part != tupleOld {
 		return nil, fmt.Errorf("tuple part %q, want 'K' or 'O'", part)
 	}
-	c := s.arena.newChange()
-	*c = change.Change{Op: change.OpDelete, Relation: rel, OldKeyOnly: part == tupleKey, Old: s.arena.valueSlice(len(rel.Columns))}
+	c := s.arena.newChange(own)
+	*c = change.Change{Op: change.OpDelete, Relation: rel, OldKeyOnly: part == tupleKey, Old: s.arena.valueSlice(len(rel.Columns), own)}
 	if err := w.tuple(rel, c.Old); err != nil {
 		return nil, err
 	}
