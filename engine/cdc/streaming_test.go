@@ -792,3 +792,86 @@ func TestDeclinedStagedFromStart(t *testing.T) {
 	require.Contains(t, log.String(), "handing it over", "the transaction was not streamed and staged")
 	require.Equal(t, change.Counts{Inserted: 30000}, b.rep.totals()["public.big"])
 }
+
+// TestStreamedPreparedTransactions: two-phase commit on a streaming source
+// (PREPARE TRANSACTION, then COMMIT PREPARED or ROLLBACK PREPARED, as
+// transaction managers do). pgmirror's slot does not decode at PREPARE,
+// so a prepared transaction reaches the destination at its COMMIT
+// PREPARED, as one transaction, and not at all after ROLLBACK PREPARED.
+// While one waits prepared (its changes streamed and applied early,
+// uncommitted), transactions committed after it are applied, and a
+// restart of the run in between loses and doubles nothing.
+func TestStreamedPreparedTransactions(t *testing.T) {
+	t.Parallel()
+	src := pgtest.NewClusterWith(t, true, map[string]string{"max_prepared_transactions": "4"})
+	ddl := `CREATE TABLE public.items (id int PRIMARY KEY, v text)`
+	b := setupOn(t, src, pgtest.DestCluster(t), ddl, ddl, same("public", "items"))
+	streamSmall(t, b)
+	var mu sync.Mutex
+	counts := []int64{0}
+	committed := func(delta int64) {
+		mu.Lock()
+		counts = append(counts, counts[len(counts)-1]+delta)
+		mu.Unlock()
+	}
+	stop := watchCounts(t, b.dst, `SELECT count(*) FROM items`, func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(counts)
+	})
+	r := b.start(t)
+	count := func() int64 {
+		var n int64
+		conn, err := pgx.Connect(context.Background(), b.dst)
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM items`).Scan(&n))
+		return n
+	}
+	streamed := func(before int64) {
+		require.Eventually(t, func() bool { return readSlotStats(t, b.src, b.cfg.SlotName).streamBytes > before },
+			30*time.Second, 20*time.Millisecond, "the source never streamed")
+	}
+
+	// Prepared, then a small transaction committed: the small one is
+	// applied while the prepared one waits, and nothing of that one shows.
+	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO items SELECT g, 'prepared' FROM generate_series(1, 20000) g; PREPARE TRANSACTION 'pgmirror_p1'`)
+	streamed(0)
+	committed(1)
+	pgtest.Exec(t, b.src, `INSERT INTO items VALUES (100001, 'small')`)
+	require.Eventually(t, func() bool { return count() == 1 }, 30*time.Second, 20*time.Millisecond,
+		"the transaction committed after the prepared one was not applied")
+	committed(20000)
+	pgtest.Exec(t, b.src, `COMMIT PREPARED 'pgmirror_p1'`)
+	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
+
+	// Prepared and rolled back: nothing reaches the destination.
+	before := readSlotStats(t, b.src, b.cfg.SlotName).streamBytes
+	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO items SELECT g, 'rolled back' FROM generate_series(200001, 220000) g; PREPARE TRANSACTION 'pgmirror_p2'`)
+	streamed(before)
+	pgtest.Exec(t, b.src, `ROLLBACK PREPARED 'pgmirror_p2'`)
+	committed(1)
+	pgtest.Exec(t, b.src, `INSERT INTO items VALUES (100002, 'small after the rollback')`)
+	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
+
+	st := readSlotStats(t, b.src, b.cfg.SlotName)
+	t.Logf("slot: %+v", st)
+	require.Zero(t, st.spillBytes, "the source spilled to disk")
+
+	// Prepared, the run restarted, then committed. (The walsender that
+	// starts again decodes the prepared transaction from its beginning,
+	// before the slot's confirmed position, where it does not stream: that
+	// part is spilled on the source, as for its own subscribers.)
+	before = st.streamBytes
+	pgtest.Exec(t, b.src, `BEGIN; UPDATE items SET v = 'updated' WHERE id <= 10000; INSERT INTO items SELECT g, 'p3' FROM generate_series(300001, 310000) g;
+		PREPARE TRANSACTION 'pgmirror_p3'`)
+	streamed(before)
+	require.NoError(t, r.halt(t))
+	r = b.start(t)
+	committed(10000)
+	pgtest.Exec(t, b.src, `COMMIT PREPARED 'pgmirror_p3'`)
+	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
+	require.NoError(t, r.halt(t))
+	stop()
+	require.Equal(t, change.Counts{Inserted: 1 + 20000 + 1 + 10000, Updated: 10000}, b.rep.totals()["public.items"], "each change applied once")
+}
