@@ -731,12 +731,6 @@ type heapPeaks struct {
 	live, inUse atomic.Uint64
 }
 
-// reset forgets the peaks seen so far.
-func (p *heapPeaks) reset() {
-	p.live.Store(0)
-	p.inUse.Store(0)
-}
-
 // watchHeap samples the heap until the test ends and keeps its peaks.
 func watchHeap(t *testing.T) *heapPeaks {
 	var p heapPeaks

@@ -79,10 +79,40 @@ func sessionsDump(url, slot string) string {
 	return out.String()
 }
 
+// visibleCounts are the row counts a reader of the destination may see:
+// the count after each source commit so far. A count is allowed before the
+// commit that makes it.
+type visibleCounts struct {
+	mu     sync.Mutex
+	counts []int64
+}
+
+func newVisibleCounts() *visibleCounts { return &visibleCounts{counts: []int64{0}} }
+
+// add allows the count after a commit of delta more rows.
+func (v *visibleCounts) add(delta int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.counts = append(v.counts, v.counts[len(v.counts)-1]+delta)
+}
+
+// set allows count n.
+func (v *visibleCounts) set(n int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.counts = append(v.counts, n)
+}
+
+func (v *visibleCounts) allowed() []int64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.counts)
+}
+
 // watchCounts samples query (a count) on the destination until stop and
-// fails the test if it ever returns a value not in allowed: a reader of
-// the destination sees the rows of whole source transactions only.
-func watchCounts(t *testing.T, url, query string, allowed func() []int64) (stop func()) {
+// fails the test if it ever returns a value not allowed: a reader of the
+// destination sees the rows of whole source transactions only.
+func watchCounts(t *testing.T, url, query string, allowed *visibleCounts) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -102,7 +132,7 @@ func watchCounts(t *testing.T, url, query string, allowed func() []int64) (stop 
 				continue
 			}
 			samples++
-			if !slices.Contains(allowed(), n) {
+			if !slices.Contains(allowed.allowed(), n) {
 				bad = append(bad, n)
 			}
 			time.Sleep(2 * time.Millisecond)
@@ -132,25 +162,13 @@ func TestStreamedTransactions(t *testing.T) {
 	b.cfg.StageMemory = 256 << 10 // some transactions go to files
 	ctx := context.Background()
 
-	// The row counts the destination may show: after each source commit.
-	var mu sync.Mutex
-	counts := []int64{0}
-	committed := func(delta int64) {
-		mu.Lock()
-		counts = append(counts, counts[len(counts)-1]+delta)
-		mu.Unlock()
-	}
-	allowed := func() []int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(counts)
-	}
-	stop := watchCounts(t, b.dst, `SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM dup)`, allowed)
+	seen := newVisibleCounts()
+	stop := watchCounts(t, b.dst, `SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM dup)`, seen)
 	r := b.start(t)
 
 	// A streamed commit.
 	// (Each count is allowed before the commit that makes it.)
-	committed(20000)
+	seen.add(20000)
 	pgtest.Exec(t, b.src, `INSERT INTO items SELECT g, 'v' || g, NULL FROM generate_series(1, 20000) g`)
 	// A streamed rollback.
 	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO items SELECT g, 'gone', NULL FROM generate_series(100001, 120000) g;
@@ -158,7 +176,7 @@ func TestStreamedTransactions(t *testing.T) {
 	// A subtransaction rolled back within a streamed transaction (nested
 	// savepoints, a released one kept), and duplicates in a table without
 	// a key: undone in its early transaction.
-	committed(5001)
+	seen.add(5001)
 	pgtest.Exec(t, b.src, `BEGIN;
 		INSERT INTO dup SELECT 1, 'kept' FROM generate_series(1, 3001);
 		SAVEPOINT a; INSERT INTO dup SELECT 2, 'rolled back' FROM generate_series(1, 4000);
@@ -177,7 +195,7 @@ func TestStreamedTransactions(t *testing.T) {
 	// TOAST: values stored out of line, inserted in a streamed transaction,
 	// then kept unchanged by a streamed update of another column.
 	big := `(SELECT string_agg(md5(g::text || i), '') FROM generate_series(1, 100) i)`
-	committed(300)
+	seen.add(300)
 	pgtest.Exec(t, b.src, `INSERT INTO items SELECT g, 't', `+big+` FROM generate_series(20001, 20300) g`)
 	pgtest.Exec(t, b.src, `UPDATE items SET v = 'toast kept' WHERE id > 20000; UPDATE items SET v = 'toast kept 2' WHERE id > 20000`)
 	b.waitEqual(t, r, `SELECT id, v, md5(body) FROM items`, `SELECT id, v, md5(body) FROM items`)
@@ -207,14 +225,14 @@ func TestStreamedTransactions(t *testing.T) {
 		_, err = tb.Exec(ctx, `UPDATE items SET v = v || '+b' WHERE id BETWEEN 1 AND 500`)
 		require.NoError(t, err)
 	}
-	committed(1)
+	seen.add(1)
 	pgtest.Exec(t, b.src, `INSERT INTO dup VALUES (9, 'small')`)
 	// Let the blocks reach the run before the commits.
 	time.Sleep(500 * time.Millisecond)
-	committed(6000)
+	seen.add(6000)
 	_, err = tb.Exec(ctx, `COMMIT`)
 	require.NoError(t, err)
-	committed(8000)
+	seen.add(8000)
 	_, err = ta.Exec(ctx, `COMMIT`)
 	require.NoError(t, err)
 	b.waitEqual(t, r, `SELECT id, v, md5(body) FROM items`, `SELECT id, v, md5(body) FROM items`)
@@ -689,18 +707,8 @@ func TestStreamedReadAgain(t *testing.T) {
 	dc, err := pgx.Connect(ctx, b.dst)
 	require.NoError(t, err)
 	defer dc.Close(ctx)
-	var mu sync.Mutex
-	counts := []int64{0}
-	committed := func(n int64) {
-		mu.Lock()
-		counts = append(counts, n)
-		mu.Unlock()
-	}
-	stop := watchCounts(t, b.dst, `SELECT count(*) FROM big`, func() []int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(counts)
-	})
+	seen := newVisibleCounts()
+	stop := watchCounts(t, b.dst, `SELECT count(*) FROM big`, seen)
 	r := b.start(t)
 	const reread = "reading it again from the source"
 	early := func(what string) {
@@ -722,7 +730,7 @@ func TestStreamedReadAgain(t *testing.T) {
 		SAVEPOINT d; DELETE FROM big WHERE id > 34000; ROLLBACK TO SAVEPOINT d;
 		UPDATE big SET v = 'last' WHERE id > 34990`)
 	early("the early transaction was given up")
-	committed(35000)
+	seen.set(35000)
 	execOn(t, tx, `COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
 	require.NotContains(t, log.String(), reread)
@@ -734,7 +742,7 @@ func TestStreamedReadAgain(t *testing.T) {
 	early("the next streamed transaction is not being applied while it streams")
 	execOn(t, tx, `TRUNCATE big`)
 	execOn(t, tx, `INSERT INTO big SELECT g, 'after truncate' FROM generate_series(1, 20000) g`)
-	committed(20000)
+	seen.set(20000)
 	execOn(t, tx, `COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
 	require.Equal(t, 1, strings.Count(log.String(), reread), "the transaction read again once")
@@ -744,7 +752,7 @@ func TestStreamedReadAgain(t *testing.T) {
 	tx = openTx(t, b.src)
 	execOn(t, tx, `INSERT INTO big SELECT g, 'early' FROM generate_series(200001, 230000) g`)
 	early("after a transaction read again, the next one is not applied while it streams")
-	committed(50000)
+	seen.set(50000)
 	execOn(t, tx, `COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
 
@@ -757,7 +765,7 @@ func TestStreamedReadAgain(t *testing.T) {
 	execOn(t, tx, `DO $$ BEGIN FOR i IN 400001..400200 LOOP
 		BEGIN INSERT INTO big VALUES (i, 'row'); IF i % 10 = 0 THEN RAISE EXCEPTION 'no'; END IF;
 		EXCEPTION WHEN raise_exception THEN NULL; END; END LOOP; END $$`)
-	committed(50000 + 30000 + 180)
+	seen.set(50000 + 30000 + 180)
 	execOn(t, tx, `COMMIT`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
 	require.Contains(t, log.String(), "more than 64 subtransactions")
@@ -807,18 +815,8 @@ func TestStreamedPreparedTransactions(t *testing.T) {
 	ddl := `CREATE TABLE public.items (id int PRIMARY KEY, v text)`
 	b := setupOn(t, src, pgtest.DestCluster(t), ddl, ddl, same("public", "items"))
 	streamSmall(t, b)
-	var mu sync.Mutex
-	counts := []int64{0}
-	committed := func(delta int64) {
-		mu.Lock()
-		counts = append(counts, counts[len(counts)-1]+delta)
-		mu.Unlock()
-	}
-	stop := watchCounts(t, b.dst, `SELECT count(*) FROM items`, func() []int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(counts)
-	})
+	seen := newVisibleCounts()
+	stop := watchCounts(t, b.dst, `SELECT count(*) FROM items`, seen)
 	r := b.start(t)
 	count := func() int64 {
 		var n int64
@@ -837,11 +835,11 @@ func TestStreamedPreparedTransactions(t *testing.T) {
 	// applied while the prepared one waits, and nothing of that one shows.
 	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO items SELECT g, 'prepared' FROM generate_series(1, 20000) g; PREPARE TRANSACTION 'pgmirror_p1'`)
 	streamed(0)
-	committed(1)
+	seen.add(1)
 	pgtest.Exec(t, b.src, `INSERT INTO items VALUES (100001, 'small')`)
 	require.Eventually(t, func() bool { return count() == 1 }, 30*time.Second, 20*time.Millisecond,
 		"the transaction committed after the prepared one was not applied")
-	committed(20000)
+	seen.add(20000)
 	pgtest.Exec(t, b.src, `COMMIT PREPARED 'pgmirror_p1'`)
 	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
 
@@ -850,7 +848,7 @@ func TestStreamedPreparedTransactions(t *testing.T) {
 	pgtest.Exec(t, b.src, `BEGIN; INSERT INTO items SELECT g, 'rolled back' FROM generate_series(200001, 220000) g; PREPARE TRANSACTION 'pgmirror_p2'`)
 	streamed(before)
 	pgtest.Exec(t, b.src, `ROLLBACK PREPARED 'pgmirror_p2'`)
-	committed(1)
+	seen.add(1)
 	pgtest.Exec(t, b.src, `INSERT INTO items VALUES (100002, 'small after the rollback')`)
 	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
 
@@ -868,7 +866,7 @@ func TestStreamedPreparedTransactions(t *testing.T) {
 	streamed(before)
 	require.NoError(t, r.halt(t))
 	r = b.start(t)
-	committed(10000)
+	seen.add(10000)
 	pgtest.Exec(t, b.src, `COMMIT PREPARED 'pgmirror_p3'`)
 	b.waitEqual(t, r, `SELECT * FROM items`, `SELECT * FROM items`)
 	require.NoError(t, r.halt(t))
