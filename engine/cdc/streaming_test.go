@@ -873,3 +873,37 @@ func TestStreamedPreparedTransactions(t *testing.T) {
 	stop()
 	require.Equal(t, change.Counts{Inserted: 1 + 20000 + 1 + 10000, Updated: 10000}, b.rep.totals()["public.items"], "each change applied once")
 }
+
+// TestStreamedPartitioned: a streamed transaction on a partitioned table
+// published through its root, with rows inserted into two partitions,
+// updates that move rows from one partition to the other (the source sends
+// them as a delete and an insert on the root) and deletes, reaches the
+// destination's single table exactly and whole.
+func TestStreamedPartitioned(t *testing.T) {
+	t.Parallel()
+	src := `CREATE TABLE public.events (id int, day date, payload text, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+		CREATE TABLE public.events_2024 PARTITION OF public.events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+		CREATE TABLE public.events_2025 PARTITION OF public.events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')`
+	dst := `CREATE TABLE public.events (id int, day date, payload text, PRIMARY KEY (id, day))`
+	b := setup(t, src, dst, same("public", "events"))
+	streamSmall(t, b)
+	seen := newVisibleCounts()
+	stop := watchCounts(t, b.dst, `SELECT count(*) FROM events`, seen)
+	r := b.start(t)
+	seen.add(20000)
+	pgtest.Exec(t, b.src, `INSERT INTO events SELECT g, date '2024-01-01' + g % 700, 'p' || g FROM generate_series(1, 20000) g`)
+	b.waitEqual(t, r, `SELECT * FROM events`, `SELECT * FROM events`)
+	seen.add(-(20000 / 11))
+	pgtest.Exec(t, b.src, `BEGIN;
+		UPDATE events SET payload = 'moved', day = day + 200 WHERE id % 7 = 0 AND day < '2024-10-01';
+		UPDATE events SET payload = 'stayed' WHERE id % 5 = 0;
+		DELETE FROM events WHERE id % 11 = 0;
+		COMMIT`)
+	b.waitEqual(t, r, `SELECT * FROM events`, `SELECT * FROM events`)
+	require.NoError(t, r.halt(t))
+	stop()
+	st := readSlotStats(t, b.src, b.cfg.SlotName)
+	t.Logf("slot: %+v", st)
+	require.Positive(t, st.streamTxns, "the source streamed")
+	require.Zero(t, st.spillBytes, "the source spilled to disk")
+}
