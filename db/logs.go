@@ -61,6 +61,10 @@ type CDCBatchDetails struct {
 	DurationMS     int64    `json:"duration_ms"`
 	LSN            string   `json:"lsn,omitempty"`
 	TablesAffected []string `json:"tables_affected,omitempty"`
+	// StreamedTransactions counts the large source transactions among
+	// these batches that were applied while the source streamed them (each
+	// a batch of its own, its duration counted from its first change).
+	StreamedTransactions int64 `json:"streamed_transactions,omitempty"`
 }
 
 // SnapshotDetails is the details object of snapshot log entries.

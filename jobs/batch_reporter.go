@@ -100,6 +100,9 @@ func (b *batchReporter) BatchApplied(ctx context.Context, batch cdc.Batch) error
 	b.logSum.RowsProcessed += batch.Changes
 	b.logSum.DurationMS += batch.Duration.Milliseconds()
 	b.logSum.LSN = batch.LSN.String()
+	if batch.Streamed {
+		b.logSum.StreamedTransactions++
+	}
 	b.logBatches++
 	b.lastBatchAt = time.Now()
 	if batch.Duration >= logEvery {

@@ -60,6 +60,7 @@ func TestBatchReporter(t *testing.T) {
 	other := change.TableName{Schema: "public", Name: "not_mapped"}
 	for i := int64(1); i <= 50; i++ {
 		require.NoError(t, rep.BatchApplied(ctx, cdc.Batch{ID: i, LSN: change.LSN(0x1000 + i), Changes: 3, Duration: time.Millisecond,
+			Streamed: i == 7, // a large transaction applied while the source streamed it
 			Tables: map[change.TableName]change.Counts{
 				orders: {Inserted: 2},
 				items:  {Updated: 1, Truncated: 1},
@@ -101,4 +102,5 @@ func TestBatchReporter(t *testing.T) {
 	require.Equal(t, int64(150), applied[0].RowsProcessed)
 	require.Equal(t, int64(50), applied[0].BatchID)
 	require.Equal(t, []string{"public.items", "public.orders"}, applied[0].TablesAffected)
+	require.Equal(t, int64(1), applied[0].StreamedTransactions, "the entry counts the transactions applied while they streamed")
 }

@@ -215,6 +215,10 @@ type Batch struct {
 	Duration time.Duration
 	// FetchedAt is when the batch's first change was received.
 	FetchedAt time.Time
+	// Streamed says that the batch is one large source transaction that
+	// was applied while the source streamed it: Duration then runs from its
+	// first change, received while the source still ran it.
+	Streamed bool
 }
 
 // Reporter receives the outcome of each batch.
@@ -676,6 +680,9 @@ type runner struct {
 	batchEnd change.LSN // end LSN of the batch's last complete transaction
 	changes  int64
 	started  time.Time // first change of the open batch
+	// streamedBatch: the batch being committed is one source transaction
+	// applied while the source streamed it (early.go).
+	streamedBatch bool
 
 	// Source commit times, for the lag (see LagReporter): of the open
 	// transaction, of the open batch's first and last transactions, and of
@@ -1068,9 +1075,9 @@ func (r *runner) commitOn(ctx context.Context, a *apply.Applier) error {
 	}
 	b := Batch{
 		ID: id, LSN: applied, Changes: r.changes, Tables: counts,
-		Duration: time.Since(r.started), FetchedAt: r.started,
+		Duration: time.Since(r.started), FetchedAt: r.started, Streamed: r.streamedBatch,
 	}
-	r.changes = 0
+	r.changes, r.streamedBatch = 0, false
 	if r.rep != nil {
 		if err := r.rep.BatchApplied(ctx, b); err != nil {
 			return fmt.Errorf("report batch %d: %w", id, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,13 @@ func (r *recorder) totals() map[string]change.Counts {
 		}
 	}
 	return out
+}
+
+// all returns the batches reported so far.
+func (r *recorder) all() []cdc.Batch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.batches)
 }
 
 func (r *recorder) count() int {

@@ -463,7 +463,7 @@ func (r *runner) earlyCommit(ctx context.Context, ev capture.Event) (err error) 
 			return nil
 		}
 		r.batchEnd, r.batchEndCommit, r.batchCommit = ev.Note.End, ev.CommitTime, ev.CommitTime
-		r.changes, r.started = e.changes, e.started
+		r.changes, r.started, r.streamedBatch = e.changes, e.started, true
 		return r.commitOn(ctx, e.applier)
 	})
 	if writeErr != nil {
@@ -477,6 +477,9 @@ func (r *runner) earlyCommit(ctx context.Context, ev capture.Event) (err error) 
 		return err
 	}
 	applied = true
+	r.log.Info("large transaction applied while the source streamed it", "xid", ev.Xid, "changes", e.changes,
+		"streamed_for", time.Since(e.started).Round(time.Millisecond).String(),
+		"after_source_commit", time.Since(ev.CommitTime).Round(time.Millisecond).String(), "lsn", ev.Note.End.String())
 	r.earlyClose()
 	return r.batchLockTimeout(ctx, false)
 }

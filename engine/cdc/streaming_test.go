@@ -872,6 +872,18 @@ func TestStreamedPreparedTransactions(t *testing.T) {
 	require.NoError(t, r.halt(t))
 	stop()
 	require.Equal(t, change.Counts{Inserted: 1 + 20000 + 1 + 10000, Updated: 10000}, b.rep.totals()["public.items"], "each change applied once")
+	// The prepared transaction applied while it streamed is reported as
+	// such, in a batch of its own; the small ones are not.
+	var early []int64
+	for _, batch := range b.rep.all() {
+		if batch.Streamed {
+			early = append(early, batch.Changes)
+		} else {
+			require.NotEqual(t, int64(20000), batch.Changes, "the streamed transaction was not reported as streamed")
+		}
+	}
+	require.Contains(t, early, int64(20000))
+	require.NotContains(t, early, int64(1))
 }
 
 // TestStreamedPartitioned: a streamed transaction on a partitioned table
