@@ -76,7 +76,10 @@ func (w *DestWatch) join(cfg *pgx.ConnConfig, conn *pgx.Conn, mirrorUID string, 
 }
 
 // want records that fw waits for the destination's WAL to be flushed to
-// t.lsn. It never blocks.
+// t.lsn. It never blocks. The poller is woken only when the run starts
+// waiting (the poller may be idle) or starts waiting urgently (a shorter
+// poll): a later target merges into what its next poll reads, so that a
+// batch per transaction does not wake it each time.
 func (d *sharedDest) want(fw *flushWatcher, t flushTarget) {
 	d.mu.Lock()
 	s := d.subs[fw]
@@ -84,11 +87,16 @@ func (d *sharedDest) want(fw *flushWatcher, t flushTarget) {
 		d.mu.Unlock()
 		return
 	}
-	if s.target.lsn == 0 {
+	starts := s.target.lsn == 0
+	if starts {
 		s.since = time.Now()
 	}
+	wake := starts || t.urgent && !s.target.urgent
 	s.target = merge(s.target, t)
 	d.mu.Unlock()
+	if !wake {
+		return
+	}
 	select {
 	case d.wake <- struct{}{}:
 	default:
