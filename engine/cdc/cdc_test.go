@@ -301,13 +301,18 @@ func TestTruncate(t *testing.T) {
 	require.NoError(t, r.halt(t))
 }
 
-func TestPartitionedThroughRoot(t *testing.T) {
-	t.Parallel()
-	src := `CREATE TABLE public.events (id int, day date, payload text, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+// partitionedEventsSource is a source table partitioned by range in two
+// partitions, and partitionedEventsDest the destination's plain table.
+const (
+	partitionedEventsSource = `CREATE TABLE public.events (id int, day date, payload text, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
 		CREATE TABLE public.events_2024 PARTITION OF public.events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
 		CREATE TABLE public.events_2025 PARTITION OF public.events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')`
-	dst := `CREATE TABLE public.events (id int, day date, payload text, PRIMARY KEY (id, day))`
-	b := setup(t, src, dst, same("public", "events"))
+	partitionedEventsDest = `CREATE TABLE public.events (id int, day date, payload text, PRIMARY KEY (id, day))`
+)
+
+func TestPartitionedThroughRoot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, partitionedEventsSource, partitionedEventsDest, same("public", "events"))
 	r := b.start(t)
 	pgtest.Exec(t, b.src, `INSERT INTO events SELECT g, date '2024-06-01' + g, 'p' || g FROM generate_series(1, 400) g`)
 	pgtest.Exec(t, b.src, `UPDATE events SET payload = 'moved', day = day + 150 WHERE id % 7 = 0`) // crosses partitions

@@ -893,11 +893,7 @@ func TestStreamedPreparedTransactions(t *testing.T) {
 // destination's single table exactly and whole.
 func TestStreamedPartitioned(t *testing.T) {
 	t.Parallel()
-	src := `CREATE TABLE public.events (id int, day date, payload text, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
-		CREATE TABLE public.events_2024 PARTITION OF public.events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
-		CREATE TABLE public.events_2025 PARTITION OF public.events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')`
-	dst := `CREATE TABLE public.events (id int, day date, payload text, PRIMARY KEY (id, day))`
-	b := setup(t, src, dst, same("public", "events"))
+	b := setup(t, partitionedEventsSource, partitionedEventsDest, same("public", "events"))
 	streamSmall(t, b)
 	seen := newVisibleCounts()
 	stop := watchCounts(t, b.dst, `SELECT count(*) FROM events`, seen)
