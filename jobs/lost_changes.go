@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -114,7 +115,7 @@ func (r *mirrorRun) checkSlotPosition(ctx context.Context, in *phaseInputs, chec
 		if c := r.ceiling.Load(); c != nil {
 			c.Raise(ceiling)
 		} else {
-			r.ceiling.Store(cdc.NewConfirmCeiling(ceiling))
+			r.ceiling.Store(cdc.NewConfirmCeiling(ceiling, r.recordCeiling))
 		}
 		return nil
 	}
@@ -138,7 +139,7 @@ func (r *mirrorRun) checkSlotPosition(ctx context.Context, in *phaseInputs, chec
 	if c := r.ceiling.Load(); c != nil {
 		c.Raise(ceiling)
 	} else {
-		r.ceiling.Store(cdc.NewConfirmCeiling(ceiling))
+		r.ceiling.Store(cdc.NewConfirmCeiling(ceiling, r.recordCeiling))
 	}
 	return nil
 }
@@ -148,8 +149,9 @@ func (r *mirrorRun) checkSlotPosition(ctx context.Context, in *phaseInputs, chec
 const ceilingEvery = 5 * time.Second
 
 // keepCeiling records the confirm ceiling the run's streams want, every
-// ceilingEvery until ctx ends. A catalog that does not answer only holds
-// back the confirmation of transactions with nothing to replicate.
+// ceilingEvery until ctx ends (a run's stop records it too, see
+// cdc.ConfirmCeiling). A catalog that does not answer only holds back the
+// confirmation of transactions with nothing to replicate.
 func (r *mirrorRun) keepCeiling(ctx context.Context) {
 	t := time.NewTicker(ceilingEvery)
 	defer t.Stop()
@@ -160,19 +162,30 @@ func (r *mirrorRun) keepCeiling(ctx context.Context) {
 		case <-t.C:
 		}
 		c := r.ceiling.Load()
-		if c == nil || c.Wanted() <= c.Limit() || r.catalogLost() {
-			continue // nothing to raise, or the catalog is being reconnected
-		}
-		want := c.Wanted()
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := r.store.MirrorRaiseConfirmCeiling(wctx, r.mirrorID, want.String())
-		cancel()
-		if err != nil {
-			r.logger.Debug("record the confirm ceiling", "lsn", want.String(), "error", err)
+		if c == nil {
 			continue
 		}
-		c.Raise(want)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := c.Settle(wctx)
+		cancel()
+		if err != nil {
+			r.logger.Debug("record the confirm ceiling", "error", err)
+		}
 	}
+}
+
+// errCatalogReconnecting refuses a catalog write while the run's catalog
+// connection is being reconnected.
+var errCatalogReconnecting = errors.New("the catalog connection is being reconnected")
+
+// recordCeiling is the mirror's cdc.CeilingRecorder: it raises the
+// recorded confirm ceiling to lsn.
+func (r *mirrorRun) recordCeiling(ctx context.Context, lsn change.LSN) error {
+	if r.catalogLost() {
+		return errCatalogReconnecting
+	}
+	_, err := r.store.MirrorRaiseConfirmCeiling(ctx, r.mirrorID, lsn.String())
+	return err
 }
 
 // lostChangesCopied clears the lost changes of table t, copied as of

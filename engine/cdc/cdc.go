@@ -1157,7 +1157,31 @@ func (r *runner) finish(ctx context.Context) error {
 		}
 		r.confirmFlushed(flushed)
 	}
+	r.settleCeiling(ctx)
 	return nil
+}
+
+// settleTimeout bounds the recording of the confirm ceiling at a run's stop.
+const settleTimeout = 2 * time.Second
+
+// settleCeiling records, as the run stops, the confirm ceiling for what
+// its stream confirmed past the applied position (WAL with nothing to
+// replicate after its last transaction, such as a checkpoint's), so that
+// the stream's last status update confirms it. Otherwise the slot kept its
+// restart point before that WAL and the next run decoded it all again: a
+// resume right after a catch-up read the caught-up WAL a second time.
+// Failing to record it only leaves that WAL to be read again.
+func (r *runner) settleCeiling(ctx context.Context) {
+	c := r.cfg.ConfirmCeiling
+	if c == nil || r.stream == nil {
+		return
+	}
+	c.want(r.stream.Confirmed())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := c.Settle(sctx); err != nil {
+		r.log.Debug("could not record the confirm ceiling at stop; the next run reads the WAL after the last transaction again", "error", err.Error())
+	}
 }
 
 // abandon rolls back the open batch; its transactions are re-sent on the

@@ -2,6 +2,7 @@ package cdc_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestConfirmCeiling(t *testing.T) {
 	t.Parallel()
 	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
 	b := setup(t, ddl, ddl, same("public", "t"))
-	ceiling := cdc.NewConfirmCeiling(0)
+	ceiling := cdc.NewConfirmCeiling(0, nil)
 	b.cfg.ConfirmCeiling = ceiling
 	r := b.start(t)
 	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
@@ -59,4 +60,64 @@ func TestConfirmCeiling(t *testing.T) {
 	require.Eventually(t, func() bool { return slot() >= wal }, 30*time.Second, 100*time.Millisecond)
 	require.NoError(t, r.halt(t))
 	require.LessOrEqual(t, slot(), max(ceiling.Limit(), applied), "the last status update kept the ceiling")
+}
+
+// A run that stops records the confirm ceiling its stream wants, so that
+// its last status update confirms the WAL it read past its last
+// transaction: the slot's confirmed position and its restart point move
+// past that WAL, and the next run does not decode it again (a resume right
+// after a catch-up read the whole catch-up a second time).
+func TestStopSettlesCeiling(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	var recorded atomic.Uint64
+	ceiling := cdc.NewConfirmCeiling(0, func(_ context.Context, lsn change.LSN) error {
+		recorded.Store(uint64(lsn))
+		return nil
+	})
+	b.cfg.ConfirmCeiling = ceiling
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	require.Eventually(t, func() bool { return b.rep.count() > 0 }, 10*time.Second, 50*time.Millisecond)
+	applied := b.rep.batches[len(b.rep.batches)-1].LSN
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	slot := func() (confirmed, restart change.LSN) {
+		var c, r string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1`,
+			b.cfg.SlotName).Scan(&c, &r))
+		confirmed, err := change.ParseLSN(c)
+		require.NoError(t, err)
+		restart, err = change.ParseLSN(r)
+		require.NoError(t, err)
+		return confirmed, restart
+	}
+	require.Eventually(t, func() bool { c, _ := slot(); return c >= applied }, 20*time.Second, 100*time.Millisecond)
+
+	// WAL with nothing of ours, then a checkpoint, whose record of the
+	// running transactions is a point the slot can restart from.
+	other := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	pgtest.Exec(t, other, `CREATE TABLE x (v text); INSERT INTO x SELECT repeat('x', 100) FROM generate_series(1, 5000)`)
+	pgtest.Exec(t, b.src, `CHECKPOINT`)
+	var walText string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walText))
+	wal, err := change.ParseLSN(walText)
+	require.NoError(t, err)
+	// The stream confirmed past it; nothing raised the ceiling, so the slot
+	// is still at the applied transaction.
+	require.Eventually(t, func() bool { return ceiling.Wanted() >= wal }, 30*time.Second, 100*time.Millisecond)
+	confirmed, restart := slot()
+	require.Equal(t, applied, confirmed, "the slot moved past the applied position beyond the ceiling")
+	require.Less(t, restart, wal)
+
+	require.NoError(t, r.halt(t))
+	require.GreaterOrEqual(t, change.LSN(recorded.Load()), wal, "the stop did not record the ceiling")
+	confirmed, restart = slot()
+	require.GreaterOrEqual(t, confirmed, wal, "the last status update did not confirm the WAL read past the last transaction")
+	require.Greater(t, restart, applied, "the slot's restart point stayed before the WAL read past the last transaction")
 }
