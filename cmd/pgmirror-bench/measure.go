@@ -23,6 +23,11 @@ type measurement struct {
 	// committed the workload's last transaction (native: the subscription's
 	// replication origin; pgmirror: _pgmirror.applied).
 	applied time.Duration
+	// sent (catch-up only) is the time until the source's walsender of the
+	// system's slot had decoded the WAL up to the workload's end (sent it
+	// all), 0 if not seen: the source's part of the catch-up, which no
+	// consumer can beat (a consumer that reads slower holds it back).
+	sent time.Duration
 	// fallback: the reported position stopped at the last transaction's end
 	// below the recorded WAL position (other WAL followed it); dur is when
 	// it passed that transaction.
@@ -150,6 +155,51 @@ func (b *bench) measureCopyPipe(ctx context.Context, srcDB string) error {
 // the position its destination has applied.
 type positions func(ctx context.Context) (reported, applied lsn, err error)
 
+// walsenderSentSQL reads the lowest sent_lsn of the logical walsenders of
+// database $1 on the source (NULL when none runs): the end of the last WAL
+// record each has decoded, whose changes it has sent before it moves on.
+const walsenderSentSQL = `SELECT min(r.sent_lsn)::text FROM pg_catalog.pg_stat_replication r
+	JOIN pg_catalog.pg_replication_slots s ON s.active_pid = r.pid
+	WHERE s.database = $1 AND s.slot_type = 'logical'`
+
+// walsenderSent reads walsenderSentSQL for database db through src, a
+// connection to the source cluster (0 when no walsender runs).
+func walsenderSent(ctx context.Context, src *pgx.Conn, db string) (lsn, error) {
+	var text *string
+	if err := src.QueryRow(ctx, walsenderSentSQL, db).Scan(&text); err != nil {
+		return 0, fmt.Errorf("read the walsender's position: %w", err)
+	}
+	if text == nil {
+		return 0, nil
+	}
+	return parseLSN(*text)
+}
+
+// slotBacklog describes, for the log, how much WAL the walsender of
+// database db's slot will read up to target when it starts: from the slot's
+// restart_lsn (where decoding starts again) and from its
+// confirmed_flush_lsn (where what it sends starts).
+func slotBacklog(ctx context.Context, src *pgx.Conn, db string, target lsn) (string, error) {
+	var restart, confirmed *string
+	if err := src.QueryRow(ctx, `SELECT min(restart_lsn)::text, min(confirmed_flush_lsn)::text
+		FROM pg_catalog.pg_replication_slots WHERE database = $1 AND slot_type = 'logical'`, db).Scan(&restart, &confirmed); err != nil {
+		return "", fmt.Errorf("read the slot's positions: %w", err)
+	}
+	if restart == nil || confirmed == nil {
+		return "no slot", nil
+	}
+	r, err := parseLSN(*restart)
+	if err != nil {
+		return "", err
+	}
+	c, err := parseLSN(*confirmed)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("the walsender reads %s of WAL from the slot's restart_lsn %s, %s from its confirmed_flush_lsn %s",
+		mib(int64(target-r)), *restart, mib(int64(target-c)), *confirmed), nil
+}
+
 // waitCaughtUp polls pos every 50 ms from t0 until the reported position
 // reaches end.target. When it passed the workload's last transaction but
 // stays below end.target for 3 s (WAL written after the last commit that
@@ -158,8 +208,9 @@ type positions func(ctx context.Context) (reported, applied lsn, err error)
 // its last transaction and the destination (dst) shows the last row it
 // inserted: a subscriber with parallel apply confirms a streamed
 // transaction as soon as its leader has handed the commit over, before the
-// transaction shows.
-func waitCaughtUp(ctx context.Context, t0 time.Time, end workloadEnd, pos positions, dst *pgx.Conn, timeout time.Duration) (measurement, error) {
+// transaction shows. It also polls the walsender of database db on the
+// source (src) for the time it has sent the whole workload.
+func waitCaughtUp(ctx context.Context, t0 time.Time, end workloadEnd, pos positions, dst, src *pgx.Conn, db string, timeout time.Duration) (measurement, error) {
 	var m measurement
 	var lastSeen time.Time
 	var r, a lsn
@@ -169,6 +220,15 @@ func waitCaughtUp(ctx context.Context, t0 time.Time, end workloadEnd, pos positi
 	for {
 		if r, a, err = pos(ctx); err != nil {
 			return m, err
+		}
+		if m.sent == 0 {
+			sent, err := walsenderSent(ctx, src, db)
+			if err != nil {
+				return m, err
+			}
+			if sent >= end.target {
+				m.sent = time.Since(t0)
+			}
 		}
 		if !shown {
 			if err := dst.QueryRow(ctx, `SELECT EXISTS (SELECT FROM public.bench WHERE id = $1)`, end.lastID).Scan(&shown); err != nil {

@@ -124,6 +124,11 @@ func (b *bench) nativeCatchup(ctx context.Context, src, dst *pgx.Conn) error {
 		if err := b.checkpoint(ctx); err != nil {
 			return err
 		}
+		backlog, err := slotBacklog(ctx, src, srcNative, end.target)
+		if err != nil {
+			return err
+		}
+		b.logf("native: %s", backlog)
 		// The launcher starts apply workers at most once per
 		// wal_retrieve_retry_interval (5 s), counted from its last scan,
 		// which the disabled worker's exit triggered: let that pass, so
@@ -135,12 +140,12 @@ func (b *bench) nativeCatchup(ctx context.Context, src, dst *pgx.Conn) error {
 		if _, err := dst.Exec(ctx, "ALTER SUBSCRIPTION "+nativeSub+" ENABLE"); err != nil {
 			return fmt.Errorf("enable subscription: %w", err)
 		}
-		m, err := waitCaughtUp(ctx, t0, end, pos, dst, 30*time.Minute)
+		m, err := waitCaughtUp(ctx, t0, end, pos, dst, src, srcNative, 30*time.Minute)
 		if err != nil {
 			return fmt.Errorf("catch-up after %s: %w", w.name, err)
 		}
 		m.cpu, m.units = b.cpuNow().sub(c0), w.changes
-		b.logf("native: caught up with %s in %s (applied in %s)", w.name, m.dur.Round(time.Millisecond), m.applied.Round(time.Millisecond))
+		b.logf("native: caught up with %s in %s (applied in %s, sent by its walsender in %s)", w.name, m.dur.Round(time.Millisecond), m.applied.Round(time.Millisecond), m.sent.Round(time.Millisecond))
 		if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
 			return err
 		}

@@ -403,6 +403,11 @@ func pgmirrorPositions(svc *service, dst *pgx.Conn) func(ctx context.Context) (r
 func (b *bench) pgmirrorCatchup(ctx context.Context, svc *service, dst *pgx.Conn) error {
 	srcURL, dstURL := b.url(b.src, srcPgmirror), b.url(b.dst, dstPgmirror)
 	pos := pgmirrorPositions(svc, dst)
+	src, err := connect(ctx, srcURL)
+	if err != nil {
+		return err
+	}
+	defer closeConn(src)
 	cur := newCursor(b.opts.rows)
 	for _, w := range b.catchupWorkloads() {
 		if err := svc.call(ctx, "POST", "/v1/mirrors/"+mirrorName+"/pause", nil, nil); err != nil {
@@ -422,6 +427,11 @@ func (b *bench) pgmirrorCatchup(ctx context.Context, svc *service, dst *pgx.Conn
 		if err := b.checkpoint(ctx); err != nil {
 			return err
 		}
+		backlog, err := slotBacklog(ctx, src, srcPgmirror, end.target)
+		if err != nil {
+			return err
+		}
+		b.logf("pgmirror: %s", backlog)
 		pname := fmt.Sprintf("catchup-%d", w.txSize)
 		if w.oneInsert {
 			pname = "catchup-large"
@@ -433,13 +443,13 @@ func (b *bench) pgmirrorCatchup(ctx context.Context, svc *service, dst *pgx.Conn
 			rss.end()
 			return err
 		}
-		m, err := waitCaughtUp(ctx, t0, end, pos, dst, 30*time.Minute)
+		m, err := waitCaughtUp(ctx, t0, end, pos, dst, src, srcPgmirror, 30*time.Minute)
 		m.cpu, m.units, m.rss = b.cpuNow().sub(c0), w.changes, rss.end()
 		profiled()
 		if err != nil {
 			return fmt.Errorf("catch-up after %s: %w", w.name, err)
 		}
-		b.logf("pgmirror: caught up with %s in %s (applied in %s), peak RSS %s", w.name, m.dur.Round(time.Millisecond), m.applied.Round(time.Millisecond), mb(m.rss.peak))
+		b.logf("pgmirror: caught up with %s in %s (applied in %s, sent by its walsender in %s), peak RSS %s", w.name, m.dur.Round(time.Millisecond), m.applied.Round(time.Millisecond), m.sent.Round(time.Millisecond), mb(m.rss.peak))
 		if err := waitEqual(ctx, srcURL, dstURL, 5*time.Minute); err != nil {
 			return err
 		}

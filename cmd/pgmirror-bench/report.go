@@ -199,16 +199,16 @@ func (b *bench) reportMode(w io.Writer) {
 
 	b.reportLiveTx(w)
 
-	fmt.Fprintln(w, "Catch-up until the destination itself committed the workload's last transaction (native: the subscription's replication origin; pgmirror: _pgmirror.applied):")
+	fmt.Fprintln(w, "Catch-up until the destination itself committed the workload's last transaction (native: the subscription's replication origin; pgmirror: _pgmirror.applied), and until the source's walsender of each system's slot had sent the whole workload (its `sent_lsn` in `pg_stat_replication` at the workload's end; a consumer slower than its walsender holds it back):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| Workload | Native applied | pgmirror applied | pgmirror vs native |")
-	fmt.Fprintln(w, "|---|---|---|---|")
+	fmt.Fprintln(w, "| Workload | Native applied | pgmirror applied | pgmirror vs native | Walsender sent it all (native / pgmirror) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
 	for i, wk := range wl {
 		if i >= len(r.native.catchup) || i >= len(r.pgmirror.catchup) {
 			break
 		}
 		n, p := r.native.catchup[i], r.pgmirror.catchup[i]
-		fmt.Fprintf(w, "| %s | %s | %s | %.2fx |\n", wk.name, secs(n.applied), secs(p.applied), ratio(n.applied, p.applied))
+		fmt.Fprintf(w, "| %s | %s | %s | %.2fx | %s / %s |\n", wk.name, secs(n.applied), secs(p.applied), ratio(n.applied, p.applied), sentOrDash(n.sent), sentOrDash(p.sent))
 	}
 	fmt.Fprintf(w, "\nLag loads sent %.0f tx/s (native) and %.0f tx/s (pgmirror) on average.\n\n", nl.rate, pl.rate)
 
