@@ -21,20 +21,9 @@ import (
 // ceiling is raised.
 func TestConfirmCeiling(t *testing.T) {
 	t.Parallel()
-	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
-	b := setup(t, ddl, ddl, same("public", "t"))
 	ceiling := cdc.NewConfirmCeiling(0, nil)
-	b.cfg.ConfirmCeiling = ceiling
-	r := b.start(t)
-	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
-	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
-	require.Eventually(t, func() bool { return b.rep.count() > 0 }, 10*time.Second, 50*time.Millisecond)
-	applied := b.rep.batches[len(b.rep.batches)-1].LSN
-
+	b, r, conn, applied := ceilingRun(t, ceiling)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, b.src)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
 	slot := func() change.LSN {
 		st, err := capture.SlotState(ctx, conn, b.cfg.SlotName)
 		require.NoError(t, err)
@@ -45,12 +34,7 @@ func TestConfirmCeiling(t *testing.T) {
 
 	// WAL with nothing of ours: the run wants to confirm past it, the slot
 	// stays at the applied position.
-	other := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	pgtest.Exec(t, other, `CREATE TABLE x (v text); INSERT INTO x SELECT repeat('x', 100) FROM generate_series(1, 5000)`)
-	var walText string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walText))
-	wal, err := change.ParseLSN(walText)
-	require.NoError(t, err)
+	wal := otherWAL(t, b, conn, false)
 	require.Eventually(t, func() bool { return ceiling.Wanted() >= wal }, 30*time.Second, 100*time.Millisecond)
 	time.Sleep(3 * time.Second) // several status updates
 	require.Equal(t, applied, slot(), "the slot moved past the applied position beyond the ceiling")
@@ -69,24 +53,13 @@ func TestConfirmCeiling(t *testing.T) {
 // after a catch-up read the whole catch-up a second time).
 func TestStopSettlesCeiling(t *testing.T) {
 	t.Parallel()
-	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
-	b := setup(t, ddl, ddl, same("public", "t"))
 	var recorded atomic.Uint64
 	ceiling := cdc.NewConfirmCeiling(0, func(_ context.Context, lsn change.LSN) error {
 		recorded.Store(uint64(lsn))
 		return nil
 	})
-	b.cfg.ConfirmCeiling = ceiling
-	r := b.start(t)
-	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
-	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
-	require.Eventually(t, func() bool { return b.rep.count() > 0 }, 10*time.Second, 50*time.Millisecond)
-	applied := b.rep.batches[len(b.rep.batches)-1].LSN
-
+	b, r, conn, applied := ceilingRun(t, ceiling)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, b.src)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
 	slot := func() (confirmed, restart change.LSN) {
 		var c, r string
 		require.NoError(t, conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1`,
@@ -101,13 +74,7 @@ func TestStopSettlesCeiling(t *testing.T) {
 
 	// WAL with nothing of ours, then a checkpoint, whose record of the
 	// running transactions is a point the slot can restart from.
-	other := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
-	pgtest.Exec(t, other, `CREATE TABLE x (v text); INSERT INTO x SELECT repeat('x', 100) FROM generate_series(1, 5000)`)
-	pgtest.Exec(t, b.src, `CHECKPOINT`)
-	var walText string
-	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&walText))
-	wal, err := change.ParseLSN(walText)
-	require.NoError(t, err)
+	wal := otherWAL(t, b, conn, true)
 	// The stream confirmed past it; nothing raised the ceiling, so the slot
 	// is still at the applied transaction.
 	require.Eventually(t, func() bool { return ceiling.Wanted() >= wal }, 30*time.Second, 100*time.Millisecond)
@@ -120,4 +87,38 @@ func TestStopSettlesCeiling(t *testing.T) {
 	confirmed, restart = slot()
 	require.GreaterOrEqual(t, confirmed, wal, "the last status update did not confirm the WAL read past the last transaction")
 	require.Greater(t, restart, applied, "the slot's restart point stayed before the WAL read past the last transaction")
+}
+
+// ceilingRun starts a run on a table t with ceiling and applies one
+// transaction; it returns a connection to the source and the applied
+// position.
+func ceilingRun(t *testing.T, ceiling *cdc.ConfirmCeiling) (*testBundle, *running, *pgx.Conn, change.LSN) {
+	ddl := `CREATE TABLE public.t (id int PRIMARY KEY)`
+	b := setup(t, ddl, ddl, same("public", "t"))
+	b.cfg.ConfirmCeiling = ceiling
+	r := b.start(t)
+	pgtest.Exec(t, b.src, `INSERT INTO t VALUES (1)`)
+	b.waitEqual(t, r, `SELECT * FROM t`, `SELECT * FROM t`)
+	require.Eventually(t, func() bool { return b.rep.count() > 0 }, 10*time.Second, 50*time.Millisecond)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.src)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	return b, r, conn, b.rep.batches[len(b.rep.batches)-1].LSN
+}
+
+// otherWAL writes WAL with nothing for the run (in another database of
+// the source cluster), then a checkpoint when asked, and returns the
+// source's WAL position after it.
+func otherWAL(t *testing.T, b *testBundle, conn *pgx.Conn, checkpoint bool) change.LSN {
+	other := pgtest.NewDatabase(t, pgtest.SourceCluster(t))
+	pgtest.Exec(t, other, `CREATE TABLE x (v text); INSERT INTO x SELECT repeat('x', 100) FROM generate_series(1, 5000)`)
+	if checkpoint {
+		pgtest.Exec(t, b.src, `CHECKPOINT`)
+	}
+	var text string
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&text))
+	wal, err := change.ParseLSN(text)
+	require.NoError(t, err)
+	return wal
 }
