@@ -344,9 +344,9 @@ func parseLSN(s string) (lsn, error) {
 func (l lsn) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint64(l)&0xFFFFFFFF) }
 
 // queryLSN runs a query that returns one pg_lsn as text.
-func queryLSN(ctx context.Context, conn *pgx.Conn, sql string) (lsn, error) {
+func queryLSN(ctx context.Context, conn *pgx.Conn, sql string, args ...any) (lsn, error) {
 	var text *string
-	if err := conn.QueryRow(ctx, sql).Scan(&text); err != nil {
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&text); err != nil {
 		return 0, fmt.Errorf("%s: %w", firstLine(sql), err)
 	}
 	if text == nil {

@@ -165,14 +165,7 @@ const walsenderSentSQL = `SELECT min(r.sent_lsn)::text FROM pg_catalog.pg_stat_r
 // walsenderSent reads walsenderSentSQL for database db through src, a
 // connection to the source cluster (0 when no walsender runs).
 func walsenderSent(ctx context.Context, src *pgx.Conn, db string) (lsn, error) {
-	var text *string
-	if err := src.QueryRow(ctx, walsenderSentSQL, db).Scan(&text); err != nil {
-		return 0, fmt.Errorf("read the walsender's position: %w", err)
-	}
-	if text == nil {
-		return 0, nil
-	}
-	return parseLSN(*text)
+	return queryLSN(ctx, src, walsenderSentSQL, db)
 }
 
 // slotBacklog describes, for the log, how much WAL the walsender of

@@ -17,8 +17,8 @@ import (
 // latter positions lie past the applied position that the destination
 // records. With a ceiling, a run confirms those only up to Limit; the
 // ceiling's recorder records a higher position durably (the catalog) and
-// the ceiling is raised to it, following Wanted: periodically (Settle,
-// called by the caller) and when a run stops, so that its last status
+// the ceiling is raised to it, following Wanted: periodically (the
+// caller calls Settle) and when a run stops, so that its last status
 // update confirms the WAL it read past its last transaction. So the slot's confirmed position is never past
 // both the destination's applied position and the recorded ceiling, unless
 // someone else moved the slot (recreated or advanced it): changes between
