@@ -28,6 +28,7 @@ type config struct {
 	EncryptionOldKeys string
 	LogLevel          slog.Level
 	LogFormat         string
+	CPUScheduling     string // cpuSchedulingBatch or cpuSchedulingNormal (cpusched.go)
 	DataDir           string
 	EmbeddedPort      int
 	MirrorWorkers     int
@@ -77,6 +78,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		EncryptionKeyFile: getenv("SERVICE_ENCRYPTION_KEY_FILE"),
 		EncryptionOldKeys: getenv("SERVICE_ENCRYPTION_OLD_KEYS"),
 		LogFormat:         cmp.Or(getenv("SERVICE_LOG_FORMAT"), "text"),
+		CPUScheduling:     cmp.Or(getenv("SERVICE_CPU_SCHEDULING"), cpuSchedulingBatch),
 		DataDir:           cmp.Or(getenv("SERVICE_DATA_DIR"), ".pgmirror"),
 		MetricsToken:      getenv("SERVICE_METRICS_TOKEN"),
 		PGBin:             getenv("PGBIN"),
@@ -172,6 +174,9 @@ func logLevelVar(getenv func(string) string, name string) (slog.Level, error) {
 func (cfg config) check() error {
 	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
 		return fmt.Errorf("SERVICE_LOG_FORMAT=%q: use text or json", cfg.LogFormat)
+	}
+	if cfg.CPUScheduling != cpuSchedulingBatch && cfg.CPUScheduling != cpuSchedulingNormal {
+		return fmt.Errorf("SERVICE_CPU_SCHEDULING=%q: use %s or %s", cfg.CPUScheduling, cpuSchedulingBatch, cpuSchedulingNormal)
 	}
 	if cfg.JWTSecret != "" && len(cfg.JWTSecret) < 32 {
 		return fmt.Errorf("SERVICE_JWT_SECRET is too short: use at least 32 characters, or leave it unset to have one generated and stored in the catalog")

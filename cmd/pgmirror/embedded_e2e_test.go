@@ -222,5 +222,6 @@ func TestEmbeddedDefaultFromScratch(t *testing.T) {
 	if dir.Mode().Perm() != want {
 		t.Errorf("data directory mode %04o, want %04o", dir.Mode().Perm(), want)
 	}
+	checkEmbeddedPolicy(t, e, s)
 	s.terminate(30 * time.Second)
 }

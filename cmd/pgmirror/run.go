@@ -58,6 +58,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		databaseURL = url
 	}
+	if command == "serve" {
+		// After the embedded cluster started: its processes, forked from
+		// this one, keep PostgreSQL's default policy.
+		applyCPUScheduling(cfg.CPUScheduling, logger)
+	}
 
 	replica := replicaName()
 	appName := catalogAppName(command, "")
