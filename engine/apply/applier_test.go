@@ -78,3 +78,18 @@ func testApplier(t *testing.T, cfg Config) (*Applier, *pgx.Conn, *change.Relatio
 	require.NoError(t, err)
 	return a, conn, rel
 }
+
+// TestPrefetchLeavesMissingTable: a destination table that cannot be
+// described ahead is no error of Prefetch; its first change reports it.
+func TestPrefetchLeavesMissingTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, conn, rel := testApplier(t, Config{})
+	_, err := conn.Exec(ctx, `DROP TABLE public.t`)
+	require.NoError(t, err)
+	require.NoError(t, a.Prefetch(ctx, rel.Table))
+	require.NoError(t, a.Begin(ctx))
+	err = a.Apply(ctx, &change.Change{Op: change.OpInsert, Relation: rel, New: []change.Value{
+		{Kind: change.ValueText, Text: []byte("1")}, {Kind: change.ValueText, Text: []byte("v")}}})
+	require.ErrorContains(t, err, "destination table public.t does not exist")
+}

@@ -555,6 +555,11 @@ func newRunner(cfg Config, rep Reporter, applier *apply.Applier, start runStart,
 			r.mapped[m.Source] = true
 		}
 	}
+	for _, m := range cfg.Tables {
+		if !r.skip[m.Source] {
+			r.prefetch = append(r.prefetch, m.Source)
+		}
+	}
 	r.floor = r.lowest()
 	r.appliedPos.Store(uint64(r.applied))
 	return r
@@ -669,6 +674,9 @@ type runner struct {
 	// applied (key: source schema.table); skip are the tables being copied.
 	positions map[change.TableName]change.LSN
 	skip      map[change.TableName]bool
+	// prefetch are the tables whose destination description the applier
+	// has yet to read ahead while the stream is idle (prefetchNext).
+	prefetch []change.TableName
 	// unmapped are the tables met that the run does not replicate (nil
 	// without OnUnmappedTable), mapped those it does.
 	unmapped, mapped map[change.TableName]bool
@@ -737,8 +745,22 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 	lagReporter, _ := r.rep.(LagReporter)
 	lagTick := time.NewTicker(lagEvery)
 	defer lagTick.Stop()
+	idle := make(chan struct{})
+	close(idle)
 	for {
+		// While nothing waits in the stream and no batch is open, the
+		// applier reads ahead what each table's first change would wait
+		// for, one table per round, so that the first changes after the
+		// run starts are applied without those round trips.
+		var prefetch <-chan struct{}
+		if len(r.prefetch) > 0 && len(events) == 0 && !r.inTx && !r.applier.InBatch() {
+			prefetch = idle
+		}
 		select {
+		case <-prefetch:
+			if err := r.prefetchNext(ctx); err != nil {
+				return r.loopFailed(ctx, err)
+			}
 		case now := <-lagTick.C:
 			r.srcCatalog.closeIdle(now)
 			if lagReporter != nil {
@@ -796,6 +818,16 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 			}
 		}
 	}
+}
+
+// prefetchNext has the applier read ahead the next table's description.
+func (r *runner) prefetchNext(ctx context.Context) error {
+	t := r.prefetch[0]
+	r.prefetch = r.prefetch[1:]
+	if r.skip[t] {
+		return nil // being copied since the run started: described when it joins
+	}
+	return r.applier.Prefetch(ctx, t)
 }
 
 // loopFailed ends the loop on err: the open batch is rolled back.

@@ -50,6 +50,14 @@
 // (Stream.ConfirmNow), so the slot is confirmed within about a tenth of a
 // second of the commit, not at the next status interval.
 //
+// While nothing waits in the stream and no batch is open, the loop has the
+// applier read ahead, one table per round, what the first change of each
+// mapped table would otherwise wait for (apply.Applier.Prefetch: the
+// destination table's description and the source columns recorded for it,
+// a few round trips): the first transactions after a run starts (a resume,
+// a restart, a hand-over) are then applied as soon as they arrive. Tables
+// being copied are left to the moment they join.
+//
 // A source of PostgreSQL 14 or later streams a transaction that outgrows
 // its logical_decoding_work_mem while it runs (pgoutput protocol 2): the
 // loop applies its row changes as they arrive into a destination
