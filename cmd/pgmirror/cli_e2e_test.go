@@ -376,6 +376,11 @@ func TestCLI(t *testing.T) {
 	s = restarted
 	s.waitStatus("m1", "running", 60*time.Second)
 	resynced(2)
+	// The command wrote the notice before the entry, but its stderr and
+	// stdout reach the test through pipes of their own: wait for it.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(followErr.String(), "the service answers again") && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
 	if stderr := followErr.String(); strings.Count(stderr, "the service does not answer") != 1 || !strings.Contains(stderr, "retrying for up to 1 min") ||
 		!strings.Contains(stderr, "the service answers again") {
 		t.Fatalf("logs --follow through a restart: stderr:\n%s", stderr)

@@ -411,14 +411,22 @@ func TestRepairBounded(t *testing.T) {
 	rep, _, err := verify.RepairChunks(rctx, verify.RepairConfig{Source: b.cfg.Source, Dest: b.cfg.Dest, MirrorUID: b.cfg.MirrorUID,
 		Tables: []verify.TableRepair{{Mapping: b.maps[0], Ranges: *res[0].RepairRanges}}, Budget: 300 * time.Millisecond}, b.opener())
 	require.NoError(t, err)
+	took := time.Since(started)
 	t.Logf("repaired %d rows in %d ranges, %d chunks, %s; longest lag %s (%s before the repair)", rep.Written, rep.Ranges, rep.Chunks,
-		time.Since(started).Round(time.Millisecond), time.Duration(maxLag.Load()).Round(time.Millisecond), streamLag.Round(time.Millisecond))
+		took.Round(time.Millisecond), time.Duration(maxLag.Load()).Round(time.Millisecond), streamLag.Round(time.Millisecond))
 	require.Equal(t, len(res[0].RepairRanges.Ranges), rep.Ranges)
 	require.Greater(t, rep.Chunks, 1, "the repair was cut into chunks")
 	time.Sleep(500 * time.Millisecond)
 	stop()
 	load.Wait()
-	require.Less(t, time.Duration(maxLag.Load()), streamLag+2*time.Second, "the mirror was held longer than the hold bound")
+	// Held at most about the budget per chunk, plus the statement that
+	// passed it and the catch-up after the hold: 2 s above the stream's own
+	// lag on a quiet machine. On a loaded one (a repair of 27 s in 14 chunks
+	// instead of 1.6 s in 3) every chunk takes longer: a quarter of the
+	// repair is the bound there, which one hold for the whole repair would
+	// still exceed fourfold.
+	bound := streamLag + max(2*time.Second, took/4)
+	require.Less(t, time.Duration(maxLag.Load()), bound, "the mirror was held longer than the hold bound")
 	require.Positive(t, ticks.Load())
 
 	waitRows(t, b.dst, "tick", ticks.Load())
