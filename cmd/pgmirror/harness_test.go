@@ -81,11 +81,42 @@ func (b *syncBuffer) String() string {
 }
 
 // startService starts pgmirror serve on catalogURL and logs in as admin.
+//
+// The port is free when launchService picks it, but another process (a
+// client's outgoing connection takes ports of the same range) may take it
+// before the service listens: then the service is started again on a new
+// port, up to three times.
 func startService(t *testing.T, catalogURL string, env ...string) *service {
 	t.Helper()
 	s := launchService(t, catalogURL, env...)
+	for range 3 {
+		if !s.lostItsPort() {
+			break
+		}
+		t.Logf("port %s was taken before pgmirror listened on it; starting it on another", s.baseURL)
+		s = launchService(t, catalogURL, env...)
+	}
 	s.waitReady()
 	return s
+}
+
+// lostItsPort waits until s answers /health or exits, and says whether it
+// exited because its port was taken.
+func (s *service) lostItsPort() bool {
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		select {
+		case <-s.done:
+			return strings.Contains(s.output.String(), "bind: address already in use")
+		default:
+		}
+		if resp, err := http.Get(s.baseURL + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return false
+			}
+		}
+	}
+	return false
 }
 
 // launchService starts pgmirror serve on catalogURL without waiting for it.
