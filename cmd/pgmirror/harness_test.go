@@ -103,20 +103,7 @@ func startService(t *testing.T, catalogURL string, env ...string) *service {
 // lostItsPort waits until s answers /health or exits, and says whether it
 // exited because its port was taken.
 func (s *service) lostItsPort() bool {
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		select {
-		case <-s.done:
-			return strings.Contains(s.output.String(), "bind: address already in use")
-		default:
-		}
-		if resp, err := http.Get(s.baseURL + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return false
-			}
-		}
-	}
-	return false
+	return s.awaitStart() == startExited && strings.Contains(s.output.String(), "bind: address already in use")
 }
 
 // launchService starts pgmirror serve on catalogURL without waiting for it.
@@ -204,25 +191,38 @@ func (s *service) waitReady() {
 // waitHealthy waits until the service answers /health.
 func (s *service) waitHealthy() {
 	s.t.Helper()
-	t := s.t
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		resp, err := http.Get(s.baseURL + "/health")
-		if err == nil {
+	switch s.awaitStart() {
+	case startExited:
+		s.t.Fatalf("pgmirror exited during startup:\n%s", s.output.String())
+	case startTimedOut:
+		s.t.Fatalf("pgmirror did not become healthy:\n%s", s.output.String())
+	}
+}
+
+// How a service's start ended (awaitStart).
+const (
+	startHealthy = iota
+	startExited
+	startTimedOut
+)
+
+// awaitStart waits up to 90 s until s answers /health or its process exits.
+func (s *service) awaitStart() int {
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get(s.baseURL + "/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				break
+				return startHealthy
 			}
 		}
 		select {
 		case <-s.done:
-			t.Fatalf("pgmirror exited during startup:\n%s", s.output.String())
+			return startExited
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pgmirror did not become healthy:\n%s", s.output.String())
+			return startTimedOut
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -675,7 +675,8 @@ type runner struct {
 	positions map[change.TableName]change.LSN
 	skip      map[change.TableName]bool
 	// prefetch are the tables whose destination description the applier
-	// has yet to read ahead while the stream is idle (prefetchNext).
+	// has yet to read ahead while the stream is idle (prefetchNext); tables
+	// being copied (skip) are left to the run in which they join.
 	prefetch []change.TableName
 	// unmapped are the tables met that the run does not replicate (nil
 	// without OnUnmappedTable), mapped those it does.
@@ -824,9 +825,6 @@ func (r *runner) loop(ctx context.Context, stop <-chan struct{}) error {
 func (r *runner) prefetchNext(ctx context.Context) error {
 	t := r.prefetch[0]
 	r.prefetch = r.prefetch[1:]
-	if r.skip[t] {
-		return nil // being copied since the run started: described when it joins
-	}
 	return r.applier.Prefetch(ctx, t)
 }
 
