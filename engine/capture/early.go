@@ -85,13 +85,29 @@ func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stag
 		if err != nil {
 			return fmt.Errorf("decode relation message: %w", err)
 		}
+		prev := tx.early.rels[rel.ID]
+		if prev == nil {
+			prev = s.relations[rel.ID]
+		}
 		tx.early.rels[rel.ID] = rel
 		tx.early.descs = append(tx.early.descs, slices.Clone(msg))
+		if prev != nil && !sameDescription(prev, rel) {
+			// A schema change (in this transaction, or committed before it
+			// and not described since): the consumer applies it at the
+			// commit, so it is told now, while the source may still be
+			// writing the transaction, not at its next change.
+			return s.earlyUnfit(ctx, ticker, tx, fmt.Sprintf("table %s described with other columns", rel.Table))
+		}
 		return nil
 	case msgType:
 		tx.early.descs = append(tx.early.descs, slices.Clone(msg))
 		return nil
 	case msgInsert, msgUpdate, msgDelete:
+		if s.cfg.EarlyGivenUp != nil {
+			if reason := s.cfg.EarlyGivenUp(tx.xid); reason != "" {
+				return s.earlyUnfit(ctx, ticker, tx, reason)
+			}
+		}
 		if sub != tx.xid && !tx.early.subs[sub] {
 			if len(tx.early.subs) == maxEarlySubtransactions {
 				return s.earlyUnfit(ctx, ticker, tx, fmt.Sprintf("more than %d subtransactions", maxEarlySubtransactions))
@@ -121,6 +137,12 @@ func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stag
 		return nil
 	}
 	return nil
+}
+
+// sameDescription reports whether two descriptions of a relation name the
+// same table, replica identity and columns (names, types, key flags).
+func sameDescription(a, b *change.Relation) bool {
+	return a.Table == b.Table && a.ReplicaIdentity == b.ReplicaIdentity && slices.Equal(a.Columns, b.Columns)
 }
 
 // earlyUnfit stops handing over tx's changes early and tells the consumer.

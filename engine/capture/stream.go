@@ -186,6 +186,14 @@ type StreamConfig struct {
 	// changes early, so that it is staged from the start instead of being
 	// handed over and read again. Called on the stream's goroutine.
 	EarlyDeclined func() bool
+	// EarlyGivenUp, when set, is asked before each change of the
+	// transaction being handed over early: why the consumer gave that
+	// transaction up (it could not write a change of it early, such as one
+	// after a schema change), or "", so that the stream stops handing it
+	// over then, not at its commit, and a transaction whose staged records
+	// were dropped is read again (*RereadError) while the source may still
+	// be writing it. Called on the stream's goroutine.
+	EarlyGivenUp func(xid uint32) string
 	// Logger receives debug messages. Default: discard.
 	Logger *slog.Logger
 }

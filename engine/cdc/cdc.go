@@ -394,6 +394,7 @@ func runOnce(ctx context.Context, cfg Config, rep Reporter, stop <-chan struct{}
 		Binary: binary, Messages: heartbeatEvery > 0 && srv.Messages(), SchemaMessages: cfg.CaptureDDL && srv.SchemaMessages(), Origins: cfg.Origins,
 		ConfirmLimit: confirmLimit, Streaming: srv.Streaming(), StageMemory: cfg.StageMemory, SpillDir: cfg.SpillDir,
 		EarlyChanges: srv.Streaming() && !cfg.noEarly && cfg.StopAt == 0, NotEarly: cfg.notEarly, EarlyDeclined: r.declining.Load,
+		EarlyGivenUp: r.early.givenUp,
 	})
 	if err != nil {
 		return netError(err)

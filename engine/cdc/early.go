@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,6 +84,12 @@ type earlyApply struct {
 	// applyErr is the first error the worker met writing the open early
 	// transaction's changes (read and reset through work).
 	applyErr error
+	// workerXid is the streamed transaction the worker writes (set through
+	// work), and failed the last one whose writing failed, with why: the
+	// stream asks for it (capture.StreamConfig.EarlyGivenUp) so that it
+	// stops handing that transaction over at once, not at its commit.
+	workerXid  uint32
+	lastFailed atomic.Pointer[earlyFailure]
 
 	xid     uint32 // the streamed transaction met last (0: none)
 	failed  bool   // xid is not applied early: it comes whole at its commit
@@ -174,10 +181,33 @@ func (e *earlyApply) savepoint(sub uint32, rollback bool) {
 			err = e.applier.Savepoint(ctx, name)
 		}
 		if err != nil {
-			e.applyErr = err
+			e.fail(err)
 		}
 		return nil
 	}})
+}
+
+// earlyFailure is a streamed transaction whose early writing failed.
+type earlyFailure struct {
+	xid    uint32
+	reason string
+}
+
+// fail keeps the first error met writing the open early transaction (on
+// the worker) and tells the stream that its transaction is given up.
+func (e *earlyApply) fail(err error) {
+	e.applyErr = err
+	e.lastFailed.Store(&earlyFailure{xid: e.workerXid, reason: err.Error()})
+}
+
+// givenUp says, for the stream's goroutine, why the early writing of
+// streamed transaction xid failed, or "" (capture.StreamConfig.
+// EarlyGivenUp).
+func (e *earlyApply) givenUp(xid uint32) string {
+	if f := e.lastFailed.Load(); f != nil && f.xid == xid {
+		return f.reason
+	}
+	return ""
 }
 
 // earlyQueue is the early worker's queue. It has no bound of its own: the
@@ -268,7 +298,7 @@ func (e *earlyApply) do(ctx context.Context, stream *capture.Stream, op earlyOp)
 	}
 	if e.applyErr == nil && e.applier.InBatch() {
 		if err := e.applier.Apply(ctx, op.change); err != nil {
-			e.applyErr = err
+			e.fail(err)
 		}
 	}
 	stream.Release(capture.Event{Change: op.change, Size: op.size})
@@ -335,7 +365,7 @@ func (r *runner) earlyBegin(ctx context.Context) error {
 		return err
 	}
 	err := e.work(func() error {
-		e.applyErr = nil
+		e.applyErr, e.workerXid = nil, e.xid
 		return e.applier.Begin(ctx)
 	})
 	if err != nil {
