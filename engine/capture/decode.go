@@ -279,25 +279,10 @@ func (s *Stream) decode(walData []byte) (Event, bool, error) {
 		if err := w.done(); err != nil {
 			return Event{}, false, fmt.Errorf("decode origin message: %w", err)
 		}
-		if s.inTx && origin.IsPgmirror(name) {
-			// pgmirror applied this transaction on the source. When its
-			// mirror closes a loop with this one (engine/origin.Filter),
-			// its changes came from this mirror's destination and must not
-			// go back; Begin and Commit still go to the consumer, so that
-			// positions move past it. Otherwise (a chain) it is carried.
-			drop := s.cfg.Origins.Drops(name)
-			s.skipTx = drop
-			if seen, ok := s.originSeen[name]; !ok || seen != drop {
-				if s.originSeen == nil {
-					s.originSeen = map[string]bool{}
-				}
-				s.originSeen[name] = drop
-				if drop {
-					s.log.Info("leaving out transactions that a mirror in the opposite direction applied on the source", "origin", name)
-				} else {
-					s.log.Info("carrying transactions that another mirror applied on the source (a chain of mirrors)", "origin", name)
-				}
-			}
+		if s.inTx {
+			// Begin and Commit of a transaction left out still go to the
+			// consumer, so that positions move past it.
+			s.skipTx = s.dropsOrigin(name)
 		}
 		return Event{}, false, nil
 	case msgMessage:
@@ -329,6 +314,31 @@ func (s *Stream) decode(walData []byte) (Event, bool, error) {
 // pgTime converts a PostgreSQL timestamp (microseconds since 2000-01-01).
 func pgTime(microsecSinceY2K uint64) time.Time {
 	return time.Unix(0, (microsecFromUnixEpochToY2K+int64(microsecSinceY2K))*1000)
+}
+
+// dropsOrigin reports whether the transaction of origin name is left out.
+// A transaction pgmirror applied on the source is left out when its mirror
+// closes a loop with this one (engine/origin.Filter): its changes came from
+// this mirror's destination and must not go back. Otherwise (a chain, or
+// an origin that is not pgmirror's) it is carried. The first of each
+// pgmirror origin, and each change of its verdict, is logged.
+func (s *Stream) dropsOrigin(name string) bool {
+	if !origin.IsPgmirror(name) {
+		return false
+	}
+	drop := s.cfg.Origins.Drops(name)
+	if seen, ok := s.originSeen[name]; !ok || seen != drop {
+		if s.originSeen == nil {
+			s.originSeen = map[string]bool{}
+		}
+		s.originSeen[name] = drop
+		if drop {
+			s.log.Info("leaving out transactions that a mirror in the opposite direction applied on the source", "origin", name)
+		} else {
+			s.log.Info("carrying transactions that another mirror applied on the source (a chain of mirrors)", "origin", name)
+		}
+	}
+	return drop
 }
 
 // decodeRelation decodes a Relation message into a new relation.

@@ -129,7 +129,19 @@ func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stag
 	case msgTruncate:
 		return s.earlyUnfit(ctx, ticker, tx, "a truncate")
 	case msgOrigin:
-		return s.earlyUnfit(ctx, ticker, tx, "a replication origin")
+		// A transaction another mirror applied on the source (a chain) goes
+		// on early; one of a mirror in the opposite direction is left out,
+		// at its commit.
+		w := wire{b: msg, off: 1}
+		w.u64("origin commit LSN")
+		name := w.cstring("origin name")
+		if err := w.done(); err != nil {
+			return s.earlyUnfit(ctx, ticker, tx, fmt.Sprintf("decode origin message: %v", err))
+		}
+		if s.dropsOrigin(name) {
+			return s.earlyUnfit(ctx, ticker, tx, "a transaction of a mirror in the opposite direction")
+		}
+		return nil
 	case msgMessage:
 		if s.cfg.SchemaMessages {
 			return s.earlyUnfit(ctx, ticker, tx, "a logical decoding message")

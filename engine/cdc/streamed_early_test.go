@@ -2,7 +2,9 @@ package cdc_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
+	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
+	"github.com/pgmirror/pgmirror/engine/origin"
 )
 
 // TestStreamedSchemaChangeGivenUpAtOnce: a migration in one large streamed
@@ -98,4 +102,76 @@ func TestStreamedSchemaChangeGivenUpAtOnce(t *testing.T) {
 	require.Contains(t, log.String(), unfit)
 	require.Equal(t, change.Counts{Inserted: 1 + 30000 + 35000 + 30000, Updated: 10000},
 		b.rep.totals()["public.big"], "each change applied once")
+}
+
+// chained returns a bundle that replicates b's destination into a new
+// database on the destination cluster (created with ddl): a chain of
+// mirrors, carrying what b applied, its origin included.
+func chained(t *testing.T, b *testBundle, ddl string) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
+	pgtest.Exec(t, dst, ddl)
+	n := nameSeq.Add(1)
+	slot := fmt.Sprintf("cdc_test_%d_%d", os.Getpid(), n)
+	pub := slot + "_pub"
+	conn, err := pgx.Connect(ctx, b.dst)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var tables []change.TableName
+	mappings := make([]change.Mapping, len(b.cfg.Tables))
+	for i, m := range b.cfg.Tables {
+		mappings[i] = change.Mapping{Source: m.Destination, Destination: m.Destination}
+		tables = append(tables, m.Destination)
+	}
+	_, err = capture.EnsurePublication(ctx, conn, pub, tables)
+	require.NoError(t, err)
+	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, b.dst).Config)
+	require.NoError(t, err)
+	_, err = capture.CreateSlot(ctx, repl, slot, false)
+	require.NoError(t, err)
+	require.NoError(t, repl.Close(ctx))
+	c := &testBundle{src: b.dst, dst: dst, rep: &recorder{}, cfg: b.cfg}
+	c.cfg.MirrorUID = fmt.Sprintf("mirror-%d", n)
+	c.cfg.Source, c.cfg.Dest = b.cfg.Dest, pgtest.ConnConfig(t, dst)
+	c.cfg.SlotName, c.cfg.PublicationName = slot, pub
+	c.cfg.Tables = mappings
+	c.cfg.Origin = origin.Name(c.cfg.MirrorUID)
+	return c
+}
+
+// TestStreamedChainAppliedEarly: a large transaction that one mirror
+// applied (marked with its origin) streams from that mirror's destination
+// to the next mirror of a chain, which applies it while it streams, as it
+// does the source's own; a mirror in the opposite direction leaves it out.
+// Every database ends equal and nothing comes back.
+func TestStreamedChainAppliedEarly(t *testing.T) {
+	t.Parallel()
+	ddl := `CREATE TABLE public.big (id int PRIMARY KEY, v text)`
+	ab := setup(t, ddl, ddl, same("public", "big"))
+	ab.cfg.Origin = origin.Name(ab.cfg.MirrorUID)
+	ba := reversed(t, ab)
+	bc := chained(t, ab, ddl)
+	bc.cfg.Origins = origin.NewFilter(nil) // carries every origin: a chain
+	for _, u := range []struct{ url, uid string }{{ab.dst, ab.cfg.MirrorUID}, {ab.src, ba.cfg.MirrorUID}, {bc.dst, bc.cfg.MirrorUID}} {
+		dropOrigins(t, u.url, u.uid)
+	}
+	streamSmall(t, ab)
+	streamSmall(t, bc) // the middle database's transactions stream too
+	var log lockedBuffer
+	bc.cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rab, rba, rbc := ab.start(t), ba.start(t), bc.start(t)
+
+	pgtest.Exec(t, ab.src, `INSERT INTO big SELECT g, 'bulk' FROM generate_series(1, 30000) g`)
+	ab.waitEqual(t, rab, `SELECT * FROM big`, `SELECT * FROM big`)
+	bc.waitEqual(t, rbc, `SELECT * FROM big`, `SELECT * FROM big`)
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), "large transaction applied while the source streamed it") }, 30*time.Second, 10*time.Millisecond,
+		"the chain's second mirror did not apply the large transaction while it streamed")
+	time.Sleep(2 * time.Second) // a transaction coming back would show by now
+	require.NoError(t, rab.halt(t))
+	require.NoError(t, rba.halt(t))
+	require.NoError(t, rbc.halt(t))
+	require.NotContains(t, log.String(), "reading it again")
+	require.Equal(t, change.Counts{Inserted: 30000}, bc.rep.totals()["public.big"])
+	require.Zero(t, allCounts(ba.rep)["public.big"], "the opposite mirror carried the transaction back")
 }
