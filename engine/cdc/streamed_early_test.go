@@ -165,7 +165,9 @@ func TestStreamedChainAppliedEarly(t *testing.T) {
 	pgtest.Exec(t, ab.src, `INSERT INTO big SELECT g, 'bulk' FROM generate_series(1, 30000) g`)
 	ab.waitEqual(t, rab, `SELECT * FROM big`, `SELECT * FROM big`)
 	bc.waitEqual(t, rbc, `SELECT * FROM big`, `SELECT * FROM big`)
-	require.Eventually(t, func() bool { return strings.Contains(log.String(), "large transaction applied while the source streamed it") }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool {
+		return strings.Contains(log.String(), "large transaction applied while the source streamed it")
+	}, 30*time.Second, 10*time.Millisecond,
 		"the chain's second mirror did not apply the large transaction while it streamed")
 	time.Sleep(2 * time.Second) // a transaction coming back would show by now
 	require.NoError(t, rab.halt(t))
