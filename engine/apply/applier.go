@@ -110,17 +110,19 @@ type Config struct {
 	// Early says that the applier writes a source transaction that is
 	// still open on the source (a streamed one, applied while it streams)
 	// beside another applier's batches on the same destination. Its
-	// transaction may take row locks only: whatever would change the
-	// destination's schema, record columns, truncate or take a table lock
-	// fails with an error matching ErrNotEarly instead, and the caller
-	// applies the transaction the ordinary way at its commit.
+	// transaction takes row locks, and the table locks of the truncates
+	// the source's transaction holds too (no other source transaction
+	// writes those tables before its commit): whatever would change the
+	// destination's schema or record columns fails with an error matching
+	// ErrNotEarly instead, and the caller applies the transaction the
+	// ordinary way at its commit.
 	Early bool
 }
 
 // ErrNotEarly matches (errors.Is) a change that an applier in Early mode
-// does not write: a truncate, or a table whose columns or key differ from
-// what the destination and the recorded columns say (a schema change to
-// apply first).
+// does not write: a table whose columns or key differ from what the
+// destination and the recorded columns say (a schema change to apply
+// first).
 var ErrNotEarly = errors.New("the change needs more than row writes: apply the transaction at its commit")
 
 // Applier writes batches of source changes to the destination. It owns its
@@ -281,9 +283,6 @@ func (a *Applier) Apply(ctx context.Context, c *change.Change) error {
 		return errors.New("apply change: no batch open")
 	}
 	if c.Op == change.OpTruncate {
-		if a.cfg.Early {
-			return fmt.Errorf("truncate: %w", ErrNotEarly)
-		}
 		return a.truncate(ctx, c)
 	}
 	p, err := a.planFor(ctx, c.Relation)

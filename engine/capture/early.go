@@ -102,7 +102,13 @@ func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stag
 	case msgType:
 		tx.early.descs = append(tx.early.descs, slices.Clone(msg))
 		return nil
-	case msgInsert, msgUpdate, msgDelete:
+	case msgInsert, msgUpdate, msgDelete, msgTruncate:
+		if msg[0] == msgTruncate && len(msg) > 5 && msg[5] != 0 {
+			// CASCADE would lock and empty destination tables beyond the
+			// transaction's, RESTART IDENTITY their sequences, which the
+			// run's sequence sync writes: applied at the commit.
+			return s.earlyUnfit(ctx, ticker, tx, "a truncate with CASCADE or RESTART IDENTITY")
+		}
 		if s.cfg.EarlyGivenUp != nil {
 			if reason := s.cfg.EarlyGivenUp(tx.xid); reason != "" {
 				return s.earlyUnfit(ctx, ticker, tx, reason)
@@ -126,8 +132,6 @@ func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stag
 		}
 		ev.Kind, ev.Xid, ev.Sub = EventStreamChange, tx.xid, sub
 		return s.emit(ctx, ticker, ev)
-	case msgTruncate:
-		return s.earlyUnfit(ctx, ticker, tx, "a truncate")
 	case msgOrigin:
 		// A transaction another mirror applied on the source (a chain) goes
 		// on early; one of a mirror in the opposite direction is left out,

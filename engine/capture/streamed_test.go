@@ -234,8 +234,8 @@ func TestStreamedErrors(t *testing.T) {
 }
 
 // TestEarlyChanges: with EarlyChanges, the changes of one streamed
-// transaction at a time are handed over while it streams; a truncate makes
-// it unfit; rollbacks are told; at its commit the consumer's answer decides
+// transaction at a time are handed over while it streams, a plain truncate
+// too; a truncate with CASCADE makes it unfit; rollbacks are told; at its commit the consumer's answer decides
 // whether it is handed over whole again (false) or not (true, and its
 // relations are known after it all the same).
 func TestEarlyChanges(t *testing.T) {
@@ -246,6 +246,9 @@ func TestEarlyChanges(t *testing.T) {
 	events := consume(s, func(xid uint32) bool { return answers[xid] }, func(ev Event) string {
 		switch ev.Kind {
 		case EventStreamChange:
+			if ev.Change.Op == change.OpTruncate {
+				return fmt.Sprintf("early %d/%d truncate", ev.Xid, ev.Sub)
+			}
 			return fmt.Sprintf("early %d/%d %s", ev.Xid, ev.Sub, ev.Change.New[0].Text)
 		case EventStreamUnfit:
 			return fmt.Sprintf("unfit %d: %s", ev.Xid, ev.Note.Reason)
@@ -271,11 +274,13 @@ func TestEarlyChanges(t *testing.T) {
 		streamStart(100, true), inStream(100, relationOrders()), inStream(100, insertID("a1")), inStream(101, insertID("a-sub")), streamStop(),
 		// A second streamed transaction while the first one is early: staged only.
 		streamStart(200, true), inStream(200, relationOrders()), inStream(200, insertID("b1")), streamStop(),
-		streamStart(100, false), inStream(100, msg{'T'}.u32(1).u8(0).u32(relOrders)), inStream(100, insertID("a2")), streamStop(),
+		streamStart(100, false), inStream(100, msg{'T'}.u32(1).u8(truncateCascade).u32(relOrders)), inStream(100, insertID("a2")), streamStop(),
 		streamCommit(200, 0x2_0000_0000, 0x2_0000_0010),
 		streamCommit(100, 0x2_0000_0100, 0x2_0000_0110),
-		// Early again, and applied by the consumer: not handed over again.
-		streamStart(400, true), inStream(400, relationPair()), inStream(400, relationOrders()), inStream(400, insertID("d1")), streamStop(),
+		// Early again, a plain truncate too, and applied by the consumer:
+		// not handed over again.
+		streamStart(400, true), inStream(400, relationPair()), inStream(400, relationOrders()),
+		inStream(400, msg{'T'}.u32(1).u8(0).u32(relOrders)), inStream(400, insertID("d1")), streamStop(),
 		streamCommit(400, 0x3_0000_0000, 0x3_0000_0010),
 		// A subtransaction rolled back, then a whole transaction.
 		streamStart(500, true), inStream(500, relationOrders()), inStream(501, insertID("e1")), streamStop(),
@@ -293,11 +298,11 @@ func TestEarlyChanges(t *testing.T) {
 	require.NoError(t, s.handOver(context.Background(), ticker))
 	require.Equal(t, []string{
 		"early 100/100 a1", "early 100/101 a-sub",
-		"unfit 100: a truncate",
+		"unfit 100: a truncate with CASCADE or RESTART IDENTITY",
 		"begin 200", "change b1", "commit",
 		"commit 100 at 2/100 end 2/110",
 		"begin 100", "change a1", "change a-sub", "change truncate", "change a2", "commit",
-		"early 400/400 d1",
+		"early 400/400 truncate", "early 400/400 d1",
 		"commit 400 at 3/0 end 3/10",
 		"early 500/501 e1", "abort 500/501", "abort 500/500",
 		"early 600/600 f1", "abort 600/600",
@@ -316,7 +321,7 @@ func TestEarlyChanges(t *testing.T) {
 // TestEarlyUnstaged: a transaction handed over early that outgrows the
 // staging memory is not spilled: its records are dropped. Applied early at
 // its commit, it ends like any other, also after a rolled back
-// subtransaction; given up after that (a truncate, the consumer's answer
+// subtransaction; given up after that (a truncate with RESTART IDENTITY, the consumer's answer
 // at its commit), the stream ends with a RereadError naming it. A transaction in NotEarly is
 // staged (and spilled) and handed over whole at its commit.
 func TestEarlyUnstaged(t *testing.T) {
@@ -392,8 +397,8 @@ func TestEarlyUnstaged(t *testing.T) {
 		want   []string
 		reason string
 	}{
-		{"truncate", [][]byte{streamStart(9, false), inStream(9, msg{'T'}.u32(1).u8(0).u32(relOrders))},
-			[]string{fmt.Sprintf("early x%d", rows), "unfit"}, "a truncate"},
+		{"truncate", [][]byte{streamStart(9, false), inStream(9, msg{'T'}.u32(1).u8(truncateRestartIdentity).u32(relOrders))},
+			[]string{fmt.Sprintf("early x%d", rows), "unfit"}, "a truncate with CASCADE or RESTART IDENTITY"},
 		{"declined at the commit", [][]byte{commit},
 			[]string{fmt.Sprintf("early x%d", rows), "commit"}, "declined"},
 	} {

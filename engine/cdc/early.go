@@ -28,12 +28,17 @@ package cdc
 //     its savepoint, which also undoes the subtransactions begun within it
 //     (their changes came after its first one). The capture gives up a
 //     transaction with more than 64 of them (maxEarlySubtransactions).
-//   - Anything but row changes (a truncate, a schema change, a table whose
-//     columns differ from those recorded, a table being copied) gives the
-//     early transaction up: it is rolled back, and the capture hands the
-//     transaction over whole at its commit from what it staged, as without
-//     early apply, or has the run read it again from the source when it
-//     outgrew the staging memory (capture.RereadError).
+//   - A plain truncate is written early too: its table lock is one the
+//     source's transaction holds as well, so no source transaction commits
+//     a write to that table before it (a batch that waits for it all the
+//     same ends at the lock timeout above).
+//   - Anything else but row changes (a truncate with CASCADE or RESTART
+//     IDENTITY, a schema change, a table whose columns differ from those
+//     recorded, a table being copied) gives the early transaction up, as
+//     soon as the stream or the worker meets it: it is rolled back, and
+//     the capture hands the transaction over whole at its commit from what
+//     it staged, as without early apply, or has the run read it again from
+//     the source when it outgrew the staging memory (capture.RereadError).
 //   - A transaction the destination already has (sent again after a
 //     restart) commits at a position below the mirror's: it is rolled back
 //     and skipped as usual.
@@ -121,7 +126,7 @@ func (r *runner) earlyChange(ctx context.Context, ev capture.Event) error {
 		return nil
 	}
 	c := ev.Change
-	if r.unmapped != nil {
+	if r.unmapped != nil && c.Relation != nil { // a truncate names its tables in Truncated
 		r.noticeUnmapped(c.Relation.Table)
 	}
 	if !e.open {

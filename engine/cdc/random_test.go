@@ -111,6 +111,7 @@ type randomWorkload struct {
 	rng         *rand.Rand
 	acct, plain *keySet
 	emails      int // unique email counter
+	truncates   int // every second truncate resets sequences too
 }
 
 func (w *randomWorkload) email() string {
@@ -239,6 +240,11 @@ func (w *randomWorkload) plainStatement() string {
 	case op == 29 && w.rng.IntN(4) == 0:
 		k.deleted = append(k.deleted, k.live...)
 		k.live = nil
+		// Both kinds: a plain one is applied early in a streamed
+		// transaction, one with RESTART IDENTITY at its commit.
+		if w.truncates++; w.truncates%2 == 0 {
+			return "TRUNCATE plain RESTART IDENTITY"
+		}
 		return "TRUNCATE plain"
 	default:
 		return fmt.Sprintf("UPDATE plain SET body = %s WHERE id = %d", w.body(), id)
