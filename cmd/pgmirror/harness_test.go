@@ -207,12 +207,17 @@ const (
 )
 
 // awaitStart waits up to 90 s until s answers /health or its process exits.
+// The answer counts once s logged that it listens: until then another
+// test's service may hold the port (taken between FreePort and s's listen)
+// and answer in its place.
 func (s *service) awaitStart() int {
 	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if resp, err := http.Get(s.baseURL + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return startHealthy
+		if strings.Contains(s.output.String(), "pgmirror serving") {
+			if resp, err := http.Get(s.baseURL + "/health"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return startHealthy
+				}
 			}
 		}
 		select {

@@ -114,6 +114,36 @@ func setup(t testing.TB, srcDDL, dstDDL string, mappings ...change.Mapping) *tes
 	return setupOn(t, pgtest.SourceCluster(t), pgtest.DestCluster(t), srcDDL, dstDDL, mappings...)
 }
 
+// newSlot creates a publication of the mappings' tables (their destination
+// tables with onDest) and a logical slot on the database at url, named
+// for a new bundle: it returns the bundle's number and the two names.
+func newSlot(t testing.TB, url string, mappings []change.Mapping, onDest bool) (n int64, slot, pub string) {
+	t.Helper()
+	n = nameSeq.Add(1)
+	slot = fmt.Sprintf("cdc_test_%d_%d", os.Getpid(), n)
+	pub = slot + "_pub"
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var tables []change.TableName
+	for _, m := range mappings {
+		if onDest {
+			tables = append(tables, m.Destination)
+		} else {
+			tables = append(tables, m.Source)
+		}
+	}
+	_, err = capture.EnsurePublication(ctx, conn, pub, tables)
+	require.NoError(t, err)
+	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, url).Config)
+	require.NoError(t, err)
+	_, err = capture.CreateSlot(ctx, repl, slot, false)
+	require.NoError(t, err)
+	require.NoError(t, repl.Close(ctx))
+	return n, slot, pub
+}
+
 // setupOn is setup with the source and destination databases on the given
 // clusters.
 func setupOn(t testing.TB, srcCluster, dstCluster *localpg.Cluster, srcDDL, dstDDL string, mappings ...change.Mapping) *testBundle {
@@ -122,26 +152,7 @@ func setupOn(t testing.TB, srcCluster, dstCluster *localpg.Cluster, srcDDL, dstD
 	dst := pgtest.NewDatabase(t, dstCluster)
 	pgtest.Exec(t, src, srcDDL)
 	pgtest.Exec(t, dst, dstDDL)
-	n := nameSeq.Add(1)
-	slot := fmt.Sprintf("cdc_test_%d_%d", os.Getpid(), n)
-	pub := slot + "_pub"
-	ctx := context.Background()
-
-	conn, err := pgx.Connect(ctx, src)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	var tables []change.TableName
-	for _, m := range mappings {
-		tables = append(tables, m.Source)
-	}
-	_, err = capture.EnsurePublication(ctx, conn, pub, tables)
-	require.NoError(t, err)
-	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, src).Config)
-	require.NoError(t, err)
-	_, err = capture.CreateSlot(ctx, repl, slot, false)
-	require.NoError(t, err)
-	require.NoError(t, repl.Close(ctx))
-
+	n, slot, pub := newSlot(t, src, mappings, false)
 	return &testBundle{
 		src: src, dst: dst, rep: &recorder{},
 		cfg: cdc.Config{

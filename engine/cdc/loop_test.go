@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
-	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/origin"
 	"github.com/pgmirror/pgmirror/engine/tablesync"
@@ -25,29 +24,22 @@ import (
 // their writes with their own origins.
 func reversed(t *testing.T, b *testBundle) *testBundle {
 	t.Helper()
-	ctx := context.Background()
-	n := nameSeq.Add(1)
-	slot := fmt.Sprintf("cdc_test_%d_%d", os.Getpid(), n)
-	pub := slot + "_pub"
-	conn, err := pgx.Connect(ctx, b.dst)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	var tables []change.TableName
+	return fromDest(t, b, b.src, func(m change.Mapping) change.TableName { return m.Source })
+}
+
+// fromDest returns a bundle that replicates b's destination (a publication
+// and slot there) into the database at dst, each of b's destination tables
+// into the table to names, marking its writes with its own origin.
+func fromDest(t *testing.T, b *testBundle, dst string, to func(change.Mapping) change.TableName) *testBundle {
+	t.Helper()
+	n, slot, pub := newSlot(t, b.dst, b.cfg.Tables, true)
 	mappings := make([]change.Mapping, len(b.cfg.Tables))
 	for i, m := range b.cfg.Tables {
-		mappings[i] = change.Mapping{Source: m.Destination, Destination: m.Source}
-		tables = append(tables, m.Destination)
+		mappings[i] = change.Mapping{Source: m.Destination, Destination: to(m)}
 	}
-	_, err = capture.EnsurePublication(ctx, conn, pub, tables)
-	require.NoError(t, err)
-	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, b.dst).Config)
-	require.NoError(t, err)
-	_, err = capture.CreateSlot(ctx, repl, slot, false)
-	require.NoError(t, err)
-	require.NoError(t, repl.Close(ctx))
-	r := &testBundle{src: b.dst, dst: b.src, rep: &recorder{}, cfg: b.cfg}
+	r := &testBundle{src: b.dst, dst: dst, rep: &recorder{}, cfg: b.cfg}
 	r.cfg.MirrorUID = fmt.Sprintf("mirror-%d", n)
-	r.cfg.Source, r.cfg.Dest = b.cfg.Dest, b.cfg.Source
+	r.cfg.Source, r.cfg.Dest = b.cfg.Dest, pgtest.ConnConfig(t, dst)
 	r.cfg.SlotName, r.cfg.PublicationName = slot, pub
 	r.cfg.Tables = mappings
 	r.cfg.Origin = origin.Name(r.cfg.MirrorUID)

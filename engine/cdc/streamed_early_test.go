@@ -2,9 +2,7 @@ package cdc_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgmirror/pgmirror/db/pgtest"
-	"github.com/pgmirror/pgmirror/engine/capture"
 	"github.com/pgmirror/pgmirror/engine/change"
 	"github.com/pgmirror/pgmirror/engine/origin"
 )
@@ -38,12 +35,8 @@ func TestStreamedSchemaChangeGivenUpAtOnce(t *testing.T) {
 	streamSmall(t, b)
 	b.cfg.StageMemory = 64 << 10
 	b.cfg.SchemaChanges = "apply"
-	var log lockedBuffer
-	b.cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx := context.Background()
-	dc, err := pgx.Connect(ctx, b.dst)
-	require.NoError(t, err)
-	defer dc.Close(ctx)
+	log := debugLog(b)
+	dc := destConn(t, b)
 	seen := newVisibleCounts()
 	stop := watchCounts(t, b.dst, `SELECT count(*) FROM big`, seen)
 	const (
@@ -104,40 +97,30 @@ func TestStreamedSchemaChangeGivenUpAtOnce(t *testing.T) {
 		b.rep.totals()["public.big"], "each change applied once")
 }
 
+// debugLog sends b's run log at debug level to the buffer it returns.
+func debugLog(b *testBundle) *lockedBuffer {
+	log := &lockedBuffer{}
+	b.cfg.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return log
+}
+
+// destConn connects to b's destination database until the test ends.
+func destConn(t *testing.T, b *testBundle) *pgx.Conn {
+	t.Helper()
+	dc, err := pgx.Connect(context.Background(), b.dst)
+	require.NoError(t, err)
+	t.Cleanup(func() { dc.Close(context.Background()) })
+	return dc
+}
+
 // chained returns a bundle that replicates b's destination into a new
 // database on the destination cluster (created with ddl): a chain of
 // mirrors, carrying what b applied, its origin included.
 func chained(t *testing.T, b *testBundle, ddl string) *testBundle {
 	t.Helper()
-	ctx := context.Background()
 	dst := pgtest.NewDatabase(t, pgtest.DestCluster(t))
 	pgtest.Exec(t, dst, ddl)
-	n := nameSeq.Add(1)
-	slot := fmt.Sprintf("cdc_test_%d_%d", os.Getpid(), n)
-	pub := slot + "_pub"
-	conn, err := pgx.Connect(ctx, b.dst)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	var tables []change.TableName
-	mappings := make([]change.Mapping, len(b.cfg.Tables))
-	for i, m := range b.cfg.Tables {
-		mappings[i] = change.Mapping{Source: m.Destination, Destination: m.Destination}
-		tables = append(tables, m.Destination)
-	}
-	_, err = capture.EnsurePublication(ctx, conn, pub, tables)
-	require.NoError(t, err)
-	repl, err := capture.ConnectReplication(ctx, &pgtest.ConnConfig(t, b.dst).Config)
-	require.NoError(t, err)
-	_, err = capture.CreateSlot(ctx, repl, slot, false)
-	require.NoError(t, err)
-	require.NoError(t, repl.Close(ctx))
-	c := &testBundle{src: b.dst, dst: dst, rep: &recorder{}, cfg: b.cfg}
-	c.cfg.MirrorUID = fmt.Sprintf("mirror-%d", n)
-	c.cfg.Source, c.cfg.Dest = b.cfg.Dest, pgtest.ConnConfig(t, dst)
-	c.cfg.SlotName, c.cfg.PublicationName = slot, pub
-	c.cfg.Tables = mappings
-	c.cfg.Origin = origin.Name(c.cfg.MirrorUID)
-	return c
+	return fromDest(t, b, dst, func(m change.Mapping) change.TableName { return m.Destination })
 }
 
 // TestStreamedChainAppliedEarly: a large transaction that one mirror
@@ -158,8 +141,7 @@ func TestStreamedChainAppliedEarly(t *testing.T) {
 	}
 	streamSmall(t, ab)
 	streamSmall(t, bc) // the middle database's transactions stream too
-	var log lockedBuffer
-	bc.cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := debugLog(bc)
 	rab, rba, rbc := ab.start(t), ba.start(t), bc.start(t)
 
 	pgtest.Exec(t, ab.src, `INSERT INTO big SELECT g, 'bulk' FROM generate_series(1, 30000) g`)
@@ -191,12 +173,8 @@ func TestStreamedTruncateAppliedEarly(t *testing.T) {
 	b := setup(t, ddl, ddl, same("public", "big"), same("public", "small"))
 	streamSmall(t, b)
 	b.cfg.StageMemory = 64 << 10
-	var log lockedBuffer
-	b.cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx := context.Background()
-	dc, err := pgx.Connect(ctx, b.dst)
-	require.NoError(t, err)
-	defer dc.Close(ctx)
+	log := debugLog(b)
+	dc := destConn(t, b)
 	r := b.start(t)
 	pgtest.Exec(t, b.src, `INSERT INTO big SELECT g, 'old' FROM generate_series(1, 20000) g`)
 	b.waitEqual(t, r, `SELECT * FROM big`, `SELECT * FROM big`)
