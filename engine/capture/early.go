@@ -104,9 +104,11 @@ func (s *Stream) earlyMessage(ctx context.Context, ticker *time.Ticker, tx *stag
 		return nil
 	case msgInsert, msgUpdate, msgDelete, msgTruncate:
 		if msg[0] == msgTruncate && len(msg) > 5 && msg[5] != 0 {
-			// CASCADE would lock and empty destination tables beyond the
-			// transaction's, RESTART IDENTITY their sequences, which the
-			// run's sequence sync writes: applied at the commit.
+			// A truncate's options (byte 5, after the type and the
+			// relation count): CASCADE would lock and empty destination
+			// tables beyond the transaction's, RESTART IDENTITY their
+			// sequences, which the run's sequence sync writes: applied at
+			// the commit.
 			return s.earlyUnfit(ctx, ticker, tx, "a truncate with CASCADE or RESTART IDENTITY")
 		}
 		if s.cfg.EarlyGivenUp != nil {
